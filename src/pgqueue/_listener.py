@@ -1,0 +1,184 @@
+"""A dedicated LISTEN connection that reconnects by itself.
+
+One implementation serves the worker's wakeups and the `Subscriber`. The
+connection is its own, never a pooled one: asyncpg's pool runs ``UNLISTEN *``
+when a connection goes back to it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import asyncpg
+
+from pgqueue._errors import DATABASE_ERRORS
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskStatus
+
+    from pgqueue._log import Logger
+
+__all__ = ["Connect", "Listener", "connect_like"]
+
+Connect = Callable[[], Awaitable["asyncpg.Connection[Any]"]]
+
+# Connection failures logged at WARNING before they are logged at ERROR.
+_QUIET_FAILURES = 5
+
+
+def connect_like(pool_or_dsn: asyncpg.Pool[Any] | str) -> Connect:
+    """Return a function that opens a new, unpooled connection.
+
+    For a pool, the connection uses the pool's own connect arguments (and
+    its ``init`` hook) but is never handed back to the pool.
+    """
+    if isinstance(pool_or_dsn, str):
+        dsn = pool_or_dsn
+
+        async def connect_dsn() -> asyncpg.Connection[Any]:
+            return await asyncpg.connect(dsn)
+
+        return connect_dsn
+    pool = pool_or_dsn
+
+    async def connect_pool() -> asyncpg.Connection[Any]:
+        # asyncpg has no public way to open a connection with a pool's
+        # settings; this private method does exactly that without adopting it.
+        connection: asyncpg.Connection[Any] = await pool._get_new_connection()  # type: ignore[attr-defined]
+        return connection
+
+    return connect_pool
+
+
+class Listener:
+    """LISTEN on channels over one dedicated connection, reconnecting on loss.
+
+    Args:
+        connect: opens a new connection.
+        channels: the channels to LISTEN on (quoted by asyncpg, never parsed).
+        on_notify: called with ``(channel, payload)`` for every notification,
+            on the event loop; it must not block.
+        on_connect: awaited after every successful LISTEN with ``True`` when
+            it follows a lost connection (notifications may have been missed).
+        keepalive: seconds of silence after which the connection is probed,
+            so that a half-open connection is found.
+        probe_timeout: seconds a probe may take before the connection is
+            declared dead.
+        max_delay: the longest pause between reconnect attempts.
+    """
+
+    def __init__(
+        self,
+        connect: Connect,
+        channels: Sequence[str],
+        on_notify: Callable[[str, str], None],
+        *,
+        logger: Logger,
+        on_connect: Callable[[bool], Awaitable[None]] | None = None,
+        keepalive: float = 15.0,
+        probe_timeout: float = 5.0,
+        max_delay: float = 5.0,
+    ) -> None:
+        self._connect = connect
+        self._channels = tuple(channels)
+        self._on_notify = on_notify
+        self._on_connect = on_connect
+        self._logger = logger
+        self._keepalive = keepalive
+        self._probe_timeout = probe_timeout
+        self._max_delay = max_delay
+        self.pid: int | None = None
+        """The backend pid of the live connection, if any (tests terminate it)."""
+
+    async def run(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen until cancelled; signals ``task_status`` once first listening.
+
+        Never returns on its own: connection failures are logged and retried
+        with backoff. Cancellation is prompt in every state.
+        """
+        failures = 0
+        reconnect = False
+        while True:
+            try:
+                connection = await self._connect()
+            except DATABASE_ERRORS as exc:
+                failures += 1
+                self._log_failure(
+                    "pgqueue: LISTEN connection failed; retrying", exc, failures
+                )
+                await anyio.sleep(self._delay(failures))
+                reconnect = True
+                continue
+            try:
+                lost = anyio.Event()
+                connection.add_termination_listener(_setter(lost))
+                for channel in self._channels:
+                    await connection.add_listener(channel, self._deliver)
+                self.pid = connection.get_server_pid()
+                failures = 0
+                if reconnect:
+                    self._logger.warning(
+                        "pgqueue: LISTEN connection re-established; "
+                        "notifications sent while it was down were missed",
+                        extra={"channels": list(self._channels)},
+                    )
+                if self._on_connect is not None:
+                    await self._on_connect(reconnect)
+                task_status.started()
+                task_status = anyio.TASK_STATUS_IGNORED
+                await self._watch(connection, lost)
+            except DATABASE_ERRORS as exc:
+                failures += 1
+                self._log_failure(
+                    "pgqueue: LISTEN connection lost; reconnecting", exc, failures
+                )
+            finally:
+                self.pid = None
+                connection.terminate()
+            reconnect = True
+            await anyio.sleep(self._delay(failures))
+
+    async def _watch(
+        self, connection: asyncpg.Connection[Any], lost: anyio.Event
+    ) -> None:
+        """Return when the connection is lost or stops answering probes."""
+        while not lost.is_set():
+            with anyio.move_on_after(self._keepalive):
+                await lost.wait()
+            if lost.is_set():
+                break
+            with anyio.fail_after(self._probe_timeout):
+                await connection.execute("SELECT 1")
+        msg = "connection closed"
+        raise ConnectionResetError(msg)
+
+    def _deliver(
+        self, _connection: object, _pid: int, channel: str, payload: object
+    ) -> None:
+        self._on_notify(channel, str(payload))
+
+    def _delay(self, failures: int) -> float:
+        base: float = min(self._max_delay, 0.05 * 2 ** min(failures, 10))
+        return base * random.uniform(0.5, 1.0)  # jitter, not cryptography
+
+    def _log_failure(self, msg: str, exc: BaseException, failures: int) -> None:
+        log = (
+            self._logger.warning if failures <= _QUIET_FAILURES else self._logger.error
+        )
+        log(
+            msg,
+            extra={
+                "error": repr(exc),
+                "failures": failures,
+                "channels": list(self._channels),
+            },
+        )
+
+
+def _setter(event: anyio.Event) -> Callable[[object], None]:
+    return lambda _connection: event.set()

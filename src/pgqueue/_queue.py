@@ -1,0 +1,221 @@
+"""The producer side: enqueue jobs and prune finished ones."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from pgqueue import _sql
+from pgqueue._checks import (
+    check_duration,
+    check_max_attempts,
+    check_name,
+    check_queue_name,
+    check_run_at,
+    encode_payload,
+)
+from pgqueue._job import NewJob
+from pgqueue._log import Logger, default_logger
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime
+
+    import asyncpg
+    from asyncpg.pool import PoolConnectionProxy
+
+__all__ = ["Connection", "Executor", "Queue", "install", "uninstall"]
+
+Connection: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
+"""An asyncpg connection, or one acquired from a pool."""
+
+Executor: TypeAlias = "asyncpg.Pool[Any] | Connection"
+"""An asyncpg pool, or a connection (inside a transaction, writes ride it)."""
+
+
+async def install(executor: Executor) -> None:
+    """Create the ``pgqueue_jobs`` table and its indexes by running `SCHEMA`.
+
+    Meant for quick starts and tests; applications should put `SCHEMA` in
+    their own migrations. Not idempotent: it fails if the table exists.
+    """
+    await executor.execute(_sql.SCHEMA)
+
+
+async def uninstall(executor: Executor) -> None:
+    """Drop the ``pgqueue_jobs`` table by running `SCHEMA_DOWN`."""
+    await executor.execute(_sql.SCHEMA_DOWN)
+
+
+class Queue:
+    """Enqueue jobs onto one named queue.
+
+    The pool is borrowed, never closed. Constructing a queue does no I/O.
+
+    Args:
+        pool: the asyncpg pool to write through.
+        name: the queue's name; workers consume one queue each.
+        max_attempts: the default for jobs enqueued without their own.
+        logger: where to log; the ``pgqueue`` logger by default.
+
+    Usage::
+
+        queue = pgqueue.Queue(pool)
+        job_id = await queue.enqueue("send_welcome_email", {"user_id": "01J5"})
+    """
+
+    __slots__ = ("_logger", "_max_attempts", "_name", "_pool")
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool[Any],
+        name: str = "default",
+        max_attempts: int = 5,
+        *,
+        logger: Logger | None = None,
+    ) -> None:
+        self._pool = pool
+        self._name = check_queue_name(name)
+        self._max_attempts = check_max_attempts(max_attempts)
+        self._logger = default_logger(logger)
+
+    @property
+    def name(self) -> str:
+        """The queue's name."""
+        return self._name
+
+    @property
+    def max_attempts(self) -> int:
+        """The default number of attempts for a job."""
+        return self._max_attempts
+
+    async def enqueue(
+        self,
+        job_type: str,
+        payload: Any = None,
+        *,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        connection: Connection | None = None,
+    ) -> int:
+        """Insert a job and wake the queue's workers, in one round trip.
+
+        Returns once the row is committed. With ``connection`` inside a
+        transaction, the row and its wakeup become visible only if that
+        transaction commits.
+
+        Args:
+            job_type: selects the handler that runs the job.
+            payload: any JSON-serializable value (``None`` is stored as
+                ``{}``), or ``bytes`` holding JSON text.
+            run_at: a timezone-aware time before which the job does not run.
+            max_attempts: overrides the queue's default.
+            connection: run on this connection (and its transaction).
+
+        Returns:
+            The new job's id.
+
+        Raises:
+            TypeError: a payload that is not JSON-serializable, or an
+                argument of the wrong type.
+            ValueError: bytes that are not JSON, a NUL character, an empty
+                job type, ``max_attempts < 1`` or a naive ``run_at``.
+        """
+        args = self._row(job_type, payload, run_at, max_attempts)
+        executor: Executor = connection if connection is not None else self._pool
+        job_id: int = await executor.fetchval(_sql.ENQUEUE, self._name, *args)
+        self._logger.debug(
+            "pgqueue: job enqueued",
+            extra={"job_id": job_id, "job_type": job_type, "queue": self._name},
+        )
+        return job_id
+
+    async def enqueue_many(
+        self,
+        jobs: Iterable[NewJob | tuple[str, Any]],
+        *,
+        connection: Connection | None = None,
+    ) -> list[int]:
+        """Insert many jobs in one round trip with a single wakeup.
+
+        All jobs are checked before anything is sent; one bad job means none
+        is written. Returns the new ids in input order.
+
+        Args:
+            jobs: `NewJob` values or ``(job_type, payload)`` tuples.
+            connection: run on this connection (and its transaction).
+
+        Raises:
+            TypeError, ValueError: as `enqueue`, naming the bad job's index.
+        """
+        types: list[str] = []
+        payloads: list[str] = []
+        attempts: list[int] = []
+        run_ats: list[datetime | None] = []
+        for index, job in enumerate(jobs):
+            new = _as_new_job(job, index)
+            try:
+                job_type, payload, max_attempts, run_at = self._row(
+                    new.job_type, new.payload, new.run_at, new.max_attempts
+                )
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"job {index}: {exc}") from exc
+            types.append(job_type)
+            payloads.append(payload)
+            attempts.append(max_attempts)
+            run_ats.append(run_at)
+        if not types:
+            return []
+        executor: Executor = connection if connection is not None else self._pool
+        ids: list[int] = await executor.fetchval(
+            _sql.ENQUEUE_MANY, self._name, types, payloads, attempts, run_ats
+        )
+        self._logger.debug(
+            "pgqueue: jobs enqueued", extra={"count": len(ids), "queue": self._name}
+        )
+        return ids
+
+    async def prune(
+        self, older_than: float, *, connection: Connection | None = None
+    ) -> int:
+        """Delete this queue's completed and dead jobs last updated over ``older_than`` seconds ago.
+
+        Pending and running jobs are never touched. Returns how many rows
+        were deleted.
+
+        Raises:
+            ValueError: ``older_than`` is negative or not finite.
+        """
+        seconds = check_duration("older_than", older_than)
+        executor: Executor = connection if connection is not None else self._pool
+        status: str = await executor.execute(_sql.PRUNE, self._name, seconds)
+        removed = int(status.rsplit(" ", 1)[-1])
+        if removed:
+            self._logger.debug(
+                "pgqueue: pruned finished jobs",
+                extra={"count": removed, "queue": self._name},
+            )
+        return removed
+
+    def _row(
+        self, job_type: object, payload: Any, run_at: object, max_attempts: object
+    ) -> tuple[str, str, int, datetime | None]:
+        return (
+            check_name("job type", job_type),
+            encode_payload(payload),
+            self._max_attempts
+            if max_attempts is None
+            else check_max_attempts(max_attempts),
+            check_run_at(run_at),
+        )
+
+    def __repr__(self) -> str:
+        return f"Queue(name={self._name!r}, max_attempts={self._max_attempts})"
+
+
+def _as_new_job(job: object, index: int) -> NewJob:
+    if isinstance(job, NewJob):
+        return job
+    if isinstance(job, tuple) and len(job) == 2:
+        return NewJob(job[0], job[1])
+    msg = f"job {index}: expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
+    raise TypeError(msg)

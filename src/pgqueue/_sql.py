@@ -1,0 +1,135 @@
+"""Every SQL statement pgqueue runs.
+
+The table and the wakeup channel match the Go module
+``github.com/pascalallen/pgqueue`` v1.1.0, so producers and workers written
+with either library share one ``pgqueue_jobs`` table. Times are always the
+database's ``now()``, never the client's clock.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CLAIM",
+    "ENQUEUE",
+    "ENQUEUE_MANY",
+    "FINISH",
+    "JOBS_CHANNEL",
+    "PRUNE",
+    "PUBLISH",
+    "RESCUE",
+    "SCHEMA",
+    "SCHEMA_DOWN",
+    "TOUCH",
+]
+
+JOBS_CHANNEL = "pgqueue_jobs"
+
+SCHEMA = """
+CREATE TABLE pgqueue_jobs
+(
+    id           BIGSERIAL PRIMARY KEY,
+    queue        TEXT        NOT NULL DEFAULT 'default',
+    job_type     TEXT        NOT NULL,
+    payload      JSONB       NOT NULL DEFAULT '{}'::jsonb,
+    status       TEXT        NOT NULL DEFAULT 'pending'
+        CONSTRAINT chk_pgqueue_jobs_status CHECK (status IN ('pending', 'running', 'completed', 'dead')),
+    attempts     INT         NOT NULL DEFAULT 0,
+    max_attempts INT         NOT NULL DEFAULT 5,
+    run_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    last_error   TEXT,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    completed_at TIMESTAMPTZ
+);
+
+CREATE INDEX idx_pgqueue_jobs_claim ON pgqueue_jobs (queue, run_at, id) WHERE status = 'pending';
+CREATE INDEX idx_pgqueue_jobs_rescue ON pgqueue_jobs (updated_at) WHERE status = 'running';
+"""
+"""Create the ``pgqueue_jobs`` table and its indexes (apply it in a migration)."""
+
+SCHEMA_DOWN = "DROP TABLE IF EXISTS pgqueue_jobs;"
+"""Drop everything `SCHEMA` creates."""
+
+# The row and its wakeup ride one statement, so a job enqueued inside the
+# caller's transaction wakes workers only if that transaction commits.
+ENQUEUE = """
+WITH job AS (
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
+    VALUES ($1, $2, $3::jsonb, $4, COALESCE($5::timestamptz, now()))
+    RETURNING id
+)
+SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
+"""
+
+# Rows are inserted in input order, so ascending ids are the input order.
+ENQUEUE_MANY = """
+WITH jobs AS (
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
+    SELECT $1, t.job_type, t.payload::jsonb, t.max_attempts, COALESCE(t.run_at, now())
+    FROM unnest($2::text[], $3::text[], $4::int[], $5::timestamptz[])
+        WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, ord)
+    ORDER BY t.ord
+    RETURNING id
+)
+SELECT array_agg(jobs.id ORDER BY jobs.id) FROM jobs, pg_notify('pgqueue_jobs', $1)
+"""
+
+PRUNE = """
+DELETE FROM pgqueue_jobs
+WHERE queue = $1
+  AND status IN ('completed', 'dead')
+  AND updated_at < now() - make_interval(secs => $2)
+"""
+
+CLAIM = """
+UPDATE pgqueue_jobs
+SET status = 'running', attempts = attempts + 1, updated_at = now()
+WHERE id IN (
+    SELECT id
+    FROM pgqueue_jobs
+    WHERE queue = $1 AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, queue, job_type, payload, attempts, max_attempts, run_at, created_at, last_error
+"""
+
+# One statement writes the outcomes of many runs. Each row is fenced on the
+# attempt it claimed: a run that was rescued and superseded matches nothing.
+# status is 'completed', 'dead', or 'pending' (retry after delay seconds).
+FINISH = """
+UPDATE pgqueue_jobs AS j
+SET status       = o.status,
+    run_at       = CASE WHEN o.status = 'pending' THEN now() + make_interval(secs => o.delay) ELSE j.run_at END,
+    last_error   = CASE WHEN o.status = 'completed' THEN j.last_error ELSE o.error END,
+    completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
+    updated_at   = now()
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::text[])
+    AS o(id, attempts, status, delay, error)
+WHERE j.id = o.id AND j.status = 'running' AND j.attempts = o.attempts
+RETURNING j.id, j.attempts
+"""
+
+# A heartbeat: running rows this worker still holds were seen alive now.
+TOUCH = """
+UPDATE pgqueue_jobs AS j
+SET updated_at = now()
+FROM unnest($1::bigint[], $2::int[]) AS o(id, attempts)
+WHERE j.id = o.id AND j.status = 'running' AND j.attempts = o.attempts
+"""
+
+# Orphans with attempts left go back to pending; the rest are dead-lettered,
+# since a job that crashed its process on every attempt never reaches a
+# handler's outcome write.
+RESCUE = """
+UPDATE pgqueue_jobs
+SET status     = CASE WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
+    last_error = CASE WHEN attempts < max_attempts THEN last_error
+                      ELSE 'rescued after exceeding max attempts' END,
+    updated_at = now()
+WHERE queue = $1 AND status = 'running' AND updated_at < now() - make_interval(secs => $2)
+RETURNING status
+"""
+
+PUBLISH = "SELECT pg_notify($1, $2)"

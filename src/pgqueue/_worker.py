@@ -1,0 +1,484 @@
+"""The worker: claims jobs from one queue and runs their handlers.
+
+Task tree (what runs where, and what stops what)::
+
+    run()                          host task; on outside cancellation: stop()
+    └── supervisor                 shielded: only stop() and its cut-off end it
+        ├── services task group    cancelled last, after the final flush
+        │   ├── outcome writer     batches fenced outcome writes
+        │   ├── listener           LISTEN pgqueue_jobs; wakes the claim loop
+        │   ├── rescue sweep       at start, then every max(poll, rescue_after/2)
+        │   └── retention sweep    only with retain=
+        └── jobs task group        leaving it is the drain
+            ├── claim loop         in the claim scope; stop() cancels it
+            └── one task per job   at most ``concurrency`` at once
+
+Stopping: cancel the claim scope, wait for the job tasks (cancelling them
+when ``stop(timeout)`` runs out: their jobs go back to pending), wait for the
+writer to settle, then cancel the services.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
+
+import anyio
+
+from pgqueue import _sql
+from pgqueue._backoff import Backoff, default_backoff
+from pgqueue._checks import (
+    check_callable,
+    check_duration,
+    check_int,
+    check_name,
+    check_queue_name,
+)
+from pgqueue._errors import DATABASE_ERRORS, AlreadyStartedError, is_permanent
+from pgqueue._job import Job, Status
+from pgqueue._listener import Listener, connect_like
+from pgqueue._log import Logger, default_logger
+from pgqueue._writer import Outcome, OutcomeWriter, debug_enabled
+
+if TYPE_CHECKING:
+    import asyncpg
+    from anyio.abc import TaskGroup
+
+__all__ = ["Handler", "Middleware", "Worker"]
+
+Handler: TypeAlias = Callable[[Job], Awaitable[None]]
+"""Runs one job; returning completes it, raising fails the attempt."""
+
+Middleware: TypeAlias = Callable[[Handler], Handler]
+"""Wraps a handler (metrics, tracing, per-job setup); the first one is outermost."""
+
+H = TypeVar("H", bound=Handler)
+
+# How long the final flush may retry against an unreachable database before
+# giving up; what is left unwritten is recovered by the rescue sweep.
+FLUSH_TIMEOUT = 30.0
+SHUTDOWN_ERROR = "worker shut down before the job finished"
+
+
+class Worker:
+    """Claim jobs from one queue and run their handlers.
+
+    Constructing a worker does no I/O. The pool is borrowed, never closed;
+    the worker uses it for claims, outcome writes and sweeps, one statement
+    at a time, and opens one connection of its own for LISTEN.
+
+    Args:
+        pool: the asyncpg pool of the database holding ``pgqueue_jobs``.
+        queue: the queue to consume.
+        concurrency: the most handlers running at once.
+        poll_interval: seconds between claims when nothing wakes the worker.
+        listen: wake on NOTIFY over a dedicated connection. ``True`` opens it
+            with the pool's connect arguments; a DSN string opens it there
+            (useful when the pool goes through PgBouncer); ``False`` polls only.
+        backoff: seconds to wait before retrying after a failed attempt.
+        rescue_after: seconds after which a job left ``running`` (its worker
+            died) goes back to pending, or dead when its attempts are used up.
+        job_timeout: seconds a handler may run before it is cancelled and its
+            attempt fails; ``None`` leaves handlers unbounded.
+        retain: prune this queue's completed and dead jobs older than this
+            many seconds; ``None`` never prunes.
+        middleware: wrappers applied to each handler when it is registered.
+        logger: where to log; the ``pgqueue`` logger by default.
+
+    Usage::
+
+        worker = pgqueue.Worker(pool, concurrency=8)
+
+        @worker.handler("send_welcome_email")
+        async def send_welcome_email(job: pgqueue.Job) -> None: ...
+
+        await worker.run()
+    """
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool[Any],
+        *,
+        queue: str = "default",
+        concurrency: int = 2,
+        poll_interval: float = 5.0,
+        listen: bool | str = True,
+        backoff: Backoff = default_backoff,
+        rescue_after: float = 300.0,
+        job_timeout: float | None = None,
+        retain: float | None = None,
+        middleware: Sequence[Middleware] = (),
+        logger: Logger | None = None,
+    ) -> None:
+        check_callable("backoff", backoff)
+        for wrap in middleware:
+            check_callable("middleware", wrap)
+        if not isinstance(cast("object", listen), bool | str):
+            msg = f"listen must be a bool or a DSN string, not {type(listen).__name__}"
+            raise TypeError(msg)
+        self._pool = pool
+        self._queue = check_queue_name(queue)
+        self._concurrency = check_int("concurrency", concurrency)
+        self._poll_interval = check_duration(
+            "poll_interval", poll_interval, positive=True
+        )
+        self._listen = listen
+        self._backoff = backoff
+        self._rescue_after = check_duration("rescue_after", rescue_after, positive=True)
+        self._job_timeout = (
+            None
+            if job_timeout is None
+            else check_duration("job_timeout", job_timeout, positive=True)
+        )
+        self._retain = None if retain is None else check_duration("retain", retain)
+        self._middleware = tuple(middleware)
+        self._logger = default_logger(logger)
+        self._handlers: dict[str, Handler] = {}
+        self._state: Literal["new", "running", "stopped"] = "new"
+        self._stop_requested = False
+        self._running: dict[tuple[int, int], Job] = {}
+        self._saturated = False
+        self._cut_off = 0
+        self._listener: Listener | None = None
+        # Made in run(): anyio primitives need a running event loop.
+        self._wake: anyio.Event
+        self._finished: anyio.Event
+        self._claim_scope: anyio.CancelScope
+        self._jobs_scope: anyio.CancelScope | None = None
+        self._writer: OutcomeWriter
+
+    @property
+    def queue(self) -> str:
+        """The queue this worker consumes."""
+        return self._queue
+
+    @property
+    def running_jobs(self) -> int:
+        """How many handlers are running now."""
+        return len(self._running)
+
+    @property
+    def listener_pid(self) -> int | None:
+        """The backend pid of the LISTEN connection while it is up."""
+        return None if self._listener is None else self._listener.pid
+
+    def register(self, job_type: str, handler: Handler) -> None:
+        """Run ``handler`` for jobs of ``job_type``, wrapped in the worker's middleware.
+
+        Raises:
+            AlreadyStartedError: the worker has started.
+            TypeError, ValueError: a bad job type or a handler that is not callable.
+        """
+        if self._state != "new":
+            msg = "register() called after run() started; register every handler first"
+            raise AlreadyStartedError(msg)
+        check_name("job type", job_type)
+        check_callable("handler", handler)
+        for wrap in reversed(self._middleware):
+            handler = wrap(handler)
+        self._handlers[job_type] = handler
+
+    def handler(self, job_type: str) -> Callable[[H], H]:
+        """Register the decorated async function for jobs of ``job_type``.
+
+        The function is returned unwrapped, so it can still be called directly.
+        """
+
+        def decorate(fn: H) -> H:
+            self.register(job_type, fn)
+            return fn
+
+        return decorate
+
+    async def run(self) -> None:
+        """Claim and run jobs until `stop` is called or this task is cancelled.
+
+        Returns after the drain: in-flight handlers finished, every outcome
+        written, connections closed. Cancelling the task that runs it stops
+        the worker the same way (waiting for in-flight handlers without a
+        limit) and then propagates the cancellation.
+
+        Raises:
+            AlreadyStartedError: ``run()`` was called before.
+            ExceptionGroup: a bug inside the worker itself (never a handler's
+                exception: those fail the job, not the worker).
+        """
+        if self._state != "new":
+            msg = "this worker has already been started; create a new Worker"
+            raise AlreadyStartedError(msg)
+        self._state = "running"
+        self._wake = anyio.Event()
+        self._finished = anyio.Event()
+        self._claim_scope = anyio.CancelScope()
+        if self._stop_requested:
+            self._claim_scope.cancel()
+        self._writer = OutcomeWriter(self._pool, logger=self._logger, queue=self._queue)
+        self._logger.info(
+            "pgqueue: worker starting",
+            extra={"queue": self._queue, "concurrency": self._concurrency},
+        )
+        try:
+            async with anyio.create_task_group() as host:
+                host.start_soon(self._supervise)
+                try:
+                    await self._finished.wait()
+                except anyio.get_cancelled_exc_class():
+                    self._request_stop()
+                    raise
+        finally:
+            self._state = "stopped"
+
+    async def stop(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the drain's own bound
+        """Stop claiming, wait for in-flight handlers, write their outcomes, close.
+
+        Safe to call more than once, and before or without `run`.
+
+        Args:
+            timeout: seconds to wait for in-flight handlers; ``None`` waits
+                for as long as they take.
+
+        Raises:
+            TimeoutError: the handlers did not finish in time. They were
+                cancelled and their jobs are back in ``pending`` (attempt
+                counted) by the time this is raised.
+        """
+        self._request_stop()
+        if self._state == "new":
+            return
+        if timeout is None:
+            await self._finished.wait()
+            return
+        with anyio.move_on_after(check_duration("timeout", timeout)):
+            await self._finished.wait()
+            return
+        cut_off = len(self._running)
+        if self._jobs_scope is not None:
+            self._jobs_scope.cancel()
+        await self._finished.wait()
+        msg = f"worker did not drain within {timeout:g} s; {cut_off} job(s) returned to pending"
+        raise TimeoutError(msg)
+
+    def _request_stop(self) -> None:
+        self._stop_requested = True
+        if self._state == "running":
+            self._claim_scope.cancel()
+
+    async def _supervise(self) -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as services:
+                    services.start_soon(self._writer.run)
+                    if self._listen is not False:
+                        self._listener = Listener(
+                            connect_like(
+                                self._pool if self._listen is True else self._listen
+                            ),
+                            [_sql.JOBS_CHANNEL],
+                            self._on_notify,
+                            logger=self._logger,
+                            on_connect=self._on_listen,
+                        )
+                        services.start_soon(self._listener.run)
+                    services.start_soon(self._rescue_loop)
+                    if self._retain is not None:
+                        services.start_soon(self._retention_loop, self._retain)
+                    try:
+                        async with anyio.create_task_group() as jobs:
+                            self._jobs_scope = jobs.cancel_scope
+                            with self._claim_scope:
+                                await self._claim_loop(jobs)
+                    finally:
+                        with anyio.move_on_after(FLUSH_TIMEOUT) as flush:
+                            await self._writer.settled()
+                        if flush.cancelled_caught:
+                            self._logger.error(
+                                "pgqueue: could not write every job outcome before stopping; "
+                                "the rescue sweep will re-run those jobs",
+                                extra={
+                                    "count": self._writer.backlog,
+                                    "queue": self._queue,
+                                },
+                            )
+                        services.cancel_scope.cancel()
+        finally:
+            self._logger.info("pgqueue: worker stopped", extra={"queue": self._queue})
+            self._finished.set()
+
+    def _on_notify(self, _channel: str, payload: str) -> None:
+        if payload == self._queue:
+            self._wake.set()
+
+    async def _on_listen(self, reconnected: bool) -> None:
+        # Enqueues may have been missed while the connection was down.
+        if reconnected:
+            self._wake.set()
+
+    async def _claim_loop(self, jobs: TaskGroup) -> None:
+        failures = 0
+        while True:
+            wake = self._wake = anyio.Event()
+            free = self._concurrency - len(self._running)
+            if free > 0:
+                try:
+                    rows = await self._pool.fetch(_sql.CLAIM, self._queue, free)
+                except DATABASE_ERRORS as exc:
+                    failures += 1
+                    self._logger.error(
+                        "pgqueue: claim failed; retrying",
+                        extra={
+                            "error": repr(exc),
+                            "queue": self._queue,
+                            "failures": failures,
+                        },
+                    )
+                    await anyio.sleep(min(self._poll_interval, 0.05 * 2**failures))
+                    continue
+                failures = 0
+                for row in rows:
+                    job = _job_from_row(row)
+                    self._running[job.id, job.attempts] = job
+                    jobs.start_soon(self._execute, job)
+                self._saturated = len(rows) == free
+                if self._saturated:
+                    continue
+            with anyio.move_on_after(self._poll_interval):
+                await wake.wait()
+
+    async def _execute(self, job: Job) -> None:
+        fields = {
+            "job_id": job.id,
+            "job_type": job.type,
+            "queue": job.queue,
+            "attempt": job.attempts,
+        }
+        try:
+            handler = self._handlers.get(job.type)
+            if handler is None:
+                error = f"no handler registered for job type {job.type!r}"
+                self._logger.error(
+                    "pgqueue: job dead", extra={**fields, "error": error}
+                )
+                self._writer.put(Outcome(job, Status.DEAD, error=error))
+                return
+            if debug_enabled(self._logger):
+                self._logger.debug("pgqueue: job started", extra=fields)
+            try:
+                failure = await self._call(handler, job)
+            except anyio.get_cancelled_exc_class():
+                self._logger.warning(
+                    "pgqueue: job cut off by shutdown; returned to pending",
+                    extra=fields,
+                )
+                self._writer.put(Outcome(job, Status.PENDING, error=SHUTDOWN_ERROR))
+                raise
+            self._writer.put(self._outcome(job, failure, fields))
+        finally:
+            del self._running[job.id, job.attempts]
+            if self._saturated:
+                self._wake.set()
+
+    async def _call(self, handler: Handler, job: Job) -> BaseException | str | None:
+        """Run the handler; return its exception, a timeout message, or None."""
+        try:
+            if self._job_timeout is None:
+                await handler(job)
+                return None
+            with anyio.move_on_after(self._job_timeout) as scope:
+                await handler(job)
+            if scope.cancelled_caught:
+                return f"job timed out after {self._job_timeout:g} s"
+        except Exception as exc:
+            return exc
+        return None
+
+    def _outcome(
+        self, job: Job, failure: BaseException | str | None, fields: dict[str, Any]
+    ) -> Outcome:
+        if failure is None:
+            if debug_enabled(self._logger):
+                self._logger.debug("pgqueue: job completed", extra=fields)
+            return Outcome(job, Status.COMPLETED)
+        error = failure if isinstance(failure, str) else _describe(failure)
+        exc_info = None if isinstance(failure, str) else failure
+        permanent = exc_info is not None and is_permanent(exc_info)
+        if permanent or job.attempts >= job.max_attempts:
+            self._logger.error(
+                "pgqueue: job dead", extra={**fields, "error": error}, exc_info=exc_info
+            )
+            return Outcome(job, Status.DEAD, error=error)
+        delay = float(self._backoff(job.attempts))
+        self._logger.warning(
+            "pgqueue: job failed; will retry",
+            extra={**fields, "error": error, "retry_in": delay},
+            exc_info=exc_info,
+        )
+        return Outcome(job, Status.PENDING, delay=max(delay, 0.0), error=error)
+
+    async def _rescue_loop(self) -> None:
+        interval = max(self._poll_interval, self._rescue_after / 2)
+        while True:
+            try:
+                rows = await self._pool.fetch(
+                    _sql.RESCUE, self._queue, self._rescue_after
+                )
+            except DATABASE_ERRORS as exc:
+                self._logger.error(
+                    "pgqueue: rescue sweep failed",
+                    extra={"error": repr(exc), "queue": self._queue},
+                )
+            else:
+                dead = sum(1 for row in rows if row[0] == Status.DEAD)
+                if len(rows) > dead:
+                    self._logger.warning(
+                        "pgqueue: rescued stuck jobs",
+                        extra={"count": len(rows) - dead, "queue": self._queue},
+                    )
+                    self._wake.set()
+                if dead:
+                    self._logger.error(
+                        "pgqueue: dead-lettered stuck jobs that exhausted their attempts",
+                        extra={"count": dead, "queue": self._queue},
+                    )
+            await anyio.sleep(interval)
+
+    async def _retention_loop(self, retain: float) -> None:
+        interval = max(self._poll_interval, self._rescue_after / 2)
+        while True:
+            try:
+                status = await self._pool.execute(_sql.PRUNE, self._queue, retain)
+            except DATABASE_ERRORS as exc:
+                self._logger.error(
+                    "pgqueue: retention sweep failed",
+                    extra={"error": repr(exc), "queue": self._queue},
+                )
+            else:
+                removed = int(status.rsplit(" ", 1)[-1])
+                if removed:
+                    self._logger.info(
+                        "pgqueue: pruned finished jobs",
+                        extra={"count": removed, "queue": self._queue},
+                    )
+            await anyio.sleep(interval)
+
+    def __repr__(self) -> str:
+        return f"Worker(queue={self._queue!r}, concurrency={self._concurrency}, state={self._state!r})"
+
+
+def _job_from_row(row: asyncpg.Record) -> Job:
+    return Job(
+        id=row[0],
+        queue=row[1],
+        type=row[2],
+        payload=json.loads(row[3]),
+        attempts=row[4],
+        max_attempts=row[5],
+        run_at=row[6],
+        created_at=row[7],
+        last_error=row[8],
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

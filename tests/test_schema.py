@@ -1,0 +1,148 @@
+"""The schema, and wire compatibility with the Go module."""
+
+from __future__ import annotations
+
+import json
+
+import asyncpg
+
+import pgqueue
+from tests.helpers import listening, row
+
+# What the Go module v1.1.0 creates, column by column.
+GO_COLUMNS = {
+    "id": ("bigint", "NO", "nextval('pgqueue_jobs_id_seq'::regclass)"),
+    "queue": ("text", "NO", "'default'::text"),
+    "job_type": ("text", "NO", None),
+    "payload": ("jsonb", "NO", "'{}'::jsonb"),
+    "status": ("text", "NO", "'pending'::text"),
+    "attempts": ("integer", "NO", "0"),
+    "max_attempts": ("integer", "NO", "5"),
+    "run_at": ("timestamp with time zone", "NO", "now()"),
+    "last_error": ("text", "YES", None),
+    "created_at": ("timestamp with time zone", "NO", "now()"),
+    "updated_at": ("timestamp with time zone", "NO", "now()"),
+    "completed_at": ("timestamp with time zone", "YES", None),
+}
+
+# The Go module's producer and worker statements, verbatim in meaning.
+GO_INSERT = """
+INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
+VALUES ($1, $2, $3, $4, $5) RETURNING id
+"""
+GO_CLAIM = """
+UPDATE pgqueue_jobs
+SET status = 'running', attempts = attempts + 1, updated_at = now()
+WHERE id IN (
+    SELECT id FROM pgqueue_jobs
+    WHERE queue = $1 AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, queue, job_type, payload, attempts, max_attempts, run_at, created_at, COALESCE(last_error, '')
+"""
+GO_COMPLETE = (
+    "UPDATE pgqueue_jobs SET status = 'completed', completed_at = now(), updated_at = now()"
+    " WHERE id = $1 AND status = 'running' AND attempts = $2"
+)
+
+
+async def test_install_creates_the_go_modules_table(fresh_dsn: str) -> None:
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        await pgqueue.uninstall(connection)
+        assert await connection.fetchval("SELECT to_regclass('pgqueue_jobs')") is None
+        await pgqueue.install(connection)
+        columns = await connection.fetch(
+            "SELECT column_name, data_type, is_nullable, column_default"
+            " FROM information_schema.columns WHERE table_name = 'pgqueue_jobs'"
+        )
+        found = {c[0]: (c[1], c[2], c[3]) for c in columns}
+        assert found == GO_COLUMNS
+        indexes = {
+            r[0]: r[1]
+            for r in await connection.fetch(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'pgqueue_jobs'"
+            )
+        }
+        assert (
+            "(queue, run_at, id) WHERE (status = 'pending'::text)"
+            in indexes["idx_pgqueue_jobs_claim"]
+        )
+        assert (
+            "(updated_at) WHERE (status = 'running'::text)"
+            in indexes["idx_pgqueue_jobs_rescue"]
+        )
+        check = await connection.fetchval(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'chk_pgqueue_jobs_status'"
+        )
+        for status in pgqueue.Status:
+            assert f"'{status.value}'" in check, status
+        try:
+            await connection.execute(
+                "INSERT INTO pgqueue_jobs (job_type, status) VALUES ('t', 'bogus')"
+            )
+        except asyncpg.CheckViolationError:
+            pass
+        else:
+            raise AssertionError("the status check constraint is missing")
+        await pgqueue.uninstall(connection)
+        await pgqueue.uninstall(connection)  # idempotent, as SCHEMA_DOWN says IF EXISTS
+        assert await connection.fetchval("SELECT to_regclass('pgqueue_jobs')") is None
+    finally:
+        await connection.close()
+
+
+def test_status_values() -> None:
+    assert [s.value for s in pgqueue.Status] == [
+        "pending",
+        "running",
+        "completed",
+        "dead",
+    ]
+    assert str(pgqueue.Status.DEAD) == "dead"
+
+
+async def test_go_producer_row_reads_like_ours(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    async with listening(dsn, pgqueue.JOBS_CHANNEL) as notifications:
+        async with pool.acquire() as connection:
+            go_id = await connection.fetchval(
+                GO_INSERT,
+                queue.name,
+                "send_welcome_email",
+                '{"user_id":"01J5"}',
+                5,
+                await connection.fetchval("SELECT now()"),
+            )
+            await connection.execute("SELECT pg_notify('pgqueue_jobs', $1)", queue.name)
+        await notifications.wait_for(queue.name)
+    our_id = await queue.enqueue("send_welcome_email", {"user_id": "01J5"})
+    go_row, our_row = await row(pool, go_id), await row(pool, our_id)
+    for column in (
+        "queue",
+        "job_type",
+        "status",
+        "attempts",
+        "max_attempts",
+        "last_error",
+        "completed_at",
+    ):
+        assert go_row[column] == our_row[column], column
+    assert json.loads(go_row["payload"]) == json.loads(our_row["payload"])
+
+
+async def test_our_rows_satisfy_the_go_claim(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    first = await queue.enqueue("a", {"n": 1})
+    [second] = await queue.enqueue_many([("b", {"n": 2})])
+    claimed = await pool.fetch(GO_CLAIM, queue.name, 10)
+    claimed = sorted(claimed, key=lambda r: r["id"])
+    assert [r["id"] for r in claimed] == [first, second]
+    assert [r["attempts"] for r in claimed] == [1, 1]
+    assert [json.loads(r["payload"]) for r in claimed] == [{"n": 1}, {"n": 2}]
+    assert await pool.execute(GO_COMPLETE, first, 1) == "UPDATE 1"
+    assert (await row(pool, first))["status"] == "completed"
