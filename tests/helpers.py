@@ -6,10 +6,13 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import asyncpg
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    import pgqueue
 
 
 class Notifications:
@@ -65,3 +68,80 @@ async def table_count(pool: asyncpg.Pool) -> int:
     """Rows in the whole table, across queues."""
     count: int = await pool.fetchval("SELECT count(*) FROM pgqueue_jobs")
     return count
+
+
+@contextlib.asynccontextmanager
+async def running(worker: pgqueue.Worker) -> AsyncIterator[pgqueue.Worker]:
+    """Run ``worker`` inside the test body; stop it (draining) on the way out.
+
+    pytest-asyncio runs fixture setup and teardown in different tasks, so a
+    task group cannot span a fixture's yield: workers run through this.
+    """
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(5):
+            while worker._state == "new":
+                await anyio.lowlevel.checkpoint()
+        try:
+            yield worker
+        finally:
+            with anyio.fail_after(10):
+                await worker.stop()
+
+
+async def wait_for_row(
+    pool: asyncpg.Pool, job_id: int, within: float = 10.0, **expected: Any
+) -> dict[str, Any]:
+    """Poll the job's row until its columns equal ``expected``; fail after ``within`` seconds."""
+    with anyio.fail_after(within):
+        while True:
+            current = await row(pool, job_id)
+            if all(current[k] == v for k, v in expected.items()):
+                return current
+            await anyio.sleep(0.01)
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], within: float = 10.0
+) -> None:
+    """Poll ``predicate`` until it is true; fail after ``within`` seconds."""
+    with anyio.fail_after(within):
+        while not await predicate():
+            await anyio.sleep(0.01)
+
+
+class RecordingLogger:
+    """A logger that keeps every message (with its extra) and lets tests wait for one."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str, dict[str, Any]]] = []
+        self._arrived = anyio.Event()
+
+    def _log(self, level: str, msg: str, *args: Any, **kwargs: Any) -> None:
+        self.records.append((level, msg, dict(kwargs.get("extra") or {})))
+        self._arrived.set()
+
+    def debug(self, msg: str, /, *args: Any, **kwargs: Any) -> None:
+        self._log("debug", msg, *args, **kwargs)
+
+    def info(self, msg: str, /, *args: Any, **kwargs: Any) -> None:
+        self._log("info", msg, *args, **kwargs)
+
+    def warning(self, msg: str, /, *args: Any, **kwargs: Any) -> None:
+        self._log("warning", msg, *args, **kwargs)
+
+    def error(self, msg: str, /, *args: Any, **kwargs: Any) -> None:
+        self._log("error", msg, *args, **kwargs)
+
+    def messages(self, level: str | None = None) -> list[str]:
+        return [m for lv, m, _ in self.records if level is None or lv == level]
+
+    async def wait_for(self, fragment: str, within: float = 10.0) -> dict[str, Any]:
+        """Wait for a message containing ``fragment``; return its extra fields."""
+        with anyio.fail_after(within):
+            while True:
+                for _, msg, extra in self.records:
+                    if fragment in msg:
+                        return extra
+                self._arrived = anyio.Event()
+                await self._arrived.wait()

