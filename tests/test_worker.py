@@ -701,3 +701,28 @@ def test_is_permanent() -> None:
     assert pgqueue.is_permanent(chained)
     assert pgqueue.is_permanent(ExceptionGroup("g", [ValueError(), permanent]))
     assert not pgqueue.is_permanent(ExceptionGroup("g", [ValueError()]))
+
+
+async def test_run_until_empty_returns_when_nothing_is_ready(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    seen: list[tuple[int, int]] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=3, backoff=no_backoff)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        seen.append((job.payload, job.attempts))
+        if job.payload == 0 and job.attempts == 1:
+            msg = "retried at once"
+            raise RuntimeError(msg)
+        if job.payload == 1:
+            await queue.enqueue("t", 99)  # a job enqueued by a job runs too
+
+    future = await queue.enqueue("t", 5, run_at=datetime.now(UTC) + timedelta(hours=1))
+    await queue.enqueue_many([("t", i) for i in range(4)])
+    with anyio.fail_after(10):
+        await worker.run(until_empty=True)
+    assert sorted(seen) == [(0, 1), (0, 2), (1, 1), (2, 1), (3, 1), (99, 1)]
+    counts = Counter(r["status"] for r in await rows(pool, queue.name))
+    assert counts == {"completed": 5, "pending": 1}
+    assert (await row(pool, future))["status"] == "pending"

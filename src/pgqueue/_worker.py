@@ -139,7 +139,7 @@ class Worker:
         self._stop_requested = False
         self._running: dict[tuple[int, int], Job] = {}
         self._saturated = False
-        self._cut_off = 0
+        self._until_empty = False
         self._listener: Listener | None = None
         # Made in run(): anyio primitives need a running event loop.
         self._wake: anyio.Event
@@ -191,13 +191,18 @@ class Worker:
 
         return decorate
 
-    async def run(self) -> None:
+    async def run(self, *, until_empty: bool = False) -> None:
         """Claim and run jobs until `stop` is called or this task is cancelled.
 
         Returns after the drain: in-flight handlers finished, every outcome
         written, connections closed. Cancelling the task that runs it stops
         the worker the same way (waiting for in-flight handlers without a
         limit) and then propagates the cancellation.
+
+        Args:
+            until_empty: return once no job is ready to run and none is
+                running (retries scheduled for later do not count). Meant
+                for tests of handlers and for batch jobs; no LISTEN is used.
 
         Raises:
             AlreadyStartedError: ``run()`` was called before.
@@ -208,6 +213,7 @@ class Worker:
             msg = "this worker has already been started; create a new Worker"
             raise AlreadyStartedError(msg)
         self._state = "running"
+        self._until_empty = until_empty
         self._wake = anyio.Event()
         self._finished = anyio.Event()
         self._claim_scope = anyio.CancelScope()
@@ -269,7 +275,7 @@ class Worker:
             with anyio.CancelScope(shield=True):
                 async with anyio.create_task_group() as services:
                     services.start_soon(self._writer.run)
-                    if self._listen is not False:
+                    if self._listen is not False and not self._until_empty:
                         self._listener = Listener(
                             connect_like(
                                 self._pool if self._listen is True else self._listen
@@ -320,6 +326,7 @@ class Worker:
             wake = self._wake = anyio.Event()
             free = self._concurrency - len(self._running)
             if free > 0:
+                outcomes_before = self._writer.received
                 try:
                     rows = await self._pool.fetch(_sql.CLAIM, self._queue, free)
                 except DATABASE_ERRORS as exc:
@@ -341,6 +348,12 @@ class Worker:
                     jobs.start_soon(self._execute, job)
                 self._saturated = len(rows) == free
                 if self._saturated:
+                    continue
+                if self._until_empty and not rows and not self._running:
+                    # A retry may have been written since the claim began.
+                    await self._writer.settled()
+                    if self._writer.received == outcomes_before:
+                        return
                     continue
             with anyio.move_on_after(self._poll_interval):
                 await wake.wait()
@@ -375,7 +388,7 @@ class Worker:
             self._writer.put(self._outcome(job, failure, fields))
         finally:
             del self._running[job.id, job.attempts]
-            if self._saturated:
+            if self._saturated or self._until_empty:
                 self._wake.set()
 
     async def _call(self, handler: Handler, job: Job) -> BaseException | str | None:

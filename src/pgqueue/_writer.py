@@ -47,6 +47,8 @@ class OutcomeWriter:
         self._settled = anyio.Event()
         self._settled.set()
         self._closed = False
+        self.received = 0
+        """Outcomes put so far."""
         self.written = 0
         """Outcomes whose write matched their row."""
 
@@ -61,6 +63,7 @@ class OutcomeWriter:
             msg = "the outcome writer is closed"
             raise PgQueueError(msg)
         self._buffer.append(outcome)
+        self.received += 1
         self._settled = anyio.Event() if self._settled.is_set() else self._settled
         self._arrived.set()
 
