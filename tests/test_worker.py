@@ -458,40 +458,63 @@ async def test_rescue_dead_letters_exhausted_jobs_without_running_them(
 async def test_a_stale_run_cannot_overwrite_the_run_that_superseded_it(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
+    # Worker A runs attempt 1 and is cut off from the database long enough
+    # for its row to look orphaned (its heartbeat is an hour away); worker B
+    # rescues the job and completes attempt 2; then A's attempt 1 fails.
     first_started, release_first = anyio.Event(), anyio.Event()
     logger = RecordingLogger()
-    worker = pgqueue.Worker(
-        pool,
-        queue=queue.name,
-        concurrency=2,
-        poll_interval=0.1,
-        rescue_after=0.5,
-        logger=logger,
-    )
+    stale = pgqueue.Worker(pool, queue=queue.name, rescue_after=3 * 3600, logger=logger)
+    fresh = pgqueue.Worker(pool, queue=queue.name, rescue_after=60)
 
-    @worker.handler("t")
-    async def handle(job: pgqueue.Job) -> None:
-        if job.attempts == 1:
-            first_started.set()
-            await release_first.wait()
-            msg = "the stale run failed"
-            raise RuntimeError(msg)
+    @stale.handler("t")
+    async def first_run(_job: pgqueue.Job) -> None:
+        first_started.set()
+        await release_first.wait()
+        msg = "the stale run failed"
+        raise RuntimeError(msg)
 
+    fresh.register("t", _noop)
     job_id = await queue.enqueue("t", {})
-    async with running(worker):
+    async with running(stale):
         with anyio.fail_after(10):
             await first_started.wait()
-        # Attempt 1 outlives rescue_after: the sweep re-queues it and attempt 2 completes.
-        await wait_for_row(pool, job_id, status="completed", attempts=2)
+        await pool.execute(
+            "UPDATE pgqueue_jobs SET updated_at = now() - interval '1 hour' WHERE id = $1",
+            job_id,
+        )
+        async with running(fresh):
+            await wait_for_row(pool, job_id, status="completed", attempts=2)
         release_first.set()
-        stale = await logger.wait_for("stale run superseded")
-    assert stale["attempt"] == 1
+        dropped = await logger.wait_for("stale run superseded")
+    assert dropped["attempt"] == 1
     stored = await row(pool, job_id)
     assert (stored["status"], stored["attempts"], stored["last_error"]) == (
         "completed",
         2,
         None,
     )
+
+
+async def test_heartbeats_keep_a_long_job_on_a_live_worker_from_rescue(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # rescue_after 0.3 s: the sweep runs every 0.15 s and would rescue the
+    # job about twenty times in 2 s if heartbeats did not keep its row fresh.
+    calls: list[int] = []
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, concurrency=2, poll_interval=0.05, rescue_after=0.3
+    )
+
+    @worker.handler("t")
+    async def long_job(job: pgqueue.Job) -> None:
+        calls.append(job.attempts)
+        await anyio.sleep(2)  # the work itself, not synchronisation
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, status="completed")
+    assert calls == [1]
+    assert stored["attempts"] == 1
 
 
 async def test_job_timeout_fails_the_attempt(

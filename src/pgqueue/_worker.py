@@ -7,6 +7,7 @@ Task tree (what runs where, and what stops what)::
         ├── services task group    cancelled last, after the final flush
         │   ├── outcome writer     batches fenced outcome writes
         │   ├── listener           LISTEN pgqueue_jobs; wakes the claim loop
+        │   ├── heartbeat          refreshes updated_at of running jobs
         │   ├── rescue sweep       at start, then every max(poll, rescue_after/2)
         │   └── retention sweep    only with retain=
         └── jobs task group        leaving it is the drain
@@ -59,6 +60,9 @@ H = TypeVar("H", bound=Handler)
 # giving up; what is left unwritten is recovered by the rescue sweep.
 FLUSH_TIMEOUT = 30.0
 SHUTDOWN_ERROR = "worker shut down before the job finished"
+# Heartbeats sent per rescue_after: a live job's row is never older than
+# rescue_after / 3 (plus a round trip), far from being taken for an orphan.
+HEARTBEATS_PER_RESCUE = 3
 
 
 class Worker:
@@ -77,8 +81,10 @@ class Worker:
             with the pool's connect arguments; a DSN string opens it there
             (useful when the pool goes through PgBouncer); ``False`` polls only.
         backoff: seconds to wait before retrying after a failed attempt.
-        rescue_after: seconds after which a job left ``running`` (its worker
-            died) goes back to pending, or dead when its attempts are used up.
+        rescue_after: seconds without a heartbeat after which a ``running``
+            job is taken for an orphan (its worker died) and goes back to
+            pending, or dead when its attempts are used up. The worker
+            refreshes its running jobs' rows every ``rescue_after / 3``.
         job_timeout: seconds a handler may run before it is cancelled and its
             attempt fails; ``None`` leaves handlers unbounded.
         retain: prune this queue's completed and dead jobs older than this
@@ -286,6 +292,7 @@ class Worker:
                             on_connect=self._on_listen,
                         )
                         services.start_soon(self._listener.run)
+                    services.start_soon(self._heartbeat_loop)
                     services.start_soon(self._rescue_loop)
                     if self._retain is not None:
                         services.start_soon(self._retention_loop, self._retain)
@@ -427,6 +434,25 @@ class Worker:
             exc_info=exc_info,
         )
         return Outcome(job, Status.PENDING, delay=max(delay, 0.0), error=error)
+
+    async def _heartbeat_loop(self) -> None:
+        # Rescue then measures liveness, not runtime: a long handler on a live
+        # worker keeps its row fresh, a dead worker's rows go stale.
+        interval = self._rescue_after / HEARTBEATS_PER_RESCUE
+        while True:
+            await anyio.sleep(interval)
+            if not self._running:
+                continue
+            held = list(self._running)
+            try:
+                await self._pool.execute(
+                    _sql.TOUCH, [key[0] for key in held], [key[1] for key in held]
+                )
+            except DATABASE_ERRORS as exc:
+                self._logger.error(
+                    "pgqueue: heartbeat failed",
+                    extra={"error": repr(exc), "queue": self._queue},
+                )
 
     async def _rescue_loop(self) -> None:
         interval = max(self._poll_interval, self._rescue_after / 2)

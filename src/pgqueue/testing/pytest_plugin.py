@@ -85,10 +85,15 @@ def pgqueue_template_database(pgqueue_admin_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def pgqueue_dsn(pgqueue_admin_dsn: str, pgqueue_template_database: str) -> Iterator[str]:
+def pgqueue_dsn(
+    pgqueue_admin_dsn: str, pgqueue_template_database: str
+) -> Iterator[str]:
     """The DSN of this run's own database, with the schema applied."""
     name = f"{pgqueue_template_database}_run"
-    _run(pgqueue_admin_dsn, f'CREATE DATABASE "{name}" TEMPLATE "{pgqueue_template_database}"')
+    _run(
+        pgqueue_admin_dsn,
+        f'CREATE DATABASE "{name}" TEMPLATE "{pgqueue_template_database}"',
+    )
     try:
         yield with_database(pgqueue_admin_dsn, name)
     finally:
@@ -96,10 +101,15 @@ def pgqueue_dsn(pgqueue_admin_dsn: str, pgqueue_template_database: str) -> Itera
 
 
 @pytest.fixture
-def pgqueue_fresh_dsn(pgqueue_admin_dsn: str, pgqueue_template_database: str) -> Iterator[str]:
+def pgqueue_fresh_dsn(
+    pgqueue_admin_dsn: str, pgqueue_template_database: str
+) -> Iterator[str]:
     """The DSN of a database of the test's own, with the schema applied."""
     name = f"{pgqueue_template_database}_{next(_clones)}"
-    _run(pgqueue_admin_dsn, f'CREATE DATABASE "{name}" TEMPLATE "{pgqueue_template_database}"')
+    _run(
+        pgqueue_admin_dsn,
+        f'CREATE DATABASE "{name}" TEMPLATE "{pgqueue_template_database}"',
+    )
     try:
         yield with_database(pgqueue_admin_dsn, name)
     finally:
