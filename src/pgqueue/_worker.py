@@ -36,6 +36,7 @@ from pgqueue._checks import (
     check_name,
     check_queue_name,
 )
+from pgqueue._dedicated import DedicatedConnection
 from pgqueue._errors import DATABASE_ERRORS, AlreadyStartedError, is_permanent
 from pgqueue._job import Job, Status
 from pgqueue._listener import Listener, connect_like
@@ -59,6 +60,8 @@ H = TypeVar("H", bound=Handler)
 # How long the final flush may retry against an unreachable database before
 # giving up; what is left unwritten is recovered by the rescue sweep.
 FLUSH_TIMEOUT = 30.0
+# A claim that takes longer is abandoned; its jobs, if claimed, are rescued.
+CLAIM_TIMEOUT = 30.0
 SHUTDOWN_ERROR = "worker shut down before the job finished"
 # Heartbeats sent per rescue_after: a live job's row is never older than
 # rescue_after / 3 (plus a round trip), far from being taken for an orphan.
@@ -68,9 +71,11 @@ HEARTBEATS_PER_RESCUE = 3
 class Worker:
     """Claim jobs from one queue and run their handlers.
 
-    Constructing a worker does no I/O. The pool is borrowed, never closed;
-    the worker uses it for claims, outcome writes and sweeps, one statement
-    at a time, and opens one connection of its own for LISTEN.
+    Constructing a worker does no I/O. The pool is borrowed, never closed:
+    the worker runs its sweeps and heartbeats on it, one statement at a
+    time, and opens three connections of its own with the pool's settings
+    (claims, outcome writes, LISTEN), so its hot path never waits for a
+    pool connection your handlers hold.
 
     Args:
         pool: the asyncpg pool of the database holding ``pgqueue_jobs``.
@@ -225,7 +230,12 @@ class Worker:
         self._claim_scope = anyio.CancelScope()
         if self._stop_requested:
             self._claim_scope.cancel()
-        self._writer = OutcomeWriter(self._pool, logger=self._logger, queue=self._queue)
+        self._claimer = DedicatedConnection(connect_like(self._pool))
+        self._writer = OutcomeWriter(
+            DedicatedConnection(connect_like(self._pool)),
+            logger=self._logger,
+            queue=self._queue,
+        )
         self._logger.info(
             "pgqueue: worker starting",
             extra={"queue": self._queue, "concurrency": self._concurrency},
@@ -314,6 +324,8 @@ class Worker:
                                 },
                             )
                         services.cancel_scope.cancel()
+                await self._claimer.aclose()
+                await self._writer.aclose()
         finally:
             self._logger.info("pgqueue: worker stopped", extra={"queue": self._queue})
             self._finished.set()
@@ -332,10 +344,12 @@ class Worker:
         while True:
             wake = self._wake = anyio.Event()
             free = self._concurrency - len(self._running)
+            if self._stop_requested:
+                return
             if free > 0:
-                outcomes_before = self._writer.received
+                flushed_before = self._writer.flushed
                 try:
-                    rows = await self._pool.fetch(_sql.CLAIM, self._queue, free)
+                    rows = await self._claim(free)
                 except DATABASE_ERRORS as exc:
                     failures += 1
                     self._logger.error(
@@ -359,11 +373,17 @@ class Worker:
                 if self._until_empty and not rows and not self._running:
                     # A retry may have been written since the claim began.
                     await self._writer.settled()
-                    if self._writer.received == outcomes_before:
+                    if self._writer.flushed == flushed_before:
                         return
                     continue
             with anyio.move_on_after(self._poll_interval):
                 await wake.wait()
+
+    async def _claim(self, limit: int) -> list[asyncpg.Record]:
+        # Never cancel a claim in flight: the server may commit it after the
+        # client gave up, leaving claimed jobs nobody runs until rescue.
+        with anyio.fail_after(CLAIM_TIMEOUT, shield=True):
+            return await self._claimer.fetch(_sql.CLAIM, self._queue, limit)
 
     async def _execute(self, job: Job) -> None:
         fields = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -12,8 +12,7 @@ from pgqueue import _sql
 from pgqueue._errors import DATABASE_ERRORS, PgQueueError
 
 if TYPE_CHECKING:
-    import asyncpg
-
+    from pgqueue._dedicated import DedicatedConnection
     from pgqueue._job import Job
     from pgqueue._log import Logger
 
@@ -38,8 +37,10 @@ class OutcomeWriter:
     writes everything that arrived during the previous flush at once.
     """
 
-    def __init__(self, pool: asyncpg.Pool[Any], *, logger: Logger, queue: str) -> None:
-        self._pool = pool
+    def __init__(
+        self, connection: DedicatedConnection, *, logger: Logger, queue: str
+    ) -> None:
+        self._connection = connection
         self._logger = logger
         self._queue = queue
         self._buffer: list[Outcome] = []
@@ -47,8 +48,8 @@ class OutcomeWriter:
         self._settled = anyio.Event()
         self._settled.set()
         self._closed = False
-        self.received = 0
-        """Outcomes put so far."""
+        self.flushed = 0
+        """Outcomes sent to the database so far (written or dropped as stale)."""
         self.written = 0
         """Outcomes whose write matched their row."""
 
@@ -63,9 +64,13 @@ class OutcomeWriter:
             msg = "the outcome writer is closed"
             raise PgQueueError(msg)
         self._buffer.append(outcome)
-        self.received += 1
         self._settled = anyio.Event() if self._settled.is_set() else self._settled
         self._arrived.set()
+
+    async def aclose(self) -> None:
+        """Close the writer's connection."""
+        self._closed = True
+        await self._connection.aclose()
 
     async def settled(self) -> None:
         """Wait until every outcome put so far has been written (or dropped as stale)."""
@@ -96,9 +101,10 @@ class OutcomeWriter:
                 await anyio.sleep(min(5.0, 0.05 * 2**failures))
             else:
                 failures = 0
+                self.flushed += len(batch)
 
     async def _flush(self, batch: list[Outcome]) -> None:
-        rows = await self._pool.fetch(
+        rows = await self._connection.fetch(
             _sql.FINISH,
             [o.job.id for o in batch],
             [o.job.attempts for o in batch],

@@ -1,0 +1,52 @@
+"""A connection of the worker's own, outside the pool, reopened after a failure."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from pgqueue._errors import DATABASE_ERRORS
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from pgqueue._listener import Connect
+
+__all__ = ["DedicatedConnection"]
+
+
+class DedicatedConnection:
+    """Run statements on one connection, opened on first use.
+
+    The worker's claims and outcome writes each get one, so a busy worker
+    pays no pool acquire and reset per batch, and never competes with its
+    own handlers for pool connections. A statement that fails with a
+    database error drops the connection; the next one opens a new one.
+    """
+
+    def __init__(self, connect: Connect) -> None:
+        self._connect = connect
+        self._connection: asyncpg.Connection[Any] | None = None
+
+    async def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
+        """Run ``query`` and return its rows; raise what the database raised."""
+        connection = self._connection
+        if connection is None or connection.is_closed():
+            connection = self._connection = await self._connect()
+        try:
+            return await connection.fetch(query, *args)
+        except DATABASE_ERRORS:
+            self._connection = None
+            connection.terminate()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the connection politely, or drop it if the server does not answer."""
+        connection, self._connection = self._connection, None
+        if connection is None or connection.is_closed():
+            return
+        with anyio.move_on_after(2, shield=True):
+            await connection.close()
+        if not connection.is_closed():
+            connection.terminate()
