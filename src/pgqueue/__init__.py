@@ -16,6 +16,7 @@ from pgqueue._errors import (
 )
 from pgqueue._job import Job, NewJob, Status
 from pgqueue._log import Logger
+from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
 from pgqueue._sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN
 from pgqueue._worker import Handler, Middleware, Worker
@@ -26,6 +27,7 @@ __all__ = [
     "SCHEMA_DOWN",
     "AlreadyStartedError",
     "Backoff",
+    "Callback",
     "Connection",
     "Executor",
     "Handler",
@@ -38,10 +40,12 @@ __all__ = [
     "PgQueueError",
     "Queue",
     "Status",
+    "Subscriber",
     "Worker",
     "default_backoff",
     "install",
     "is_permanent",
+    "publish",
     "uninstall",
 ]
 

@@ -1,0 +1,356 @@
+"""Pub/sub over NOTIFY/LISTEN: `publish` and the `Subscriber`.
+
+Delivery is fire-and-forget (PostgreSQL keeps no notification for a listener
+that is not connected). Task tree of a running subscriber::
+
+    run()                      host task; stop() cancels its scope
+    ├── listener               LISTEN on every channel; feeds the buffer
+    ├── drop reporter          logs dropped notifications, at most once a second
+    └── consumer               the host task itself: runs the callbacks, one
+                               at a time, in arrival order
+
+The listener's ``on_notify`` callback runs on the event loop and must not
+block: it puts each notification into a bounded memory object stream with
+``send_nowait`` and counts what does not fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
+
+import anyio
+import asyncpg
+
+from pgqueue import _sql
+from pgqueue._checks import (
+    check_callable,
+    check_channel,
+    check_int,
+    encode_notify_payload,
+)
+from pgqueue._errors import AlreadyStartedError
+from pgqueue._listener import Listener, connect_like
+from pgqueue._log import Logger, default_logger
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import (
+        MemoryObjectReceiveStream,
+        MemoryObjectSendStream,
+    )
+
+    from pgqueue._queue import Executor
+
+__all__ = ["DEFAULT_MAX_PENDING", "Callback", "Subscriber", "publish"]
+
+Callback: TypeAlias = Callable[[str], Awaitable[None]]
+"""Handles one notification's payload; an exception is logged, never raised."""
+
+C = TypeVar("C", bound=Callback)
+
+DEFAULT_MAX_PENDING = 10_000
+"""How many received notifications a `Subscriber` buffers for its callbacks."""
+
+# The shortest pause between two warnings about dropped notifications.
+DROP_REPORT_INTERVAL = 1.0
+
+# A buffer entry: a notification, or None for "LISTEN was re-established".
+_Item: TypeAlias = tuple[str, str] | None
+
+
+async def publish(executor: Executor, channel: str, payload: str | bytes) -> None:
+    """Send ``payload`` to every session LISTENing on ``channel``.
+
+    One ``pg_notify`` call with bound parameters; the channel name is never
+    spliced into SQL, so any name PostgreSQL can hold is fine. On a
+    connection inside a transaction, the notification is delivered only if
+    that transaction commits, and at commit; PostgreSQL then delivers
+    identical (channel, payload) pairs of one transaction only once.
+    Delivery is fire-and-forget: a subscriber that is not connected at that
+    moment never sees it.
+
+    Args:
+        executor: an asyncpg pool, or a connection (or one acquired from a
+            pool).
+        channel: the channel name, 1 to 63 bytes of UTF-8 without NUL.
+        payload: text, or UTF-8 bytes; under 8000 bytes.
+
+    Raises:
+        PayloadTooLargeError: the payload is 8000 bytes or more (a
+            ``ValueError``).
+        ValueError: an empty channel, a channel over 63 bytes, a NUL
+            character, or bytes that are not UTF-8.
+        TypeError: a channel or payload of the wrong type.
+    """
+    name = check_channel(channel)
+    text = encode_notify_payload(payload)
+    await executor.execute(_sql.PUBLISH, name, text)
+
+
+class Subscriber:
+    """Run async callbacks for the notifications published on some channels.
+
+    Register callbacks with `handle` or the `handler` decorator, then await
+    `run`. Several callbacks may be registered for one channel: each gets
+    every payload, in registration order. The callbacks of one subscriber run
+    one at a time, in the order the notifications arrived; one that raises is
+    logged (with the channel, never the payload) and delivery goes on.
+
+    The subscriber LISTENs over a dedicated connection of its own (a pool
+    passed in is only used for its connect arguments, and is never closed).
+    When that connection drops it reconnects with backoff, LISTENs again,
+    logs a warning that notifications may have been missed, and awaits
+    ``on_reconnect``. Delivery is fire-and-forget: what is published while
+    the subscriber is disconnected is never seen.
+
+    Received notifications wait in a buffer of at most ``max_pending`` for
+    the callbacks. When callbacks fall that far behind, newer notifications
+    are dropped and counted, and the count is logged at WARNING at most once
+    a second (and once more when the subscriber stops).
+
+    Constructing a subscriber does no I/O.
+
+    Args:
+        dsn_or_pool: a DSN, or an asyncpg pool whose connect arguments (and
+            ``init`` hook) the LISTEN connection reuses.
+        logger: where to log; the ``pgqueue`` logger by default.
+        on_reconnect: awaited after every reconnect (and after a first
+            connection that needed retries), so the application can
+            resynchronise after the gap. It runs in the callbacks' turn:
+            after the callbacks for every notification received before the
+            gap, before those for notifications received after it (which
+            are not lost while it runs). An exception is logged.
+        max_pending: the most received notifications waiting for callbacks
+            (10 000 by default); past it, new ones are dropped.
+
+    Usage::
+
+        sub = pgqueue.Subscriber(pool)
+
+        @sub.handler("orders_updated")
+        async def on_order(payload: str) -> None: ...
+
+        await sub.run()
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | asyncpg.Pool[Any],
+        *,
+        logger: Logger | None = None,
+        on_reconnect: Callable[[], Awaitable[None]] | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
+    ) -> None:
+        if not isinstance(cast("object", dsn_or_pool), str | asyncpg.Pool):
+            msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(dsn_or_pool).__name__}"
+            raise TypeError(msg)
+        if on_reconnect is not None:
+            check_callable("on_reconnect", on_reconnect)
+        self._target = dsn_or_pool
+        self._logger = default_logger(logger)
+        self._on_reconnect = on_reconnect
+        self._max_pending = check_int("max_pending", max_pending)
+        self._callbacks: dict[str, list[Callback]] = {}
+        self._state: Literal["new", "running", "stopped"] = "new"
+        self._stop_requested = False
+        self._listener: Listener | None = None
+        self._unreported = 0
+        # Made in run() (or on first use): anyio primitives need an event loop.
+        self._scope: anyio.CancelScope | None = None
+        self._send: MemoryObjectSendStream[_Item] | None = None
+        self._listening: anyio.Event | None = None
+        self._dropping: anyio.Event
+
+    @property
+    def channels(self) -> list[str]:
+        """The channels with at least one callback, in registration order."""
+        return list(self._callbacks)
+
+    @property
+    def listener_pid(self) -> int | None:
+        """The backend pid of the LISTEN connection while it is up."""
+        return None if self._listener is None else self._listener.pid
+
+    @property
+    def pending(self) -> int:
+        """How many received notifications are waiting for their callbacks."""
+        if self._send is None:
+            return 0
+        return self._send.statistics().current_buffer_used
+
+    def handle(self, channel: str, callback: Callback) -> None:
+        """Run ``callback`` with the payload of every notification on ``channel``.
+
+        Raises:
+            AlreadyStartedError: the subscriber has started.
+            TypeError, ValueError: a bad channel name (empty, over 63 bytes,
+                a NUL character) or a callback that is not callable.
+        """
+        if self._state != "new":
+            msg = "handle() called after run() started; register every callback first"
+            raise AlreadyStartedError(msg)
+        name = check_channel(channel)
+        check_callable("callback", callback)
+        self._callbacks.setdefault(name, []).append(callback)
+
+    def handler(self, channel: str) -> Callable[[C], C]:
+        """Register the decorated async function for ``channel``, as `handle` does.
+
+        The function is returned unwrapped, so it can still be called directly.
+        """
+
+        def decorate(fn: C) -> C:
+            self.handle(channel, fn)
+            return fn
+
+        return decorate
+
+    async def run(self) -> None:
+        """Deliver notifications to the callbacks until `stop` or cancellation.
+
+        Keeps retrying the first connection, and every later one, until it
+        succeeds or this task is cancelled. Cancellation is prompt in every
+        state; a callback in progress is cancelled with it.
+
+        Raises:
+            AlreadyStartedError: ``run()`` was called before.
+        """
+        if self._state != "new":
+            msg = "this subscriber has already been started; create a new Subscriber"
+            raise AlreadyStartedError(msg)
+        self._state = "running"
+        self._scope = anyio.CancelScope()
+        if self._stop_requested:
+            self._scope.cancel()
+        self._dropping = anyio.Event()
+        callbacks = {channel: tuple(fns) for channel, fns in self._callbacks.items()}
+        send, receive = anyio.create_memory_object_stream[_Item](self._max_pending)
+        self._send = send
+        self._listener = Listener(
+            connect_like(self._target),
+            list(callbacks),
+            self._on_notify,
+            logger=self._logger,
+            on_connect=self._on_connect,
+        )
+        self._logger.info(
+            "pgqueue: subscriber starting", extra={"channels": list(callbacks)}
+        )
+        try:
+            with self._scope, send, receive:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._listener.run)
+                    tg.start_soon(self._report_drops)
+                    await self._consume(receive, callbacks)
+        finally:
+            self._state = "stopped"
+            self._send = None
+            self._flush_drops()
+            self._logger.info(
+                "pgqueue: subscriber stopped", extra={"channels": list(callbacks)}
+            )
+
+    def stop(self) -> None:
+        """Make `run` return, without waiting for it.
+
+        A callback in progress is cancelled and buffered notifications are
+        dropped. Safe to call more than once, and before `run` (which then
+        returns at once).
+        """
+        self._stop_requested = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def wait_listening(self) -> None:
+        """Wait until the subscriber is LISTENing on every channel.
+
+        Returns at once if it is. Notifications published after this returns
+        reach the callbacks, unless the connection drops in between. Meant
+        for tests and readiness checks; it waits for as long as connecting
+        takes (forever if `run` is never called or has ended), so bound it
+        with a deadline such as ``anyio.fail_after``.
+        """
+        while self.listener_pid is None:
+            event = self._listening_event()
+            if event.is_set():  # set by an earlier connection, since lost
+                event = self._listening = anyio.Event()
+            await event.wait()
+
+    def _listening_event(self) -> anyio.Event:
+        if self._listening is None:
+            self._listening = anyio.Event()
+        return self._listening
+
+    def _on_notify(self, channel: str, payload: str) -> None:
+        # Called by asyncpg on the event loop for every notification.
+        if self._send is None:
+            return
+        try:
+            self._send.send_nowait((channel, payload))
+        except anyio.WouldBlock:
+            self._unreported += 1
+            self._dropping.set()
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # arrived while stopping
+
+    async def _on_connect(self, reconnected: bool) -> None:
+        # Awaited by the listener once it LISTENs on every channel.
+        self._listening_event().set()
+        if reconnected and self._on_reconnect is not None and self._send is not None:
+            # Waits for room rather than drop: on_reconnect must run.
+            await self._send.send(None)
+
+    async def _consume(
+        self,
+        receive: MemoryObjectReceiveStream[_Item],
+        callbacks: dict[str, tuple[Callback, ...]],
+    ) -> None:
+        async for item in receive:
+            if item is None:
+                await self._call_on_reconnect(list(callbacks))
+                continue
+            channel, payload = item
+            for callback in callbacks.get(channel, ()):
+                try:
+                    await callback(payload)
+                except Exception as exc:
+                    self._logger.error(
+                        "pgqueue: subscriber callback failed",
+                        exc_info=exc,
+                        extra={"channel": channel, "callback": _name(callback)},
+                    )
+
+    async def _call_on_reconnect(self, channels: list[str]) -> None:
+        if self._on_reconnect is None:
+            return
+        try:
+            await self._on_reconnect()
+        except Exception as exc:
+            self._logger.error(
+                "pgqueue: subscriber on_reconnect failed",
+                exc_info=exc,
+                extra={"channels": channels},
+            )
+
+    async def _report_drops(self) -> None:
+        while True:
+            await self._dropping.wait()
+            self._dropping = anyio.Event()
+            self._flush_drops()
+            await anyio.sleep(DROP_REPORT_INTERVAL)
+
+    def _flush_drops(self) -> None:
+        count, self._unreported = self._unreported, 0
+        if count:
+            self._logger.warning(
+                "pgqueue: subscriber fell behind; notifications dropped",
+                extra={"count": count, "max_pending": self._max_pending},
+            )
+
+    def __repr__(self) -> str:
+        return f"Subscriber(channels={self.channels!r}, state={self._state!r})"
+
+
+def _name(callback: object) -> str:
+    name: str = getattr(callback, "__qualname__", type(callback).__name__)
+    return name
