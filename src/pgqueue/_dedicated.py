@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -9,6 +10,8 @@ import anyio
 from pgqueue._errors import DATABASE_ERRORS
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     import asyncpg
 
     from pgqueue._listener import Connect
@@ -17,29 +20,50 @@ __all__ = ["DedicatedConnection"]
 
 
 class DedicatedConnection:
-    """Run statements on one connection, opened on first use.
+    """Run statements, one at a time, on one connection opened on first use.
 
-    The worker's claims and outcome writes each get one, so a busy worker
-    pays no pool acquire and reset per batch, and never competes with its
-    own handlers for pool connections. A statement that fails with a
-    database error drops the connection; the next one opens a new one.
+    The worker's claims, its outcome writes and its upkeep (heartbeats and
+    sweeps) each get one, so a busy worker pays no pool acquire and reset
+    per batch, and handlers that hold every pool connection can neither
+    stall it nor make its live jobs look dead. A statement that fails with
+    a database error drops the connection; the next one opens a new one.
     """
 
-    def __init__(self, connect: Connect) -> None:
+    def __init__(self, connect: Connect, *, setup: str | None = None) -> None:
         self._connect = connect
+        self._setup = setup
         self._connection: asyncpg.Connection[Any] | None = None
+        self._lock = anyio.Lock()
 
     async def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
         """Run ``query`` and return its rows; raise what the database raised."""
-        connection = self._connection
-        if connection is None or connection.is_closed():
-            connection = self._connection = await self._connect()
-        try:
+        async with self._use() as connection:
             return await connection.fetch(query, *args)
-        except DATABASE_ERRORS:
-            self._connection = None
-            connection.terminate()
-            raise
+
+    async def execute(self, query: str, *args: object) -> str:
+        """Run ``query`` and return its status (such as ``DELETE 3``)."""
+        async with self._use() as connection:
+            return await connection.execute(query, *args)
+
+    @contextlib.asynccontextmanager
+    async def _use(self) -> AsyncIterator[asyncpg.Connection[Any]]:
+        async with self._lock:
+            connection = self._connection
+            if connection is None or connection.is_closed():
+                connection = await self._connect()
+                try:
+                    if self._setup is not None:
+                        await connection.execute(self._setup)
+                except BaseException:
+                    connection.terminate()
+                    raise
+                self._connection = connection
+            try:
+                yield connection
+            except DATABASE_ERRORS:
+                self._connection = None
+                connection.terminate()
+                raise
 
     async def aclose(self) -> None:
         """Close the connection politely, or drop it if the server does not answer."""

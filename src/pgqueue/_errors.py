@@ -69,4 +69,7 @@ DATABASE_ERRORS: tuple[type[Exception], ...] = (
     TimeoutError,
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    # Raised for a statement on a connection whose FATAL message (the server
+    # ended the session) arrived before the socket closed.
+    asyncpg.InternalClientError,
 )

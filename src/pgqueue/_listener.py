@@ -21,10 +21,21 @@ if TYPE_CHECKING:
 
     from pgqueue._log import Logger
 
-__all__ = ["Connect", "Listener", "connect_like"]
+__all__ = [
+    "LISTEN_KEEPALIVE",
+    "LISTEN_PROBE_TIMEOUT",
+    "Connect",
+    "Listener",
+    "connect_like",
+]
 
 Connect = Callable[[], Awaitable["asyncpg.Connection[Any]"]]
 
+# A silent LISTEN connection is probed after LISTEN_KEEPALIVE seconds and
+# given up when the probe takes LISTEN_PROBE_TIMEOUT: a half-open connection
+# is found within their sum.
+LISTEN_KEEPALIVE = 15.0
+LISTEN_PROBE_TIMEOUT = 5.0
 # Connection failures logged at WARNING before they are logged at ERROR.
 _QUIET_FAILURES = 5
 
@@ -78,8 +89,8 @@ class Listener:
         *,
         logger: Logger,
         on_connect: Callable[[bool], Awaitable[None]] | None = None,
-        keepalive: float = 15.0,
-        probe_timeout: float = 5.0,
+        keepalive: float = LISTEN_KEEPALIVE,
+        probe_timeout: float = LISTEN_PROBE_TIMEOUT,
         max_delay: float = 5.0,
     ) -> None:
         self._connect = connect

@@ -25,3 +25,7 @@ class Logger(Protocol):
 def default_logger(logger: Logger | None) -> Logger:
     """Return ``logger``, or the ``pgqueue`` logger, silent until the app configures logging."""
     return logger if logger is not None else logging.getLogger("pgqueue")
+
+
+# Silent until the application configures logging (no "last resort" output).
+logging.getLogger("pgqueue").addHandler(logging.NullHandler())

@@ -30,7 +30,12 @@ from pgqueue._checks import (
     encode_notify_payload,
 )
 from pgqueue._errors import AlreadyStartedError
-from pgqueue._listener import Listener, connect_like
+from pgqueue._listener import (
+    LISTEN_KEEPALIVE,
+    LISTEN_PROBE_TIMEOUT,
+    Listener,
+    connect_like,
+)
 from pgqueue._log import Logger, default_logger
 
 if TYPE_CHECKING:
@@ -154,6 +159,8 @@ class Subscriber:
         self._state: Literal["new", "running", "stopped"] = "new"
         self._stop_requested = False
         self._listener: Listener | None = None
+        self._listener_keepalive = LISTEN_KEEPALIVE
+        self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._unreported = 0
         # Made in run() (or on first use): anyio primitives need an event loop.
         self._scope: anyio.CancelScope | None = None
@@ -232,6 +239,8 @@ class Subscriber:
             self._on_notify,
             logger=self._logger,
             on_connect=self._on_connect,
+            keepalive=self._listener_keepalive,
+            probe_timeout=self._listener_probe_timeout,
         )
         self._logger.info(
             "pgqueue: subscriber starting", extra={"channels": list(callbacks)}

@@ -39,13 +39,18 @@ from pgqueue._checks import (
 from pgqueue._dedicated import DedicatedConnection
 from pgqueue._errors import DATABASE_ERRORS, AlreadyStartedError, is_permanent
 from pgqueue._job import Job, Status
-from pgqueue._listener import Listener, connect_like
+from pgqueue._listener import (
+    LISTEN_KEEPALIVE,
+    LISTEN_PROBE_TIMEOUT,
+    Listener,
+    connect_like,
+)
 from pgqueue._log import Logger, default_logger
 from pgqueue._writer import Outcome, OutcomeWriter, debug_enabled
 
 if TYPE_CHECKING:
     import asyncpg
-    from anyio.abc import TaskGroup
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 __all__ = ["Handler", "Middleware", "Worker"]
 
@@ -62,6 +67,7 @@ H = TypeVar("H", bound=Handler)
 FLUSH_TIMEOUT = 30.0
 # A claim that takes longer is abandoned; its jobs, if claimed, are rescued.
 CLAIM_TIMEOUT = 30.0
+RETRY_WAKE_MARGIN = 0.05
 SHUTDOWN_ERROR = "worker shut down before the job finished"
 # Heartbeats sent per rescue_after: a live job's row is never older than
 # rescue_after / 3 (plus a round trip), far from being taken for an orphan.
@@ -71,11 +77,11 @@ HEARTBEATS_PER_RESCUE = 3
 class Worker:
     """Claim jobs from one queue and run their handlers.
 
-    Constructing a worker does no I/O. The pool is borrowed, never closed:
-    the worker runs its sweeps and heartbeats on it, one statement at a
-    time, and opens three connections of its own with the pool's settings
-    (claims, outcome writes, LISTEN), so its hot path never waits for a
-    pool connection your handlers hold.
+    Constructing a worker does no I/O. The pool is borrowed, never closed,
+    and left to your handlers: the worker opens four connections of its own
+    with the pool's settings (claims, outcome writes, heartbeats and sweeps,
+    LISTEN), so handlers holding every pool connection can neither stall it
+    nor make its live jobs look dead.
 
     Args:
         pool: the asyncpg pool of the database holding ``pgqueue_jobs``.
@@ -151,6 +157,9 @@ class Worker:
         self._running: dict[tuple[int, int], Job] = {}
         self._saturated = False
         self._until_empty = False
+        self._next_retry: float | None = None
+        self._listener_keepalive = LISTEN_KEEPALIVE
+        self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: Listener | None = None
         # Made in run(): anyio primitives need a running event loop.
         self._wake: anyio.Event
@@ -230,7 +239,13 @@ class Worker:
         self._claim_scope = anyio.CancelScope()
         if self._stop_requested:
             self._claim_scope.cancel()
-        self._claimer = DedicatedConnection(connect_like(self._pool))
+        # Claims commit asynchronously: one lost in a server crash leaves its
+        # row pending (attempt not counted), and the next durable commit, the
+        # fenced outcome write, makes every earlier claim durable first.
+        self._claimer = DedicatedConnection(
+            connect_like(self._pool), setup="SET synchronous_commit = off"
+        )
+        self._upkeep = DedicatedConnection(connect_like(self._pool))
         self._writer = OutcomeWriter(
             DedicatedConnection(connect_like(self._pool)),
             logger=self._logger,
@@ -300,6 +315,8 @@ class Worker:
                             self._on_notify,
                             logger=self._logger,
                             on_connect=self._on_listen,
+                            keepalive=self._listener_keepalive,
+                            probe_timeout=self._listener_probe_timeout,
                         )
                         services.start_soon(self._listener.run)
                     services.start_soon(self._heartbeat_loop)
@@ -307,10 +324,7 @@ class Worker:
                     if self._retain is not None:
                         services.start_soon(self._retention_loop, self._retain)
                     try:
-                        async with anyio.create_task_group() as jobs:
-                            self._jobs_scope = jobs.cancel_scope
-                            with self._claim_scope:
-                                await self._claim_loop(jobs)
+                        await self._run_jobs()
                     finally:
                         with anyio.move_on_after(FLUSH_TIMEOUT) as flush:
                             await self._writer.settled()
@@ -324,11 +338,35 @@ class Worker:
                                 },
                             )
                         services.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
                 await self._claimer.aclose()
                 await self._writer.aclose()
-        finally:
+                await self._upkeep.aclose()
             self._logger.info("pgqueue: worker stopped", extra={"queue": self._queue})
             self._finished.set()
+
+    async def _run_jobs(self) -> None:
+        # Long-lived consumer tasks cost far less per job than a task each.
+        send, receive = anyio.create_memory_object_stream[Job](self._concurrency)
+        try:
+            async with anyio.create_task_group() as jobs:
+                self._jobs_scope = jobs.cancel_scope
+                with receive:
+                    for _ in range(self._concurrency):
+                        jobs.start_soon(self._consume, receive.clone())
+                with send, self._claim_scope:
+                    await self._claim_loop(send)
+        finally:
+            # Claimed but never started (the drain was cut off): release them.
+            for job in self._running.values():
+                self._writer.put(Outcome(job, Status.PENDING, error=SHUTDOWN_ERROR))
+            self._running.clear()
+
+    async def _consume(self, receive: MemoryObjectReceiveStream[Job]) -> None:
+        with receive:
+            async for job in receive:
+                await self._execute(job)
 
     def _on_notify(self, _channel: str, payload: str) -> None:
         if payload == self._queue:
@@ -339,7 +377,7 @@ class Worker:
         if reconnected:
             self._wake.set()
 
-    async def _claim_loop(self, jobs: TaskGroup) -> None:
+    async def _claim_loop(self, jobs: MemoryObjectSendStream[Job]) -> None:
         failures = 0
         while True:
             wake = self._wake = anyio.Event()
@@ -364,9 +402,21 @@ class Worker:
                     continue
                 failures = 0
                 for row in rows:
-                    job = _job_from_row(row)
+                    job, undecodable = _job_from_row(row)
+                    if undecodable is not None:
+                        self._logger.error(
+                            "pgqueue: job dead",
+                            extra={
+                                "job_id": job.id,
+                                "job_type": job.type,
+                                "queue": job.queue,
+                                "error": undecodable,
+                            },
+                        )
+                        self._writer.put(Outcome(job, Status.DEAD, error=undecodable))
+                        continue
                     self._running[job.id, job.attempts] = job
-                    jobs.start_soon(self._execute, job)
+                    jobs.send_nowait(job)
                 self._saturated = len(rows) == free
                 if self._saturated:
                     continue
@@ -376,8 +426,18 @@ class Worker:
                     if self._writer.flushed == flushed_before:
                         return
                     continue
-            with anyio.move_on_after(self._poll_interval):
+            with anyio.move_on_after(self._next_wait()):
                 await wake.wait()
+
+    def _next_wait(self) -> float:
+        """Seconds until the next poll, or sooner when one of our retries falls due."""
+        if self._next_retry is None:
+            return self._poll_interval
+        due = self._next_retry - anyio.current_time()
+        if due <= 0:
+            self._next_retry = None
+            return 0.0
+        return min(self._poll_interval, due)
 
     async def _claim(self, limit: int) -> list[asyncpg.Record]:
         # Never cancel a claim in flight: the server may commit it after the
@@ -447,13 +507,19 @@ class Worker:
                 "pgqueue: job dead", extra={**fields, "error": error}, exc_info=exc_info
             )
             return Outcome(job, Status.DEAD, error=error)
-        delay = float(self._backoff(job.attempts))
+        delay = max(float(self._backoff(job.attempts)), 0.0)
+        if delay < self._poll_interval:
+            # Wake for our own retry instead of waiting for the next poll; the
+            # margin covers the write that sets run_at on the database clock.
+            due = anyio.current_time() + delay + RETRY_WAKE_MARGIN
+            if self._next_retry is None or due < self._next_retry:
+                self._next_retry = due
         self._logger.warning(
             "pgqueue: job failed; will retry",
             extra={**fields, "error": error, "retry_in": delay},
             exc_info=exc_info,
         )
-        return Outcome(job, Status.PENDING, delay=max(delay, 0.0), error=error)
+        return Outcome(job, Status.PENDING, delay=delay, error=error)
 
     async def _heartbeat_loop(self) -> None:
         # Rescue then measures liveness, not runtime: a long handler on a live
@@ -465,7 +531,7 @@ class Worker:
                 continue
             held = list(self._running)
             try:
-                await self._pool.execute(
+                await self._upkeep.fetch(
                     _sql.TOUCH, [key[0] for key in held], [key[1] for key in held]
                 )
             except DATABASE_ERRORS as exc:
@@ -478,7 +544,7 @@ class Worker:
         interval = max(self._poll_interval, self._rescue_after / 2)
         while True:
             try:
-                rows = await self._pool.fetch(
+                rows = await self._upkeep.fetch(
                     _sql.RESCUE, self._queue, self._rescue_after
                 )
             except DATABASE_ERRORS as exc:
@@ -505,7 +571,7 @@ class Worker:
         interval = max(self._poll_interval, self._rescue_after / 2)
         while True:
             try:
-                status = await self._pool.execute(_sql.PRUNE, self._queue, retain)
+                status = await self._upkeep.execute(_sql.PRUNE, self._queue, retain)
             except DATABASE_ERRORS as exc:
                 self._logger.error(
                     "pgqueue: retention sweep failed",
@@ -524,18 +590,27 @@ class Worker:
         return f"Worker(queue={self._queue!r}, concurrency={self._concurrency}, state={self._state!r})"
 
 
-def _job_from_row(row: asyncpg.Record) -> Job:
-    return Job(
+def _job_from_row(row: asyncpg.Record) -> tuple[Job, str | None]:
+    """Return the job, and why its payload cannot be decoded if it cannot."""
+    undecodable = None
+    try:
+        payload = json.loads(row[3])
+    except (ValueError, RecursionError) as exc:
+        # Written by another producer (a 5000-digit number, deep nesting).
+        payload = None
+        undecodable = f"payload could not be decoded: {_describe(exc)}"[:1000]
+    job = Job(
         id=row[0],
         queue=row[1],
         type=row[2],
-        payload=json.loads(row[3]),
+        payload=payload,
         attempts=row[4],
         max_attempts=row[5],
         run_at=row[6],
         created_at=row[7],
         last_error=row[8],
     )
+    return job, undecodable
 
 
 def _describe(exc: BaseException) -> str:
