@@ -6,11 +6,17 @@ import json
 import math
 import re
 from datetime import datetime
-from typing import Any
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 from pgqueue._errors import PayloadTooLargeError
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 __all__ = [
+    "MAX_PAYLOAD_DEPTH",
+    "MAX_QUEUE_NAME_BYTES",
     "NOTIFY_LIMIT",
     "check_callable",
     "check_channel",
@@ -28,10 +34,37 @@ __all__ = [
 NOTIFY_LIMIT = 8000
 # PostgreSQL truncates identifiers (channel names) longer than this.
 MAX_IDENTIFIER_BYTES = 63
+MAX_QUEUE_NAME_BYTES = 1024
+"""The longest queue name, in bytes of UTF-8.
+
+The name is a key of the claim index, whose entries PostgreSQL caps at 2704
+bytes (a third of a page): a name of about 2680 bytes or more that does not
+compress fails at INSERT. 1024 leaves room and is far beyond real names (and
+under the 8000-byte NOTIFY limit, since the name is also the wakeup payload).
+"""
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-# A JSON-escaped NUL that is not itself an escaped backslash: jsonb rejects it.
-_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+MAX_PAYLOAD_DEPTH = 500
+"""The deepest nesting of lists and dicts a payload may have.
+
+Python's json module encodes and decodes nested values by recursion bounded
+by the interpreter's recursion limit (1000 frames by default, less what the
+caller already uses): a much deeper payload could be stored but never
+decoded by a worker.
+"""
+
+# repr() writes floats of magnitude 1e16 or more with an exponent ("1e+16").
+# jsonb stores numbers as numeric and prints them back without the exponent
+# and without a fraction ("10000000000000000"), which decodes as an int; such
+# floats are respelled in positional notation with ".0" to stay floats.
+_BIG_FLOAT = re.compile(r"-?\d+(?:\.\d+)?e\+\d+")
+_NUMBER_CHARS = frozenset("0123456789.-")
+# The escapes that make a quote or a backslash string content, not syntax.
+_QUOTE_OR_BACKSLASH_ESCAPE = re.compile(r'\\["\\]')
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_STR = frozenset({str})
 
 
 def _refuse_constant(name: str) -> Any:
@@ -39,34 +72,148 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(msg)
 
 
+def _inspect(payload: Any) -> None:
+    """Refuse dict keys that are not str, and nesting deeper than the limit.
+
+    Walks the containers without recursion (so a deep value cannot exhaust
+    the stack here); scalars are left to the encoder, in C.
+    """
+    stack: list[tuple[Any, int]] = [(payload, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            if not _STR.issuperset(map(type, value)):
+                for key in value:
+                    if not isinstance(key, str):
+                        text = repr(key)
+                        text = text if len(text) <= 40 else text[:37] + "..."
+                        msg = (
+                            "payload is not JSON-serializable: dict keys must be str, "
+                            f"found {text} ({type(key).__name__}); JSON would turn it "
+                            "into a string, or merge it with an equal string key"
+                        )
+                        raise TypeError(msg)
+            children: Any = value.values()
+        elif isinstance(value, list | tuple):
+            children = value
+        else:
+            continue  # a scalar, or something the encoder will refuse
+        if depth >= MAX_PAYLOAD_DEPTH:
+            msg = (
+                f"payload cannot be stored as JSON: it is nested more than "
+                f"{MAX_PAYLOAD_DEPTH} levels deep, or holds a reference cycle"
+            )
+            raise ValueError(msg)
+        if not _SCALARS.issuperset(map(type, children)):
+            stack.extend(
+                (child, depth + 1) for child in children if type(child) not in _SCALARS
+            )
+
+
+def _big_floats(text: str) -> Iterator[re.Match[str]]:
+    """Each float with an exponent that starts a JSON value in ``text``, maybe in a string."""
+    found = text.find("e+")
+    while found != -1:
+        start = found
+        while start > 0 and text[start - 1] in _NUMBER_CHARS:
+            start -= 1
+        if start == 0 or text[start - 1] in "[,:":
+            match = _BIG_FLOAT.match(text, start)
+            if match is not None and match.end() > found:
+                yield match
+        found = text.find("e+", found + 2)
+
+
+def _respell_big_floats(text: str) -> str:
+    """Write the floats of JSON ``text`` that have an exponent in positional notation."""
+    pieces: list[str] = []
+    copied = 0  # text[:copied] is in pieces
+    counted = 0  # string delimiters are counted up to here
+    in_string = False
+    for match in _big_floats(text):
+        start = match.start()
+        quotes = text.count('"', counted, start) - sum(
+            escape == '\\"'
+            for escape in _QUOTE_OR_BACKSLASH_ESCAPE.findall(text, counted, start)
+        )
+        in_string ^= quotes % 2 == 1
+        counted = start
+        if not in_string:
+            pieces += (text[copied:start], format(Decimal(match.group()), "f"), ".0")
+            copied = match.end()
+    return "".join(pieces) + text[copied:] if pieces else text
+
+
+def _has_escaped_nul(text: str) -> bool:
+    """Whether JSON ``text`` escapes a NUL (``\\u0000`` not itself escaped)."""
+    start = text.find("\\u0000")
+    while start != -1:
+        run = start  # the backslashes before this one escape each other
+        while run > 0 and text[run - 1] == "\\":
+            run -= 1
+        if (start - run) % 2 == 0:
+            return True
+        start = text.find("\\u0000", start + 1)
+    return False
+
+
 def encode_payload(payload: Any) -> str:
     """Return ``payload`` as JSON text that PostgreSQL's jsonb accepts.
 
-    ``None`` becomes ``{}``. ``bytes`` and ``bytearray`` are taken as JSON
-    text and must parse.
+    The rule: what is accepted comes back from ``json.loads`` of the stored
+    row (which is what a worker hands its handler) equal to what went in,
+    with the same types all the way down; what cannot is refused here,
+    before any SQL runs. The exceptions, all predictable:
+
+    - tuples (named tuples included) come back as lists;
+    - subclasses come back as their base type (``IntEnum`` as ``int``,
+      ``StrEnum`` as ``str``, ``OrderedDict`` as ``dict``);
+    - ``-0.0`` comes back as ``0.0`` (jsonb numbers have no negative zero,
+      PostgreSQL turns it into ``0.0``);
+    - dict key order is not kept (jsonb orders keys by length, then bytes).
+
+    Floats keep their type and exact value: those of magnitude 1e16 or more
+    are written in positional notation with a ``.0`` fraction, because jsonb
+    would give ``1e+16`` back as ``10000000000000000``, an int.
+
+    ``None`` becomes ``{}``. ``bytes``, ``bytearray`` and ``memoryview`` are
+    taken as JSON text: they must parse (``NaN`` and ``Infinity`` refused),
+    and the parsed value is then treated as above.
 
     Raises:
-        TypeError: the value is not JSON-serializable.
-        ValueError: the bytes are not JSON, or the value holds NaN, an
-            infinity, a NUL character or a lone surrogate.
+        TypeError: a value that JSON cannot hold (a ``set``, a ``datetime``,
+            a ``Decimal``, any other object), or a dict key that is not a
+            ``str`` (JSON would turn ``1`` into ``"1"`` and could merge it
+            with a key ``"1"``).
+        ValueError: bytes that are not JSON; NaN or an infinity; a NUL
+            character or a lone surrogate in a string or key; an int too
+            long for Python to convert to text (4300 digits by default,
+            ``sys.set_int_max_str_digits``); nesting deeper than
+            `MAX_PAYLOAD_DEPTH` levels, or a reference cycle.
     """
     if payload is None:
         return "{}"
     if isinstance(payload, bytes | bytearray | memoryview):
         try:
             payload = json.loads(bytes(payload), parse_constant=_refuse_constant)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             msg = f"payload bytes are not valid JSON: {exc}"
             raise ValueError(msg) from exc
+    _inspect(payload)
     try:
         text = _encoder.encode(payload)
     except TypeError as exc:
         msg = f"payload is not JSON-serializable: {exc}"
         raise TypeError(msg) from exc
     except ValueError as exc:
-        msg = f"payload cannot be stored as JSON: {exc}"
+        # Python's own messages: NaN and infinities, ints too long for text.
+        reason = "JSON has no NaN or infinity" if "float" in str(exc) else exc
+        msg = f"payload cannot be stored as JSON: {reason}"
         raise ValueError(msg) from exc
-    if "\\u0000" in text and _ESCAPED_NUL.search(text):
+    except RecursionError as exc:
+        msg = "payload cannot be stored as JSON: it is nested too deeply to encode"
+        raise ValueError(msg) from exc
+    if _has_escaped_nul(text):
         msg = "payload contains a NUL character, which PostgreSQL cannot store"
         raise ValueError(msg)
     try:
@@ -74,6 +221,8 @@ def encode_payload(payload: Any) -> str:
     except UnicodeEncodeError as exc:
         msg = "payload contains a lone surrogate, which is not valid UTF-8"
         raise ValueError(msg) from exc
+    if "e+" in text:
+        text = _respell_big_floats(text)
     return text
 
 
@@ -173,10 +322,18 @@ def check_run_at(value: object) -> datetime | None:
 
 
 def check_queue_name(name: object) -> str:
-    """Return ``name`` if it can name a queue (it is also the wakeup payload)."""
+    """Return ``name`` if it can name a queue.
+
+    A queue name is a key of the claim index and the wakeup NOTIFY payload;
+    it may be at most `MAX_QUEUE_NAME_BYTES` bytes of UTF-8.
+    """
     queue = check_name("queue name", name)
-    if len(queue.encode("utf-8")) >= NOTIFY_LIMIT:
-        msg = f"queue name must be under {NOTIFY_LIMIT} bytes (it is sent as a NOTIFY payload)"
+    size = len(queue.encode("utf-8"))
+    if size > MAX_QUEUE_NAME_BYTES:
+        msg = (
+            f"queue name is {size} bytes; at most {MAX_QUEUE_NAME_BYTES} are allowed "
+            "(it is a key of the claim index)"
+        )
         raise ValueError(msg)
     return queue
 
