@@ -1,0 +1,155 @@
+"""The claim and the rescue stay on their partial indexes on a big, mostly finished table.
+
+The table holds 1,000,000 completed and dead rows, 200,000 pending rows (a
+quarter of them not due for an hour) and 1,000 running rows (100 of them
+stale). ``EXPLAIN (ANALYZE, BUFFERS)`` of `_sql.CLAIM` (100 rows) and
+`_sql.RESCUE` must show an index scan on ``idx_pgqueue_jobs_claim`` /
+``idx_pgqueue_jobs_rescue``, no sequential or bitmap scan of the table, and
+a number of shared buffers (hit + read) that depends on the rows moved, not
+on the table's size.
+
+The bounds, from what each moved row costs:
+
+* Finding and locking 100 rows (the claim's ``LockRows`` node, or the
+  rescue's index scan) reads a handful of index pages plus about one heap
+  buffer per row: bounded by 200 (measured: 106 and 4).
+* The whole UPDATE also looks each claimed id up in the primary key (about
+  4 buffers), writes the new row version (1-2) and inserts it into the
+  primary key and the rescue index (about 3 each), so about 13 buffers per
+  row: bounded by 20 per row, 2,000 for 100 rows (measured: 1,314 and 1,006).
+
+A scan that wandered into the finished rows would touch the table's pages
+instead (about 17,000 here): the test checks that the table has more than
+five times the bound. One test checks both statements, so the table is
+filled once (about 10 s).
+Everything runs inside a transaction that is rolled back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+
+from pgqueue import _sql
+
+pytestmark = pytest.mark.slow
+
+QUEUE = "default"
+CLAIM_LIMIT = 100
+STALE_RUNNING = 100
+FIND_BOUND = 200
+PER_ROW_BOUND = 20
+
+FILL = (
+    # 1,000,000 finished rows: nine in ten completed, one in ten dead.
+    """
+    INSERT INTO pgqueue_jobs (queue, job_type, status, attempts, run_at,
+                              created_at, updated_at, completed_at, last_error)
+    SELECT $1, 'noop',
+           CASE WHEN g % 10 = 0 THEN 'dead' ELSE 'completed' END,
+           1, now() - interval '2 days', now() - interval '2 days',
+           now() - interval '1 day',
+           CASE WHEN g % 10 = 0 THEN NULL ELSE now() - interval '1 day' END,
+           CASE WHEN g % 10 = 0 THEN 'boom' END
+    FROM generate_series(1, 1000000) AS g
+    """,
+    # 200,000 pending rows, one in four due only in an hour.
+    """
+    INSERT INTO pgqueue_jobs (queue, job_type, run_at)
+    SELECT $1, 'noop',
+           CASE WHEN g % 4 = 0 THEN now() + interval '1 hour'
+                ELSE now() - make_interval(secs => g) END
+    FROM generate_series(1, 200000) AS g
+    """,
+    # 1,000 running rows; the first 100 were last seen an hour ago.
+    """
+    INSERT INTO pgqueue_jobs (queue, job_type, status, attempts, updated_at)
+    SELECT $1, 'noop', 'running', 1,
+           CASE WHEN g <= 100 THEN now() - interval '1 hour' ELSE now() END
+    FROM generate_series(1, 1000) AS g
+    """,
+)
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of a JSON plan tree, depth first."""
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found.extend(_nodes(child))
+    return found
+
+
+def _buffers(node: dict[str, Any]) -> int:
+    """Shared buffers a node touched (hit + read), its children included."""
+    return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
+
+
+async def _explain(
+    connection: asyncpg.Connection, sql: str, *args: object
+) -> dict[str, Any]:
+    """EXPLAIN (ANALYZE, BUFFERS) ``sql`` in a transaction that is rolled back."""
+    transaction = connection.transaction()
+    await transaction.start()
+    try:
+        raw = await connection.fetchval(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args
+        )
+    finally:
+        await transaction.rollback()
+    document: list[dict[str, Any]] = json.loads(raw)
+    root: dict[str, Any] = document[0]["Plan"]
+    return root
+
+
+def _check_scans(root: dict[str, Any], index: str) -> dict[str, Any]:
+    """Return the index scan on ``index``; fail on any full scan of the table."""
+    nodes = _nodes(root)
+    full = [
+        n["Node Type"]
+        for n in nodes
+        if n.get("Relation Name") == "pgqueue_jobs"
+        and n["Node Type"] in {"Seq Scan", "Bitmap Heap Scan", "Tid Range Scan"}
+    ]
+    assert not full, f"full scans of pgqueue_jobs: {full}"
+    scans = [n for n in nodes if n.get("Index Name") == index]
+    assert scans, f"no scan of {index}: {[n['Node Type'] for n in nodes]}"
+    return scans[0]
+
+
+@pytest.fixture
+async def big_table(fresh_dsn: str) -> Any:
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        for statement in FILL:
+            await connection.execute(statement, QUEUE)
+        await connection.execute("ANALYZE pgqueue_jobs")
+        pages = await connection.fetchval(
+            "SELECT pg_relation_size('pgqueue_jobs') / current_setting('block_size')::int"
+        )
+        assert pages > 5 * PER_ROW_BOUND * CLAIM_LIMIT, pages
+        yield connection
+    finally:
+        await connection.close()
+
+
+async def test_claim_and_rescue_use_their_partial_indexes(
+    big_table: asyncpg.Connection,
+) -> None:
+    claim = await _explain(big_table, _sql.CLAIM, QUEUE, CLAIM_LIMIT)
+    rescue = await _explain(big_table, _sql.RESCUE, QUEUE, 300.0)
+
+    scan = _check_scans(claim, "idx_pgqueue_jobs_claim")
+    assert scan["Actual Rows"] == CLAIM_LIMIT
+    assert claim["Actual Rows"] == CLAIM_LIMIT
+    lock = next(n for n in _nodes(claim) if n["Node Type"] == "LockRows")
+    assert _buffers(lock) < FIND_BOUND, lock
+    assert _buffers(claim) < PER_ROW_BOUND * CLAIM_LIMIT, _buffers(claim)
+
+    scan = _check_scans(rescue, "idx_pgqueue_jobs_rescue")
+    assert scan["Actual Rows"] == STALE_RUNNING
+    assert rescue["Actual Rows"] == STALE_RUNNING
+    assert _buffers(scan) < FIND_BOUND, scan
+    assert _buffers(rescue) < PER_ROW_BOUND * STALE_RUNNING, _buffers(rescue)
