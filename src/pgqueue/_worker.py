@@ -22,6 +22,7 @@ writer to settle, then cancel the services.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
 
@@ -50,7 +51,6 @@ from pgqueue._writer import Outcome, OutcomeWriter, debug_enabled
 
 if TYPE_CHECKING:
     import asyncpg
-    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 __all__ = ["Handler", "Middleware", "Worker"]
 
@@ -347,26 +347,39 @@ class Worker:
             self._finished.set()
 
     async def _run_jobs(self) -> None:
-        # Long-lived consumer tasks cost far less per job than a task each.
-        send, receive = anyio.create_memory_object_stream[Job](self._concurrency)
+        # Long-lived consumer tasks cost far less per job than a task each;
+        # a claimed batch wakes only as many idle consumers as it has jobs.
+        self._ready: deque[Job] = deque()
+        self._idle: list[anyio.Event] = []
+        self._claiming = True
         try:
             async with anyio.create_task_group() as jobs:
                 self._jobs_scope = jobs.cancel_scope
-                with receive:
-                    for _ in range(self._concurrency):
-                        jobs.start_soon(self._consume, receive.clone())
-                with send, self._claim_scope:
-                    await self._claim_loop(send)
+                for _ in range(self._concurrency):
+                    jobs.start_soon(self._consume)
+                try:
+                    with self._claim_scope:
+                        await self._claim_loop()
+                finally:
+                    self._claiming = False
+                    for idle in self._idle:
+                        idle.set()
         finally:
             # Claimed but never started (the drain was cut off): release them.
             for job in self._running.values():
                 self._writer.put(Outcome(job, Status.PENDING, error=SHUTDOWN_ERROR))
             self._running.clear()
 
-    async def _consume(self, receive: MemoryObjectReceiveStream[Job]) -> None:
-        with receive:
-            async for job in receive:
-                await self._execute(job)
+    async def _consume(self) -> None:
+        ready = self._ready
+        while True:
+            while ready:
+                await self._execute(ready.popleft())
+            if not self._claiming:
+                return
+            idle = anyio.Event()
+            self._idle.append(idle)
+            await idle.wait()
 
     def _on_notify(self, _channel: str, payload: str) -> None:
         if payload == self._queue:
@@ -377,7 +390,7 @@ class Worker:
         if reconnected:
             self._wake.set()
 
-    async def _claim_loop(self, jobs: MemoryObjectSendStream[Job]) -> None:
+    async def _claim_loop(self) -> None:
         failures = 0
         while True:
             wake = self._wake = anyio.Event()
@@ -416,7 +429,9 @@ class Worker:
                         self._writer.put(Outcome(job, Status.DEAD, error=undecodable))
                         continue
                     self._running[job.id, job.attempts] = job
-                    jobs.send_nowait(job)
+                    self._ready.append(job)
+                for _ in range(min(len(self._ready), len(self._idle))):
+                    self._idle.pop().set()
                 self._saturated = len(rows) == free
                 if self._saturated:
                     continue
