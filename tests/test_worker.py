@@ -749,3 +749,55 @@ async def test_run_until_empty_returns_when_nothing_is_ready(
     counts = Counter(r["status"] for r in await rows(pool, queue.name))
     assert counts == {"completed": 5, "pending": 1}
     assert (await row(pool, future))["status"] == "pending"
+
+
+async def test_a_retry_due_before_the_next_poll_runs_on_time(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # poll_interval 60 and no LISTEN: only the worker's own retry timer can
+    # run attempt 2 within the deadline.
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, poll_interval=60, listen=False, backoff=lambda _: 0.2
+    )
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        if job.attempts == 1:
+            raise RuntimeError
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, within=5, status="completed")
+    assert stored["attempts"] == 2
+
+
+async def test_many_retries_falling_due_at_different_times_all_run_on_time(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # Each job's retry falls due at its own moment; the worker must keep
+    # track of every one, not only the earliest, to beat its 60 s poll.
+    failures = 0
+
+    def staggered(_attempt: int) -> float:
+        return 0.05 + 0.03 * failures
+
+    worker = pgqueue.Worker(
+        pool,
+        queue=queue.name,
+        concurrency=4,
+        poll_interval=60,
+        listen=False,
+        backoff=staggered,
+    )
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        nonlocal failures
+        if job.attempts == 1:
+            failures += 1
+            raise RuntimeError
+
+    ids = await queue.enqueue_many([("t", i) for i in range(12)])
+    async with running(worker):
+        await wait_until(lambda: _all_done(pool, queue.name), within=8)
+    assert [(await row(pool, i))["attempts"] for i in ids] == [2] * 12

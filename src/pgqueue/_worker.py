@@ -24,6 +24,7 @@ settle, then cancel the services and close the worker's connections.
 
 from __future__ import annotations
 
+import heapq
 import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -70,7 +71,7 @@ H = TypeVar("H", bound=Handler)
 FLUSH_TIMEOUT = 30.0
 # A claim that takes longer is abandoned; its jobs, if claimed, are rescued.
 CLAIM_TIMEOUT = 30.0
-RETRY_WAKE_MARGIN = 0.05
+RETRY_WAKE_MARGIN = 0.01
 SHUTDOWN_ERROR = "worker shut down before the job finished"
 # Heartbeats sent per rescue_after: a live job's row is never older than
 # rescue_after / 3 (plus a round trip), far from being taken for an orphan.
@@ -160,7 +161,7 @@ class Worker:
         self._running: dict[tuple[int, int], Job] = {}
         self._saturated = False
         self._until_empty = False
-        self._next_retry: float | None = None
+        self._retries_due: list[float] = []  # a heap of local deadlines
         self._listener_keepalive = LISTEN_KEEPALIVE
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: Listener | None = None
@@ -253,6 +254,7 @@ class Worker:
             DedicatedConnection(connect_like(self._pool)),
             logger=self._logger,
             queue=self._queue,
+            on_retry=self._on_retry_written,
         )
         self._logger.info(
             "pgqueue: worker starting",
@@ -447,15 +449,27 @@ class Worker:
             with anyio.move_on_after(self._next_wait()):
                 await wake.wait()
 
+    def _on_retry_written(self, delay: float) -> None:
+        """Wake for our own retry when it falls due, not at the next poll."""
+        if delay >= self._poll_interval:
+            return
+        # run_at was set from the database clock during the write that just
+        # finished, so a claim started after this local deadline sees it due.
+        due = anyio.current_time() + delay + RETRY_WAKE_MARGIN
+        if not self._retries_due or due < self._retries_due[0]:
+            self._wake.set()  # so the claim loop shortens its wait
+        heapq.heappush(self._retries_due, due)
+
     def _next_wait(self) -> float:
         """Seconds until the next poll, or sooner when one of our retries falls due."""
-        if self._next_retry is None:
-            return self._poll_interval
-        due = self._next_retry - anyio.current_time()
-        if due <= 0:
-            self._next_retry = None
+        now = anyio.current_time()
+        due = self._retries_due
+        if due and due[0] <= now:
+            # Due since the claim that just ran began: claim again at once.
+            while due and due[0] <= now:
+                heapq.heappop(due)
             return 0.0
-        return min(self._poll_interval, due)
+        return min(self._poll_interval, due[0] - now) if due else self._poll_interval
 
     async def _claim(self, limit: int) -> list[asyncpg.Record]:
         # Never cancel a claim in flight: the server may commit it after the
@@ -526,12 +540,6 @@ class Worker:
             )
             return Outcome(job, Status.DEAD, error=error)
         delay = max(float(self._backoff(job.attempts)), 0.0)
-        if delay < self._poll_interval:
-            # Wake for our own retry instead of waiting for the next poll; the
-            # margin covers the write that sets run_at on the database clock.
-            due = anyio.current_time() + delay + RETRY_WAKE_MARGIN
-            if self._next_retry is None or due < self._next_retry:
-                self._next_retry = due
         self._logger.warning(
             "pgqueue: job failed; will retry",
             extra={**fields, "error": error, "retry_in": delay},

@@ -10,8 +10,11 @@ import anyio
 
 from pgqueue import _sql
 from pgqueue._errors import DATABASE_ERRORS, PgQueueError
+from pgqueue._job import Status
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pgqueue._dedicated import DedicatedConnection
     from pgqueue._job import Job
     from pgqueue._log import Logger
@@ -38,9 +41,15 @@ class OutcomeWriter:
     """
 
     def __init__(
-        self, connection: DedicatedConnection, *, logger: Logger, queue: str
+        self,
+        connection: DedicatedConnection,
+        *,
+        logger: Logger,
+        queue: str,
+        on_retry: Callable[[float], None] | None = None,
     ) -> None:
         self._connection = connection
+        self._on_retry = on_retry
         self._logger = logger
         self._queue = queue
         self._buffer: list[Outcome] = []
@@ -113,6 +122,9 @@ class OutcomeWriter:
             [o.error for o in batch],
         )
         self.written += len(rows)
+        if self._on_retry is not None:
+            for delay in {o.delay for o in batch if o.status == Status.PENDING}:
+                self._on_retry(delay)
         if len(rows) == len(batch):
             return
         matched = {(row[0], row[1]) for row in rows}
