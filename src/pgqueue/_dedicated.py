@@ -29,9 +29,8 @@ class DedicatedConnection:
     a database error drops the connection; the next one opens a new one.
     """
 
-    def __init__(self, connect: Connect, *, setup: str | None = None) -> None:
+    def __init__(self, connect: Connect) -> None:
         self._connect = connect
-        self._setup = setup
         self._connection: asyncpg.Connection[Any] | None = None
         self._lock = anyio.Lock()
 
@@ -50,14 +49,7 @@ class DedicatedConnection:
         async with self._lock:
             connection = self._connection
             if connection is None or connection.is_closed():
-                connection = await self._connect()
-                try:
-                    if self._setup is not None:
-                        await connection.execute(self._setup)
-                except BaseException:
-                    connection.terminate()
-                    raise
-                self._connection = connection
+                connection = self._connection = await self._connect()
             try:
                 yield connection
             except DATABASE_ERRORS:

@@ -243,12 +243,7 @@ class Worker:
         self._claim_scope = anyio.CancelScope()
         if self._stop_requested:
             self._claim_scope.cancel()
-        # Claims commit asynchronously: one lost in a server crash leaves its
-        # row pending (attempt not counted), and the next durable commit, the
-        # fenced outcome write, makes every earlier claim durable first.
-        self._claimer = DedicatedConnection(
-            connect_like(self._pool), setup="SET synchronous_commit = off"
-        )
+        self._claimer = DedicatedConnection(connect_like(self._pool))
         self._upkeep = DedicatedConnection(connect_like(self._pool))
         self._writer = OutcomeWriter(
             DedicatedConnection(connect_like(self._pool)),
