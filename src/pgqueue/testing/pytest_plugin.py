@@ -21,6 +21,7 @@ Fixtures:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import uuid
@@ -84,20 +85,24 @@ def pgqueue_template_database(pgqueue_admin_dsn: str) -> Iterator[str]:
         _run(pgqueue_admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextlib.contextmanager
+def _clone(admin_dsn: str, template: str, name: str) -> Iterator[str]:
+    """Yield the DSN of ``name``, a copy of ``template``; drop it afterwards."""
+    _run(admin_dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield with_database(admin_dsn, name)
+    finally:
+        _run(admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(scope="session")
 def pgqueue_dsn(
     pgqueue_admin_dsn: str, pgqueue_template_database: str
 ) -> Iterator[str]:
     """The DSN of this run's own database, with the schema applied."""
     name = f"{pgqueue_template_database}_run"
-    _run(
-        pgqueue_admin_dsn,
-        f'CREATE DATABASE "{name}" TEMPLATE "{pgqueue_template_database}"',
-    )
-    try:
-        yield with_database(pgqueue_admin_dsn, name)
-    finally:
-        _run(pgqueue_admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _clone(pgqueue_admin_dsn, pgqueue_template_database, name) as dsn:
+        yield dsn
 
 
 @pytest.fixture
@@ -106,11 +111,5 @@ def pgqueue_fresh_dsn(
 ) -> Iterator[str]:
     """The DSN of a database of the test's own, with the schema applied."""
     name = f"{pgqueue_template_database}_{next(_clones)}"
-    _run(
-        pgqueue_admin_dsn,
-        f'CREATE DATABASE "{name}" TEMPLATE "{pgqueue_template_database}"',
-    )
-    try:
-        yield with_database(pgqueue_admin_dsn, name)
-    finally:
-        _run(pgqueue_admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _clone(pgqueue_admin_dsn, pgqueue_template_database, name) as dsn:
+        yield dsn
