@@ -465,18 +465,23 @@ class EmbeddedServer:
             time.monotonic() - started,
         )
 
-    def stop(self) -> None:
-        """Stop the server (fast shutdown: sessions are terminated); keep its data.
+    def stop(self, *, immediate: bool = False) -> None:
+        """Stop the server; keep its data.
+
+        A fast shutdown (the default) terminates sessions and writes a
+        checkpoint. An immediate one is a crash as far as clients and data
+        are concerned: processes exit at once, WAL not yet written out is
+        lost, and the next start runs crash recovery.
 
         Blocks until the postmaster has exited; does nothing if it is not running.
         """
         if self._proc is not None and self._base is not None:
             proc, self._proc = self._proc, None
-            _stop_postmaster(proc, self._base / "data")
+            _stop_postmaster(proc, self._base / "data", immediate=immediate)
 
-    def restart(self) -> None:
+    def restart(self, *, immediate: bool = False) -> None:
         """`stop`, then `start` on the same port and data directory."""
-        self.stop()
+        self.stop(immediate=immediate)
         self.start()
 
     def close(self) -> None:
@@ -801,11 +806,13 @@ def _wait_ready(proc: subprocess.Popen[bytes], pid_file: Path) -> bool:
     return False
 
 
-def _stop_postmaster(proc: subprocess.Popen[bytes], data: Path) -> None:
-    """Stop the postmaster (fast shutdown, escalating) and reap it."""
+def _stop_postmaster(
+    proc: subprocess.Popen[bytes], data: Path, *, immediate: bool = False
+) -> None:
+    """Stop the postmaster (fast or immediate shutdown, escalating) and reap it."""
     if proc.poll() is None:
         logger.debug("stopping embedded PostgreSQL (pid %d)", proc.pid)
-        proc.send_signal(signal.SIGINT)  # fast shutdown
+        proc.send_signal(signal.SIGQUIT if immediate else signal.SIGINT)
         try:
             proc.wait(timeout=_STOP_TIMEOUT)
         except subprocess.TimeoutExpired:

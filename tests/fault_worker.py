@@ -1,0 +1,40 @@
+"""A worker process for the fault tests: ``python fault_worker.py DSN QUEUE CONCURRENCY``.
+
+Every job of type ``record`` inserts ``(job_id, attempt)`` into
+``fault_invocations`` (the test creates that table) and completes. The
+worker runs until the process is killed or interrupted; the test kills it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+import asyncpg
+
+import pgqueue
+
+RECORD = "INSERT INTO fault_invocations (job_id, attempt) VALUES ($1, $2)"
+
+
+async def main(dsn: str, queue: str, concurrency: int) -> None:
+    async with asyncpg.create_pool(
+        dsn,
+        min_size=1,
+        max_size=4,
+        server_settings={"application_name": "pgqueue_fault_worker"},
+    ) as pool:
+        worker = pgqueue.Worker(
+            pool, queue=queue, concurrency=concurrency, poll_interval=0.5
+        )
+
+        @worker.handler("record")
+        async def record(job: pgqueue.Job) -> None:
+            await pool.execute(RECORD, job.id, job.attempts)
+
+        await worker.run()
+
+
+if __name__ == "__main__":
+    dsn, queue, concurrency = sys.argv[1:]
+    anyio.run(main, dsn, queue, int(concurrency))
