@@ -15,17 +15,15 @@ if TYPE_CHECKING:
     import pgqueue
 
 
-class Notifications:
-    """Collect NOTIFY payloads on one channel, in arrival order."""
+class Collected:
+    """Payloads in arrival order, with a way to wait for one of them."""
 
     def __init__(self) -> None:
         self.payloads: list[str] = []
         self._arrived = anyio.Event()
 
-    def __call__(
-        self, _conn: object, _pid: int, _channel: str, payload: object
-    ) -> None:
-        self.payloads.append(str(payload))
+    def add(self, payload: str) -> None:
+        self.payloads.append(payload)
         self._arrived.set()
 
     async def wait_for(self, payload: str, within: float = 5.0) -> list[str]:
@@ -35,6 +33,15 @@ class Notifications:
                 self._arrived = anyio.Event()
                 await self._arrived.wait()
         return self.payloads[: self.payloads.index(payload)]
+
+
+class Notifications(Collected):
+    """An asyncpg listener callback that collects NOTIFY payloads on one channel."""
+
+    def __call__(
+        self, _conn: object, _pid: int, _channel: str, payload: object
+    ) -> None:
+        self.add(str(payload))
 
 
 @contextlib.asynccontextmanager

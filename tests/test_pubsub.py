@@ -15,7 +15,7 @@ import pytest
 
 import pgqueue
 from pgqueue import Subscriber, publish
-from tests.helpers import RecordingLogger, listening, wait_until
+from tests.helpers import Collected, RecordingLogger, listening, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -44,24 +44,11 @@ def channel() -> str:
     return f"pubsub_{uuid.uuid4().hex[:12]}"
 
 
-class Inbox:
+class Inbox(Collected):
     """A subscriber callback that keeps every payload and lets tests wait for one."""
 
-    def __init__(self) -> None:
-        self.payloads: list[str] = []
-        self._arrived = anyio.Event()
-
     async def __call__(self, payload: str) -> None:
-        self.payloads.append(payload)
-        self._arrived.set()
-
-    async def wait_for(self, payload: str, within: float = 5.0) -> list[str]:
-        """Wait until ``payload`` arrives; return everything that arrived before it."""
-        with anyio.fail_after(within):
-            while payload not in self.payloads:
-                self._arrived = anyio.Event()
-                await self._arrived.wait()
-        return self.payloads[: self.payloads.index(payload)]
+        self.add(payload)
 
 
 @contextlib.asynccontextmanager
