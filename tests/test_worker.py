@@ -410,16 +410,22 @@ async def test_stop_flushes_every_batched_outcome(
     assert counts == {"completed": 500}
 
 
+async def _orphan(pool: asyncpg.Pool, job_id: int, *, attempts: int) -> None:
+    """Make the job look claimed by a worker that died an hour ago."""
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = $2,"
+        " updated_at = now() - interval '1 hour' WHERE id = $1",
+        job_id,
+        attempts,
+    )
+
+
 async def test_rescues_a_stuck_running_job(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
     attempts: list[int] = []
     job_id = await queue.enqueue("t", {})
-    await pool.execute(
-        "UPDATE pgqueue_jobs SET status = 'running', attempts = 1,"
-        " updated_at = now() - interval '1 hour' WHERE id = $1",
-        job_id,
-    )
+    await _orphan(pool, job_id, attempts=1)
     worker = pgqueue.Worker(pool, queue=queue.name, rescue_after=60)
 
     @worker.handler("t")
@@ -437,11 +443,7 @@ async def test_rescue_dead_letters_exhausted_jobs_without_running_them(
 ) -> None:
     ran: list[int] = []
     job_id = await queue.enqueue("t", {}, max_attempts=2)
-    await pool.execute(
-        "UPDATE pgqueue_jobs SET status = 'running', attempts = 2,"
-        " updated_at = now() - interval '1 hour' WHERE id = $1",
-        job_id,
-    )
+    await _orphan(pool, job_id, attempts=2)
     worker = pgqueue.Worker(pool, queue=queue.name, rescue_after=60)
 
     @worker.handler("t")

@@ -59,8 +59,6 @@ class OutcomeWriter:
         self._closed = False
         self.flushed = 0
         """Outcomes sent to the database so far (written or dropped as stale)."""
-        self.written = 0
-        """Outcomes whose write matched their row."""
 
     @property
     def backlog(self) -> int:
@@ -121,7 +119,6 @@ class OutcomeWriter:
             [o.delay for o in batch],
             [o.error for o in batch],
         )
-        self.written += len(rows)
         if self._on_retry is not None:
             for delay in {o.delay for o in batch if o.status == Status.PENDING}:
                 self._on_retry(delay)
