@@ -276,6 +276,8 @@ async def _floor(
     claimer = await asyncpg.connect(dsn)
     finisher = await asyncpg.connect(dsn) if pipelined else claimer
     try:
+        for connection in {claimer, finisher}:
+            await connection.execute(_sql.WORKER_SESSION)
         await link.ready()
         cpu0 = process_cpu()
         start = time.perf_counter()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from pgqueue import _sql
 from pgqueue._errors import DATABASE_ERRORS
 
 if TYPE_CHECKING:
@@ -32,7 +34,9 @@ class DedicatedConnection:
     def __init__(self, connect: Connect) -> None:
         self._connect = connect
         self._connection: asyncpg.Connection[Any] | None = None
-        self._lock = anyio.Lock()
+        # Not anyio's Lock: it yields to the event loop even when free, and a
+        # claim should reach the socket before the caller's next job runs.
+        self._lock = asyncio.Lock()
 
     async def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
         """Run ``query`` and return its rows; raise what the database raised."""
@@ -49,7 +53,13 @@ class DedicatedConnection:
         async with self._lock:
             connection = self._connection
             if connection is None or connection.is_closed():
-                connection = self._connection = await self._connect()
+                connection = await self._connect()
+                try:
+                    await connection.execute(_sql.WORKER_SESSION)
+                except BaseException:
+                    connection.terminate()
+                    raise
+                self._connection = connection
             try:
                 yield connection
             except DATABASE_ERRORS:

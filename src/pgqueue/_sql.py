@@ -20,6 +20,7 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_DOWN",
     "TOUCH",
+    "WORKER_SESSION",
 ]
 
 JOBS_CHANNEL = "pgqueue_jobs"
@@ -81,42 +82,53 @@ WHERE queue = $1
   AND updated_at < now() - make_interval(secs => $2)
 """
 
+# The ids come back as an array, so the update finds its rows through the
+# primary key whatever the table's size or statistics: as a join, a table of
+# a few thousand rows gets a sequential scan per claim.
 CLAIM = """
 UPDATE pgqueue_jobs
 SET status = 'running', attempts = attempts + 1, updated_at = now()
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id
     FROM pgqueue_jobs
     WHERE queue = $1 AND status = 'pending' AND run_at <= now()
     ORDER BY run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING id, queue, job_type, payload, attempts, max_attempts, run_at, created_at, last_error
 """
 
 # One statement writes the outcomes of many runs. Each row is fenced on the
 # attempt it claimed: a run that was rescued and superseded matches nothing.
-# status is 'completed', 'dead', or 'pending' (retry after delay seconds).
+# status is 'completed', 'dead', 'pending' (retry after delay seconds), or
+# 'released': claimed but never started, so it goes back to pending where it
+# was in line and its attempt is given back.
+# "Still running" is spelled NOT IN the other three states (the CHECK allows
+# no fourth) so the planner drives the update through the primary key: the
+# rescue index's row estimate is usually stale (one row), and using it would
+# make every write scan every running row of every queue.
 FINISH = """
 UPDATE pgqueue_jobs AS j
-SET status       = o.status,
+SET status       = CASE WHEN o.status = 'released' THEN 'pending' ELSE o.status END,
+    attempts     = CASE WHEN o.status = 'released' THEN j.attempts - 1 ELSE j.attempts END,
     run_at       = CASE WHEN o.status = 'pending' THEN now() + make_interval(secs => o.delay) ELSE j.run_at END,
-    last_error   = CASE WHEN o.status = 'completed' THEN j.last_error ELSE o.error END,
+    last_error   = CASE WHEN o.status IN ('completed', 'released') THEN j.last_error ELSE o.error END,
     completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
     updated_at   = now()
 FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::text[])
     AS o(id, attempts, status, delay, error)
-WHERE j.id = o.id AND j.status = 'running' AND j.attempts = o.attempts
-RETURNING j.id, j.attempts
+WHERE j.id = o.id AND j.attempts = o.attempts AND j.status NOT IN ('pending', 'completed', 'dead')
+RETURNING j.id, o.attempts
 """
 
-# A heartbeat: running rows this worker still holds were seen alive now.
+# A heartbeat: running rows this worker still holds were seen alive now
+# (fenced like FINISH, and spelled like it for the same plan).
 TOUCH = """
 UPDATE pgqueue_jobs AS j
 SET updated_at = now()
 FROM unnest($1::bigint[], $2::int[]) AS o(id, attempts)
-WHERE j.id = o.id AND j.status = 'running' AND j.attempts = o.attempts
+WHERE j.id = o.id AND j.attempts = o.attempts AND j.status NOT IN ('pending', 'completed', 'dead')
 """
 
 # Orphans with attempts left go back to pending; the rest are dead-lettered,
@@ -133,3 +145,10 @@ RETURNING status
 """
 
 PUBLISH = "SELECT pg_notify($1, $2)"
+
+# Run once on each connection of the worker's own. The statements above are
+# written to plan well without their parameters' values, and a claim of ten
+# jobs costs less to run than to re-plan: custom plans (chosen by default,
+# since LIMIT $2 makes the generic plan look dear) double a small claim's
+# server time.
+WORKER_SESSION = "SET plan_cache_mode = force_generic_plan"

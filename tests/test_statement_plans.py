@@ -1,0 +1,117 @@
+"""The worker's statements find their rows through indexes on a small table too.
+
+A table of a few thousand rows is where the planner likes sequential scans:
+the claim written as a join once scanned all 20,000 rows of the benchmark's
+table for every batch, and the outcome write walked every running row
+through the rescue index, whose row estimate is stale (one row) after an
+ANALYZE that saw none running. The worker's own connections plan every
+statement generically (`_sql.WORKER_SESSION`); that is the plan checked.
+The claim is also checked as planned with its parameters' values, since it
+holds up either way; the outcome writes, planned with 100 known ids on this
+table, do take a sequential scan, one reason the worker plans generically.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import pytest
+
+from pgqueue import _sql
+from tests.test_query_plans import _nodes
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+QUEUE = "default"
+PENDING = 20_000
+CLAIMED = 300
+WRITTEN = 100
+
+
+@pytest.fixture
+async def small_table(fresh_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        await connection.execute(
+            "INSERT INTO pgqueue_jobs (queue, job_type)"
+            " SELECT $1, 'noop' FROM generate_series(1, $2)",
+            QUEUE,
+            PENDING,
+        )
+        await connection.execute("ANALYZE pgqueue_jobs")
+        await connection.fetch(_sql.CLAIM, QUEUE, CLAIMED)
+        yield connection
+    finally:
+        await connection.close()
+
+
+async def _plans(
+    connection: asyncpg.Connection, sql: str, *args: object
+) -> dict[str, list[dict[str, Any]]]:
+    """The nodes of ``sql``'s custom and generic plans, run and rolled back."""
+    found = {}
+    literals = ", ".join(_literal(arg) for arg in args)
+    for mode in ("custom", "generic"):
+        transaction = connection.transaction()
+        await transaction.start()
+        try:
+            if mode == "custom":
+                raw = await connection.fetchval(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args
+                )
+            else:
+                await connection.execute(_sql.WORKER_SESSION)
+                await connection.execute("PREPARE checked AS " + sql)
+                raw = await connection.fetchval(
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE checked({literals})"
+                )
+        finally:
+            await transaction.rollback()
+        found[mode] = _nodes(json.loads(raw)[0]["Plan"])
+    return found
+
+
+def _literal(value: object) -> str:
+    """``value`` as an SQL literal (EXECUTE takes no bound parameters)."""
+    if isinstance(value, list):
+        items = ",".join("NULL" if v is None else json.dumps(v) for v in value)
+        return "'{" + items + "}'"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _table_scans(nodes: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    return [
+        (n["Node Type"], n.get("Index Name"))
+        for n in nodes
+        if n.get("Relation Name") == "pgqueue_jobs" and n["Node Type"] != "ModifyTable"
+    ]
+
+
+async def test_claim_never_scans_the_table(small_table: asyncpg.Connection) -> None:
+    for mode, nodes in (await _plans(small_table, _sql.CLAIM, QUEUE, 100)).items():
+        scans = _table_scans(nodes)
+        assert ("Index Scan", "idx_pgqueue_jobs_claim") in scans, (mode, scans)
+        assert ("Index Scan", "pgqueue_jobs_pkey") in scans, (mode, scans)
+        assert all(kind == "Index Scan" for kind, _ in scans), (mode, scans)
+
+
+@pytest.mark.parametrize("statement", ["FINISH", "TOUCH"])
+async def test_outcome_writes_go_through_the_primary_key(
+    small_table: asyncpg.Connection, statement: str
+) -> None:
+    running = await small_table.fetch(
+        "SELECT id, attempts FROM pgqueue_jobs WHERE status = 'running'"
+        " ORDER BY id LIMIT $1",
+        WRITTEN,
+    )
+    ids = [r["id"] for r in running]
+    attempts = [r["attempts"] for r in running]
+    args: tuple[object, ...] = (ids, attempts)
+    if statement == "FINISH":
+        args += (["completed"] * WRITTEN, [0.0] * WRITTEN, [None] * WRITTEN)
+    nodes = (await _plans(small_table, getattr(_sql, statement), *args))["generic"]
+    assert _table_scans(nodes) == [("Index Scan", "pgqueue_jobs_pkey")]
+    assert nodes[0]["Actual Rows"] == (WRITTEN if statement == "FINISH" else 0)
