@@ -15,6 +15,8 @@ import pgqueue
 from tests.helpers import RecordingLogger, row, rows, running, wait_for_row, wait_until
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     import asyncpg
 
 GO_INSERT = (
@@ -410,6 +412,112 @@ async def test_stop_flushes_every_batched_outcome(
     assert counts == {"completed": 500}
 
 
+async def _statuses(pool: asyncpg.Pool, queue: str) -> Counter[str]:
+    return Counter(r["status"] for r in await rows(pool, queue))
+
+
+def _handlers_running(worker: pgqueue.Worker, n: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return worker.running_jobs == n
+
+    return check
+
+
+async def test_without_prefetch_claims_only_free_slots(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    release = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=2)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        await release.wait()
+
+    await queue.enqueue_many([("t", i) for i in range(5)])
+    async with running(worker):
+        await wait_until(_handlers_running(worker, 2))
+        # The claim that started both handlers has returned: nothing more is held.
+        assert await _statuses(pool, queue.name) == {"running": 2, "pending": 3}
+        release.set()
+
+        async def all_completed() -> bool:
+            return await _statuses(pool, queue.name) == {"completed": 5}
+
+        await wait_until(all_completed)
+
+
+async def test_prefetched_jobs_not_started_are_given_back_on_stop(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    release = anyio.Event()
+    started: list[int] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=1, prefetch=3)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        started.append(job.id)
+        await release.wait()
+
+    ids = await queue.enqueue_many([("t", i) for i in range(6)])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await wait_until(_handlers_running(worker, 1))
+        # One handler runs; three more jobs are claimed and held for it.
+        assert await _statuses(pool, queue.name) == {"running": 4, "pending": 2}
+        tg.start_soon(worker.stop)
+        await wait_until(lambda: _claim_stopped(worker))
+        release.set()
+    assert started == [ids[0]]
+    stored = {r["id"]: r for r in await rows(pool, queue.name)}
+    assert stored[ids[0]]["status"] == "completed"
+    for job_id in ids[1:]:
+        # Back in line as if never claimed: no attempt used, no error.
+        assert stored[job_id]["status"] == "pending"
+        assert stored[job_id]["attempts"] == 0
+        assert stored[job_id]["last_error"] is None
+
+
+async def test_prefetch_runs_every_job_exactly_once(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    seen: Counter[int] = Counter()
+    done = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=5, prefetch=20)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        seen[job.id] += 1
+        await anyio.lowlevel.checkpoint()
+        if len(seen) == 300:
+            done.set()
+
+    ids = await queue.enqueue_many([("t", i) for i in range(300)])
+    async with running(worker):
+        with anyio.fail_after(30):
+            await done.wait()
+    assert seen == Counter(ids)
+    assert await _statuses(pool, queue.name) == {"completed": 300}
+
+
+async def test_a_stale_release_cannot_touch_the_attempt_that_superseded_it(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    job_id = await queue.enqueue("t", {})
+    (first,) = await pool.fetch(pgqueue._sql.CLAIM, queue.name, 1)
+    await _orphan(pool, job_id, attempts=first["attempts"])
+    assert [
+        r["status"] for r in await pool.fetch(pgqueue._sql.RESCUE, queue.name, 60)
+    ] == ["pending"]
+    (second,) = await pool.fetch(pgqueue._sql.CLAIM, queue.name, 1)
+    written = await pool.fetch(
+        pgqueue._sql.FINISH, [job_id], [first["attempts"]], ["released"], [0.0], [None]
+    )
+    assert written == []
+    stored = await row(pool, job_id)
+    assert stored["status"] == "running"
+    assert stored["attempts"] == second["attempts"] == 2
+
+
 async def _orphan(pool: asyncpg.Pool, job_id: int, *, attempts: int) -> None:
     """Make the job look claimed by a worker that died an hour ago."""
     await pool.execute(
@@ -683,6 +791,8 @@ async def test_stop_before_run_makes_run_return(
     [
         ({"concurrency": 0}, ValueError),
         ({"concurrency": 1.5}, TypeError),
+        ({"prefetch": -1}, ValueError),
+        ({"prefetch": 2.0}, TypeError),
         ({"poll_interval": 0}, ValueError),
         ({"poll_interval": float("nan")}, ValueError),
         ({"rescue_after": -1}, ValueError),

@@ -282,13 +282,13 @@ def encode_notify_payload(payload: object) -> str:
     return text
 
 
-def check_int(what: str, value: object) -> int:
-    """Return ``value`` if it is an int from 1 to 2**31 - 1 (a PostgreSQL int)."""
+def check_int(what: str, value: object, *, minimum: int = 1) -> int:
+    """Return ``value`` if it is an int from ``minimum`` to 2**31 - 1 (a PostgreSQL int)."""
     if isinstance(value, bool) or not isinstance(value, int):
         msg = f"{what} must be an int, not {type(value).__name__}"
         raise TypeError(msg)
-    if value < 1:
-        msg = f"{what} must be at least 1, got {value}"
+    if value < minimum:
+        msg = f"{what} must be at least {minimum}, got {value}"
         raise ValueError(msg)
     if value > 2**31 - 1:
         msg = f"{what} must fit in a 32-bit integer, got {value}"

@@ -14,16 +14,19 @@ Task tree (what runs where, and what stops what)::
             ├── claim loop         in the claim scope; stop() cancels it;
             │                      appends claimed jobs to a ready deque
             └── consumers          ``concurrency`` tasks running handlers
-                                   from the deque; idle ones are woken per job
+                                   from the deque; a consumer that takes a
+                                   job wakes one idle consumer if more wait
 
-Stopping: cancel the claim scope, let the consumers empty the deque and
-finish (cancelling them when ``stop(timeout)`` runs out: their jobs, and
-claimed jobs not yet started, go back to pending), wait for the writer to
-settle, then cancel the services and close the worker's connections.
+Stopping: cancel the claim scope, let the consumers finish the handlers
+they started (cancelling them when ``stop(timeout)`` runs out: their jobs go
+back to pending), release the claimed jobs no handler started (pending
+again, attempt given back), wait for the writer to settle, then cancel the
+services and close the worker's connections.
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
 from collections import deque
@@ -51,7 +54,7 @@ from pgqueue._listener import (
     connect_like,
 )
 from pgqueue._log import Logger, default_logger
-from pgqueue._writer import Outcome, OutcomeWriter, debug_enabled
+from pgqueue._writer import RELEASED, Outcome, OutcomeWriter, debug_enabled
 
 if TYPE_CHECKING:
     import asyncpg
@@ -91,6 +94,12 @@ class Worker:
         pool: the asyncpg pool of the database holding ``pgqueue_jobs``.
         queue: the queue to consume.
         concurrency: the most handlers running at once.
+        prefetch: how many jobs to claim beyond ``concurrency``, so the next
+            jobs are at hand when handlers finish and a claim's round trip
+            overlaps running ones. Held jobs are invisible to other workers
+            until started; `stop` gives back those not started (their
+            attempt uncounted). Worth it for short jobs; keep 0 when jobs
+            are long and other workers could take them.
         poll_interval: seconds between claims when nothing wakes the worker.
         listen: wake on NOTIFY over a dedicated connection. ``True`` opens it
             with the pool's connect arguments; a DSN string opens it there
@@ -123,6 +132,7 @@ class Worker:
         *,
         queue: str = "default",
         concurrency: int = 2,
+        prefetch: int = 0,
         poll_interval: float = 5.0,
         listen: bool | str = True,
         backoff: Backoff = default_backoff,
@@ -141,6 +151,11 @@ class Worker:
         self._pool = pool
         self._queue = check_queue_name(queue)
         self._concurrency = check_int("concurrency", concurrency)
+        self._prefetch = check_int("prefetch", prefetch, minimum=0)
+        self._capacity = self._concurrency + self._prefetch
+        # With jobs in hand, wait for a batch worth claiming; without, claim
+        # for every slot as it frees.
+        self._claim_at = max(1, min(self._prefetch, self._capacity // 2))
         self._poll_interval = check_duration(
             "poll_interval", poll_interval, positive=True
         )
@@ -158,15 +173,16 @@ class Worker:
         self._handlers: dict[str, Handler] = {}
         self._state: Literal["new", "running", "stopped"] = "new"
         self._stop_requested = False
-        self._running: dict[tuple[int, int], Job] = {}
+        self._held: dict[tuple[int, int], Job] = {}  # claimed, outcome not yet put
+        self._active = 0  # handlers running
         self._saturated = False
         self._until_empty = False
         self._retries_due: list[float] = []  # a heap of local deadlines
         self._listener_keepalive = LISTEN_KEEPALIVE
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: Listener | None = None
-        # Made in run(): anyio primitives need a running event loop.
-        self._wake: anyio.Event
+        # Made in run(): they need a running event loop.
+        self._wake: asyncio.Event
         self._finished: anyio.Event
         self._claim_scope: anyio.CancelScope
         self._jobs_scope: anyio.CancelScope | None = None
@@ -180,7 +196,7 @@ class Worker:
     @property
     def running_jobs(self) -> int:
         """How many handlers are running now."""
-        return len(self._running)
+        return self._active
 
     @property
     def listener_pid(self) -> int | None:
@@ -238,7 +254,7 @@ class Worker:
             raise AlreadyStartedError(msg)
         self._state = "running"
         self._until_empty = until_empty
-        self._wake = anyio.Event()
+        self._wake = asyncio.Event()
         self._finished = anyio.Event()
         self._claim_scope = anyio.CancelScope()
         if self._stop_requested:
@@ -289,7 +305,7 @@ class Worker:
         with anyio.move_on_after(check_duration("timeout", timeout)):
             await self._finished.wait()
             return
-        cut_off = len(self._running)
+        cut_off = self._active
         if self._jobs_scope is not None:
             self._jobs_scope.cancel()
         await self._finished.wait()
@@ -347,10 +363,10 @@ class Worker:
             self._finished.set()
 
     async def _run_jobs(self) -> None:
-        # Long-lived consumer tasks cost far less per job than a task each;
-        # a claimed batch wakes only as many idle consumers as it has jobs.
+        # Long-lived consumer tasks cost far less per job than a task each.
         self._ready: deque[Job] = deque()
-        self._idle: list[anyio.Event] = []
+        self._idle: list[asyncio.Future[None]] = []
+        self._waking = 0  # consumers woken that have not resumed yet
         self._claiming = True
         try:
             async with anyio.create_task_group() as jobs:
@@ -362,24 +378,39 @@ class Worker:
                         await self._claim_loop()
                 finally:
                     self._claiming = False
-                    for idle in self._idle:
-                        idle.set()
+                    while self._idle:
+                        self._wake_consumer()
         finally:
-            # Claimed but never started (the drain was cut off): release them.
-            for job in self._running.values():
-                self._writer.put(Outcome(job, Status.PENDING, error=SHUTDOWN_ERROR))
-            self._running.clear()
+            # Claimed, never started: give them back as they were.
+            for job in self._ready:
+                self._writer.put(Outcome(job, RELEASED))
+            self._ready.clear()
+            self._held.clear()
 
     async def _consume(self) -> None:
+        loop = asyncio.get_running_loop()
         ready = self._ready
         while True:
-            while ready:
-                await self._execute(ready.popleft())
+            while ready and not self._stop_requested:
+                job = ready.popleft()
+                if ready and not self._waking:
+                    self._wake_consumer()
+                await self._execute(job)
             if not self._claiming:
                 return
-            idle = anyio.Event()
+            idle = loop.create_future()
             self._idle.append(idle)
-            await idle.wait()
+            await idle
+            self._waking -= 1
+
+    def _wake_consumer(self) -> None:
+        """Wake one idle consumer; it wakes the next if jobs still wait."""
+        while self._idle:
+            idle = self._idle.pop()
+            if not idle.done():
+                idle.set_result(None)
+                self._waking += 1
+                return
 
     def _on_notify(self, _channel: str, payload: str) -> None:
         if payload == self._queue:
@@ -393,11 +424,11 @@ class Worker:
     async def _claim_loop(self) -> None:
         failures = 0
         while True:
-            wake = self._wake = anyio.Event()
-            free = self._concurrency - len(self._running)
+            wake = self._wake = asyncio.Event()
+            free = self._capacity - len(self._held)
             if self._stop_requested:
                 return
-            if free > 0:
+            if free >= self._claim_at:
                 flushed_before = self._writer.flushed
                 try:
                     rows = await self._claim(free)
@@ -428,14 +459,14 @@ class Worker:
                         )
                         self._writer.put(Outcome(job, Status.DEAD, error=undecodable))
                         continue
-                    self._running[job.id, job.attempts] = job
+                    self._held[job.id, job.attempts] = job
                     self._ready.append(job)
-                for _ in range(min(len(self._ready), len(self._idle))):
-                    self._idle.pop().set()
+                if self._ready and not self._waking:
+                    self._wake_consumer()
                 self._saturated = len(rows) == free
                 if self._saturated:
                     continue
-                if self._until_empty and not rows and not self._running:
+                if self._until_empty and not rows and not self._held:
                     # A retry may have been written since the claim began.
                     await self._writer.settled()
                     if self._writer.flushed == flushed_before:
@@ -473,36 +504,40 @@ class Worker:
             return await self._claimer.fetch(_sql.CLAIM, self._queue, limit)
 
     async def _execute(self, job: Job) -> None:
-        fields = {
-            "job_id": job.id,
-            "job_type": job.type,
-            "queue": job.queue,
-            "attempt": job.attempts,
-        }
+        self._active += 1
         try:
             handler = self._handlers.get(job.type)
             if handler is None:
                 error = f"no handler registered for job type {job.type!r}"
                 self._logger.error(
-                    "pgqueue: job dead", extra={**fields, "error": error}
+                    "pgqueue: job dead", extra={**_fields(job), "error": error}
                 )
                 self._writer.put(Outcome(job, Status.DEAD, error=error))
                 return
-            if debug_enabled(self._logger):
-                self._logger.debug("pgqueue: job started", extra=fields)
+            debug = debug_enabled(self._logger)
+            if debug:
+                self._logger.debug("pgqueue: job started", extra=_fields(job))
             try:
                 failure = await self._call(handler, job)
             except anyio.get_cancelled_exc_class():
                 self._logger.warning(
                     "pgqueue: job cut off by shutdown; returned to pending",
-                    extra=fields,
+                    extra=_fields(job),
                 )
                 self._writer.put(Outcome(job, Status.PENDING, error=SHUTDOWN_ERROR))
                 raise
-            self._writer.put(self._outcome(job, failure, fields))
+            if failure is None:
+                if debug:
+                    self._logger.debug("pgqueue: job completed", extra=_fields(job))
+                self._writer.put(Outcome(job, Status.COMPLETED))
+            else:
+                self._writer.put(self._failed(job, failure))
         finally:
-            del self._running[job.id, job.attempts]
-            if self._saturated or self._until_empty:
+            self._active -= 1
+            del self._held[job.id, job.attempts]
+            if self._until_empty or (
+                self._saturated and self._capacity - len(self._held) >= self._claim_at
+            ):
                 self._wake.set()
 
     async def _call(self, handler: Handler, job: Job) -> BaseException | str | None:
@@ -519,13 +554,8 @@ class Worker:
             return exc
         return None
 
-    def _outcome(
-        self, job: Job, failure: BaseException | str | None, fields: dict[str, Any]
-    ) -> Outcome:
-        if failure is None:
-            if debug_enabled(self._logger):
-                self._logger.debug("pgqueue: job completed", extra=fields)
-            return Outcome(job, Status.COMPLETED)
+    def _failed(self, job: Job, failure: BaseException | str) -> Outcome:
+        fields = _fields(job)
         error = failure if isinstance(failure, str) else _describe(failure)
         exc_info = None if isinstance(failure, str) else failure
         permanent = exc_info is not None and is_permanent(exc_info)
@@ -548,9 +578,9 @@ class Worker:
         interval = self._rescue_after / HEARTBEATS_PER_RESCUE
         while True:
             await anyio.sleep(interval)
-            if not self._running:
+            if not self._held:
                 continue
-            held = list(self._running)
+            held = list(self._held)
             try:
                 await self._upkeep.fetch(
                     _sql.TOUCH, [key[0] for key in held], [key[1] for key in held]
@@ -632,6 +662,16 @@ def _job_from_row(row: asyncpg.Record) -> tuple[Job, str | None]:
         last_error=row[8],
     )
     return job, undecodable
+
+
+def _fields(job: Job) -> dict[str, Any]:
+    """What every log record about ``job`` carries."""
+    return {
+        "job_id": job.id,
+        "job_type": job.type,
+        "queue": job.queue,
+        "attempt": job.attempts,
+    }
 
 
 def _describe(exc: BaseException) -> str:

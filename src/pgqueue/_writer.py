@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,12 +20,19 @@ if TYPE_CHECKING:
     from pgqueue._job import Job
     from pgqueue._log import Logger
 
-__all__ = ["Outcome", "OutcomeWriter"]
+__all__ = ["RELEASED", "Outcome", "OutcomeWriter"]
+
+RELEASED = "released"
+"""An outcome for a job claimed but never started: pending again, attempt given back."""
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What one run of a job ended as; written fenced on ``job.attempts``."""
+    """What one claim of a job ended as; written fenced on ``job.attempts``.
+
+    ``status`` is a final `Status`, ``Status.PENDING`` for a retry after
+    ``delay`` seconds, or `RELEASED`.
+    """
 
     job: Job
     status: str
@@ -53,8 +61,10 @@ class OutcomeWriter:
         self._logger = logger
         self._queue = queue
         self._buffer: list[Outcome] = []
-        self._arrived = anyio.Event()
-        self._settled = anyio.Event()
+        # asyncio's events: anyio's look up the running library on creation,
+        # and these are made once per flush.
+        self._arrived = asyncio.Event()
+        self._settled = asyncio.Event()
         self._settled.set()
         self._closed = False
         self.flushed = 0
@@ -71,7 +81,8 @@ class OutcomeWriter:
             msg = "the outcome writer is closed"
             raise PgQueueError(msg)
         self._buffer.append(outcome)
-        self._settled = anyio.Event() if self._settled.is_set() else self._settled
+        if self._settled.is_set():
+            self._settled = asyncio.Event()
         self._arrived.set()
 
     async def aclose(self) -> None:
@@ -89,7 +100,7 @@ class OutcomeWriter:
         while True:
             if not self._buffer:
                 self._settled.set()
-                self._arrived = anyio.Event()
+                self._arrived = asyncio.Event()
                 await self._arrived.wait()
             batch, self._buffer = self._buffer, []
             try:
