@@ -33,6 +33,10 @@ JOB_TYPE = "noop"
 # LISTEN connection is the worker's own. The same sizes are used for pgqueuer.
 POOL_MIN = 2
 POOL_MAX = 10
+# Jobs claimed beyond concurrency in drains: the worker holds at most 2C
+# claimed jobs, the tightest cap pgqueuer allows its batch size C
+# (``max_concurrent_tasks >= 2 * batch_size``; left unset, it has none).
+PREFETCH_PER_CONCURRENCY = 1
 
 
 # --- filling and checking -----------------------------------------------------
@@ -91,7 +95,11 @@ def drain_child(connection: Connection, dsn: str, n: int, concurrency: int) -> N
 
 async def _drain(link: ChildLink, dsn: str, n: int, concurrency: int) -> None:
     async with asyncpg.create_pool(dsn, min_size=POOL_MIN, max_size=POOL_MAX) as pool:
-        worker = pgqueue.Worker(pool, concurrency=concurrency)
+        worker = pgqueue.Worker(
+            pool,
+            concurrency=concurrency,
+            prefetch=PREFETCH_PER_CONCURRENCY * concurrency,
+        )
         seen: set[int] = set()
         marks: list[float] = []
         step = max(n // 10, 1)
