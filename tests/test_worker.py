@@ -29,6 +29,11 @@ def no_backoff(_attempt: int) -> float:
     return 0.0
 
 
+async def _statuses(pool: asyncpg.Pool, queue: str) -> Counter[str]:
+    """How many of the queue's rows are in each status."""
+    return Counter(r["status"] for r in await rows(pool, queue))
+
+
 async def test_processes_a_job(pool: asyncpg.Pool, queue: pgqueue.Queue) -> None:
     seen: list[pgqueue.Job] = []
     done = anyio.Event()
@@ -408,12 +413,7 @@ async def test_stop_flushes_every_batched_outcome(
         with anyio.fail_after(30):
             await all_handled.wait()
         await worker.stop()
-    counts = Counter(r["status"] for r in await rows(pool, queue.name))
-    assert counts == {"completed": 500}
-
-
-async def _statuses(pool: asyncpg.Pool, queue: str) -> Counter[str]:
-    return Counter(r["status"] for r in await rows(pool, queue))
+    assert await _statuses(pool, queue.name) == {"completed": 500}
 
 
 def _handlers_running(worker: pgqueue.Worker, n: int) -> Callable[[], Awaitable[bool]]:
@@ -858,8 +858,7 @@ async def test_run_until_empty_returns_when_nothing_is_ready(
     with anyio.fail_after(10):
         await worker.run(until_empty=True)
     assert sorted(seen) == [(0, 1), (0, 2), (1, 1), (2, 1), (3, 1), (99, 1)]
-    counts = Counter(r["status"] for r in await rows(pool, queue.name))
-    assert counts == {"completed": 5, "pending": 1}
+    assert await _statuses(pool, queue.name) == {"completed": 5, "pending": 1}
     assert (await row(pool, future))["status"] == "pending"
 
 

@@ -412,6 +412,10 @@ class Worker:
                 self._waking += 1
                 return
 
+    def _free(self) -> int:
+        """How many more jobs the worker may claim now."""
+        return self._capacity - len(self._held)
+
     def _on_notify(self, _channel: str, payload: str) -> None:
         if payload == self._queue:
             self._wake.set()
@@ -425,7 +429,7 @@ class Worker:
         failures = 0
         while True:
             wake = self._wake = asyncio.Event()
-            free = self._capacity - len(self._held)
+            free = self._free()
             if self._stop_requested:
                 return
             if free >= self._claim_at:
@@ -536,7 +540,7 @@ class Worker:
             self._active -= 1
             del self._held[job.id, job.attempts]
             if self._until_empty or (
-                self._saturated and self._capacity - len(self._held) >= self._claim_at
+                self._saturated and self._free() >= self._claim_at
             ):
                 self._wake.set()
 
