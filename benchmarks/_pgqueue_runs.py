@@ -291,8 +291,9 @@ async def _floor(
         start = time.perf_counter()
         finished = 0
         previous: list[asyncpg.Record] = []
+        after = _sql.HEAD_OF_LINE  # as the worker: past the last job taken
         while True:
-            claim = claimer.fetch(_sql.CLAIM, QUEUE, batch)
+            claim = claimer.fetch(_sql.CLAIM, QUEUE, batch, *after)
             if previous:
                 finish = finisher.fetch(
                     _sql.FINISH,
@@ -311,7 +312,11 @@ async def _floor(
             else:
                 rows = await claim
             if not rows:
-                break
+                if after is _sql.HEAD_OF_LINE:
+                    break
+                after, previous = _sql.HEAD_OF_LINE, []
+                continue
+            after = max((r[6], r[0]) for r in rows)
             previous = rows
         elapsed = time.perf_counter() - start
         cpu = process_cpu() - cpu0

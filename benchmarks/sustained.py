@@ -2,8 +2,9 @@
 
 The N jobs are inserted up front (one INSERT ... generate_series), then one
 worker process drains them at ``--concurrency``; the handler stamps the time
-at every tenth. Passes when the last tenth's rate is within 20% of the
-first's. With the default N this takes several minutes (filling alone ~1 min).
+at every tenth. Passes when the median of the runs' last-tenth rates over
+first-tenth rates is at least 0.8. With the default N this takes several
+minutes (filling alone ~1 min).
 
 Usage: python -m benchmarks.sustained [--jobs 1000000] [--concurrency 100] [--runs 1]
 """
@@ -51,7 +52,7 @@ def main() -> None:
         )
     overall = summarize([r["jobs_per_s"] for r in runs])
     ratio = summarize([r["last_over_first"] for r in runs])
-    passed = all(r["last_over_first"] >= 0.8 for r in runs)
+    passed = ratio["median"] >= 0.8
     out = {
         "jobs": args.jobs,
         "concurrency": args.concurrency,

@@ -138,7 +138,9 @@ async def big_table(fresh_dsn: str) -> Any:
 async def test_claim_and_rescue_use_their_partial_indexes(
     big_table: asyncpg.Connection,
 ) -> None:
-    claim = await _explain(big_table, _sql.CLAIM, QUEUE, CLAIM_LIMIT)
+    claim = await _explain(
+        big_table, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.HEAD_OF_LINE
+    )
     rescue = await _explain(big_table, _sql.RESCUE, QUEUE, 300.0)
 
     scan = _check_scans(claim, "idx_pgqueue_jobs_claim")

@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 from pgqueue import _sql
-from tests.test_query_plans import _nodes
+from tests.test_query_plans import _buffers, _explain, _nodes
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -29,6 +29,7 @@ QUEUE = "default"
 PENDING = 20_000
 CLAIMED = 300
 WRITTEN = 100
+DRAINED = 15_000
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ async def small_table(fresh_dsn: str) -> AsyncIterator[asyncpg.Connection]:
             PENDING,
         )
         await connection.execute("ANALYZE pgqueue_jobs")
-        await connection.fetch(_sql.CLAIM, QUEUE, CLAIMED)
+        await connection.fetch(_sql.CLAIM, QUEUE, CLAIMED, *_sql.HEAD_OF_LINE)
         yield connection
     finally:
         await connection.close()
@@ -93,12 +94,28 @@ def _table_scans(nodes: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     ]
 
 
-async def test_claim_never_scans_the_table(small_table: asyncpg.Connection) -> None:
-    for mode, nodes in (await _plans(small_table, _sql.CLAIM, QUEUE, 100)).items():
+@pytest.mark.parametrize("start", ["head", "past the claimed"])
+async def test_claim_never_scans_the_table(
+    small_table: asyncpg.Connection, start: str
+) -> None:
+    after = _sql.HEAD_OF_LINE
+    if start != "head":
+        after = tuple(
+            await small_table.fetchrow(
+                "SELECT run_at, id FROM pgqueue_jobs WHERE status = 'running'"
+                " ORDER BY run_at DESC, id DESC LIMIT 1"
+            )
+        )
+    plans = await _plans(small_table, _sql.CLAIM, QUEUE, 100, *after)
+    for mode, nodes in plans.items():
         scans = _table_scans(nodes)
         assert ("Index Scan", "idx_pgqueue_jobs_claim") in scans, (mode, scans)
         assert ("Index Scan", "pgqueue_jobs_pkey") in scans, (mode, scans)
         assert all(kind == "Index Scan" for kind, _ in scans), (mode, scans)
+        (scan,) = [n for n in nodes if n.get("Index Name") == "idx_pgqueue_jobs_claim"]
+        # The place in line is where the index scan starts, not a filter.
+        assert "ROW(run_at, id) >" in scan["Index Cond"], (mode, scan)
+        assert scan["Actual Rows"] == 100, (mode, scan)
 
 
 @pytest.mark.parametrize("statement", ["FINISH", "TOUCH"])
@@ -121,3 +138,34 @@ async def test_outcome_writes_go_through_the_primary_key(
     nodes = plans["generic"]
     assert _table_scans(nodes) == [("Index Scan", "pgqueue_jobs_pkey")]
     assert nodes[0]["Actual Rows"] == (WRITTEN if statement == "FINISH" else 0)
+
+
+async def test_a_claim_past_the_jobs_taken_skips_their_dead_index_entries(
+    fresh_dsn: str,
+) -> None:
+    """What a worker draining a backlog relies on until vacuum runs."""
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        await connection.execute(
+            "ALTER TABLE pgqueue_jobs SET (autovacuum_enabled = false)"
+        )
+        await connection.execute(
+            "INSERT INTO pgqueue_jobs (queue, job_type)"
+            " SELECT $1, 'noop' FROM generate_series(1, $2)",
+            QUEUE,
+            PENDING,
+        )
+        taken = await connection.fetch(_sql.CLAIM, QUEUE, DRAINED, *_sql.HEAD_OF_LINE)
+        after = max((r["run_at"], r["id"]) for r in taken)
+        found = {}
+        for start, place in (("head", _sql.HEAD_OF_LINE), ("past", after)):
+            plan = await _explain(connection, _sql.CLAIM, QUEUE, 100, *place)
+            lock = next(n for n in _nodes(plan) if n["Node Type"] == "LockRows")
+            assert lock["Actual Rows"] == 100
+            found[start] = _buffers(lock)
+    finally:
+        await connection.close()
+    # Walked from the head, skipped from past them (measured: 452 buffers
+    # against 105, the rest being the 100 rows locked).
+    assert found["past"] < 150, found
+    assert found["head"] > found["past"] + 50, found

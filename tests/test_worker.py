@@ -499,16 +499,73 @@ async def test_prefetch_runs_every_job_exactly_once(
     assert await _statuses(pool, queue.name) == {"completed": 300}
 
 
+async def _drain_with_a_job_put_behind(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, backlog: int, poll_interval: float
+) -> list[str]:
+    """Drain ``backlog`` jobs one at a time; the first handler enqueues a job
+    back-dated an hour, behind every job in line. Return the order they ran."""
+    order: list[str] = []
+    done = anyio.Event()
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, concurrency=1, poll_interval=poll_interval
+    )
+
+    @worker.handler("backlog")
+    async def in_line(_job: pgqueue.Job) -> None:
+        order.append("backlog")
+        if len(order) == 1:
+            an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+            await queue.enqueue("behind", {}, run_at=an_hour_ago)
+        if len(order) == backlog + 1:
+            done.set()
+
+    @worker.handler("behind")
+    async def behind(_job: pgqueue.Job) -> None:
+        order.append("behind")
+        if len(order) == backlog + 1:
+            done.set()
+
+    await queue.enqueue_many([("backlog", i) for i in range(backlog)])
+    async with running(worker):
+        with anyio.fail_after(10):
+            await done.wait()
+    assert await _statuses(pool, queue.name) == {"completed": backlog + 1}
+    return order
+
+
+async def test_a_job_put_behind_a_draining_worker_waits_no_longer_than_a_poll(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # While the backlog lasts, claims start past the last job taken; one from
+    # the head of the line every poll_interval finds the job put behind.
+    # 1,000 claims of one job take far longer than one 50 ms poll.
+    order = await _drain_with_a_job_put_behind(pool, queue, 1_000, 0.05)
+    assert order.index("behind") < len(order) - 1, "ran only after the backlog"
+
+
+async def test_a_job_put_behind_a_draining_worker_runs_when_the_backlog_ends(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # The poll is 60 s away: only the claim from the head that follows a
+    # short claim from past the head finds the job before the deadline.
+    order = await _drain_with_a_job_put_behind(pool, queue, 50, 60.0)
+    assert sorted(order) == ["backlog"] * 50 + ["behind"]
+
+
 async def test_a_stale_release_cannot_touch_the_attempt_that_superseded_it(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
     job_id = await queue.enqueue("t", {})
-    (first,) = await pool.fetch(pgqueue._sql.CLAIM, queue.name, 1)
+    (first,) = await pool.fetch(
+        pgqueue._sql.CLAIM, queue.name, 1, *pgqueue._sql.HEAD_OF_LINE
+    )
     await _orphan(pool, job_id, attempts=first["attempts"])
     assert [
         r["status"] for r in await pool.fetch(pgqueue._sql.RESCUE, queue.name, 60)
     ] == ["pending"]
-    (second,) = await pool.fetch(pgqueue._sql.CLAIM, queue.name, 1)
+    (second,) = await pool.fetch(
+        pgqueue._sql.CLAIM, queue.name, 1, *pgqueue._sql.HEAD_OF_LINE
+    )
     written = await pool.fetch(
         pgqueue._sql.FINISH, [job_id], [first["attempts"]], ["released"], [0.0], [None]
     )

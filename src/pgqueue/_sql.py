@@ -8,11 +8,14 @@ database's ``now()``, never the client's clock.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 __all__ = [
     "CLAIM",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "FINISH",
+    "HEAD_OF_LINE",
     "JOBS_CHANNEL",
     "PRUNE",
     "PUBLISH",
@@ -82,6 +85,13 @@ WHERE queue = $1
   AND updated_at < now() - make_interval(secs => $2)
 """
 
+HEAD_OF_LINE = (datetime.min.replace(tzinfo=UTC), 0)
+"""CLAIM's place ($3, $4) for a claim from the head: ('-infinity', 0)."""
+
+# The first due jobs in line after the place ($3, $4) = (run_at, id). A
+# worker draining a backlog starts after the last job it took: each claimed
+# job leaves a dead entry at the head of the claim index until vacuum, and a
+# claim from the head walks them all.
 # The ids come back as an array, so the update finds its rows through the
 # primary key whatever the table's size or statistics: as a join, a table of
 # a few thousand rows gets a sequential scan per claim.
@@ -92,6 +102,7 @@ WHERE id = ANY(ARRAY(
     SELECT id
     FROM pgqueue_jobs
     WHERE queue = $1 AND status = 'pending' AND run_at <= now()
+      AND (run_at, id) > ($3::timestamptz, $4::bigint)
     ORDER BY run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED

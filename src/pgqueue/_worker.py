@@ -31,6 +31,7 @@ import heapq
 import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
 
 import anyio
@@ -79,6 +80,9 @@ SHUTDOWN_ERROR = "worker shut down before the job finished"
 # Heartbeats sent per rescue_after: a live job's row is never older than
 # rescue_after / 3 (plus a round trip), far from being taken for an orphan.
 HEARTBEATS_PER_RESCUE = 3
+# A place in the claim order (run_at, id); a claim takes the jobs after it.
+Place: TypeAlias = tuple[datetime, int]
+HEAD: Place = _sql.HEAD_OF_LINE
 
 
 class Worker:
@@ -101,6 +105,10 @@ class Worker:
             attempt uncounted). Worth it for short jobs; keep 0 when jobs
             are long and other workers could take them.
         poll_interval: seconds between claims when nothing wakes the worker.
+            Also how long a job put back in line behind a backlog being
+            drained (rescued, or enqueued with an earlier ``run_at``) may
+            wait: claims start after the last job taken while the backlog
+            lasts, and from the head of the line at least this often.
         listen: wake on NOTIFY over a dedicated connection. ``True`` opens it
             with the pool's connect arguments; a DSN string opens it there
             (useful when the pool goes through PgBouncer); ``False`` polls only.
@@ -176,6 +184,8 @@ class Worker:
         self._held: dict[tuple[int, int], Job] = {}  # claimed, outcome not yet put
         self._active = 0  # handlers running
         self._saturated = False
+        self._after = HEAD  # where the next claim starts in line
+        self._head_due = 0.0  # loop time of the next claim from the head
         self._until_empty = False
         self._retries_due: list[float] = []  # a heap of local deadlines
         self._listener_keepalive = LISTEN_KEEPALIVE
@@ -434,8 +444,9 @@ class Worker:
                 return
             if free >= self._claim_at:
                 flushed_before = self._writer.flushed
+                after = self._claim_start()
                 try:
-                    rows = await self._claim(free)
+                    rows = await self._claim(free, after)
                 except DATABASE_ERRORS as exc:
                     failures += 1
                     self._logger.error(
@@ -467,7 +478,11 @@ class Worker:
                     self._ready.append(job)
                 if self._ready and not self._waking:
                     self._wake_consumer()
-                self._saturated = len(rows) == free
+                full = len(rows) == free
+                self._after = _last_in_line(rows) if full else HEAD
+                # A short claim from past the head has yet to look behind
+                # its starting place: claim again, from the head.
+                self._saturated = full or after is not HEAD
                 if self._saturated:
                     continue
                 if self._until_empty and not rows and not self._held:
@@ -501,11 +516,22 @@ class Worker:
             return 0.0
         return min(self._poll_interval, due[0] - now) if due else self._poll_interval
 
-    async def _claim(self, limit: int) -> list[asyncpg.Record]:
+    def _claim_start(self) -> Place:
+        """Where the next claim starts: past the last job taken while a backlog
+        lasts, and from the head at least every ``poll_interval``, so that jobs
+        put back in line behind that place (rescued, or enqueued with an
+        earlier ``run_at``) wait no longer than a poll."""
+        now = asyncio.get_running_loop().time()
+        if self._after is HEAD or now >= self._head_due:
+            self._head_due = now + self._poll_interval
+            return HEAD
+        return self._after
+
+    async def _claim(self, limit: int, after: Place) -> list[asyncpg.Record]:
         # Never cancel a claim in flight: the server may commit it after the
         # client gave up, leaving claimed jobs nobody runs until rescue.
         with anyio.fail_after(CLAIM_TIMEOUT, shield=True):
-            return await self._claimer.fetch(_sql.CLAIM, self._queue, limit)
+            return await self._claimer.fetch(_sql.CLAIM, self._queue, limit, *after)
 
     async def _execute(self, job: Job) -> None:
         self._active += 1
@@ -666,6 +692,14 @@ def _job_from_row(row: asyncpg.Record) -> tuple[Job, str | None]:
         last_error=row[8],
     )
     return job, undecodable
+
+
+def _last_in_line(rows: list[asyncpg.Record]) -> Place:
+    """The (run_at, id) of the last claimed row in claim order."""
+    # asyncpg reads run_at '-infinity' as a naive datetime.min.
+    return max(
+        (row[6] if row[6].tzinfo is not None else HEAD[0], row[0]) for row in rows
+    )
 
 
 def _fields(job: Job) -> dict[str, Any]:
