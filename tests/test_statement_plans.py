@@ -100,12 +100,12 @@ async def test_claim_never_scans_the_table(
 ) -> None:
     after = _sql.HEAD_OF_LINE
     if start != "head":
-        after = tuple(
-            await small_table.fetchrow(
-                "SELECT run_at, id FROM pgqueue_jobs WHERE status = 'running'"
-                " ORDER BY run_at DESC, id DESC LIMIT 1"
-            )
+        last = await small_table.fetchrow(
+            "SELECT run_at, id FROM pgqueue_jobs WHERE status = 'running'"
+            " ORDER BY run_at DESC, id DESC LIMIT 1"
         )
+        assert last is not None
+        after = (last["run_at"], last["id"])
     plans = await _plans(small_table, _sql.CLAIM, QUEUE, 100, *after)
     for mode, nodes in plans.items():
         scans = _table_scans(nodes)
