@@ -461,11 +461,14 @@ async def _check_payload(db: Db, payload: Any) -> None:
         return
     try:
         assert not expected, f"stored a payload that must be refused ({expected})"
-        stored = await row(db.pool, job_id)
+        # enqueue_many encodes a batch's payloads as one JSON array.
+        _, many_id = await queue.enqueue_many([("t", {}), ("t", payload)])
         want = {} if payload is None else stored_form(payload)
-        assert same(json.loads(stored["payload"]), want)
+        for stored_id in (job_id, many_id):
+            stored = await row(db.pool, stored_id)
+            assert same(json.loads(stored["payload"]), want)
     finally:
-        await db.pool.execute("DELETE FROM pgqueue_jobs WHERE id = $1", job_id)
+        await db.pool.execute("DELETE FROM pgqueue_jobs WHERE queue = $1", queue.name)
 
 
 @examples(150)

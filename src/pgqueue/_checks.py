@@ -28,6 +28,7 @@ __all__ = [
     "check_run_at",
     "encode_notify_payload",
     "encode_payload",
+    "encode_payloads",
 ]
 
 # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
@@ -72,13 +73,14 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(msg)
 
 
-def _inspect(payload: Any) -> None:
+def _inspect(payload: Any, depth: int = 0) -> None:
     """Refuse dict keys that are not str, and nesting deeper than the limit.
 
     Walks the containers without recursion (so a deep value cannot exhaust
-    the stack here); scalars are left to the encoder, in C.
+    the stack here); scalars are left to the encoder, in C. ``depth`` is the
+    payload's own: -1 for a list of payloads.
     """
-    stack: list[tuple[Any, int]] = [(payload, 0)]
+    stack: list[tuple[Any, int]] = [(payload, depth)]
     while stack:
         value, depth = stack.pop()
         if isinstance(value, dict):
@@ -193,15 +195,45 @@ def encode_payload(payload: Any) -> str:
     """
     if payload is None:
         return "{}"
+    return _encode(_loaded(payload))
+
+
+def encode_payloads(payloads: list[Any]) -> str:
+    """Return ``payloads`` as one JSON array, each element as `encode_payload` writes it.
+
+    One encoder call for the whole list costs a fraction of one per payload.
+
+    Raises:
+        TypeError, ValueError: as `encode_payload` for the first bad
+            payload, its message starting ``job <index>: ``.
+    """
+    try:
+        return _encode([{} if p is None else _loaded(p) for p in payloads], depth=-1)
+    except (TypeError, ValueError):
+        for index, payload in enumerate(payloads):
+            try:
+                encode_payload(payload)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"job {index}: {exc}") from exc
+        raise
+
+
+def _loaded(payload: Any) -> Any:
+    """``payload``, or the value that bytes of JSON text hold."""
     if isinstance(payload, bytes | bytearray | memoryview):
         try:
-            payload = json.loads(bytes(payload), parse_constant=_refuse_constant)
+            return json.loads(bytes(payload), parse_constant=_refuse_constant)
         except (ValueError, RecursionError) as exc:
             msg = f"payload bytes are not valid JSON: {exc}"
             raise ValueError(msg) from exc
-    _inspect(payload)
+    return payload
+
+
+def _encode(value: Any, depth: int = 0) -> str:
+    """JSON text of ``value`` that jsonb stores and gives back unchanged, or raise."""
+    _inspect(value, depth)
     try:
-        text = _encoder.encode(payload)
+        text = _encoder.encode(value)
     except TypeError as exc:
         msg = f"payload is not JSON-serializable: {exc}"
         raise TypeError(msg) from exc

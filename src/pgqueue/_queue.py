@@ -12,6 +12,7 @@ from pgqueue._checks import (
     check_queue_name,
     check_run_at,
     encode_payload,
+    encode_payloads,
 )
 from pgqueue._job import NewJob
 from pgqueue._log import Logger, default_logger
@@ -138,7 +139,10 @@ class Queue:
         """Insert many jobs in one round trip with a single wakeup.
 
         All jobs are checked before anything is sent; one bad job means none
-        is written. Returns the new ids in input order.
+        is written. Returns the new ids in input order. The payloads travel
+        as one JSON array, so one call's payloads must stay under 256 MB
+        (PostgreSQL's limit for a jsonb value); beyond it the server refuses
+        the call and nothing is written.
 
         Args:
             jobs: `NewJob` values or ``(job_type, payload)`` tuples.
@@ -148,26 +152,33 @@ class Queue:
             TypeError, ValueError: as `enqueue`, naming the bad job's index.
         """
         types: list[str] = []
-        payloads: list[str] = []
+        payloads: list[Any] = []
         attempts: list[int] = []
         run_ats: list[datetime | None] = []
+        checked_types: set[str] = set()
         for index, job in enumerate(jobs):
-            new = _as_new_job(job, index)
             try:
-                job_type, payload, max_attempts, run_at = self._row(
-                    new.job_type, new.payload, new.run_at, new.max_attempts
+                job_type, payload, max_attempts, run_at = _unpack(job)
+                if type(job_type) is str and job_type in checked_types:
+                    types.append(job_type)
+                else:
+                    types.append(check_name("job type", job_type))
+                    checked_types.add(types[-1])
+                attempts.append(
+                    self._max_attempts
+                    if max_attempts is None
+                    else check_max_attempts(max_attempts)
                 )
+                run_ats.append(check_run_at(run_at))
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"job {index}: {exc}") from exc
-            types.append(job_type)
             payloads.append(payload)
-            attempts.append(max_attempts)
-            run_ats.append(run_at)
         if not types:
             return []
+        payload_array = encode_payloads(payloads)
         executor: Executor = connection if connection is not None else self._pool
         ids: list[int] = await executor.fetchval(
-            _sql.ENQUEUE_MANY, self._name, types, payloads, attempts, run_ats
+            _sql.ENQUEUE_MANY, self._name, types, payload_array, attempts, run_ats
         )
         self._logger.debug(
             "pgqueue: jobs enqueued", extra={"count": len(ids), "queue": self._name}
@@ -212,10 +223,11 @@ class Queue:
         return f"Queue(name={self._name!r}, max_attempts={self._max_attempts})"
 
 
-def _as_new_job(job: object, index: int) -> NewJob:
-    if isinstance(job, NewJob):
-        return job
+def _unpack(job: object) -> tuple[object, Any, object, object]:
+    """(job_type, payload, max_attempts, run_at) of one job for enqueue_many."""
     if isinstance(job, tuple) and len(job) == 2:
-        return NewJob(job[0], job[1])
-    msg = f"job {index}: expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
+        return job[0], job[1], None, None
+    if isinstance(job, NewJob):
+        return job.job_type, job.payload, job.max_attempts, job.run_at
+    msg = f"expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
     raise TypeError(msg)

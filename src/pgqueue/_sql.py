@@ -66,12 +66,18 @@ SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
 """
 
 # Rows are inserted in input order, so ascending ids are the input order.
+# The payloads arrive as one JSON array ($3), the rest as arrays; ROWS FROM
+# zips them element by element.
 ENQUEUE_MANY = """
 WITH jobs AS (
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
-    SELECT $1, t.job_type, t.payload::jsonb, t.max_attempts, COALESCE(t.run_at, now())
-    FROM unnest($2::text[], $3::text[], $4::int[], $5::timestamptz[])
-        WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, ord)
+    SELECT $1, t.job_type, t.payload, t.max_attempts, COALESCE(t.run_at, now())
+    FROM ROWS FROM (
+        unnest($2::text[]),
+        jsonb_array_elements($3::jsonb),
+        unnest($4::int[]),
+        unnest($5::timestamptz[])
+    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, ord)
     ORDER BY t.ord
     RETURNING id
 )
