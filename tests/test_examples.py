@@ -27,7 +27,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from asgi_lifespan import LifespanManager
 
 from pgqueue.testing._server import server_kind_from_env
-from tests.helpers import row
+from tests.helpers import row, wait_for_row
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -253,7 +253,10 @@ async def test_fastapi_app_rolls_the_job_back_with_a_failed_order(
             )
         assert again.status_code == 409
         assert again.json() == {"detail": f"order {order_id} already exists"}
-    job_id = first.json()["job_id"]
+        # Shutting down drains the jobs the worker has claimed, not the ones
+        # it has yet to claim: let the first order's job run before that.
+        job_id = first.json()["job_id"]
+        await wait_for_row(pool, job_id, status="completed")
     await assert_shipped(pool, order_id, job_id)
     order, _jobs = await stored(pool, order_id)
     assert order["item"] == "teapot"
@@ -303,6 +306,8 @@ async def test_aiohttp_app_rolls_the_job_back_with_a_failed_order(
             )
             assert again.status == 409
             assert await again.text() == f"order {order_id} already exists"
+            # As above: let the job run before the shutdown.
+            await wait_for_row(pool, job_id, status="completed")
     await assert_shipped(pool, order_id, job_id)
     order, _jobs = await stored(pool, order_id)
     assert order["item"] == "teapot"
