@@ -63,6 +63,30 @@ async def test_processes_a_job(pool: asyncpg.Pool, queue: pgqueue.Queue) -> None
     assert stored["completed_at"] is not None
 
 
+async def test_claims_jobs_another_producer_dated_minus_infinity(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # asyncpg reads '-infinity' as a naive datetime.min; the worker must still
+    # find its place in line among aware times when both come in one claim.
+    await pool.execute(
+        "INSERT INTO pgqueue_jobs (queue, job_type, run_at)"
+        " VALUES ($1, 't', '-infinity'), ($1, 't', now()), ($1, 't', now())",
+        queue.name,
+    )
+    ran: list[datetime] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=2)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        ran.append(job.run_at)
+
+    with anyio.fail_after(10):
+        await worker.run(until_empty=True)
+    assert len(ran) == 3
+    assert datetime.min in ran
+    assert await _statuses(pool, queue.name) == {"completed": 3}
+
+
 async def test_does_not_claim_future_jobs(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
