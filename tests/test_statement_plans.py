@@ -32,16 +32,21 @@ WRITTEN = 100
 DRAINED = 15_000
 
 
+async def _fill(connection: asyncpg.Connection) -> None:
+    """PENDING due no-op jobs on QUEUE."""
+    await connection.execute(
+        "INSERT INTO pgqueue_jobs (queue, job_type)"
+        " SELECT $1, 'noop' FROM generate_series(1, $2)",
+        QUEUE,
+        PENDING,
+    )
+
+
 @pytest.fixture
 async def small_table(fresh_dsn: str) -> AsyncIterator[asyncpg.Connection]:
     connection = await asyncpg.connect(fresh_dsn)
     try:
-        await connection.execute(
-            "INSERT INTO pgqueue_jobs (queue, job_type)"
-            " SELECT $1, 'noop' FROM generate_series(1, $2)",
-            QUEUE,
-            PENDING,
-        )
+        await _fill(connection)
         await connection.execute("ANALYZE pgqueue_jobs")
         await connection.fetch(_sql.CLAIM, QUEUE, CLAIMED, *_sql.HEAD_OF_LINE)
         yield connection
@@ -149,12 +154,7 @@ async def test_a_claim_past_the_jobs_taken_skips_their_dead_index_entries(
         await connection.execute(
             "ALTER TABLE pgqueue_jobs SET (autovacuum_enabled = false)"
         )
-        await connection.execute(
-            "INSERT INTO pgqueue_jobs (queue, job_type)"
-            " SELECT $1, 'noop' FROM generate_series(1, $2)",
-            QUEUE,
-            PENDING,
-        )
+        await _fill(connection)
         taken = await connection.fetch(_sql.CLAIM, QUEUE, DRAINED, *_sql.HEAD_OF_LINE)
         after = max((r["run_at"], r["id"]) for r in taken)
         found = {}

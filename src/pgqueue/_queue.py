@@ -164,11 +164,7 @@ class Queue:
                 else:
                     types.append(check_name("job type", job_type))
                     checked_types.add(types[-1])
-                attempts.append(
-                    self._max_attempts
-                    if max_attempts is None
-                    else check_max_attempts(max_attempts)
-                )
+                attempts.append(self._attempts(max_attempts))
                 run_ats.append(check_run_at(run_at))
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"job {index}: {exc}") from exc
@@ -213,10 +209,16 @@ class Queue:
         return (
             check_name("job type", job_type),
             encode_payload(payload),
+            self._attempts(max_attempts),
+            check_run_at(run_at),
+        )
+
+    def _attempts(self, max_attempts: object) -> int:
+        """A job's ``max_attempts``: its own, checked, or the queue's default."""
+        return (
             self._max_attempts
             if max_attempts is None
-            else check_max_attempts(max_attempts),
-            check_run_at(run_at),
+            else check_max_attempts(max_attempts)
         )
 
     def __repr__(self) -> str:
