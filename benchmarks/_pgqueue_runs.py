@@ -281,11 +281,14 @@ def floor_child(
 async def _floor(
     link: ChildLink, dsn: str, n: int, batch: int, pipelined: bool
 ) -> None:
-    claimer = await asyncpg.connect(dsn)
-    finisher = await asyncpg.connect(dsn) if pipelined else claimer
+    # Planned as the worker's own connections are.
+    claimer = await asyncpg.connect(dsn, server_settings=_sql.WORKER_SETTINGS)
+    finisher = (
+        await asyncpg.connect(dsn, server_settings=_sql.WORKER_SETTINGS)
+        if pipelined
+        else claimer
+    )
     try:
-        for connection in {claimer, finisher}:
-            await connection.execute(_sql.WORKER_SESSION)
         await link.ready()
         cpu0 = process_cpu()
         start = time.perf_counter()
@@ -297,10 +300,10 @@ async def _floor(
             if previous:
                 finish = finisher.fetch(
                     _sql.FINISH,
-                    [r[0] for r in previous],
-                    [r[4] for r in previous],
+                    _sql.array(r[0] for r in previous),
+                    _sql.array(r[4] for r in previous),
                     ["completed"] * len(previous),
-                    [0.0] * len(previous),
+                    _sql.array([0.0] * len(previous)),
                     [None] * len(previous),
                 )
                 if pipelined:

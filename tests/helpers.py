@@ -6,7 +6,6 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.lowlevel
 import asyncpg
 
 if TYPE_CHECKING:
@@ -71,9 +70,11 @@ async def row(pool: asyncpg.Pool, job_id: int) -> dict[str, Any]:
     return dict(record)
 
 
-async def table_count(pool: asyncpg.Pool) -> int:
-    """Rows in the whole table, across queues."""
-    count: int = await pool.fetchval("SELECT count(*) FROM pgqueue_jobs")
+async def queue_count(pool: asyncpg.Pool, queue: str) -> int:
+    """Rows of ``queue`` (each test has queues of its own; the table is shared)."""
+    count: int = await pool.fetchval(
+        "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1", queue
+    )
     return count
 
 
@@ -81,14 +82,13 @@ async def table_count(pool: asyncpg.Pool) -> int:
 async def running(worker: pgqueue.Worker) -> AsyncIterator[pgqueue.Worker]:
     """Run ``worker`` inside the test body; stop it (draining) on the way out.
 
+    Returns once the worker is ready (schema checked, LISTEN up).
     pytest-asyncio runs fixture setup and teardown in different tasks, so a
     task group cannot span a fixture's yield: workers run through this.
     """
     async with anyio.create_task_group() as tg:
-        tg.start_soon(worker.run)
-        with anyio.fail_after(5):
-            while worker._state == "new":
-                await anyio.lowlevel.checkpoint()
+        with anyio.fail_after(10):
+            await tg.start(worker.run)
         try:
             yield worker
         finally:

@@ -472,7 +472,7 @@ async def test_terminated_backends_mid_drain_lose_nothing_and_wakeups_resume(
     assert len(handled) == total
     assert (
         logger.messages("warning").count(
-            "pgqueue: LISTEN connection re-established; "
+            "LISTEN connection re-established; "
             "notifications sent while it was down were missed"
         )
         == kills

@@ -33,7 +33,8 @@ import anyio.lowlevel
 import pytest
 
 import pgqueue
-from pgqueue._listener import Listener, connect_like
+from pgqueue._connect import connect_like
+from pgqueue._listener import Listener
 from pgqueue._pubsub import Subscriber, publish
 from tests.helpers import RecordingLogger, running, wait_until
 from tests.tcp_proxy import TcpProxy, tcp_proxy
@@ -204,7 +205,9 @@ async def test_listener_replaces_a_half_open_connection(
     assert inbox.payloads == ["before", "after"]
 
 
-@pytest.mark.parametrize("how", HOW)
+# Only through the knobs: the worker's run() is ready once LISTEN is up, too
+# late to change the listener before it connects.
+@pytest.mark.parametrize("how", ["knob"])
 async def test_worker_replaces_a_half_open_listen_connection(
     pool: asyncpg.Pool, queue: pgqueue.Queue, dsn: str, how: str
 ) -> None:
@@ -229,11 +232,8 @@ async def test_worker_replaces_a_half_open_listen_connection(
             )
             inbox.put(job.payload)
 
-        if how == "knob":
-            await shorten_probe(worker, how)
+        await shorten_probe(worker, how)
         async with running(worker):
-            if how != "knob":
-                await shorten_probe(worker, how)
             await wait_until(lambda: _is_listening(worker))
             await queue.enqueue("t", "a")
             await inbox.wait_for("a")

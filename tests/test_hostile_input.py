@@ -49,7 +49,7 @@ from pgqueue._checks import (
     encode_payload,
 )
 from pgqueue._pubsub import Subscriber, publish
-from tests.helpers import listening, row, rows, table_count
+from tests.helpers import listening, queue_count, row, rows
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
@@ -447,7 +447,7 @@ VALID_CHANNELS = st.one_of(
 async def _check_payload(db: Db, payload: Any) -> None:
     expected = payload_refusals(payload)
     queue = pgqueue.Queue(db.pool, name=unique("payload"))
-    before = await table_count(db.pool)
+    before = await queue_count(db.pool, queue.name)
     try:
         job_id = await queue.enqueue("t", payload)
     except (TypeError, ValueError) as exc:
@@ -457,7 +457,7 @@ async def _check_payload(db: Db, payload: Any) -> None:
             await pgqueue.Queue(db.no_server, name=queue.name).enqueue("t", payload)
         with pytest.raises(kind, match=r"^job 1: "):
             await queue.enqueue_many([("t", {}), ("t", payload)])
-        assert await table_count(db.pool) == before
+        assert await queue_count(db.pool, queue.name) == before
         return
     try:
         assert not expected, f"stored a payload that must be refused ({expected})"
@@ -503,14 +503,14 @@ async def _check_raw_payload(db: Db, raw: bytes) -> None:
     else:
         expected = payload_refusals(value)
     queue = pgqueue.Queue(db.pool, name=unique("raw"))
-    before = await table_count(db.pool)
+    before = await queue_count(db.pool, queue.name)
     try:
         job_id = await queue.enqueue("t", raw)
     except (TypeError, ValueError) as exc:
         assert_refused(exc, expected)
         with pytest.raises(type(exc)):
             await pgqueue.Queue(db.no_server, name=queue.name).enqueue("t", raw)
-        assert await table_count(db.pool) == before
+        assert await queue_count(db.pool, queue.name) == before
         return
     try:
         assert not expected, f"stored bytes that must be refused ({expected})"
@@ -631,7 +631,7 @@ async def _check_job_type(db: Db, job_type: object) -> None:
     async def handle(job: pgqueue.Job) -> None:
         ran.append(job.type)
 
-    before = await table_count(db.pool)
+    before = await queue_count(db.pool, queue.name)
     try:
         job_id = await queue.enqueue(job_type, {})  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
@@ -640,7 +640,7 @@ async def _check_job_type(db: Db, job_type: object) -> None:
             await pgqueue.Queue(db.no_server, name=queue.name).enqueue(job_type, {})  # type: ignore[arg-type]
         with pytest.raises(type(exc)):
             worker.register(job_type, handle)  # type: ignore[arg-type]
-        assert await table_count(db.pool) == before
+        assert await queue_count(db.pool, queue.name) == before
         return
     try:
         assert not expected, f"accepted a job type that must be refused ({expected})"
@@ -841,11 +841,4 @@ async def test_a_payload_the_worker_cannot_decode_is_dead_lettered(
             assert dead["status"] == "dead"
             assert "payload" in dead["last_error"]
     finally:
-        # A crashed worker leaves its claimed rows running: delete them, so
-        # no rescue sweep ever hands them to another worker. It also skips
-        # closing its own connections (the second bug in the report): close
-        # them here, or their ResourceWarning fails whichever test is running
-        # when they are garbage collected. Both closes are idempotent.
-        await worker._claimer.aclose()
-        await worker._writer.aclose()
         await pool.execute("DELETE FROM pgqueue_jobs WHERE queue = $1", queue.name)

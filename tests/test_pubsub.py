@@ -262,7 +262,7 @@ async def test_a_failing_callback_is_logged_and_delivery_goes_on(
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 2
     for record in errors:
-        assert record.getMessage() == "pgqueue: subscriber callback failed"
+        assert record.getMessage() == "subscriber callback failed"
         assert record.__dict__["channel"] == channel
         assert record.exc_info is not None
         assert isinstance(record.exc_info[1], RuntimeError)

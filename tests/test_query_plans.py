@@ -141,7 +141,7 @@ async def test_claim_and_rescue_use_their_partial_indexes(
     claim = await _explain(
         big_table, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.HEAD_OF_LINE
     )
-    rescue = await _explain(big_table, _sql.RESCUE, QUEUE, 300.0)
+    rescue = await _explain(big_table, _sql.RESCUE, QUEUE, 300.0, 1000)
 
     scan = _check_scans(claim, "idx_pgqueue_jobs_claim")
     assert scan["Actual Rows"] == CLAIM_LIMIT

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 import pgqueue
-from tests.helpers import listening, row, rows, table_count
+from tests.helpers import listening, queue_count, row, rows
 
 
 async def test_enqueue_inserts_a_pending_row(
@@ -210,7 +210,7 @@ async def test_bad_input_raises_before_any_sql(
     arguments: dict[str, Any] = {"job_type": "t", "payload": {}, **kwargs}
     job_type = arguments.pop("job_type")
     payload = arguments.pop("payload")
-    before = await table_count(pool)
+    before = await queue_count(pool, queue.name)
     with pytest.raises(error, match=message):
         await queue.enqueue(job_type, payload, **arguments)
     # enqueue_many refuses the whole batch when one job is bad.
@@ -218,7 +218,7 @@ async def test_bad_input_raises_before_any_sql(
         await queue.enqueue_many(
             [("ok", {}), pgqueue.NewJob(job_type, payload, **arguments)]
         )
-    assert await table_count(pool) == before
+    assert await queue_count(pool, queue.name) == before
 
 
 async def test_bad_input_without_a_database(queue_name: str) -> None:

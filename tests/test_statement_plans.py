@@ -5,7 +5,7 @@ the claim written as a join once scanned all 20,000 rows of the benchmark's
 table for every batch, and the outcome write walked every running row
 through the rescue index, whose row estimate is stale (one row) after an
 ANALYZE that saw none running. The worker's own connections plan every
-statement generically (`_sql.WORKER_SESSION`); that is the plan checked.
+statement generically (`_sql.WORKER_SETTINGS`); that is the plan checked.
 The claim is also checked as planned with its parameters' values, since it
 holds up either way; the outcome writes, planned with 100 known ids on this
 table, do take a sequential scan, one reason the worker plans generically.
@@ -72,7 +72,8 @@ async def _plans(
                     "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args
                 )
             else:
-                await connection.execute(_sql.WORKER_SESSION)
+                for name, value in _sql.WORKER_SETTINGS.items():
+                    await connection.execute(f"SET LOCAL {name} = {value}")
                 await connection.execute("PREPARE checked AS " + sql)
                 raw = await connection.fetchval(
                     f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE checked({literals})"
@@ -134,9 +135,9 @@ async def test_outcome_writes_go_through_the_primary_key(
     )
     ids = [r["id"] for r in running]
     attempts = [r["attempts"] for r in running]
-    args: tuple[object, ...] = (ids, attempts)
+    args: tuple[object, ...] = (_sql.array(ids), _sql.array(attempts))
     if statement == "FINISH":
-        args += (["completed"] * WRITTEN, [0.0] * WRITTEN, [None] * WRITTEN)
+        args += (["completed"] * WRITTEN, _sql.array([0.0] * WRITTEN), [None] * WRITTEN)
     plans = await _plans(
         small_table, getattr(_sql, statement), *args, modes=("generic",)
     )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
+import asyncpg
 import pytest
 
 import pgqueue
@@ -16,8 +18,6 @@ from tests.helpers import RecordingLogger, row, rows, running, wait_for_row, wai
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-
-    import asyncpg
 
 GO_INSERT = (
     "INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)"
@@ -83,7 +83,9 @@ async def test_claims_jobs_another_producer_dated_minus_infinity(
     with anyio.fail_after(10):
         await worker.run(until_empty=True)
     assert len(ran) == 3
-    assert datetime.min in ran
+    # Handed to the handler as an aware time, as every time is.
+    assert datetime.min.replace(tzinfo=UTC) in ran
+    assert all(t.tzinfo is not None for t in ran)
     assert await _statuses(pool, queue.name) == {"completed": 3}
 
 
@@ -585,13 +587,18 @@ async def test_a_stale_release_cannot_touch_the_attempt_that_superseded_it(
     )
     await _orphan(pool, job_id, attempts=first["attempts"])
     assert [
-        r["status"] for r in await pool.fetch(pgqueue._sql.RESCUE, queue.name, 60)
+        r["status"] for r in await pool.fetch(pgqueue._sql.RESCUE, queue.name, 60, 1000)
     ] == ["pending"]
     (second,) = await pool.fetch(
         pgqueue._sql.CLAIM, queue.name, 1, *pgqueue._sql.HEAD_OF_LINE
     )
     written = await pool.fetch(
-        pgqueue._sql.FINISH, [job_id], [first["attempts"]], ["released"], [0.0], [None]
+        pgqueue._sql.FINISH,
+        pgqueue._sql.array([job_id]),
+        pgqueue._sql.array([first["attempts"]]),
+        ["released"],
+        pgqueue._sql.array([0.0]),
+        [None],
     )
     assert written == []
     stored = await row(pool, job_id)
@@ -993,3 +1000,106 @@ async def test_many_retries_falling_due_at_different_times_all_run_on_time(
     async with running(worker):
         await wait_until(lambda: _all_done(pool, queue.name), within=8)
     assert [(await row(pool, i))["attempts"] for i in ids] == [2] * 12
+
+
+async def test_a_wakeup_while_prefetched_jobs_fill_the_worker_is_not_lost(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # concurrency 2 + prefetch 2: a claim waits for 2 free slots. With 3 jobs
+    # held, the NOTIFY for 500 more arrives when only 1 slot is free; once
+    # the 3 finish, the worker must claim at once, not at its 60 s poll.
+    release = anyio.Event()
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, concurrency=2, prefetch=2, poll_interval=60
+    )
+
+    @worker.handler("first")
+    async def first(_job: pgqueue.Job) -> None:
+        await release.wait()
+
+    worker.register("t", _noop)
+    async with running(worker):
+        await queue.enqueue_many([("first", n) for n in range(3)])
+        await wait_until(lambda: _held(worker, 3))
+        await queue.enqueue_many([("t", n) for n in range(500)])
+        await wait_until(lambda: _more(worker))  # the wakeup was taken in
+        release.set()
+        await wait_until(lambda: _all_done(pool, queue.name), within=15)
+
+
+async def _held(worker: pgqueue.Worker, n: int) -> bool:
+    return worker._claims.held == n
+
+
+async def _more(worker: pgqueue.Worker) -> bool:
+    return worker._policy.more
+
+
+async def test_jobs_of_one_claim_start_in_run_at_order(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # One claim takes all five (prefetch), whose ids run against run_at.
+    order: list[int] = []
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, concurrency=1, prefetch=10, listen=False
+    )
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        order.append(job.payload)
+
+    now = datetime.now(UTC)
+    await queue.enqueue_many(
+        [pgqueue.NewJob("t", n, run_at=now - timedelta(seconds=n)) for n in range(5)]
+    )
+    with anyio.fail_after(10):
+        await worker.run(until_empty=True)
+    assert order == [4, 3, 2, 1, 0]
+
+
+async def test_a_claim_skips_rows_another_claim_holds_open(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # Without SKIP LOCKED the worker's claim would wait for the other
+    # transaction, which stays open until the worker has run the next job.
+    ran: list[int] = []
+    first, second = await queue.enqueue_many([("t", 1), ("t", 2)])
+    other = await asyncpg.connect(dsn)
+    try:
+        async with other.transaction():
+            held = await other.fetch(
+                pgqueue._sql.CLAIM, queue.name, 1, *pgqueue._sql.HEAD_OF_LINE
+            )
+            assert [r["id"] for r in held] == [first]
+            worker = pgqueue.Worker(pool, queue=queue.name, listen=False)
+
+            @worker.handler("t")
+            async def handle(job: pgqueue.Job) -> None:
+                ran.append(job.id)
+
+            with anyio.fail_after(5):
+                await worker.run(until_empty=True)
+            assert ran == [second]
+    finally:
+        await other.close()
+    assert (await row(pool, first))["status"] == "running"
+
+
+async def test_log_messages_do_not_repeat_the_loggers_name(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="pgqueue")
+    worker = pgqueue.Worker(pool, queue=queue.name, backoff=no_backoff)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        if job.attempts == 1:
+            raise RuntimeError
+
+    await queue.enqueue("t", {})
+    await queue.enqueue("unknown", {})
+    with anyio.fail_after(10):
+        await worker.run(until_empty=True)
+    messages = {r.getMessage() for r in caplog.records if r.name == "pgqueue"}
+    assert {"worker starting", "job failed; will retry", "job dead"} <= messages
+    assert not [m for m in messages if m.startswith("pgqueue")]

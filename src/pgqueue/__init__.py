@@ -12,6 +12,7 @@ from pgqueue._errors import (
     PayloadTooLargeError,
     Permanent,
     PgQueueError,
+    SchemaError,
     is_permanent,
 )
 from pgqueue._job import Job, NewJob, Status
@@ -39,6 +40,7 @@ __all__ = [
     "Permanent",
     "PgQueueError",
     "Queue",
+    "SchemaError",
     "Status",
     "Subscriber",
     "Worker",

@@ -1,4 +1,4 @@
-"""A connection of the worker's own, outside the pool, reopened after a failure."""
+"""A connection of the worker's own, outside the pool, with a deadline on every statement."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._errors import DATABASE_ERRORS
+from pgqueue._errors import ends_session
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     import asyncpg
 
-    from pgqueue._listener import Connect
+    from pgqueue._connect import Connect
 
-__all__ = ["DedicatedConnection"]
+__all__ = ["CLOSE_TIMEOUT", "DedicatedConnection"]
+
+CLOSE_TIMEOUT = 2.0
+"""Seconds a polite close may take before the connection is dropped."""
 
 
 class DedicatedConnection:
@@ -27,13 +29,21 @@ class DedicatedConnection:
     The worker's claims, its outcome writes and its upkeep (heartbeats and
     sweeps) each get one, so a busy worker pays no pool acquire and reset
     per batch, and handlers that hold every pool connection can neither
-    stall it nor make its live jobs look dead. A statement that fails with
-    a database error drops the connection; the next one opens a new one.
+    stall it nor make its live jobs look dead.
+
+    Opening the connection and every statement must finish within
+    ``timeout`` seconds, or ``TimeoutError`` is raised: a half-open
+    connection (a dead peer the kernel has not noticed) is found that way
+    instead of after the kernel's own timeout. A statement that times out,
+    is cancelled or loses its session drops the connection (closing the
+    socket at once); the next statement opens a new one. A statement the
+    server refuses for its data keeps it.
     """
 
-    def __init__(self, connect: Connect) -> None:
+    def __init__(self, connect: Connect, *, timeout: float) -> None:
         self._connect = connect
         self._connection: asyncpg.Connection[Any] | None = None
+        self.timeout = timeout
         # Not anyio's Lock: it yields to the event loop even when free, and a
         # claim should reach the socket before the caller's next job runs.
         self._lock = asyncio.Lock()
@@ -43,36 +53,33 @@ class DedicatedConnection:
         async with self._use() as connection:
             return await connection.fetch(query, *args)
 
-    async def execute(self, query: str, *args: object) -> str:
-        """Run ``query`` and return its status (such as ``DELETE 3``)."""
+    async def fetchrow(self, query: str, *args: object) -> asyncpg.Record | None:
+        """Run ``query`` and return its first row."""
         async with self._use() as connection:
-            return await connection.execute(query, *args)
+            return await connection.fetchrow(query, *args)
 
     @contextlib.asynccontextmanager
     async def _use(self) -> AsyncIterator[asyncpg.Connection[Any]]:
         async with self._lock:
-            connection = self._connection
-            if connection is None or connection.is_closed():
-                connection = await self._connect()
+            with anyio.fail_after(self.timeout):
+                connection = self._connection
+                if connection is None or connection.is_closed():
+                    connection = self._connection = await self._connect()
                 try:
-                    await connection.execute(_sql.WORKER_SESSION)
-                except BaseException:
-                    connection.terminate()
+                    yield connection
+                except BaseException as exc:
+                    if ends_session(exc) or connection.is_closed():
+                        self._connection = None
+                        connection.terminate()
                     raise
-                self._connection = connection
-            try:
-                yield connection
-            except DATABASE_ERRORS:
-                self._connection = None
-                connection.terminate()
-                raise
 
     async def aclose(self) -> None:
-        """Close the connection politely, or drop it if the server does not answer."""
+        """Close the connection politely, or drop it; never raises, never waits long."""
         connection, self._connection = self._connection, None
         if connection is None or connection.is_closed():
             return
-        with anyio.move_on_after(2, shield=True):
-            await connection.close()
+        with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+            with contextlib.suppress(Exception):
+                await connection.close()
         if not connection.is_closed():
             connection.terminate()

@@ -7,61 +7,28 @@ when a connection goes back to it.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import asyncpg
 
-from pgqueue._errors import DATABASE_ERRORS
+from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
+    import asyncpg
     from anyio.abc import TaskStatus
 
+    from pgqueue._connect import Connect
     from pgqueue._log import Logger
 
-__all__ = [
-    "LISTEN_KEEPALIVE",
-    "LISTEN_PROBE_TIMEOUT",
-    "Connect",
-    "Listener",
-    "connect_like",
-]
-
-Connect = Callable[[], Awaitable["asyncpg.Connection[Any]"]]
+__all__ = ["LISTEN_KEEPALIVE", "LISTEN_PROBE_TIMEOUT", "Listener"]
 
 # A silent LISTEN connection is probed after LISTEN_KEEPALIVE seconds and
 # given up when the probe takes LISTEN_PROBE_TIMEOUT: a half-open connection
 # is found within their sum.
 LISTEN_KEEPALIVE = 15.0
 LISTEN_PROBE_TIMEOUT = 5.0
-# Connection failures logged at WARNING before they are logged at ERROR.
-_QUIET_FAILURES = 5
-
-
-def connect_like(pool_or_dsn: asyncpg.Pool[Any] | str) -> Connect:
-    """Return a function that opens a new, unpooled connection.
-
-    For a pool, the connection uses the pool's own connect arguments (and
-    its ``init`` hook) but is never handed back to the pool.
-    """
-    if isinstance(pool_or_dsn, str):
-        dsn = pool_or_dsn
-
-        async def connect_dsn() -> asyncpg.Connection[Any]:
-            return await asyncpg.connect(dsn)
-
-        return connect_dsn
-    pool = pool_or_dsn
-
-    async def connect_pool() -> asyncpg.Connection[Any]:
-        # asyncpg has no public way to open a connection with a pool's
-        # settings; this private method does exactly that without adopting it.
-        connection: asyncpg.Connection[Any] = await pool._get_new_connection()  # type: ignore[attr-defined]
-        return connection
-
-    return connect_pool
 
 
 class Listener:
@@ -78,7 +45,8 @@ class Listener:
             so that a half-open connection is found.
         probe_timeout: seconds a probe may take before the connection is
             declared dead.
-        max_delay: the longest pause between reconnect attempts.
+        max_delay: the longest pause between reconnect attempts (see
+            `pgqueue._retry.retry_delay`).
     """
 
     def __init__(
@@ -91,7 +59,7 @@ class Listener:
         on_connect: Callable[[bool], Awaitable[None]] | None = None,
         keepalive: float = LISTEN_KEEPALIVE,
         probe_timeout: float = LISTEN_PROBE_TIMEOUT,
-        max_delay: float = 5.0,
+        max_delay: float = MAX_RETRY_WAIT,
     ) -> None:
         self._connect = connect
         self._channels = tuple(channels)
@@ -109,20 +77,19 @@ class Listener:
     ) -> None:
         """Listen until cancelled; signals ``task_status`` once first listening.
 
-        Never returns on its own: connection failures are logged and retried
-        with backoff. Cancellation is prompt in every state.
+        Never returns on its own: failures (of the connection, or of the
+        pool's ``init`` hook run on it) are logged and retried with the
+        retry-delay rule. Cancellation is prompt in every state.
         """
         failures = 0
         reconnect = False
         while True:
             try:
                 connection = await self._connect()
-            except DATABASE_ERRORS as exc:
+            except Exception as exc:
                 failures += 1
-                self._log_failure(
-                    "pgqueue: LISTEN connection failed; retrying", exc, failures
-                )
-                await anyio.sleep(self._delay(failures))
+                self._log_failure("LISTEN connection failed; retrying", exc, failures)
+                await anyio.sleep(retry_delay(failures, self._max_delay))
                 reconnect = True
                 continue
             try:
@@ -134,7 +101,7 @@ class Listener:
                 failures = 0
                 if reconnect:
                     self._logger.warning(
-                        "pgqueue: LISTEN connection re-established; "
+                        "LISTEN connection re-established; "
                         "notifications sent while it was down were missed",
                         extra={"channels": list(self._channels)},
                     )
@@ -143,16 +110,14 @@ class Listener:
                 task_status.started()
                 task_status = anyio.TASK_STATUS_IGNORED
                 await self._watch(connection, lost)
-            except DATABASE_ERRORS as exc:
+            except Exception as exc:
                 failures += 1
-                self._log_failure(
-                    "pgqueue: LISTEN connection lost; reconnecting", exc, failures
-                )
+                self._log_failure("LISTEN connection lost; reconnecting", exc, failures)
             finally:
                 self.pid = None
                 connection.terminate()
             reconnect = True
-            await anyio.sleep(self._delay(failures))
+            await anyio.sleep(retry_delay(failures, self._max_delay))
 
     async def _watch(
         self, connection: asyncpg.Connection[Any], lost: anyio.Event
@@ -173,22 +138,8 @@ class Listener:
     ) -> None:
         self._on_notify(channel, str(payload))
 
-    def _delay(self, failures: int) -> float:
-        base: float = min(self._max_delay, 0.05 * 2 ** min(failures, 10))
-        return base * random.uniform(0.5, 1.0)  # jitter, not cryptography
-
     def _log_failure(self, msg: str, exc: BaseException, failures: int) -> None:
-        log = (
-            self._logger.warning if failures <= _QUIET_FAILURES else self._logger.error
-        )
-        log(
-            msg,
-            extra={
-                "error": repr(exc),
-                "failures": failures,
-                "channels": list(self._channels),
-            },
-        )
+        log_failure(self._logger, msg, exc, failures, channels=list(self._channels))
 
 
 def _setter(event: anyio.Event) -> Callable[[object], None]:

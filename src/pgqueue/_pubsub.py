@@ -12,10 +12,15 @@ that is not connected). Task tree of a running subscriber::
 The listener's ``on_notify`` callback runs on the event loop and must not
 block: it puts each notification into a bounded memory object stream with
 ``send_nowait`` and counts what does not fit.
+
+Only the subscriber's own cancellation (stop, or the task running `run`
+being cancelled) ends it; a ``CancelledError`` a callback raises by itself
+(awaiting a task someone else cancelled) is logged like any exception.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
 
@@ -29,16 +34,13 @@ from pgqueue._checks import (
     check_int,
     encode_notify_payload,
 )
+from pgqueue._connect import connect_like
 from pgqueue._errors import AlreadyStartedError
-from pgqueue._listener import (
-    LISTEN_KEEPALIVE,
-    LISTEN_PROBE_TIMEOUT,
-    Listener,
-    connect_like,
-)
+from pgqueue._listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, Listener
 from pgqueue._log import Logger, default_logger
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskStatus
     from anyio.streams.memory import (
         MemoryObjectReceiveStream,
         MemoryObjectSendStream,
@@ -212,12 +214,16 @@ class Subscriber:
 
         return decorate
 
-    async def run(self) -> None:
+    async def run(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """Deliver notifications to the callbacks until `stop` or cancellation.
 
         Keeps retrying the first connection, and every later one, until it
         succeeds or this task is cancelled. Cancellation is prompt in every
         state; a callback in progress is cancelled with it.
+        ``await task_group.start(sub.run)`` returns once the subscriber
+        LISTENs on every channel.
 
         Raises:
             AlreadyStartedError: ``run()`` was called before.
@@ -242,22 +248,23 @@ class Subscriber:
             keepalive=self._listener_keepalive,
             probe_timeout=self._listener_probe_timeout,
         )
-        self._logger.info(
-            "pgqueue: subscriber starting", extra={"channels": list(callbacks)}
-        )
+        self._logger.info("subscriber starting", extra={"channels": list(callbacks)})
+        started = False
         try:
             with self._scope, send, receive:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._listener.run)
+                    await tg.start(self._listener.run)
+                    task_status.started()
+                    started = True
                     tg.start_soon(self._report_drops)
                     await self._consume(receive, callbacks)
         finally:
             self._state = "stopped"
             self._send = None
             self._flush_drops()
-            self._logger.info(
-                "pgqueue: subscriber stopped", extra={"channels": list(callbacks)}
-            )
+            self._logger.info("subscriber stopped", extra={"channels": list(callbacks)})
+        if not started:
+            task_status.started()
 
     def stop(self) -> None:
         """Make `run` return, without waiting for it.
@@ -322,9 +329,11 @@ class Subscriber:
             for callback in callbacks.get(channel, ()):
                 try:
                     await callback(payload)
-                except Exception as exc:
+                except BaseException as exc:
+                    if not self._failed(exc):
+                        raise
                     self._logger.error(
-                        "pgqueue: subscriber callback failed",
+                        "subscriber callback failed",
                         exc_info=exc,
                         extra={"channel": channel, "callback": _name(callback)},
                     )
@@ -334,12 +343,27 @@ class Subscriber:
             return
         try:
             await self._on_reconnect()
-        except Exception as exc:
+        except BaseException as exc:
+            if not self._failed(exc):
+                raise
             self._logger.error(
-                "pgqueue: subscriber on_reconnect failed",
+                "subscriber on_reconnect failed",
                 exc_info=exc,
                 extra={"channels": channels},
             )
+
+    def _failed(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by a callback, is its failure rather than the end of `run`."""
+        if isinstance(exc, Exception):
+            return True
+        if not isinstance(exc, anyio.get_cancelled_exc_class()):
+            return False
+        # Our own cancellation (stop, or the task running run() cancelled)
+        # is a cancel request of this very task; one a callback met by
+        # awaiting a task someone else cancelled is not.
+        task = asyncio.current_task()
+        own = task is not None and task.cancelling() > 0
+        return not own and not (self._scope is not None and self._scope.cancel_called)
 
     async def _report_drops(self) -> None:
         while True:
@@ -352,7 +376,7 @@ class Subscriber:
         count, self._unreported = self._unreported, 0
         if count:
             self._logger.warning(
-                "pgqueue: subscriber fell behind; notifications dropped",
+                "subscriber fell behind; notifications dropped",
                 extra={"count": count, "max_pending": self._max_pending},
             )
 

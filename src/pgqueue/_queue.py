@@ -125,7 +125,7 @@ class Queue:
         executor: Executor = connection if connection is not None else self._pool
         job_id: int = await executor.fetchval(_sql.ENQUEUE, self._name, *args)
         self._logger.debug(
-            "pgqueue: job enqueued",
+            "job enqueued",
             extra={"job_id": job_id, "job_type": job_type, "queue": self._name},
         )
         return job_id
@@ -173,11 +173,17 @@ class Queue:
             return []
         payload_array = encode_payloads(payloads)
         executor: Executor = connection if connection is not None else self._pool
-        ids: list[int] = await executor.fetchval(
-            _sql.ENQUEUE_MANY, self._name, types, payload_array, attempts, run_ats
+        joined: str = await executor.fetchval(
+            _sql.ENQUEUE_MANY,
+            self._name,
+            types,
+            payload_array,
+            _sql.array(attempts),
+            _sql.timestamps(run_ats),
         )
+        ids = [int(job_id) for job_id in joined.split(",")]
         self._logger.debug(
-            "pgqueue: jobs enqueued", extra={"count": len(ids), "queue": self._name}
+            "jobs enqueued", extra={"count": len(ids), "queue": self._name}
         )
         return ids
 
@@ -198,7 +204,7 @@ class Queue:
         removed = int(status.rsplit(" ", 1)[-1])
         if removed:
             self._logger.debug(
-                "pgqueue: pruned finished jobs",
+                "pruned finished jobs",
                 extra={"count": removed, "queue": self._name},
             )
         return removed

@@ -9,6 +9,10 @@ database's ``now()``, never the client's clock.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "CLAIM",
@@ -18,15 +22,49 @@ __all__ = [
     "HEAD_OF_LINE",
     "JOBS_CHANNEL",
     "PRUNE",
+    "PRUNE_BATCH",
     "PUBLISH",
+    "REQUIRED_COLUMNS",
     "RESCUE",
     "SCHEMA",
+    "SCHEMA_CHECK",
     "SCHEMA_DOWN",
     "TOUCH",
-    "WORKER_SESSION",
+    "WORKER_SETTINGS",
+    "array",
+    "timestamps",
 ]
 
 JOBS_CHANNEL = "pgqueue_jobs"
+
+
+def array(values: Iterable[int | float | None]) -> str:
+    """An array literal of numbers, for a ``$n::text::int[]`` (or bigint, float8) parameter."""
+    return "{" + ",".join("NULL" if v is None else repr(v) for v in values) + "}"
+
+
+_MIN = datetime.min.replace(tzinfo=UTC)
+_MAX = datetime.max.replace(tzinfo=UTC)
+
+
+def timestamps(values: Iterable[datetime | None]) -> str:
+    """An array literal of aware times, for a ``$n::text::timestamptz[]`` parameter.
+
+    The smallest and largest datetimes stand for ``-infinity`` and
+    ``infinity``, as asyncpg writes them.
+    """
+    return "{" + ",".join(map(_timestamp, values)) + "}"
+
+
+def _timestamp(value: datetime | None) -> str:
+    if value is None:
+        return "NULL"
+    if value == _MIN:
+        return "-infinity"
+    if value == _MAX:
+        return "infinity"
+    return value.isoformat()
+
 
 SCHEMA = """
 CREATE TABLE pgqueue_jobs
@@ -54,12 +92,22 @@ CREATE INDEX idx_pgqueue_jobs_rescue ON pgqueue_jobs (updated_at) WHERE status =
 SCHEMA_DOWN = "DROP TABLE IF EXISTS pgqueue_jobs;"
 """Drop everything `SCHEMA` creates."""
 
+# JSON crosses the boundary as text, both ways ($3::text, payload::text):
+# a pool whose init registers a jsonb codec (json.dumps and json.loads, a
+# common recipe) must not change what is stored or what a handler gets.
+#
+# Arrays other than text[] cross it as text too (see `array`): asyncpg has
+# no built-in codec for them, and looks their types up on first use with
+# set_config('jit', ...) calls of session scope, in transactions of their
+# own; behind a transaction pooler those settings stay on server
+# connections that other clients then get.
+
 # The row and its wakeup ride one statement, so a job enqueued inside the
 # caller's transaction wakes workers only if that transaction commits.
 ENQUEUE = """
 WITH job AS (
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
-    VALUES ($1, $2, $3::jsonb, $4, COALESCE($5::timestamptz, now()))
+    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()))
     RETURNING id
 )
 SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
@@ -74,14 +122,15 @@ WITH jobs AS (
     SELECT $1, t.job_type, t.payload, t.max_attempts, COALESCE(t.run_at, now())
     FROM ROWS FROM (
         unnest($2::text[]),
-        jsonb_array_elements($3::jsonb),
-        unnest($4::int[]),
-        unnest($5::timestamptz[])
+        jsonb_array_elements($3::text::jsonb),
+        unnest($4::text::int[]),
+        unnest($5::text::timestamptz[])
     ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, ord)
     ORDER BY t.ord
     RETURNING id
 )
-SELECT array_agg(jobs.id ORDER BY jobs.id) FROM jobs, pg_notify('pgqueue_jobs', $1)
+SELECT array_to_string(array_agg(jobs.id ORDER BY jobs.id), ',')
+FROM jobs, pg_notify('pgqueue_jobs', $1)
 """
 
 PRUNE = """
@@ -89,6 +138,29 @@ DELETE FROM pgqueue_jobs
 WHERE queue = $1
   AND status IN ('completed', 'dead')
   AND updated_at < now() - make_interval(secs => $2)
+"""
+
+# The retention sweep's PRUNE: at most $4 rows past id $3, in id order, so a
+# sweep walks the table once however many batches it takes, and no batch
+# holds the worker's upkeep connection (and its heartbeats) for long. Rows
+# another session has locked are skipped (the next sweep gets them), never
+# waited for. Returns how many rows went and the last id among them.
+PRUNE_BATCH = """
+WITH gone AS (
+    DELETE FROM pgqueue_jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id
+        FROM pgqueue_jobs
+        WHERE id > $3 AND queue = $1
+          AND status IN ('completed', 'dead')
+          AND updated_at < now() - make_interval(secs => $2)
+        ORDER BY id
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING id
+)
+SELECT count(*)::int, coalesce(max(id), $3) FROM gone
 """
 
 HEAD_OF_LINE = (datetime.min.replace(tzinfo=UTC), 0)
@@ -101,7 +173,11 @@ HEAD_OF_LINE = (datetime.min.replace(tzinfo=UTC), 0)
 # The ids come back as an array, so the update finds its rows through the
 # primary key whatever the table's size or statistics: as a join, a table of
 # a few thousand rows gets a sequential scan per claim.
-CLAIM = """
+# Times outside Python's datetime range (a BC date written by another
+# producer) come back as NULL with their text in the last column: asyncpg
+# would fail to decode the whole batch after the claim had committed.
+_REPRESENTABLE = "{0} BETWEEN '0001-01-01 00:00:00+00' AND '9999-12-31 23:59:59.999999+00' OR NOT isfinite({0})"
+CLAIM = f"""
 UPDATE pgqueue_jobs
 SET status = 'running', attempts = attempts + 1, updated_at = now()
 WHERE id = ANY(ARRAY(
@@ -113,7 +189,12 @@ WHERE id = ANY(ARRAY(
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ))
-RETURNING id, queue, job_type, payload, attempts, max_attempts, run_at, created_at, last_error
+RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
+    CASE WHEN {_REPRESENTABLE.format("run_at")} THEN run_at END AS run_at,
+    CASE WHEN {_REPRESENTABLE.format("created_at")} THEN created_at END AS created_at,
+    last_error,
+    CASE WHEN ({_REPRESENTABLE.format("run_at")}) AND ({_REPRESENTABLE.format("created_at")}) THEN NULL
+         ELSE format('run_at %s, created_at %s', run_at, created_at) END AS unrepresentable
 """
 
 # One statement writes the outcomes of many runs. Each row is fenced on the
@@ -133,7 +214,7 @@ SET status       = CASE WHEN o.status = 'released' THEN 'pending' ELSE o.status 
     last_error   = CASE WHEN o.status IN ('completed', 'released') THEN j.last_error ELSE o.error END,
     completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
     updated_at   = now()
-FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::text[])
+FROM unnest($1::text::bigint[], $2::text::int[], $3::text[], $4::text::float8[], $5::text[])
     AS o(id, attempts, status, delay, error)
 WHERE j.id = o.id AND j.attempts = o.attempts AND j.status NOT IN ('pending', 'completed', 'dead')
 RETURNING j.id, o.attempts
@@ -144,28 +225,69 @@ RETURNING j.id, o.attempts
 TOUCH = """
 UPDATE pgqueue_jobs AS j
 SET updated_at = now()
-FROM unnest($1::bigint[], $2::int[]) AS o(id, attempts)
+FROM unnest($1::text::bigint[], $2::text::int[]) AS o(id, attempts)
 WHERE j.id = o.id AND j.attempts = o.attempts AND j.status NOT IN ('pending', 'completed', 'dead')
 """
 
 # Orphans with attempts left go back to pending; the rest are dead-lettered,
 # since a job that crashed its process on every attempt never reaches a
-# handler's outcome write.
+# handler's outcome write. At most $3 rows a statement; rows another
+# session holds (a heartbeat or an outcome being written) are skipped.
 RESCUE = """
 UPDATE pgqueue_jobs
 SET status     = CASE WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
     last_error = CASE WHEN attempts < max_attempts THEN last_error
                       ELSE 'rescued after exceeding max attempts' END,
     updated_at = now()
-WHERE queue = $1 AND status = 'running' AND updated_at < now() - make_interval(secs => $2)
+WHERE id = ANY(ARRAY(
+    SELECT id
+    FROM pgqueue_jobs
+    WHERE status = 'running' AND updated_at < now() - make_interval(secs => $2) AND queue = $1
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+))
 RETURNING status
+"""
+
+REQUIRED_COLUMNS = (
+    "id",
+    "queue",
+    "job_type",
+    "payload",
+    "status",
+    "attempts",
+    "max_attempts",
+    "run_at",
+    "last_error",
+    "created_at",
+    "updated_at",
+    "completed_at",
+)
+"""The columns of ``pgqueue_jobs`` the worker reads or writes."""
+
+# Whether pgqueue_jobs is visible on the search_path, and which of the
+# columns $1 it lacks.
+SCHEMA_CHECK = """
+SELECT to_regclass('pgqueue_jobs') IS NOT NULL,
+       ARRAY(
+           SELECT c
+           FROM unnest($1::text[]) AS c
+           WHERE NOT EXISTS (
+               SELECT 1 FROM pg_attribute
+               WHERE attrelid = to_regclass('pgqueue_jobs')
+                 AND attname = c AND attnum > 0 AND NOT attisdropped
+           )
+       )
 """
 
 PUBLISH = "SELECT pg_notify($1, $2)"
 
-# Run once on each connection of the worker's own. The statements above are
-# written to plan well without their parameters' values, and a claim of ten
-# jobs costs less to run than to re-plan: custom plans (chosen by default,
-# since LIMIT $2 makes the generic plan look dear) double a small claim's
-# server time.
-WORKER_SESSION = "SET plan_cache_mode = force_generic_plan"
+# Startup parameters of the worker's own connections. The statements above
+# are written to plan well without their parameters' values, and a claim of
+# ten jobs costs less to run than to re-plan: custom plans (chosen by
+# default, since LIMIT $2 makes the generic plan look dear) cost about a
+# quarter more server CPU per job. Sent in the startup packet, never with
+# SET: a transaction pooler (PgBouncer) refuses, ignores or tracks startup
+# parameters per client, while a SET would stay on a server connection it
+# then hands to other clients.
+WORKER_SETTINGS = {"plan_cache_mode": "force_generic_plan"}

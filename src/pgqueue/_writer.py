@@ -3,41 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
 
 from pgqueue import _sql
-from pgqueue._errors import DATABASE_ERRORS, PgQueueError
+from pgqueue._errors import is_transient
 from pgqueue._job import Status
+from pgqueue._outcome import Outcome
+from pgqueue._retry import log_failure, retry_delay, safe_repr
+from pgqueue._runner import job_fields
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._job import Job
+    from pgqueue._ledger import Claims
     from pgqueue._log import Logger
 
-__all__ = ["RELEASED", "Outcome", "OutcomeWriter"]
-
-RELEASED = "released"
-"""An outcome for a job claimed but never started: pending again, attempt given back."""
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What one claim of a job ended as; written fenced on ``job.attempts``.
-
-    ``status`` is a final `Status`, ``Status.PENDING`` for a retry after
-    ``delay`` seconds, or `RELEASED`.
-    """
-
-    job: Job
-    status: str
-    delay: float = 0.0
-    error: str | None = None
+__all__ = ["OutcomeWriter"]
 
 
 class OutcomeWriter:
@@ -46,112 +30,124 @@ class OutcomeWriter:
     A flush starts as soon as an outcome arrives and nothing is being
     written, so an idle worker writes within a round trip, and a busy one
     writes everything that arrived during the previous flush at once.
+
+    A flush that fails because the database is unreachable is retried with
+    the retry-delay rule. One the server refuses for its data never blocks
+    the others: the batch is split until the refused outcomes are found;
+    each is written again with a placeholder error, then as dead with one,
+    and given up (left to the rescue sweep) only if even that is refused.
+    Every outcome written, fenced off as stale, or given up is settled in
+    ``claims``.
     """
 
     def __init__(
         self,
         connection: DedicatedConnection,
+        claims: Claims,
         *,
         logger: Logger,
         queue: str,
-        on_retry: Callable[[float], None] | None = None,
+        on_written: Callable[[Sequence[Outcome]], None],
     ) -> None:
         self._connection = connection
-        self._on_retry = on_retry
+        self._claims = claims
+        self._on_written = on_written
         self._logger = logger
         self._queue = queue
         self._buffer: list[Outcome] = []
-        # asyncio's events: anyio's look up the running library on creation,
-        # and these are made once per flush.
+        # asyncio's event: anyio's looks up the running library on creation.
         self._arrived = asyncio.Event()
-        self._settled = asyncio.Event()
-        self._settled.set()
-        self._closed = False
-        self.flushed = 0
-        """Outcomes sent to the database so far (written or dropped as stale)."""
-
-    @property
-    def backlog(self) -> int:
-        """Outcomes not yet written."""
-        return len(self._buffer)
 
     def put(self, outcome: Outcome) -> None:
         """Queue ``outcome`` for the next flush; never waits."""
-        if self._closed:
-            msg = "the outcome writer is closed"
-            raise PgQueueError(msg)
         self._buffer.append(outcome)
-        if self._settled.is_set():
-            self._settled = asyncio.Event()
         self._arrived.set()
 
-    async def aclose(self) -> None:
-        """Close the writer's connection."""
-        self._closed = True
-        await self._connection.aclose()
-
-    async def settled(self) -> None:
-        """Wait until every outcome put so far has been written (or dropped as stale)."""
-        await self._settled.wait()
-
     async def run(self) -> None:
-        """Flush until cancelled; failed flushes are retried with backoff."""
+        """Flush until cancelled."""
         failures = 0
         while True:
             if not self._buffer:
-                self._settled.set()
-                self._arrived = asyncio.Event()
+                self._arrived.clear()
                 await self._arrived.wait()
             batch, self._buffer = self._buffer, []
             try:
-                await self._flush(batch)
-            except DATABASE_ERRORS as exc:
-                self._buffer[:0] = batch
+                await self._write(batch)
+            except Exception as exc:
                 failures += 1
-                self._logger.error(
-                    "pgqueue: writing job outcomes failed; retrying",
-                    extra={
-                        "error": repr(exc),
-                        "count": len(batch),
-                        "queue": self._queue,
-                    },
+                log_failure(
+                    self._logger,
+                    "writing job outcomes failed; retrying",
+                    exc,
+                    failures,
+                    count=len(self._buffer),
+                    queue=self._queue,
                 )
-                await anyio.sleep(min(5.0, 0.05 * 2**failures))
+                await anyio.sleep(retry_delay(failures))
             else:
                 failures = 0
-                self.flushed += len(batch)
 
-    async def _flush(self, batch: list[Outcome]) -> None:
+    async def _write(self, batch: list[Outcome]) -> None:
+        """Write ``batch``; on a transient failure, put back what is unwritten and raise."""
+        parts = [batch]
+        while parts:
+            part = parts.pop()
+            try:
+                await self._finish(part)
+            except Exception as exc:
+                if is_transient(exc):
+                    for unwritten in parts:
+                        part.extend(unwritten)
+                    self._buffer[:0] = part
+                    raise
+                if len(part) > 1:
+                    middle = len(part) // 2
+                    parts += (part[middle:], part[:middle])
+                else:
+                    parts += self._instead_of(part[0], exc)
+
+    async def _finish(self, part: list[Outcome]) -> None:
         rows = await self._connection.fetch(
             _sql.FINISH,
-            [o.job.id for o in batch],
-            [o.job.attempts for o in batch],
-            [o.status for o in batch],
-            [o.delay for o in batch],
-            [o.error for o in batch],
+            _sql.array(o.job.id for o in part),
+            _sql.array(o.job.attempts for o in part),
+            [o.status for o in part],
+            _sql.array(o.delay for o in part),
+            [o.error for o in part],
         )
-        if self._on_retry is not None:
-            for delay in {o.delay for o in batch if o.status == Status.PENDING}:
-                self._on_retry(delay)
-        if len(rows) == len(batch):
-            return
-        matched = {(row[0], row[1]) for row in rows}
-        for outcome in batch:
-            job = outcome.job
-            if (job.id, job.attempts) not in matched:
+        if len(rows) < len(part):
+            self._log_stale(part, {(row[0], row[1]) for row in rows})
+        self._claims.settled(o.key for o in part)
+        self._on_written(part)
+
+    def _instead_of(self, outcome: Outcome, exc: Exception) -> list[list[Outcome]]:
+        """What to write instead of ``outcome``, which the server refused; [] to give up."""
+        job = outcome.job
+        reason = safe_repr(exc)
+        placeholder = (
+            f"pgqueue could not record this outcome ({type(exc).__name__}); "
+            "see the worker's log"
+        )
+        if outcome.error != placeholder:
+            status = outcome.status if outcome.error is not None else Status.DEAD
+            self._logger.error(
+                "database refused a job outcome; writing a placeholder error",
+                extra={**job_fields(job), "outcome": outcome.status, "error": reason},
+            )
+            return [[Outcome(job, status, outcome.delay, placeholder)]]
+        if outcome.status != Status.DEAD:
+            return [[Outcome(job, Status.DEAD, error=placeholder)]]
+        self._logger.error(
+            "database refused a job outcome; giving up (the rescue sweep will find the job)",
+            extra={**job_fields(job), "error": reason},
+        )
+        self._claims.settled([outcome.key])
+        return []
+
+    def _log_stale(self, part: list[Outcome], matched: set[tuple[int, int]]) -> None:
+        for outcome in part:
+            if outcome.key not in matched:
                 self._logger.warning(
-                    "pgqueue: stale run superseded by rescue; result dropped",
-                    extra={
-                        "job_id": job.id,
-                        "job_type": job.type,
-                        "queue": job.queue,
-                        "attempt": job.attempts,
-                        "outcome": outcome.status,
-                    },
+                    "stale run superseded by rescue; result dropped",
+                    extra={**job_fields(outcome.job), "outcome": outcome.status},
                 )
-
-
-def debug_enabled(logger: Logger) -> bool:
-    """Report whether ``logger`` would emit DEBUG records (assume yes if it cannot say)."""
-    is_enabled = getattr(logger, "isEnabledFor", None)
-    return bool(is_enabled(logging.DEBUG)) if callable(is_enabled) else True

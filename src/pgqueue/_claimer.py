@@ -1,0 +1,269 @@
+"""The claim loop: claims jobs into the ledger whenever the policy says so."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, NamedTuple
+
+import anyio
+import asyncpg
+
+from pgqueue import _sql
+from pgqueue._errors import SchemaError, describe, is_transient
+from pgqueue._job import Job, Status
+from pgqueue._outcome import Outcome
+from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
+from pgqueue._runner import job_fields
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pgqueue._dedicated import DedicatedConnection
+    from pgqueue._ledger import Claims
+    from pgqueue._log import Logger
+    from pgqueue._policy import ClaimPolicy, Place
+
+__all__ = ["Claimed", "Claimer", "jobs_from_rows"]
+
+# What a claim may meet when the schema is not what pgqueue needs.
+_SCHEMA_ERRORS = (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError)
+
+
+class Claimer:
+    """Claim jobs into ``claims`` when ``policy`` says so, until cancelled.
+
+    Claims run on a connection of their own and are never cancelled in
+    flight (the server may commit a claim the client gave up on, leaving
+    jobs nobody runs until rescue); each is bounded by the connection's
+    statement deadline instead. Failures are retried with the retry-delay
+    rule, capped at ``poll_interval``. A missing table or column raises
+    `SchemaError`.
+
+    Args:
+        on_claimed: called with the jobs ready to run after each claim.
+        on_dead: called with the outcome of each claimed job that cannot run
+            (a payload or time Python cannot represent).
+    """
+
+    def __init__(
+        self,
+        connection: DedicatedConnection,
+        policy: ClaimPolicy,
+        claims: Claims,
+        *,
+        queue: str,
+        logger: Logger,
+        on_claimed: Callable[[], None],
+        on_dead: Callable[[Outcome], None],
+    ) -> None:
+        self._connection = connection
+        self._policy = policy
+        self._claims = claims
+        self._queue = queue
+        self._logger = logger
+        self._on_claimed = on_claimed
+        self._on_dead = on_dead
+        self._event = asyncio.Event()
+        self._until_empty = False
+        self.checked = anyio.Event()
+        """Set once the schema has been checked (the worker is ready to claim)."""
+
+    def wake(self) -> None:
+        """Jobs may be ready: claim as soon as there is room."""
+        self._policy.wake()
+        self._event.set()
+
+    def nudge(self) -> None:
+        """A timer changed: look again."""
+        self._event.set()
+
+    def room(self) -> None:
+        """Claims ended or settled: claim if jobs may be ready and a claim is worth it."""
+        if (self._policy.more and self._claims.free >= self._policy.claim_at) or (
+            self._until_empty and self._claims.held == 0
+        ):
+            self._event.set()
+
+    async def run(self, *, until_empty: bool = False) -> None:
+        """Check the schema, then claim until cancelled.
+
+        With ``until_empty``, return once no job is ready and none is held:
+        after a claim that came back empty with every outcome durable and
+        none settled since it began (a retry written meanwhile may be due).
+
+        Raises:
+            SchemaError: the table or a column is missing.
+        """
+        self._until_empty = until_empty
+        await self._check_schema()
+        self.checked.set()
+        clock = asyncio.get_running_loop().time
+        policy, claims = self._policy, self._claims
+        empty_since: int | None = None  # settled_count when an empty claim began
+        failures = 0
+        while True:
+            now = clock()
+            decision = policy.next_claim(claims.free, now)
+            if decision is None:
+                if until_empty and claims.held == 0:
+                    if empty_since == claims.settled_count:
+                        return
+                    policy.wake()
+                    continue
+                self._event.clear()
+                with anyio.move_on_after(policy.wait(now)):
+                    await self._event.wait()
+                continue
+            limit, place = decision
+            settled_before = claims.settled_count
+            try:
+                rows = await self._claim(limit, place)
+            except _SCHEMA_ERRORS as exc:
+                raise _schema_error(exc, ()) from exc
+            except Exception as exc:
+                failures += 1
+                log_failure(
+                    self._logger,
+                    "claim failed; retrying",
+                    exc,
+                    failures,
+                    queue=self._queue,
+                )
+                policy.failed()
+                await anyio.sleep(retry_delay(failures, self._retry_cap))
+                continue
+            failures = 0
+            claimed = jobs_from_rows(rows)
+            for outcome in claimed.dead:
+                self._logger.error(
+                    "job dead",
+                    extra={**job_fields(outcome.job), "error": outcome.error},
+                )
+                claims.add([outcome.job], ready=False)
+                self._on_dead(outcome)
+            if claimed.jobs:
+                claims.add(claimed.jobs)
+                self._on_claimed()
+            policy.claimed(limit, place, len(rows), claimed.last, clock())
+            empty_since = None if rows else settled_before
+
+    @property
+    def _retry_cap(self) -> float:
+        return min(self._policy.poll_interval, MAX_RETRY_WAIT)
+
+    async def _claim(self, limit: int, place: Place) -> list[asyncpg.Record]:
+        with anyio.CancelScope(shield=True):
+            rows = await self._connection.fetch(_sql.CLAIM, self._queue, limit, *place)
+        return rows  # noqa: RET504 - a cancel scope may swallow, as mypy sees it
+
+    async def _check_schema(self) -> None:
+        failures = 0
+        while True:
+            try:
+                row = await self._connection.fetchrow(
+                    _sql.SCHEMA_CHECK, list(_sql.REQUIRED_COLUMNS)
+                )
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                failures += 1
+                log_failure(
+                    self._logger,
+                    "schema check failed; retrying",
+                    exc,
+                    failures,
+                    queue=self._queue,
+                )
+                await anyio.sleep(retry_delay(failures, self._retry_cap))
+                continue
+            assert row is not None
+            table, missing = row
+            if not table or missing:
+                raise _schema_error(None, () if not table else missing)
+            return
+
+
+def _schema_error(
+    exc: BaseException | None, missing: tuple[str, ...] | list[str]
+) -> SchemaError:
+    if missing:
+        what = f"pgqueue_jobs lacks the column(s) {', '.join(missing)}"
+    elif exc is not None:
+        what = f"the database refused pgqueue's claim ({describe(exc)})"
+    else:
+        what = "there is no table pgqueue_jobs on the search_path"
+    return SchemaError(
+        f"{what}: apply pgqueue.SCHEMA in a migration (or await pgqueue.install(pool))"
+    )
+
+
+class Claimed(NamedTuple):
+    """What one claim returned."""
+
+    jobs: list[Job]
+    """The jobs to run, in ``(run_at, id)`` order."""
+    dead: list[Outcome]
+    """The outcomes of claimed jobs that cannot run."""
+    last: Place | None
+    """The place of the last claimed row in line (None if no row has one)."""
+
+
+def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
+    """Read the rows a claim returned.
+
+    A job whose payload Python cannot decode (a 5000-digit number, nesting
+    past the recursion limit) or whose times it cannot represent (a BC date)
+    was written by another producer; it is dead-lettered with the reason.
+    Times are always timezone-aware: ``-infinity`` and ``infinity`` come
+    back as ``datetime.min`` and ``datetime.max`` in UTC.
+    """
+    jobs: list[Job] = []
+    dead: list[Outcome] = []
+    last: Place | None = None
+    for row in rows:
+        error = None
+        try:
+            payload = json.loads(row[3])
+        except (ValueError, RecursionError) as exc:
+            payload = None
+            error = f"payload could not be decoded: {describe(exc)}"[:1000]
+        if row[9] is None:
+            run_at, created_at = _aware(row[6]), _aware(row[7])
+            if last is None or (run_at, row[0]) > last:
+                last = run_at, row[0]
+        else:
+            run_at = created_at = _UNREPRESENTABLE
+            error = f"a time Python cannot represent ({row[9]})"
+        job = Job(
+            id=row[0],
+            queue=row[1],
+            type=row[2],
+            payload=payload,
+            attempts=row[4],
+            max_attempts=row[5],
+            run_at=run_at,
+            created_at=created_at,
+            last_error=row[8],
+        )
+        if error is None:
+            jobs.append(job)
+        else:
+            dead.append(Outcome(job, Status.DEAD, error=error))
+    if len(jobs) > 1:
+        jobs.sort(key=_place)
+    return Claimed(jobs, dead, last)
+
+
+# Stands in for a time Python cannot represent, in a job that never runs.
+_UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
+
+
+def _aware(value: datetime) -> datetime:
+    # asyncpg reads '-infinity' and 'infinity' as naive datetime.min and max.
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def _place(job: Job) -> Place:
+    return job.run_at, job.id

@@ -1,0 +1,125 @@
+"""The tasks that run handlers: ``concurrency`` of them, fed from the ledger's ready jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from typing import TYPE_CHECKING
+
+from pgqueue._outcome import shutdown_outcome
+from pgqueue._runner import job_fields
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pgqueue._job import Job
+    from pgqueue._ledger import Claims
+    from pgqueue._log import Logger
+    from pgqueue._outcome import Outcome
+    from pgqueue._runner import JobRunner
+
+__all__ = ["RUNNING_FOR", "Consumers"]
+
+RUNNING_FOR: contextvars.ContextVar[object] = contextvars.ContextVar("pgqueue_worker")
+"""The worker whose handler the current task runs (or a task a handler started)."""
+
+
+class Consumers:
+    """Run ready jobs on long-lived tasks, one job at a time each.
+
+    Long-lived tasks cost far less per job than a task each. A claim wakes
+    one idle consumer; a consumer that takes a job wakes the next idle one
+    while jobs still wait, so a batch costs a few task switches, not one
+    per job.
+
+    Args:
+        owner: the worker (handlers run with `RUNNING_FOR` set to it).
+        cut_off: whether the worker has cut running handlers off (their
+            cancellation is then the worker's own).
+        put: takes each outcome (to the writer).
+        on_ended: called after each job's outcome is put.
+    """
+
+    def __init__(
+        self,
+        claims: Claims,
+        runner: JobRunner,
+        *,
+        owner: object,
+        cut_off: Callable[[], bool],
+        put: Callable[[Outcome], None],
+        on_ended: Callable[[], None],
+        logger: Logger,
+    ) -> None:
+        self._claims = claims
+        self._runner = runner
+        self._owner = owner
+        self._cut_off = cut_off
+        self._put = put
+        self._on_ended = on_ended
+        self._logger = logger
+        self._idle: list[asyncio.Future[None]] = []
+        self._waking = 0  # consumers woken that have not resumed yet
+        self._open = True
+        self._taking = True
+
+    def wake(self) -> None:
+        """Jobs are ready: wake an idle consumer, unless one is already waking."""
+        if not self._waking:
+            self._wake_one()
+
+    def stop_taking(self) -> None:
+        """Start no more jobs; return once the job in hand is done."""
+        self._taking = False
+        self.close()
+
+    def close(self) -> None:
+        """Let consumers return once no job is ready."""
+        self._open = False
+        while self._idle:
+            self._wake_one()
+
+    async def run(self) -> None:
+        """One consumer: run ready jobs until closed (or told to stop taking them)."""
+        RUNNING_FOR.set(self._owner)
+        loop = asyncio.get_running_loop()
+        claims = self._claims
+        ready = claims.ready
+        while True:
+            while ready and self._taking:
+                job = claims.start()
+                if ready and not self._waking:
+                    self._wake_one()
+                await self._execute(job)
+            if not self._open:
+                return
+            idle = loop.create_future()
+            self._idle.append(idle)
+            await idle
+            self._waking -= 1
+
+    def _wake_one(self) -> None:
+        while self._idle:
+            idle = self._idle.pop()
+            if not idle.done():
+                idle.set_result(None)
+                self._waking += 1
+                return
+
+    async def _execute(self, job: Job) -> None:
+        try:
+            outcome = await self._runner.run(job, self._cut_off)
+        except BaseException:
+            outcome = shutdown_outcome(job)
+            self._logger.warning(
+                "job cut off by shutdown",
+                extra={**job_fields(job), "outcome": outcome.status},
+            )
+            self._end(outcome)
+            raise
+        self._end(outcome)
+
+    def _end(self, outcome: Outcome) -> None:
+        self._claims.ended()
+        self._put(outcome)
+        self._on_ended()

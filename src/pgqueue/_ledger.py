@@ -1,0 +1,107 @@
+"""The one owner of every claim, from the claim until its outcome is durable."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from pgqueue._job import Job
+    from pgqueue._outcome import Key
+
+__all__ = ["Claims"]
+
+
+class Claims:
+    """Every claim the worker holds, and what it is doing with each.
+
+    A claim is *ready* (claimed, no handler started yet), *running*, or
+    *writing* (its outcome is with the writer, not yet durable). It leaves
+    only when its outcome is durable: written, or fenced off as stale. Free
+    capacity, heartbeats, back pressure, the drain, the release of unstarted
+    jobs and ``run(until_empty=True)`` all read this one place.
+
+    Args:
+        capacity: the most claims ready or running at once
+            (``concurrency + prefetch``).
+        write_allowance: how many outcomes may wait for the writer before
+            they take capacity away: beyond it, the worker claims less, and
+            nothing once ``capacity`` more wait (back pressure while
+            outcomes cannot be written).
+    """
+
+    def __init__(self, capacity: int, write_allowance: int) -> None:
+        self.capacity = capacity
+        self._allowance = write_allowance
+        self.ready: deque[Job] = deque()
+        self.running = 0
+        self._held: set[Key] = set()
+        self.settled_count = 0
+        """Outcomes made durable so far (a claim that began before a change sees it)."""
+        self._empty = asyncio.Event()
+        self._empty.set()
+
+    @property
+    def free(self) -> int:
+        """How many more jobs may be claimed now."""
+        writing = len(self._held) - len(self.ready) - self.running
+        over = writing - self._allowance
+        return (
+            self.capacity - len(self.ready) - self.running - (over if over > 0 else 0)
+        )
+
+    @property
+    def held(self) -> int:
+        """Claims whose outcome is not yet durable."""
+        return len(self._held)
+
+    @property
+    def writing(self) -> int:
+        """Claims whose outcome waits to be written."""
+        return len(self._held) - len(self.ready) - self.running
+
+    def keys(self) -> list[Key]:
+        """Every claim not yet durable: the rows to heartbeat."""
+        return list(self._held)
+
+    def add(self, jobs: Iterable[Job], *, ready: bool = True) -> None:
+        """Take over claimed ``jobs``: ready to run, or (``ready=False``) already ended."""
+        for job in jobs:
+            self._held.add((job.id, job.attempts))
+            if ready:
+                self.ready.append(job)
+        if self._held:
+            self._empty.clear()
+
+    def start(self) -> Job:
+        """Take the next ready job to run it."""
+        job = self.ready.popleft()
+        self.running += 1
+        return job
+
+    def ended(self) -> None:
+        """A running job's outcome went to the writer."""
+        self.running -= 1
+
+    def give_back(self) -> list[Job]:
+        """Take every ready job, to release it (its outcome goes to the writer)."""
+        jobs = list(self.ready)
+        self.ready.clear()
+        return jobs
+
+    def settled(self, keys: Iterable[Key]) -> None:
+        """Outcomes of these claims are durable (or fenced off): forget the claims."""
+        held = self._held
+        for key in keys:
+            if key in held:
+                held.remove(key)
+                self.settled_count += 1
+        if not held:
+            self._empty.set()
+
+    async def wait_empty(self) -> None:
+        """Wait until no claim is held."""
+        await self._empty.wait()

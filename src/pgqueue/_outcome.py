@@ -1,0 +1,53 @@
+"""What one claim of a job ended as, before and while it is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pgqueue._job import Status
+
+if TYPE_CHECKING:
+    from pgqueue._job import Job
+
+__all__ = ["RELEASED", "SHUTDOWN_ERROR", "Key", "Outcome", "shutdown_outcome"]
+
+RELEASED = "released"
+"""An outcome for a job claimed but never started: pending again, attempt given back."""
+
+SHUTDOWN_ERROR = "worker shut down before the job finished"
+
+Key = tuple[int, int]
+"""A claim's identity: (job id, the attempt it claimed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one claim of a job ended as; written fenced on ``job.attempts``.
+
+    ``status`` is a final `Status`, ``Status.PENDING`` for a retry after
+    ``delay`` seconds, or `RELEASED`.
+    """
+
+    job: Job
+    status: str
+    delay: float = 0.0
+    error: str | None = None
+
+    @property
+    def key(self) -> Key:
+        """The claim this outcome ends."""
+        return self.job.id, self.job.attempts
+
+
+def shutdown_outcome(job: Job) -> Outcome:
+    """The outcome of a run cut off by the worker's shutdown.
+
+    The job goes back to pending at once, its attempt counted; with its
+    attempts used up it is dead, as the rescue sweep would make it.
+    """
+    if job.attempts < job.max_attempts:
+        return Outcome(job, Status.PENDING, error=SHUTDOWN_ERROR)
+    return Outcome(
+        job, Status.DEAD, error=f"{SHUTDOWN_ERROR}, and its attempts are used up"
+    )

@@ -1,0 +1,124 @@
+"""When the worker claims, how many jobs, and from where in line.
+
+Pure: no I/O and no clock of its own (the caller passes the time), so every
+rule has a unit test.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from datetime import datetime
+from typing import TypeAlias
+
+from pgqueue import _sql
+
+__all__ = ["HEAD", "RETRY_WAKE_MARGIN", "ClaimPolicy", "Place"]
+
+Place: TypeAlias = tuple[datetime, int]
+"""A place in the claim order ``(run_at, id)``; a claim takes the jobs after it."""
+
+HEAD: Place = _sql.HEAD_OF_LINE
+"""The place before every job."""
+
+RETRY_WAKE_MARGIN = 0.01
+"""Seconds after a retry falls due (by the local clock) before claiming it."""
+
+
+class ClaimPolicy:
+    """Decide each claim: whether to claim now, how many jobs, from which place.
+
+    The worker claims while jobs *may be ready*: after a wakeup (a NOTIFY, a
+    reconnect, a rescue, one of its own retries falling due, a poll falling
+    due) and after every claim that could have left jobs behind (a full
+    claim, or one that started past the head of the line). It stops once a
+    claim from the head comes back short: that claim saw every job then
+    ready. A wakeup is never lost: it is remembered until a claim can be
+    made, which needs at least ``claim_at`` free slots.
+
+    While a backlog lasts, each claim starts just past the last job taken:
+    every claimed job leaves a dead entry at the head of the claim index
+    until vacuum, and a claim from the head would walk them all. A claim
+    from the head runs at least every ``poll_interval``, and whenever a
+    claim past the head comes back short, so a job put back behind that
+    place (rescued, released, or enqueued with an earlier ``run_at``) waits
+    at most a poll.
+
+    Args:
+        claim_at: the fewest free slots worth a claim.
+        poll_interval: seconds between claims when nothing wakes the worker.
+    """
+
+    def __init__(self, *, claim_at: int, poll_interval: float) -> None:
+        self.claim_at = claim_at
+        self.poll_interval = poll_interval
+        self.more = True
+        """Jobs may be ready: claim as soon as there is room."""
+        self._after = HEAD
+        self._head_due = 0.0
+        self._poll_due = 0.0
+        self._retries: list[float] = []  # a heap of local times
+
+    def wake(self) -> None:
+        """Something may have become ready."""
+        self.more = True
+
+    def retry_written(self, delay: float, now: float) -> bool:
+        """One of our jobs was put back to run in ``delay`` s; return whether to wake at once.
+
+        A retry due before the next poll gets a timer of its own; the run_at
+        was set from the database clock during the write that just finished,
+        so a claim after ``now + delay`` (plus a margin) finds it due.
+        """
+        if delay >= self.poll_interval:
+            return False
+        due = now + delay + RETRY_WAKE_MARGIN
+        earliest = not self._retries or due < self._retries[0]
+        heapq.heappush(self._retries, due)
+        return earliest
+
+    def next_claim(self, free: int, now: float) -> tuple[int, Place] | None:
+        """How many jobs to claim from which place now, or None to wait."""
+        self._fire_timers(now)
+        if not self.more or free < self.claim_at:
+            return None
+        if self._after is HEAD or now >= self._head_due:
+            self._head_due = now + self.poll_interval
+            return free, HEAD
+        return free, self._after
+
+    def claimed(
+        self, limit: int, place: Place, got: int, last: Place | None, now: float
+    ) -> None:
+        """Take note of a claim of ``limit`` from ``place`` that returned ``got`` jobs, ``last`` in line last."""
+        full = got == limit
+        self._after = last if full and last is not None else HEAD
+        # A short claim from past the head has yet to look behind its place.
+        self.more = full or place is not HEAD
+        self._poll_due = now + self.poll_interval
+
+    def failed(self) -> None:
+        """A claim failed: claim again (after the retry delay), from the head."""
+        self.more = True
+        self._after = HEAD
+
+    def wait(self, now: float) -> float:
+        """Seconds until a timer makes jobs possibly ready.
+
+        Infinite while they already may be: then only room (a freed slot)
+        or a stop is worth waking for.
+        """
+        if self.more:
+            return math.inf
+        due = self._poll_due
+        if self._retries and self._retries[0] < due:
+            due = self._retries[0]
+        return max(due - now, 0.0)
+
+    def _fire_timers(self, now: float) -> None:
+        retries = self._retries
+        while retries and retries[0] <= now:
+            heapq.heappop(retries)
+            self.more = True
+        if now >= self._poll_due:
+            self.more = True

@@ -1,0 +1,60 @@
+"""The one rule for how long a loop waits after a failure, and how it says so.
+
+Every loop that talks to the database (claims, outcome writes, upkeep,
+LISTEN) waits ``retry_delay(failures, cap)`` after its ``failures``-th
+failure in a row: 50 ms doubling up to ``cap``, times a jitter from 0.5 to 1
+so that workers do not retry in step. The exponent stops growing long before
+a float could overflow, so an outage of any length is waited out.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pgqueue._log import Logger
+
+__all__ = [
+    "FIRST_RETRY_DELAY",
+    "MAX_RETRY_WAIT",
+    "log_failure",
+    "retry_delay",
+    "safe_repr",
+]
+
+FIRST_RETRY_DELAY = 0.05
+"""Seconds before the first retry (before jitter)."""
+
+MAX_RETRY_WAIT = 5.0
+"""The longest wait between two attempts of a loop, unless its cap is lower."""
+
+# 0.05 * 2**20 is about 14.6 hours: beyond every cap, far from overflowing.
+_MAX_EXPONENT = 20
+
+# Consecutive failures logged at WARNING before they are logged at ERROR.
+QUIET_FAILURES = 5
+
+
+def retry_delay(failures: int, cap: float = MAX_RETRY_WAIT) -> float:
+    """Seconds to wait after the ``failures``-th failure in a row (1-based)."""
+    exponent = min(max(failures, 1) - 1, _MAX_EXPONENT)
+    return min(cap, FIRST_RETRY_DELAY * 2.0**exponent) * random.uniform(
+        0.5, 1.0
+    )  # jitter, not cryptography
+
+
+def log_failure(
+    logger: Logger, msg: str, exc: BaseException, failures: int, **extra: Any
+) -> None:
+    """Log the ``failures``-th failure in a row: WARNING at first, ERROR once it persists."""
+    log = logger.warning if failures <= QUIET_FAILURES else logger.error
+    log(msg, extra={"error": safe_repr(exc), "failures": failures, **extra})
+
+
+def safe_repr(exc: BaseException) -> str:
+    """``repr(exc)``, or its type's name when its ``__repr__`` raises."""
+    try:
+        return repr(exc)
+    except Exception:
+        return type(exc).__name__

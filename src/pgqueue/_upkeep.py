@@ -1,0 +1,169 @@
+"""The worker's periodic upkeep: heartbeats, the rescue sweep, the retention sweep."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+
+from pgqueue import _sql
+from pgqueue._job import Status
+from pgqueue._retry import log_failure, retry_delay
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pgqueue._dedicated import DedicatedConnection
+    from pgqueue._ledger import Claims
+    from pgqueue._log import Logger
+
+__all__ = ["HEARTBEATS_PER_RESCUE", "SWEEP_BATCH", "Upkeep"]
+
+HEARTBEATS_PER_RESCUE = 3
+"""Heartbeats sent per ``rescue_after``: a live job's row is never older than
+``rescue_after / 3`` (plus a round trip), far from being taken for an orphan."""
+
+SWEEP_BATCH = 1000
+"""The most rows one rescue or prune statement touches."""
+
+
+class Upkeep:
+    """Keep the worker's claims alive, rescue orphans, prune old rows.
+
+    All three share one connection. No statement on it waits for long:
+    each has the connection's deadline, and the sweeps work in batches of
+    `SWEEP_BATCH` rows that skip rows other sessions hold, so a heartbeat
+    waits at most for one batch.
+    """
+
+    def __init__(
+        self,
+        connection: DedicatedConnection,
+        claims: Claims,
+        *,
+        queue: str,
+        rescue_after: float,
+        interval: float,
+        logger: Logger,
+        on_rescued: Callable[[], None],
+    ) -> None:
+        self._connection = connection
+        self._claims = claims
+        self._queue = queue
+        self._rescue_after = rescue_after
+        self._interval = interval
+        self._logger = logger
+        self._on_rescued = on_rescued
+
+    async def heartbeats(self) -> None:
+        """Refresh ``updated_at`` of every claim not yet durable, every ``rescue_after / 3``.
+
+        Rescue then measures liveness, not runtime: a long handler on a live
+        worker keeps its row fresh, a dead worker's rows go stale. Outcomes
+        not yet written are refreshed too, so a worker cut off from the
+        database keeps its jobs as long as its heartbeats get through.
+        """
+        interval = self._rescue_after / HEARTBEATS_PER_RESCUE
+        failures = 0
+        while True:
+            await anyio.sleep(retry_delay(failures, interval) if failures else interval)
+            keys = self._claims.keys()
+            if not keys:
+                continue
+            try:
+                await self._connection.fetch(
+                    _sql.TOUCH,
+                    _sql.array(key[0] for key in keys),
+                    _sql.array(key[1] for key in keys),
+                )
+            except Exception as exc:
+                failures += 1
+                log_failure(
+                    self._logger, "heartbeat failed", exc, failures, queue=self._queue
+                )
+            else:
+                failures = 0
+
+    async def rescue(self) -> None:
+        """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
+        failures = 0
+        while True:
+            try:
+                rescued, dead = await self._rescue_all()
+            except Exception as exc:
+                failures += 1
+                log_failure(
+                    self._logger,
+                    "rescue sweep failed",
+                    exc,
+                    failures,
+                    queue=self._queue,
+                )
+            else:
+                failures = 0
+                if rescued:
+                    self._logger.warning(
+                        "rescued stuck jobs",
+                        extra={"count": rescued, "queue": self._queue},
+                    )
+                    self._on_rescued()
+                if dead:
+                    self._logger.error(
+                        "dead-lettered stuck jobs that exhausted their attempts",
+                        extra={"count": dead, "queue": self._queue},
+                    )
+            await self._pause(failures)
+
+    async def _rescue_all(self) -> tuple[int, int]:
+        rescued = dead = 0
+        while True:
+            rows = await self._connection.fetch(
+                _sql.RESCUE, self._queue, self._rescue_after, SWEEP_BATCH
+            )
+            gone = sum(1 for row in rows if row[0] == Status.DEAD)
+            dead += gone
+            rescued += len(rows) - gone
+            if len(rows) < SWEEP_BATCH:
+                return rescued, dead
+
+    async def retention(self, retain: float) -> None:
+        """Delete this queue's completed and dead rows older than ``retain`` s, every interval."""
+        failures = 0
+        while True:
+            try:
+                removed = await self._prune_all(retain)
+            except Exception as exc:
+                failures += 1
+                log_failure(
+                    self._logger,
+                    "retention sweep failed",
+                    exc,
+                    failures,
+                    queue=self._queue,
+                )
+            else:
+                failures = 0
+                if removed:
+                    self._logger.info(
+                        "pruned finished jobs",
+                        extra={"count": removed, "queue": self._queue},
+                    )
+            await self._pause(failures)
+
+    async def _prune_all(self, retain: float) -> int:
+        removed, after = 0, 0
+        while True:
+            row = await self._connection.fetchrow(
+                _sql.PRUNE_BATCH, self._queue, retain, after, SWEEP_BATCH
+            )
+            assert row is not None
+            count: int = row[0]
+            after = row[1]
+            removed += count
+            if count < SWEEP_BATCH:
+                return removed
+
+    async def _pause(self, failures: int) -> None:
+        await anyio.sleep(
+            retry_delay(failures, self._interval) if failures else self._interval
+        )
