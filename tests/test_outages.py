@@ -1,0 +1,534 @@
+"""What the network and the database can do to a worker, caused for real.
+
+A long outage (a proxy that refuses every connection), half-open connections
+of the worker's own (a proxy that stops forwarding a statement's
+connection), a server gone during shutdown, a pool ``init`` that fails on
+reconnect, a prune blocked by a lock, a missing table, a NOTIFY sent while
+the worker starts. Each test failed against the worker as it was before the
+redesign.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import asyncpg
+import pytest
+
+import pgqueue
+from pgqueue import _sql
+from tests.helpers import RecordingLogger, row, rows, running, wait_for_row, wait_until
+from tests.tcp_proxy import TcpProxy, tcp_proxy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
+
+# The first bytes of a statement's text, which a client sends when it
+# prepares the statement on a connection: the proxy freezes the connection
+# that sends them.
+FINISH_TEXT = _sql.FINISH.strip()[:40].encode()
+CLAIM_TEXT = b"SET status = 'running', attempts = attempts + 1"
+
+
+def via(dsn: str, port: int) -> str:
+    """``dsn`` with its host and port replaced by the proxy's."""
+    parts = urlsplit(dsn)
+    user = parts.netloc.rpartition("@")[0]
+    netloc = f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def proxy_to(dsn: str) -> AbstractAsyncContextManager[TcpProxy]:
+    parts = urlsplit(dsn)
+    assert parts.hostname is not None
+    return tcp_proxy(parts.hostname, parts.port or 5432)
+
+
+async def _statuses(pool: asyncpg.Pool, queue: str) -> Counter[str]:
+    return Counter(r["status"] for r in await rows(pool, queue))
+
+
+def completed(pool: asyncpg.Pool, queue: str, n: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return (await _statuses(pool, queue))["completed"] >= n
+
+    return check
+
+
+# --- 6. a long outage ------------------------------------------------------------
+
+
+async def test_thousands_of_failures_in_a_row_are_waited_out(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, dsn: str
+) -> None:
+    """More than 1,024 failed claims in a row (0.05 * 2**1024 overflowed a float)."""
+    logger = RecordingLogger()
+    done = anyio.Event()
+    async with (
+        proxy_to(dsn) as proxy,
+        asyncpg.create_pool(via(dsn, proxy.port), min_size=1) as proxied,
+    ):
+        # The retry delay of claims is capped at poll_interval: 2 ms here,
+        # so that a long outage's worth of failures happens in seconds.
+        worker = pgqueue.Worker(
+            proxied,
+            queue=queue.name,
+            listen=False,
+            poll_interval=0.002,
+            logger=logger,
+        )
+
+        @worker.handler("t")
+        async def handle(_job: pgqueue.Job) -> None:
+            done.set()
+
+        async with running(worker):
+            proxy.refuse()
+
+            async def many_failures() -> bool:
+                extra = [
+                    e for _, m, e in logger.records if m == "claim failed; retrying"
+                ]
+                return bool(extra) and extra[-1]["failures"] > 1_100
+
+            await wait_until(many_failures, within=60)
+            proxy.accept()
+            await queue.enqueue("t", {})
+            with anyio.fail_after(10):
+                await done.wait()
+    assert any(
+        level == "error" and m == "claim failed; retrying"
+        for level, m, _ in logger.records
+    )
+
+
+# --- 7. half-open connections of the worker's own ---------------------------------
+
+
+async def test_a_black_holed_writer_stops_claims_keeps_heartbeats_and_loses_nothing(
+    dsn: str, queue_name: str
+) -> None:
+    """While outcomes cannot be written: claims stop, heartbeats go on, no job runs twice."""
+    rescue_after = 1.2
+    runs: Counter[int] = Counter()
+    logger = RecordingLogger()
+    async with proxy_to(dsn) as proxy, asyncpg.create_pool(dsn, min_size=1) as pool:
+        ids = await pgqueue.Queue(pool, name=queue_name).enqueue_many(
+            [("t", n) for n in range(30)]
+        )
+        async with asyncpg.create_pool(via(dsn, proxy.port), min_size=1) as proxied:
+            worker = pgqueue.Worker(
+                proxied,
+                queue=queue_name,
+                concurrency=4,
+                listen=False,
+                poll_interval=0.05,
+                rescue_after=rescue_after,
+                logger=logger,
+            )
+            worker._statement_timeout = 0.5
+
+            @worker.handler("t")
+            async def handle(job: pgqueue.Job) -> None:
+                runs[job.id] += 1
+
+            proxy.freeze(matching=FINISH_TEXT)
+            async with running(worker):
+                # 4 running slots, and 4 outcomes may wait for the writer:
+                # then no more claims until outcomes are written.
+                await wait_until(lambda: _ran(runs, 8))
+                since = await pool.fetchval("SELECT clock_timestamp()")
+
+                async def writer_replaced_and_rescue_due() -> bool:
+                    elapsed: float = await pool.fetchval(
+                        "SELECT extract(epoch FROM clock_timestamp() - $1)", since
+                    )
+                    return proxy.frozen_by_pattern >= 3 and elapsed > 2 * rescue_after
+
+                await wait_until(writer_replaced_and_rescue_due, within=30)
+                assert sum(runs.values()) == 8, (
+                    "claimed while outcomes could not be written"
+                )
+                stale: float = await pool.fetchval(
+                    "SELECT max(extract(epoch FROM now() - updated_at)) FROM pgqueue_jobs"
+                    " WHERE queue = $1 AND status = 'running'",
+                    queue_name,
+                )
+                assert stale < rescue_after, "held jobs were not heartbeaten"
+                proxy.thaw()
+                await wait_until(completed(pool, queue_name, len(ids)), within=30)
+        final = await rows(pool, queue_name)
+    assert Counter(r["status"] for r in final) == {"completed": len(ids)}
+    assert {r["attempts"] for r in final} == {1}
+    assert runs == dict.fromkeys(ids, 1)
+    failures = [
+        e for _, m, e in logger.records if m == "writing job outcomes failed; retrying"
+    ]
+    assert failures
+    assert failures[0]["error"] == "TimeoutError()"
+
+
+async def _ran(runs: Counter[int], n: int) -> bool:
+    return sum(runs.values()) >= n
+
+
+async def test_a_black_holed_claim_connection_is_replaced(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    logger = RecordingLogger()
+    async with proxy_to(dsn) as proxy:
+        # Terminated, not closed: a polite close of a frozen connection never ends.
+        proxied = await asyncpg.create_pool(via(dsn, proxy.port), min_size=1)
+        try:
+            worker = pgqueue.Worker(
+                proxied,
+                queue=queue.name,
+                listen=False,
+                poll_interval=0.05,
+                logger=logger,
+            )
+            worker._statement_timeout = 0.5
+            worker.register("t", _noop)
+            first = await queue.enqueue("t", {})
+            async with running(worker):
+                await wait_for_row(pool, first, status="completed")
+                # Every claim connection from now on goes dead when it claims.
+                proxy.freeze(matching=CLAIM_TEXT)
+                proxy.freeze()  # and so does the one in use
+
+                async def replaced_twice() -> bool:
+                    return proxy.frozen_by_pattern >= 2
+
+                await wait_until(replaced_twice, within=15)
+                later = await queue.enqueue_many([("t", n) for n in range(5)])
+                proxy.thaw()
+                for job_id in later:
+                    await wait_for_row(pool, job_id, status="completed", within=15)
+        finally:
+            proxied.terminate()
+    timeouts = [e for _, m, e in logger.records if m == "claim failed; retrying"]
+    assert timeouts
+    assert timeouts[0]["error"] == "TimeoutError()"
+
+
+async def _noop(_job: pgqueue.Job) -> None:
+    return None
+
+
+# --- 8. a server gone during shutdown -------------------------------------------
+
+
+async def test_stop_returns_within_its_bound_when_the_server_is_gone(
+    dsn: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every connection half-open, new ones (and cancel requests) refused: stop() returns.
+
+    The outcome write in flight is cut off when the final flush gives up;
+    asyncpg then asks the server to cancel it, which fails, and a polite
+    close of that connection raises.
+    """
+    monkeypatch.setattr("pgqueue._worker.FLUSH_TIMEOUT", 1.0)
+    started, release = anyio.Event(), anyio.Event()
+    async with proxy_to(dsn) as proxy, asyncpg.create_pool(dsn, min_size=1) as pool:
+        queue = pgqueue.Queue(pool, name=queue_name)
+        proxied = await asyncpg.create_pool(via(dsn, proxy.port), min_size=1)
+        try:
+            worker = pgqueue.Worker(
+                proxied, queue=queue_name, listen=False, poll_interval=0.05
+            )
+            worker._statement_timeout = 5.0
+
+            @worker.handler("t")
+            async def handle(job: pgqueue.Job) -> None:
+                if job.payload == "hold":
+                    started.set()
+                    await release.wait()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker.run)
+                # Every connection of the worker's own is open ...
+                await wait_for_row(
+                    pool, await queue.enqueue("t", {}), status="completed"
+                )
+                held = await queue.enqueue("t", "hold")
+                with anyio.fail_after(10):
+                    await started.wait()
+                # ... when the network drops them and the server goes away.
+                proxy.freeze()
+                proxy.refuse()
+                release.set()
+                # The flush (1 s, cut off mid-statement) and the closes (2 s).
+                with anyio.fail_after(10):
+                    await worker.stop()
+        finally:
+            proxied.terminate()
+        # Nothing was written: the rescue sweep will find the job.
+        assert (await row(pool, held))["status"] == "running"
+
+
+class CloseFails(asyncpg.Connection):
+    """A connection class whose close raises, as a close does when the server
+    goes away in the middle of it (asyncpg passes it a pool's connections)."""
+
+    async def close(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109 - asyncpg's signature
+        await super().close(timeout=timeout)
+        msg = "server went away during close"
+        raise ConnectionResetError(msg)
+
+
+async def test_stop_returns_when_closing_a_connection_fails(
+    dsn: str, queue_name: str
+) -> None:
+    async with asyncpg.create_pool(
+        dsn, min_size=1, connection_class=CloseFails
+    ) as pool:
+        worker = pgqueue.Worker(pool, queue=queue_name, rescue_after=60)
+        worker.register("t", _noop)
+        job_id = await pgqueue.Queue(pool, name=queue_name).enqueue("t", {})
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run)
+            await wait_for_row(pool, job_id, status="completed")
+            with anyio.fail_after(10):
+                await worker.stop()
+        assert worker.listener_pid is None
+        pool.terminate()  # its own closes would raise too
+
+
+# --- 11. a background part that fails --------------------------------------------
+
+
+async def test_a_pool_init_that_fails_on_reconnect_is_retried_and_jobs_finish(
+    dsn: str, queue_name: str
+) -> None:
+    logger = RecordingLogger()
+    failing = False
+    started, release = anyio.Event(), anyio.Event()
+
+    async def init(_connection: asyncpg.Connection) -> None:
+        if failing:
+            msg = "init hook failed"
+            raise RuntimeError(msg)
+
+    async with asyncpg.create_pool(dsn, min_size=1, init=init) as pool:
+        queue = pgqueue.Queue(pool, name=queue_name)
+        worker = pgqueue.Worker(pool, queue=queue_name, poll_interval=60, logger=logger)
+
+        @worker.handler("t")
+        async def handle(job: pgqueue.Job) -> None:
+            if job.payload == "hold":
+                started.set()
+                await release.wait()
+
+        async with running(worker):
+            # Every connection of the worker's own is open ...
+            await wait_for_row(pool, await queue.enqueue("t", {}), status="completed")
+            held = await queue.enqueue("t", "hold")
+            with anyio.fail_after(10):
+                await started.wait()
+            # ... when the init hook starts failing, and LISTEN must reconnect.
+            failing = True
+            old = worker.listener_pid
+            await _terminate(dsn, old)
+            extra = await logger.wait_for("LISTEN connection failed; retrying")
+            assert "init hook failed" in extra["error"]
+            release.set()
+            await wait_for_row(pool, held, status="completed")
+            failing = False
+
+            async def listening_again() -> bool:
+                return worker.listener_pid not in (None, old)
+
+            await wait_until(listening_again)
+            woken = await queue.enqueue("t", {})
+            await wait_for_row(pool, woken, status="completed", within=5)
+
+
+async def _terminate(dsn: str, pid: int | None) -> None:
+    assert pid is not None
+    connection = await asyncpg.connect(dsn)
+    try:
+        assert await connection.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await connection.close()
+
+
+# --- 12. heartbeats never wait behind a sweep ---------------------------------------
+
+
+async def test_a_prune_blocked_by_a_lock_does_not_delay_heartbeats(
+    dsn: str, queue_name: str
+) -> None:
+    """Worker A prunes, B rescues: A's live job must not look dead to B."""
+    rescue_after = 1.0
+    runs: list[str] = []
+    release = anyio.Event()
+    async with (
+        asyncpg.create_pool(dsn, min_size=1, max_size=4) as pool,
+        asyncpg.create_pool(dsn, min_size=1, max_size=2) as other,
+    ):
+        queue = pgqueue.Queue(pool, name=queue_name)
+        old = await queue.enqueue("t", {})
+        await pool.execute(
+            "UPDATE pgqueue_jobs SET status = 'completed', run_at = now() + interval '1 day',"
+            " updated_at = now() - interval '1 day' WHERE id = $1",
+            old,
+        )
+        a = pgqueue.Worker(
+            pool,
+            queue=queue_name,
+            retain=1.0,
+            rescue_after=rescue_after,
+            poll_interval=0.1,
+        )
+        b = pgqueue.Worker(
+            other, queue=queue_name, rescue_after=rescue_after, poll_interval=0.1
+        )
+
+        @a.handler("t")
+        async def long_job(_job: pgqueue.Job) -> None:
+            runs.append("a")
+            await release.wait()
+
+        @b.handler("t")
+        async def other_run(_job: pgqueue.Job) -> None:
+            runs.append("b")
+
+        locker = await asyncpg.connect(dsn)
+        try:
+            async with locker.transaction():
+                # Another session holds the prunable row: a prune that waits
+                # for it would hold A's upkeep connection, and its heartbeats.
+                await locker.execute(
+                    "SELECT 1 FROM pgqueue_jobs WHERE id = $1 FOR UPDATE", old
+                )
+                job_id = await queue.enqueue("t", {})
+                async with running(a):
+                    await wait_until(lambda: _started(runs))
+                    async with running(b):
+                        since = await pool.fetchval("SELECT clock_timestamp()")
+
+                        async def three_periods() -> bool:
+                            elapsed: float = await pool.fetchval(
+                                "SELECT extract(epoch FROM clock_timestamp() - $1)",
+                                since,
+                            )
+                            return elapsed > 3 * rescue_after
+
+                        await wait_until(three_periods)
+                        release.set()
+                        stored = await wait_for_row(pool, job_id, status="completed")
+            # Released: the next sweep prunes the row.
+            async with running(
+                pgqueue.Worker(pool, queue=queue_name, retain=1.0, poll_interval=0.1)
+            ):
+
+                async def pruned() -> bool:
+                    gone: bool = await pool.fetchval(
+                        "SELECT NOT EXISTS (SELECT 1 FROM pgqueue_jobs WHERE id = $1)",
+                        old,
+                    )
+                    return gone
+
+                await wait_until(pruned)
+        finally:
+            await locker.close()
+    assert runs == ["a"]
+    assert stored["attempts"] == 1
+
+
+async def _started(runs: list[str]) -> bool:
+    return bool(runs)
+
+
+# --- 14. a missing table -----------------------------------------------------------
+
+
+@pytest.fixture
+async def empty_dsn(admin_dsn: str) -> AsyncIterator[str]:
+    """A database without pgqueue's table."""
+    from pgqueue.testing.pytest_plugin import with_database
+
+    name = f"pgqueue_empty_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(admin_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield with_database(admin_dsn, name)
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def test_a_missing_table_fails_at_once_and_says_to_apply_the_schema(
+    empty_dsn: str,
+) -> None:
+    async with asyncpg.create_pool(empty_dsn, min_size=1) as pool:
+        worker = pgqueue.Worker(pool)
+        with anyio.fail_after(10), pytest.raises(pgqueue.SchemaError) as raised:
+            await worker.run()
+        assert "pgqueue_jobs" in str(raised.value)
+        assert "pgqueue.SCHEMA" in str(raised.value)
+        # The readiness idiom raises it too.
+        async with anyio.create_task_group() as tg:
+            with anyio.fail_after(10), pytest.raises(pgqueue.SchemaError):
+                await tg.start(pgqueue.Worker(pool).run)
+
+
+async def test_a_missing_column_is_named(empty_dsn: str) -> None:
+    async with asyncpg.create_pool(empty_dsn, min_size=1) as pool:
+        await pgqueue.install(pool)
+        await pool.execute("ALTER TABLE pgqueue_jobs DROP COLUMN completed_at")
+        with (
+            anyio.fail_after(10),
+            pytest.raises(pgqueue.SchemaError, match="completed_at"),
+        ):
+            await pgqueue.Worker(pool).run(until_empty=True)
+
+
+# --- 15. a NOTIFY sent while the worker starts ----------------------------------------
+
+
+async def test_a_notify_sent_before_listen_is_up_is_not_lost_until_the_poll(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, dsn: str
+) -> None:
+    async with proxy_to(dsn) as proxy:
+        proxy.hold()  # the LISTEN connection is slow to come up
+        worker = pgqueue.Worker(
+            pool, queue=queue.name, poll_interval=60, listen=via(dsn, proxy.port)
+        )
+        worker.register("t", _noop)
+        first = await queue.enqueue("t", {})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            # The first claim ran (LISTEN is not up yet) ...
+            await wait_for_row(pool, first, status="completed")
+            assert worker.listener_pid is None
+            # ... so this job's NOTIFY reaches no worker.
+            second = await queue.enqueue("t", {})
+            proxy.release()
+            await wait_for_row(pool, second, status="completed", within=10)
+            with anyio.fail_after(10):
+                await worker.stop()
+
+
+# --- readiness ------------------------------------------------------------------------
+
+
+async def test_start_returns_once_the_worker_listens(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
+    worker.register("t", _noop)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(10):
+            await tg.start(worker.run)
+        assert worker.listener_pid is not None
+        job_id = await queue.enqueue("t", {})
+        await wait_for_row(pool, job_id, status="completed", within=5)
+        await worker.stop()
