@@ -32,6 +32,7 @@ import asyncpg
 import psutil
 
 import pgqueue
+from pgqueue.testing import with_database
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -99,13 +100,6 @@ def run(coro: Awaitable[T]) -> T:
 
 
 # --- databases ---------------------------------------------------------------
-
-
-def with_database(dsn: str, database: str) -> str:
-    """``dsn`` pointing at ``database`` instead (query string kept)."""
-    head, _, tail = dsn.rpartition("/")
-    _, sep, query = tail.partition("?")
-    return f"{head}/{database}{sep}{query}"
 
 
 async def _admin(dsn: str, *statements: str) -> None:

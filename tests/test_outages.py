@@ -451,7 +451,7 @@ async def _started(runs: list[str]) -> bool:
 @pytest.fixture
 async def empty_dsn(admin_dsn: str) -> AsyncIterator[str]:
     """A database without pgqueue's table."""
-    from pgqueue.testing.pytest_plugin import with_database
+    from pgqueue.testing import with_database
 
     name = f"pgqueue_empty_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(admin_dsn)

@@ -109,6 +109,7 @@ def test_public_names() -> None:
         "ServerUnavailableError",
         "embedded_server",
         "postgres_server",
+        "with_database",
     ]
     assert pgqueue.testing.ServerUnavailableError is ServerUnavailableError
     assert pgqueue.testing.postgres_server is postgres_server

@@ -8,7 +8,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from pgqueue.testing.pytest_plugin import with_database
+from pgqueue.testing import with_database
 
 SOCKET_DIR = Path("/var/run/postgresql")
 

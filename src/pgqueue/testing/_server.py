@@ -43,6 +43,7 @@ import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import quote, urlsplit
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -60,6 +61,7 @@ __all__ = [
     "embedded_server",
     "postgres_server",
     "server_kind_from_env",
+    "with_database",
 ]
 
 logger = logging.getLogger("pgqueue.testing")
@@ -89,6 +91,32 @@ _POLL_INTERVAL = 0.02
 
 class ServerUnavailableError(RuntimeError):
     """No PostgreSQL server of the requested kind can be found or started."""
+
+
+def with_database(dsn: str, database: str) -> str:
+    """Return ``dsn`` pointing at ``database`` instead.
+
+    Only the URL's path changes: user, password, hosts, port, query parameters
+    (``host=/socket/dir`` included) and their percent-encoding stay as they were.
+
+    Args:
+        dsn: A ``postgresql://`` (or ``postgres://``) URL.
+        database: The database name, as is; it is percent-encoded here.
+
+    Raises:
+        ValueError: ``dsn`` is not a ``postgresql://`` URL.
+    """
+    if not dsn.startswith(("postgresql://", "postgres://")):
+        msg = "the DSN is not a postgresql:// URL"
+        raise ValueError(msg)
+    parts = urlsplit(dsn)
+    # Not urlunsplit: it drops the "//" of an empty host (a unix-socket DSN).
+    url = f"{parts.scheme}://{parts.netloc}/{quote(database, safe='')}"
+    if parts.query:
+        url += "?" + parts.query
+    if parts.fragment:
+        url += "#" + parts.fragment
+    return url
 
 
 # --------------------------------------------------------------------------

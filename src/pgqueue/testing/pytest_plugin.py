@@ -27,13 +27,16 @@ import itertools
 import os
 import uuid
 from typing import TYPE_CHECKING
-from urllib.parse import quote, urlsplit
 
 import asyncpg
 import pytest
 
 from pgqueue._sql import SCHEMA
-from pgqueue.testing._server import postgres_server, server_kind_from_env
+from pgqueue.testing._server import (
+    postgres_server,
+    server_kind_from_env,
+    with_database,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -46,32 +49,6 @@ __all__ = [
 ]
 
 _clones = itertools.count()
-
-
-def with_database(dsn: str, database: str) -> str:
-    """Return ``dsn`` pointing at ``database`` instead.
-
-    Only the URL's path changes: user, password, hosts, port, query parameters
-    (``host=/socket/dir`` included) and their percent-encoding stay as they were.
-
-    Args:
-        dsn: A ``postgresql://`` (or ``postgres://``) URL.
-        database: The database name, as is; it is percent-encoded here.
-
-    Raises:
-        ValueError: ``dsn`` is not a ``postgresql://`` URL.
-    """
-    if not dsn.startswith(("postgresql://", "postgres://")):
-        msg = "the DSN is not a postgresql:// URL"
-        raise ValueError(msg)
-    parts = urlsplit(dsn)
-    # Not urlunsplit: it drops the "//" of an empty host (a unix-socket DSN).
-    url = f"{parts.scheme}://{parts.netloc}/{quote(database, safe='')}"
-    if parts.query:
-        url += "?" + parts.query
-    if parts.fragment:
-        url += "#" + parts.fragment
-    return url
 
 
 async def _execute(dsn: str, *statements: str) -> None:
