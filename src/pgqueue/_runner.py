@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -59,11 +58,13 @@ class JobRunner:
             self._logger.debug("job started", extra=job_fields(job))
         failure: BaseException | str | None = None
         timeout = self._timeout
-        deadline = math.inf if timeout is None else anyio.current_time() + timeout
-        scope = anyio.CancelScope(deadline=deadline)
         try:
-            with scope:
+            if timeout is None:
                 await handler(job)
+            else:
+                deadline = anyio.current_time() + timeout
+                with anyio.CancelScope(deadline=deadline) as scope:
+                    await handler(job)
         except anyio.get_cancelled_exc_class() as exc:
             if cut_off():
                 raise
