@@ -599,3 +599,30 @@ async def test_run_keeps_retrying_the_first_connection_until_it_succeeds(
             sub.stop()
     finally:
         await pool.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+async def test_start_returns_once_the_subscriber_listens(
+    pool: asyncpg.Pool, channel: str
+) -> None:
+    inbox = Inbox()
+    sub = Subscriber(pool)
+    sub.handle(channel, inbox)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(10):
+            await tg.start(sub.run)
+        assert sub.listener_pid is not None
+        # No wait_listening(): a notification published now is delivered.
+        await publish(pool, channel, "right away")
+        await inbox.wait_for("right away")
+        sub.stop()
+
+
+async def test_start_of_a_subscriber_stopped_before_it_listens_returns(
+    channel: str,
+) -> None:
+    sub = Subscriber("postgresql://postgres@127.0.0.1:1/none")
+    sub.handle(channel, Inbox())
+    sub.stop()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(sub.run)
