@@ -152,3 +152,7 @@ class RecordingLogger:
                         return extra
                 self._arrived = anyio.Event()
                 await self._arrived.wait()
+
+
+async def noop(_job: pgqueue.Job) -> None:
+    """A handler that completes its job."""

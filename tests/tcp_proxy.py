@@ -30,16 +30,18 @@ from __future__ import annotations
 
 import contextlib
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from anyio.abc import SocketAttribute
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
 
     from anyio.abc import ByteStream, SocketStream, TaskStatus
 
-__all__ = ["TcpProxy", "tcp_proxy"]
+__all__ = ["TcpProxy", "proxy_to", "tcp_proxy", "via"]
 
 _LOST = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
@@ -192,3 +194,22 @@ async def tcp_proxy(target_host: str, target_port: int) -> AsyncIterator[TcpProx
             yield proxy
         finally:
             proxy.close()
+
+
+def proxy_to(dsn: str) -> AbstractAsyncContextManager[TcpProxy]:
+    """A proxy to the server of ``dsn``, run in the test's own task.
+
+    Not a fixture: pytest-asyncio sets fixtures up and tears them down in
+    different tasks, and a task group cannot span that.
+    """
+    parts = urlsplit(dsn)
+    assert parts.hostname is not None
+    return tcp_proxy(parts.hostname, parts.port or 5432)
+
+
+def via(dsn: str, port: int) -> str:
+    """``dsn`` with its host and port replaced by the proxy's (at ``port``)."""
+    parts = urlsplit(dsn)
+    user = parts.netloc.rpartition("@")[0]
+    netloc = f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import uuid
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import anyio.lowlevel
@@ -37,11 +36,10 @@ from pgqueue._connect import connect_like
 from pgqueue._listener import Listener
 from pgqueue._pubsub import Subscriber, publish
 from tests.helpers import RecordingLogger, running, wait_until
-from tests.tcp_proxy import TcpProxy, tcp_proxy
+from tests.tcp_proxy import TcpProxy, proxy_to, via
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-    from contextlib import AbstractAsyncContextManager
 
     import asyncpg
 
@@ -62,25 +60,6 @@ HOW = [
     pytest.param("listener", id="listener-attributes"),
     pytest.param("knob", id="knob"),
 ]
-
-
-def via(dsn: str, port: int) -> str:
-    """``dsn`` with its host and port replaced by the proxy's."""
-    parts = urlsplit(dsn)
-    user = parts.netloc.rpartition("@")[0]
-    netloc = f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def proxy_to(dsn: str) -> AbstractAsyncContextManager[TcpProxy]:
-    """A proxy to the server of ``dsn``, run in the test's own task.
-
-    Not a fixture: pytest-asyncio sets fixtures up and tears them down in
-    different tasks, and a task group cannot span that.
-    """
-    parts = urlsplit(dsn)
-    assert parts.hostname is not None
-    return tcp_proxy(parts.hostname, parts.port or 5432)
 
 
 async def shorten_probe(owner: Any, how: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import asyncpg
@@ -21,32 +20,25 @@ import pytest
 
 import pgqueue
 from pgqueue import _sql
-from tests.helpers import RecordingLogger, row, rows, running, wait_for_row, wait_until
-from tests.tcp_proxy import TcpProxy, tcp_proxy
+from tests.helpers import (
+    RecordingLogger,
+    noop,
+    row,
+    rows,
+    running,
+    wait_for_row,
+    wait_until,
+)
+from tests.tcp_proxy import proxy_to, via
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
-    from contextlib import AbstractAsyncContextManager
 
 # The first bytes of a statement's text, which a client sends when it
 # prepares the statement on a connection: the proxy freezes the connection
 # that sends them.
 FINISH_TEXT = _sql.FINISH.strip()[:40].encode()
 CLAIM_TEXT = b"SET status = 'running', attempts = attempts + 1"
-
-
-def via(dsn: str, port: int) -> str:
-    """``dsn`` with its host and port replaced by the proxy's."""
-    parts = urlsplit(dsn)
-    user = parts.netloc.rpartition("@")[0]
-    netloc = f"{user}@127.0.0.1:{port}" if user else f"127.0.0.1:{port}"
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def proxy_to(dsn: str) -> AbstractAsyncContextManager[TcpProxy]:
-    parts = urlsplit(dsn)
-    assert parts.hostname is not None
-    return tcp_proxy(parts.hostname, parts.port or 5432)
 
 
 async def _statuses(pool: asyncpg.Pool, queue: str) -> Counter[str]:
@@ -193,7 +185,7 @@ async def test_a_black_holed_claim_connection_is_replaced(
                 logger=logger,
             )
             worker._statement_timeout = 0.5
-            worker.register("t", _noop)
+            worker.register("t", noop)
             first = await queue.enqueue("t", {})
             async with running(worker):
                 await wait_for_row(pool, first, status="completed")
@@ -214,10 +206,6 @@ async def test_a_black_holed_claim_connection_is_replaced(
     timeouts = [e for _, m, e in logger.records if m == "claim failed; retrying"]
     assert timeouts
     assert timeouts[0]["error"] == "TimeoutError()"
-
-
-async def _noop(_job: pgqueue.Job) -> None:
-    return None
 
 
 # --- 8. a server gone during shutdown -------------------------------------------
@@ -288,7 +276,7 @@ async def test_stop_returns_when_closing_a_connection_fails(
         dsn, min_size=1, connection_class=CloseFails
     ) as pool:
         worker = pgqueue.Worker(pool, queue=queue_name, rescue_after=60)
-        worker.register("t", _noop)
+        worker.register("t", noop)
         job_id = await pgqueue.Queue(pool, name=queue_name).enqueue("t", {})
         async with anyio.create_task_group() as tg:
             await tg.start(worker.run)
@@ -502,7 +490,7 @@ async def test_a_notify_sent_before_listen_is_up_is_not_lost_until_the_poll(
         worker = pgqueue.Worker(
             pool, queue=queue.name, poll_interval=60, listen=via(dsn, proxy.port)
         )
-        worker.register("t", _noop)
+        worker.register("t", noop)
         first = await queue.enqueue("t", {})
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)
@@ -524,7 +512,7 @@ async def test_start_returns_once_the_worker_listens(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
     worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
-    worker.register("t", _noop)
+    worker.register("t", noop)
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(10):
             await tg.start(worker.run)

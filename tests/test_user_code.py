@@ -22,7 +22,15 @@ import pytest
 
 import pgqueue
 from pgqueue._errors import MAX_ERROR_LENGTH
-from tests.helpers import RecordingLogger, row, rows, running, wait_for_row, wait_until
+from tests.helpers import (
+    RecordingLogger,
+    noop,
+    row,
+    rows,
+    running,
+    wait_for_row,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -421,7 +429,7 @@ async def test_a_bad_stop_timeout_raises_and_changes_nothing(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
     worker = pgqueue.Worker(pool, queue=queue.name)
-    worker.register("t", _noop)
+    worker.register("t", noop)
     async with running(worker):
         with pytest.raises(ValueError, match="timeout"):
             await worker.stop(timeout=-1)
@@ -429,10 +437,6 @@ async def test_a_bad_stop_timeout_raises_and_changes_nothing(
             await worker.stop(timeout="soon")  # type: ignore[arg-type]
         job_id = await queue.enqueue("t", {})
         await wait_for_row(pool, job_id, status="completed")
-
-
-async def _noop(_job: pgqueue.Job) -> None:
-    return None
 
 
 async def test_cancelling_run_cuts_a_hung_handler_off_after_the_grace_period(
@@ -548,3 +552,30 @@ async def test_a_handler_that_swallows_its_timeout_fails_with_the_timeout(
         "dead",
         "job timed out after 0.1 s",
     )
+
+
+async def test_a_handler_that_exits_the_process_stops_the_worker_with_outcomes_written(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    """``sys.exit()`` in a handler ends the worker as a stop would, then propagates."""
+    other_started = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=2)
+
+    @worker.handler("exits")
+    async def exits(_job: pgqueue.Job) -> None:
+        await other_started.wait()
+        raise SystemExit(3)
+
+    @worker.handler("other")
+    async def other(_job: pgqueue.Job) -> None:
+        other_started.set()
+        await anyio.sleep_forever()
+
+    exiting = await queue.enqueue("exits", {})
+    in_flight = await queue.enqueue("other", {})
+    with anyio.fail_after(10), pytest.raises(SystemExit):
+        await worker.run()
+    for job_id in (exiting, in_flight):
+        stored = await row(pool, job_id)
+        assert (stored["status"], stored["attempts"]) == ("pending", 1)
+        assert "shut down" in stored["last_error"]

@@ -14,7 +14,15 @@ import asyncpg
 import pytest
 
 import pgqueue
-from tests.helpers import RecordingLogger, row, rows, running, wait_for_row, wait_until
+from tests.helpers import (
+    RecordingLogger,
+    noop,
+    row,
+    rows,
+    running,
+    wait_for_row,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -149,14 +157,10 @@ async def test_full_batch_claims_again_without_waiting(
     worker = pgqueue.Worker(
         pool, queue=queue.name, concurrency=1, poll_interval=60, listen=False
     )
-    worker.register("t", _noop)
+    worker.register("t", noop)
     await queue.enqueue_many([("t", i) for i in range(5)])
     async with running(worker):
         await wait_until(lambda: _all_done(pool, queue.name), within=10)
-
-
-async def _noop(_job: pgqueue.Job) -> None:
-    return None
 
 
 async def test_two_workers_run_each_job_exactly_once(
@@ -246,7 +250,7 @@ async def test_unregistered_type_goes_dead(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
     worker = pgqueue.Worker(pool, queue=queue.name)
-    worker.register("known", _noop)
+    worker.register("known", noop)
     job_id = await queue.enqueue("unknown", {})
     async with running(worker):
         stored = await wait_for_row(pool, job_id, status="dead")
@@ -671,7 +675,7 @@ async def test_a_stale_run_cannot_overwrite_the_run_that_superseded_it(
         msg = "the stale run failed"
         raise RuntimeError(msg)
 
-    fresh.register("t", _noop)
+    fresh.register("t", noop)
     job_id = await queue.enqueue("t", {})
     async with running(stale):
         with anyio.fail_after(10):
@@ -858,7 +862,7 @@ async def test_second_run_and_late_register_raise(
         with pytest.raises(pgqueue.AlreadyStartedError):
             await worker.run()
         with pytest.raises(pgqueue.AlreadyStartedError):
-            worker.register("late", _noop)
+            worker.register("late", noop)
     with pytest.raises(pgqueue.AlreadyStartedError):
         await worker.run()
 
@@ -900,10 +904,10 @@ def test_constructor_validates(kwargs: dict[str, Any], error: type[Exception]) -
 def test_register_validates() -> None:
     worker = pgqueue.Worker(None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="empty"):
-        worker.register("", _noop)
+        worker.register("", noop)
     with pytest.raises(TypeError, match="callable"):
         worker.register("t", "not a function")  # type: ignore[arg-type]
-    assert worker.handler("t")(_noop) is _noop
+    assert worker.handler("t")(noop) is noop
     assert repr(worker) == "Worker(queue='default', concurrency=2, state='new')"
 
 
@@ -1017,7 +1021,7 @@ async def test_a_wakeup_while_prefetched_jobs_fill_the_worker_is_not_lost(
     async def first(_job: pgqueue.Job) -> None:
         await release.wait()
 
-    worker.register("t", _noop)
+    worker.register("t", noop)
     async with running(worker):
         await queue.enqueue_many([("first", n) for n in range(3)])
         await wait_until(lambda: _held(worker, 3))

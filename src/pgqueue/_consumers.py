@@ -38,6 +38,8 @@ class Consumers:
             cancellation is then the worker's own).
         put: takes each outcome (to the writer).
         on_ended: called after each job's outcome is put.
+        on_exit: called with the ``SystemExit`` or ``KeyboardInterrupt`` a
+            handler raised (its job's outcome is put first).
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class Consumers:
         cut_off: Callable[[], bool],
         put: Callable[[Outcome], None],
         on_ended: Callable[[], None],
+        on_exit: Callable[[BaseException], None],
         logger: Logger,
     ) -> None:
         self._claims = claims
@@ -57,6 +60,7 @@ class Consumers:
         self._cut_off = cut_off
         self._put = put
         self._on_ended = on_ended
+        self._on_exit = on_exit
         self._logger = logger
         self._idle: list[asyncio.Future[None]] = []
         self._waking = 0  # consumers woken that have not resumed yet
@@ -109,6 +113,12 @@ class Consumers:
     async def _execute(self, job: Job) -> None:
         try:
             outcome = await self._runner.run(job, self._cut_off)
+        except (KeyboardInterrupt, SystemExit) as exc:
+            # Raised out of a task, these would stop the event loop itself,
+            # before any outcome is written: stop the worker instead.
+            self._end(shutdown_outcome(job))
+            self._on_exit(exc)
+            return
         except BaseException:
             outcome = shutdown_outcome(job)
             self._logger.warning(

@@ -176,7 +176,6 @@ class Worker:
         self._handlers: dict[str, Handler] = {}
         self._state: Literal["new", "running", "stopped"] = "new"
         self._stop_requested = False
-        self._cut = False
         self._fatal: BaseException | None = None
         self._statement_timeout = STATEMENT_TIMEOUT
         self._listener_keepalive = LISTEN_KEEPALIVE
@@ -258,6 +257,9 @@ class Worker:
             AlreadyStartedError: ``run()`` was called before.
             SchemaError: the ``pgqueue_jobs`` table, or a column of it, is
                 missing (raised at once, before any job is claimed).
+            SystemExit, KeyboardInterrupt: a handler raised it; the worker
+                stopped first, cutting the other handlers off, and wrote
+                every outcome (the jobs cut off are pending again).
         """
         if self._state != "new":
             msg = "this worker has already been started; create a new Worker"
@@ -371,9 +373,10 @@ class Worker:
                 logger=logger,
             ),
             owner=self,
-            cut_off=lambda: self._cut,
+            cut_off=self._cut_off_called,
             put=self._writer.put,
             on_ended=self._claimer.room,
+            on_exit=self._exit,
             logger=logger,
         )
         self._upkeep = Upkeep(
@@ -503,10 +506,24 @@ class Worker:
     def _cut_off(self) -> int:
         """Cancel every running handler (their jobs go back to pending); return how many."""
         running = self._claims.running
-        self._cut = True
         if self._jobs_scope is not None:
             self._jobs_scope.cancel()
         return running
+
+    def _cut_off_called(self) -> bool:
+        """Whether running handlers are being cancelled by the worker itself."""
+        return self._jobs_scope is not None and self._jobs_scope.cancel_called
+
+    def _exit(self, exc: BaseException) -> None:
+        """A handler raised ``SystemExit`` or ``KeyboardInterrupt``: stop now, then raise it."""
+        self._logger.warning(
+            "a handler asked the process to exit; stopping",
+            extra={"error": type(exc).__name__, "queue": self._queue},
+        )
+        if self._fatal is None:
+            self._fatal = exc
+        self._request_stop()
+        self._cut_off()
 
     def _on_claimed(self) -> None:
         self._consumers.wake()
