@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import operator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -221,7 +222,6 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
     """
     jobs: list[Job] = []
     dead: list[Outcome] = []
-    last: Place | None = None
     for row in rows:
         error = None
         try:
@@ -229,13 +229,16 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
         except (ValueError, RecursionError) as exc:
             payload = None
             error = f"payload could not be decoded: {describe(exc)}"[:1000]
-        if row[9] is None:
-            run_at, created_at = _aware(row[6]), _aware(row[7])
-            if last is None or (run_at, row[0]) > last:
-                last = run_at, row[0]
-        else:
+        run_at, created_at = row[6], row[7]
+        if row[9] is not None:
             run_at = created_at = _UNREPRESENTABLE
             error = f"a time Python cannot represent ({row[9]})"
+        else:
+            # asyncpg reads '-infinity' and 'infinity' as naive datetime.min and max.
+            if run_at.tzinfo is None:
+                run_at = run_at.replace(tzinfo=UTC)
+            if created_at.tzinfo is None:
+                created_at = created_at.replace(tzinfo=UTC)
         job = Job(
             id=row[0],
             queue=row[1],
@@ -251,19 +254,15 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
             jobs.append(job)
         else:
             dead.append(Outcome(job, Status.DEAD, error=error))
-    if len(jobs) > 1:
-        jobs.sort(key=_place)
-    return Claimed(jobs, dead, last)
+    jobs.sort(key=_PLACE)
+    places = [_PLACE(o.job) for o in dead if o.job.run_at is not _UNREPRESENTABLE]
+    if jobs:
+        places.append(_PLACE(jobs[-1]))
+    return Claimed(jobs, dead, max(places, default=None))
 
 
 # Stands in for a time Python cannot represent, in a job that never runs.
 _UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
 
-
-def _aware(value: datetime) -> datetime:
-    # asyncpg reads '-infinity' and 'infinity' as naive datetime.min and max.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def _place(job: Job) -> Place:
-    return job.run_at, job.id
+_PLACE = operator.attrgetter("run_at", "id")
+"""A job's place in the claim order."""

@@ -11,8 +11,6 @@ import anyio
 from pgqueue._errors import ends_session
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
     import asyncpg
 
     from pgqueue._connect import Connect
@@ -50,28 +48,29 @@ class DedicatedConnection:
 
     async def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
         """Run ``query`` and return its rows; raise what the database raised."""
-        async with self._use() as connection:
-            return await connection.fetch(query, *args)
+        rows: list[asyncpg.Record] = await self._run("fetch", query, args)
+        return rows
 
     async def fetchrow(self, query: str, *args: object) -> asyncpg.Record | None:
         """Run ``query`` and return its first row."""
-        async with self._use() as connection:
-            return await connection.fetchrow(query, *args)
+        row: asyncpg.Record | None = await self._run("fetchrow", query, args)
+        return row
 
-    @contextlib.asynccontextmanager
-    async def _use(self) -> AsyncIterator[asyncpg.Connection[Any]]:
-        async with self._lock:
-            with anyio.fail_after(self.timeout):
-                connection = self._connection
-                if connection is None or connection.is_closed():
-                    connection = self._connection = await self._connect()
-                try:
-                    yield connection
-                except BaseException as exc:
-                    if ends_session(exc) or connection.is_closed():
-                        self._connection = None
-                        connection.terminate()
-                    raise
+    async def _run(self, method: str, query: str, args: tuple[object, ...]) -> Any:
+        # asyncio's timeout, not anyio's fail_after: this is every claim's and
+        # every outcome write's path, and a cancel scope costs several times
+        # as much to set up.
+        async with self._lock, asyncio.timeout(self.timeout):
+            connection = self._connection
+            if connection is None or connection.is_closed():
+                connection = self._connection = await self._connect()
+            try:
+                return await getattr(connection, method)(query, *args)
+            except BaseException as exc:
+                if ends_session(exc) or connection.is_closed():
+                    self._connection = None
+                    connection.terminate()
+                raise
 
     async def aclose(self) -> None:
         """Close the connection politely, or drop it; never raises, never waits long."""

@@ -95,10 +95,10 @@ class Claims:
     def settled(self, keys: Iterable[Key]) -> None:
         """Outcomes of these claims are durable (or fenced off): forget the claims."""
         held = self._held
+        before = len(held)
         for key in keys:
-            if key in held:
-                held.remove(key)
-                self.settled_count += 1
+            held.discard(key)
+        self.settled_count += before - len(held)
         if not held:
             self._empty.set()
 

@@ -38,9 +38,9 @@ __all__ = [
 JOBS_CHANNEL = "pgqueue_jobs"
 
 
-def array(values: Iterable[int | float | None]) -> str:
+def array(values: Iterable[int | float]) -> str:
     """An array literal of numbers, for a ``$n::text::int[]`` (or bigint, float8) parameter."""
-    return "{" + ",".join("NULL" if v is None else repr(v) for v in values) + "}"
+    return "{" + ",".join(map(repr, values)) + "}"
 
 
 _MIN = datetime.min.replace(tzinfo=UTC)

@@ -107,17 +107,18 @@ class OutcomeWriter:
                     parts += self._instead_of(part[0], exc)
 
     async def _finish(self, part: list[Outcome]) -> None:
+        keys = [o.key for o in part]
         rows = await self._connection.fetch(
             _sql.FINISH,
-            _sql.array(o.job.id for o in part),
-            _sql.array(o.job.attempts for o in part),
+            _sql.array([key[0] for key in keys]),
+            _sql.array([key[1] for key in keys]),
             [o.status for o in part],
-            _sql.array(o.delay for o in part),
+            _sql.array([o.delay for o in part]),
             [o.error for o in part],
         )
         if len(rows) < len(part):
             self._log_stale(part, {(row[0], row[1]) for row in rows})
-        self._claims.settled(o.key for o in part)
+        self._claims.settled(keys)
         self._on_written(part)
 
     def _instead_of(self, outcome: Outcome, exc: Exception) -> list[list[Outcome]]:
