@@ -168,12 +168,14 @@ class PostgresSampler:
     A backend's CPU time vanishes with it, and workers close their
     connections when they stop; the last sample of each pid is kept (at most
     ``interval`` of its CPU is lost). Known processes are re-read every
-    sample (one /proc read each); the process list is rescanned for new
-    ones every ``rescan`` samples, so the sampler itself stays cheap.
+    sample (one /proc read each), and the process list is rescanned for new
+    ones every ``rescan`` samples: every sample by default, since a worker
+    opens its own connections when it starts and closes them when it stops,
+    and a drain can be over within half a second.
     """
 
     def __init__(
-        self, database: str | None, interval: float = 0.1, rescan: int = 5
+        self, database: str | None, interval: float = 0.1, rescan: int = 1
     ) -> None:
         self._database = database
         self._interval = interval
