@@ -296,7 +296,8 @@ async def _floor(
         previous: list[asyncpg.Record] = []
         after = _sql.HEAD_OF_LINE  # as the worker: past the last job taken
         while True:
-            claim = claimer.fetch(_sql.CLAIM, QUEUE, batch, *after)
+            places = {} if after is _sql.HEAD_OF_LINE else {0: after}
+            claim = claimer.fetch(_sql.CLAIM, QUEUE, batch, *_sql.claim_places(places))
             if previous:
                 finish = finisher.fetch(
                     _sql.FINISH,
@@ -304,6 +305,7 @@ async def _floor(
                     _sql.array(r[4] for r in previous),
                     ["completed"] * len(previous),
                     _sql.array([0.0] * len(previous)),
+                    [None] * len(previous),
                     [None] * len(previous),
                 )
                 if pipelined:

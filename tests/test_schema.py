@@ -48,7 +48,20 @@ GO_COMPLETE = (
 )
 
 
-async def test_install_creates_the_go_modules_table(fresh_dsn: str) -> None:
+# What schema v2 adds, column by column (defaults are constants: no rewrite).
+V2_COLUMNS = {
+    "priority": ("smallint", "NO", "0"),
+    "unique_key": ("text", "YES", None),
+    "cancel_requested": ("boolean", "NO", "false"),
+    "snoozes": ("integer", "NO", "0"),
+    "result": ("jsonb", "YES", None),
+    "tracked": ("boolean", "NO", "false"),
+}
+
+
+async def test_install_creates_the_go_modules_table_and_what_v2_adds(
+    fresh_dsn: str,
+) -> None:
     connection = await asyncpg.connect(fresh_dsn)
     try:
         await pgqueue.uninstall(connection)
@@ -59,7 +72,7 @@ async def test_install_creates_the_go_modules_table(fresh_dsn: str) -> None:
             " FROM information_schema.columns WHERE table_name = 'pgqueue_jobs'"
         )
         found = {c[0]: (c[1], c[2], c[3]) for c in columns}
-        assert found == GO_COLUMNS
+        assert found == {**GO_COLUMNS, **V2_COLUMNS}
         indexes = {
             r[0]: r[1]
             for r in await connection.fetch(
@@ -87,6 +100,7 @@ async def test_install_creates_the_go_modules_table(fresh_dsn: str) -> None:
             pass
         else:
             raise AssertionError("the status check constraint is missing")
+        await pgqueue.install(connection)  # idempotent: applies what is missing
         await pgqueue.uninstall(connection)
         await pgqueue.uninstall(connection)  # idempotent, as SCHEMA_DOWN says IF EXISTS
         assert await connection.fetchval("SELECT to_regclass('pgqueue_jobs')") is None
@@ -100,6 +114,7 @@ def test_status_values() -> None:
         "running",
         "completed",
         "dead",
+        "cancelled",
     ]
     assert str(pgqueue.Status.DEAD) == "dead"
 

@@ -48,7 +48,7 @@ async def small_table(fresh_dsn: str) -> AsyncIterator[asyncpg.Connection]:
     try:
         await _fill(connection)
         await connection.execute("ANALYZE pgqueue_jobs")
-        await connection.fetch(_sql.CLAIM, QUEUE, CLAIMED, *_sql.HEAD_OF_LINE)
+        await connection.fetch(_sql.CLAIM, QUEUE, CLAIMED, *_sql.claim_places({}))
         yield connection
     finally:
         await connection.close()
@@ -92,6 +92,17 @@ def _literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+def _claimed(nodes: list[dict[str, Any]]) -> int:
+    """Rows the claim's id subquery found (its outer Limit runs once).
+
+    Not the scans' rows: those run once per priority, and EXPLAIN shows
+    their rounded mean per loop.
+    """
+    limit = next(n for n in nodes if n["Node Type"] == "Limit")
+    assert limit["Actual Loops"] == 1
+    return int(limit["Actual Rows"])
+
+
 def _table_scans(nodes: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
     return [
         (n["Node Type"], n.get("Index Name"))
@@ -104,7 +115,7 @@ def _table_scans(nodes: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
 async def test_claim_never_scans_the_table(
     small_table: asyncpg.Connection, start: str
 ) -> None:
-    after = _sql.HEAD_OF_LINE
+    after = None
     if start != "head":
         last = await small_table.fetchrow(
             "SELECT run_at, id FROM pgqueue_jobs WHERE status = 'running'"
@@ -112,16 +123,23 @@ async def test_claim_never_scans_the_table(
         )
         assert last is not None
         after = (last["run_at"], last["id"])
-    plans = await _plans(small_table, _sql.CLAIM, QUEUE, 100, *after)
+    places = {} if after is None else {0: after}
+    plans = await _plans(
+        small_table, _sql.CLAIM, QUEUE, 100, *_sql.claim_places(places)
+    )
     for mode, nodes in plans.items():
         scans = _table_scans(nodes)
-        assert ("Index Scan", "idx_pgqueue_jobs_claim") in scans, (mode, scans)
+        assert ("Index Scan", "idx_pgqueue_jobs_priority") in scans, (mode, scans)
         assert ("Index Scan", "pgqueue_jobs_pkey") in scans, (mode, scans)
         assert all(kind == "Index Scan" for kind, _ in scans), (mode, scans)
-        (scan,) = [n for n in nodes if n.get("Index Name") == "idx_pgqueue_jobs_claim"]
+        (scan,) = [
+            n for n in nodes if n.get("Index Name") == "idx_pgqueue_jobs_priority"
+        ]
         # The place in line is where the index scan starts, not a filter.
         assert "ROW(run_at, id) >" in scan["Index Cond"], (mode, scan)
-        assert scan["Actual Rows"] == 100, (mode, scan)
+        assert "run_at <= now()" in scan["Index Cond"], (mode, scan)
+        assert "priority = " in scan["Index Cond"], (mode, scan)
+        assert _claimed(nodes) == 100, (mode, scan)
 
 
 @pytest.mark.parametrize("statement", ["FINISH", "TOUCH"])
@@ -137,7 +155,12 @@ async def test_outcome_writes_go_through_the_primary_key(
     attempts = [r["attempts"] for r in running]
     args: tuple[object, ...] = (_sql.array(ids), _sql.array(attempts))
     if statement == "FINISH":
-        args += (["completed"] * WRITTEN, _sql.array([0.0] * WRITTEN), [None] * WRITTEN)
+        args += (
+            ["completed"] * WRITTEN,
+            _sql.array([0.0] * WRITTEN),
+            [None] * WRITTEN,
+            [None] * WRITTEN,
+        )
     plans = await _plans(
         small_table, getattr(_sql, statement), *args, modes=("generic",)
     )
@@ -156,13 +179,17 @@ async def test_a_claim_past_the_jobs_taken_skips_their_dead_index_entries(
             "ALTER TABLE pgqueue_jobs SET (autovacuum_enabled = false)"
         )
         await _fill(connection)
-        taken = await connection.fetch(_sql.CLAIM, QUEUE, DRAINED, *_sql.HEAD_OF_LINE)
+        taken = await connection.fetch(
+            _sql.CLAIM, QUEUE, DRAINED, *_sql.claim_places({})
+        )
         after = max((r["run_at"], r["id"]) for r in taken)
         found = {}
-        for start, place in (("head", _sql.HEAD_OF_LINE), ("past", after)):
-            plan = await _explain(connection, _sql.CLAIM, QUEUE, 100, *place)
+        for start, places in (("head", {}), ("past", {0: after})):
+            plan = await _explain(
+                connection, _sql.CLAIM, QUEUE, 100, *_sql.claim_places(places)
+            )
             lock = next(n for n in _nodes(plan) if n["Node Type"] == "LockRows")
-            assert lock["Actual Rows"] == 100
+            assert _claimed(_nodes(plan)) == 100
             found[start] = _buffers(lock)
     finally:
         await connection.close()

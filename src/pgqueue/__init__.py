@@ -9,30 +9,37 @@ from __future__ import annotations
 from pgqueue._backoff import Backoff, default_backoff
 from pgqueue._errors import (
     AlreadyStartedError,
+    DuplicateJobError,
+    JobNotFoundError,
     PayloadTooLargeError,
     Permanent,
     PgQueueError,
+    RetryAfter,
     SchemaError,
+    Snooze,
     is_permanent,
 )
 from pgqueue._job import Job, NewJob, Status
 from pgqueue._log import Logger
 from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
-from pgqueue._sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN
+from pgqueue._sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE
 from pgqueue._worker import Handler, Middleware, Worker
 
 __all__ = [
     "JOBS_CHANNEL",
     "SCHEMA",
     "SCHEMA_DOWN",
+    "SCHEMA_UPGRADE",
     "AlreadyStartedError",
     "Backoff",
     "Callback",
     "Connection",
+    "DuplicateJobError",
     "Executor",
     "Handler",
     "Job",
+    "JobNotFoundError",
     "Logger",
     "Middleware",
     "NewJob",
@@ -40,7 +47,9 @@ __all__ = [
     "Permanent",
     "PgQueueError",
     "Queue",
+    "RetryAfter",
     "SchemaError",
+    "Snooze",
     "Status",
     "Subscriber",
     "Worker",

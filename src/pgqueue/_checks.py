@@ -18,14 +18,19 @@ __all__ = [
     "MAX_PAYLOAD_DEPTH",
     "MAX_QUEUE_NAME_BYTES",
     "NOTIFY_LIMIT",
+    "check_bool",
     "check_callable",
     "check_channel",
     "check_duration",
     "check_int",
+    "check_job_id",
     "check_max_attempts",
     "check_name",
+    "check_on_conflict",
+    "check_priority",
     "check_queue_name",
     "check_run_at",
+    "check_unique_key",
     "encode_notify_payload",
     "encode_payload",
     "encode_payloads",
@@ -331,6 +336,52 @@ def check_int(what: str, value: object, *, minimum: int = 1) -> int:
 def check_max_attempts(value: object) -> int:
     """Return ``value`` if it is a usable ``max_attempts``."""
     return check_int("max_attempts", value)
+
+
+MIN_PRIORITY, MAX_PRIORITY = -5, 5
+
+
+def check_priority(value: object) -> int:
+    """Return ``value`` if it is a job priority: an int from -5 to 5."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"priority must be an int, not {type(value).__name__}"
+        raise TypeError(msg)
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        msg = f"priority must be from {MIN_PRIORITY} to {MAX_PRIORITY}, got {value}"
+        raise ValueError(msg)
+    return value
+
+
+def check_unique_key(value: object) -> str | None:
+    """Return ``value`` if it is ``None`` or a non-empty string PostgreSQL text can hold."""
+    return None if value is None else check_name("unique_key", value)
+
+
+def check_bool(what: str, value: object) -> bool:
+    """Return ``value`` if it is a bool."""
+    if not isinstance(value, bool):
+        msg = f"{what} must be a bool, not {type(value).__name__}"
+        raise TypeError(msg)
+    return value
+
+
+def check_on_conflict(value: object) -> str:
+    """Return ``value`` if it says what to do with a duplicate unique key."""
+    if value not in ("return", "raise"):
+        msg = f'on_conflict must be "return" or "raise", not {value!r}'
+        raise ValueError(msg)
+    return str(value)
+
+
+def check_job_id(value: object) -> int:
+    """Return ``value`` if it can be a job id: a positive int (a bigint)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        msg = f"a job id must be an int, not {type(value).__name__}"
+        raise TypeError(msg)
+    if not 0 < value < 2**63:
+        msg = f"a job id must be a positive 64-bit integer, got {value}"
+        raise ValueError(msg)
+    return value
 
 
 def check_callable(what: str, value: object) -> None:

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
-import asyncpg
 
 from pgqueue import _sql
 from pgqueue._errors import SchemaError, describe, is_transient
@@ -17,19 +16,19 @@ from pgqueue._job import Job, Status
 from pgqueue._outcome import Outcome
 from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
 from pgqueue._runner import job_fields
+from pgqueue._schema import SCHEMA_ERRORS, check_schema
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import asyncpg
+
     from pgqueue._dedicated import DedicatedConnection
     from pgqueue._ledger import Claims
     from pgqueue._log import Logger
-    from pgqueue._policy import ClaimPolicy, Place
+    from pgqueue._policy import Bounds, ClaimPolicy
 
 __all__ = ["Claimed", "Claimer", "jobs_from_rows"]
-
-# What a claim may meet when the schema is not what pgqueue needs.
-_SCHEMA_ERRORS = (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError)
 
 
 class Claimer:
@@ -117,12 +116,13 @@ class Claimer:
                 with anyio.move_on_after(policy.wait(now)):
                     await self._event.wait()
                 continue
-            limit, place = decision
+            limit, bounds = decision
             settled_before = claims.settled_count
             try:
-                rows = await self._claim(limit, place)
-            except _SCHEMA_ERRORS as exc:
-                raise _schema_error(exc, ()) from exc
+                rows = await self._claim(limit, bounds)
+            except SCHEMA_ERRORS as exc:
+                await check_schema(self._connection)  # says what is missing
+                raise SchemaError(describe(exc)) from exc
             except Exception as exc:
                 failures += 1
                 log_failure(
@@ -147,25 +147,26 @@ class Claimer:
             if claimed.jobs:
                 claims.add(claimed.jobs)
                 self._on_claimed()
-            policy.claimed(limit, place, len(rows), claimed.last, clock())
+            policy.claimed(limit, bounds, len(rows), claimed.last, clock())
             empty_since = None if rows else settled_before
 
     @property
     def _retry_cap(self) -> float:
         return min(self._policy.poll_interval, MAX_RETRY_WAIT)
 
-    async def _claim(self, limit: int, place: Place) -> list[asyncpg.Record]:
+    async def _claim(self, limit: int, bounds: Bounds) -> list[asyncpg.Record]:
+        run_ats, ids = _sql.claim_places(bounds)
         with anyio.CancelScope(shield=True):
-            rows = await self._connection.fetch(_sql.CLAIM, self._queue, limit, *place)
+            rows = await self._connection.fetch(
+                _sql.CLAIM, self._queue, limit, run_ats, ids
+            )
         return rows  # noqa: RET504 - a cancel scope may swallow, as mypy sees it
 
     async def _check_schema(self) -> None:
         failures = 0
         while True:
             try:
-                row = await self._connection.fetchrow(
-                    _sql.SCHEMA_CHECK, list(_sql.REQUIRED_COLUMNS)
-                )
+                await check_schema(self._connection)
             except Exception as exc:
                 if not is_transient(exc):
                     raise
@@ -178,37 +179,19 @@ class Claimer:
                     queue=self._queue,
                 )
                 await anyio.sleep(retry_delay(failures, self._retry_cap))
-                continue
-            assert row is not None
-            table, missing = row
-            if not table or missing:
-                raise _schema_error(None, () if not table else missing)
-            return
-
-
-def _schema_error(
-    exc: BaseException | None, missing: tuple[str, ...] | list[str]
-) -> SchemaError:
-    if missing:
-        what = f"pgqueue_jobs lacks the column(s) {', '.join(missing)}"
-    elif exc is not None:
-        what = f"the database refused pgqueue's claim ({describe(exc)})"
-    else:
-        what = "there is no table pgqueue_jobs on the search_path"
-    return SchemaError(
-        f"{what}: apply pgqueue.SCHEMA in a migration (or await pgqueue.install(pool))"
-    )
+            else:
+                return
 
 
 class Claimed(NamedTuple):
     """What one claim returned."""
 
     jobs: list[Job]
-    """The jobs to run, in ``(run_at, id)`` order."""
+    """The jobs to run, highest priority first, then in ``(run_at, id)`` order."""
     dead: list[Outcome]
     """The outcomes of claimed jobs that cannot run."""
-    last: Place | None
-    """The place of the last claimed row in line (None if no row has one)."""
+    last: Bounds
+    """For each priority claimed, the place of the last row taken."""
 
 
 def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
@@ -222,6 +205,7 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
     """
     jobs: list[Job] = []
     dead: list[Outcome] = []
+    last: Bounds = {}
     for row in rows:
         error = None
         try:
@@ -239,6 +223,10 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
                 run_at = run_at.replace(tzinfo=UTC)
             if created_at.tzinfo is None:
                 created_at = created_at.replace(tzinfo=UTC)
+            place = (run_at, row[0])
+            seen = last.get(row[10])
+            if seen is None or place > seen:
+                last[row[10]] = place
         job = Job(
             id=row[0],
             queue=row[1],
@@ -249,20 +237,24 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
             run_at=run_at,
             created_at=created_at,
             last_error=row[8],
+            priority=row[10],
+            unique_key=row[11],
+            snoozes=row[12],
         )
         if error is None:
             jobs.append(job)
         else:
             dead.append(Outcome(job, Status.DEAD, error=error))
-    jobs.sort(key=_PLACE)
-    places = [_PLACE(o.job) for o in dead if o.job.run_at is not _UNREPRESENTABLE]
-    if jobs:
-        places.append(_PLACE(jobs[-1]))
-    return Claimed(jobs, dead, max(places, default=None))
+    if len(jobs) > 1:
+        jobs.sort(key=_PLACE)
+        jobs.sort(
+            key=_PRIORITY, reverse=True
+        )  # stable: each priority stays in place order
+    return Claimed(jobs, dead, last)
 
 
 # Stands in for a time Python cannot represent, in a job that never runs.
 _UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
 
 _PLACE = operator.attrgetter("run_at", "id")
-"""A job's place in the claim order."""
+_PRIORITY = operator.attrgetter("priority")

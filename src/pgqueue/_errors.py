@@ -4,10 +4,16 @@ The tree::
 
     PgQueueError
     ├── AlreadyStartedError   run() called twice, or register() after run()
+    ├── DuplicateJobError     enqueue(on_conflict="raise") met a live job with the key
+    ├── JobNotFoundError      no job has that id (also a LookupError)
     ├── PayloadTooLargeError  a NOTIFY payload of 8000 bytes or more (also a ValueError)
-    └── SchemaError           the table is missing, or lacks what pgqueue needs
+    ├── SchemaError           the table is missing, or lacks what pgqueue needs
+    └── TrackerClosedError    a Tracker wait on a tracker that is not open
 
-    Permanent                 raised by a handler: dead-letter the job at once
+    Raised by handlers, to say how their job ends:
+    Permanent                 dead-letter the job at once
+    RetryAfter                fail this attempt; retry after these seconds
+    Snooze                    run again after these seconds; no attempt used
 
 Bad input raises the built-in ``TypeError`` or ``ValueError`` before any SQL
 runs. Database failures surface as asyncpg's own exceptions.
@@ -20,10 +26,15 @@ import asyncpg
 __all__ = [
     "DATABASE_ERRORS",
     "AlreadyStartedError",
+    "DuplicateJobError",
+    "JobNotFoundError",
     "PayloadTooLargeError",
     "Permanent",
     "PgQueueError",
+    "RetryAfter",
     "SchemaError",
+    "Snooze",
+    "TrackerClosedError",
     "describe",
     "ends_session",
     "is_permanent",
@@ -47,11 +58,43 @@ class PayloadTooLargeError(PgQueueError, ValueError):
     """A NOTIFY payload is at or over PostgreSQL's 8000-byte limit."""
 
 
+class DuplicateJobError(PgQueueError):
+    """A job of the same type and unique key is already pending or running.
+
+    Attributes:
+        job_id: the existing job's id.
+        unique_key: the key.
+    """
+
+    def __init__(self, job_id: int, unique_key: str) -> None:
+        super().__init__(
+            f"job {job_id} with unique key {unique_key!r} is pending or running"
+        )
+        self.job_id = job_id
+        self.unique_key = unique_key
+
+
+class JobNotFoundError(PgQueueError, LookupError):
+    """No job has this id (it never existed, or was pruned).
+
+    Attributes:
+        job_id: the id.
+    """
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"no job has id {job_id}")
+        self.job_id = job_id
+
+
 class SchemaError(PgQueueError):
     """The database lacks the ``pgqueue_jobs`` table, or parts of it pgqueue needs.
 
     The message names what is missing and how to add it.
     """
+
+
+class TrackerClosedError(PgQueueError):
+    """`Tracker.wait` called on a tracker that is not open, or pending when it closed."""
 
 
 class Permanent(Exception):
@@ -62,6 +105,43 @@ class Permanent(Exception):
 
         raise pgqueue.Permanent("bad payload") from exc
     """
+
+
+class Snooze(Exception):
+    """Raised by a handler to run its job again after ``seconds``, using up no attempt.
+
+    The job goes back to pending at ``now() + seconds`` with its attempt
+    given back, and ``job.snoozes`` counts the snoozes: a job can snooze
+    any number of times without being dead-lettered.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = _delay("Snooze", seconds)
+        super().__init__(f"snoozed for {self.seconds:g} s")
+
+
+class RetryAfter(Exception):
+    """Raised by a handler to fail the attempt and retry after exactly ``seconds``.
+
+    Like any exception it uses up an attempt (dead when they are used up),
+    but its delay replaces the worker's backoff: an HTTP 429 with a
+    Retry-After header, say.
+    """
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        self.seconds = _delay("RetryAfter", seconds)
+        super().__init__(message or f"retry after {self.seconds:g} s")
+
+
+def _delay(what: str, seconds: object) -> float:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        msg = f"{what} takes a number of seconds, not {type(seconds).__name__}"
+        raise TypeError(msg)
+    delay = float(seconds)
+    if not 0 <= delay < float("inf"):
+        msg = f"{what} takes a finite, non-negative number of seconds, got {seconds!r}"
+        raise ValueError(msg)
+    return delay
 
 
 def is_permanent(exc: BaseException) -> bool:

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import enum
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    from typing_extensions import TypeVar as DefaultedTypeVar
+
+    # The default (PEP 696) makes a bare ``Job`` mean ``Job[Any]`` to type
+    # checkers, with no "missing type parameters" error under --strict.
+    # typing.TypeVar takes a default from Python 3.13 on.
+    PayloadT = DefaultedTypeVar("PayloadT", covariant=True, default=Any)
+else:
+    PayloadT = TypeVar("PayloadT", covariant=True)
 
 __all__ = ["Job", "NewJob", "Status"]
 
@@ -19,25 +28,59 @@ class Status(enum.StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
     DEAD = "dead"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Job:
+class Job(Generic[PayloadT]):
     """A claimed job as a handler sees it.
 
     ``attempts`` counts the attempt now running: it is 1 on the first
-    delivery. ``payload`` is the decoded JSON value.
+    delivery (a snooze gives its attempt back). ``payload`` is the decoded
+    JSON value. ``snoozes`` counts the times the job was snoozed.
+
+    ``Job`` is generic in its payload: a handler annotated
+    ``job: Job[SendWelcome]``, where ``SendWelcome`` is a dataclass or a
+    pydantic model, gets the payload as a ``SendWelcome`` (see
+    `pgqueue._typed.typed_handler`). A bare ``Job`` is ``Job[Any]``: plain JSON.
     """
 
     id: int
     queue: str
     type: str
-    payload: Any
+    payload: PayloadT
     attempts: int
     max_attempts: int
     run_at: datetime
     created_at: datetime
     last_error: str | None = None
+    priority: int = 0
+    unique_key: str | None = None
+    snoozes: int = 0
+
+
+def _fix_frozen_slots(cls: type) -> None:
+    """Make the frozen ``__setattr__`` and ``__delattr__`` of ``cls`` test against ``cls``.
+
+    ``dataclass(slots=True)`` returns a new class, but their closures still
+    hold the class it replaced (CPython gh-105936, unfixed in 3.11 and 3.12):
+    setting an attribute that is not a field raised ``TypeError`` rather than
+    ``FrozenInstanceError``, so ``Job[X](...)`` failed where ``typing`` sets
+    ``__orig_class__`` and ignores only an ``AttributeError``.
+    """
+    for method in (cls.__setattr__, cls.__delattr__):
+        for cell in getattr(method, "__closure__", None) or ():
+            held = cell.cell_contents
+            if (
+                isinstance(held, type)
+                and held is not cls
+                and held.__qualname__ == cls.__qualname__
+                and held.__module__ == cls.__module__
+            ):
+                cell.cell_contents = cls
+
+
+_fix_frozen_slots(Job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,3 +92,6 @@ class NewJob:
     _: KW_ONLY
     run_at: datetime | None = None
     max_attempts: int | None = None
+    priority: int = 0
+    unique_key: str | None = None
+    track: bool = False

@@ -10,12 +10,24 @@ from pgqueue._job import Status
 if TYPE_CHECKING:
     from pgqueue._job import Job
 
-__all__ = ["RELEASED", "SHUTDOWN_ERROR", "Key", "Outcome", "shutdown_outcome"]
+__all__ = [
+    "CANCELLED_ERROR",
+    "RELEASED",
+    "SHUTDOWN_ERROR",
+    "SNOOZED",
+    "Key",
+    "Outcome",
+    "shutdown_outcome",
+]
 
 RELEASED = "released"
 """An outcome for a job claimed but never started: pending again, attempt given back."""
 
+SNOOZED = "snoozed"
+"""An outcome for a job snoozed by its handler: pending after ``delay``, attempt given back."""
+
 SHUTDOWN_ERROR = "worker shut down before the job finished"
+CANCELLED_ERROR = "cancelled by request"
 
 Key = tuple[int, int]
 """A claim's identity: (job id, the attempt it claimed)."""
@@ -26,13 +38,15 @@ class Outcome:
     """What one claim of a job ended as; written fenced on ``job.attempts``.
 
     ``status`` is a final `Status`, ``Status.PENDING`` for a retry after
-    ``delay`` seconds, or `RELEASED`.
+    ``delay`` seconds, `SNOOZED` or `RELEASED`. ``result`` is the JSON text
+    of a completed handler's return value, if it returned one.
     """
 
     job: Job
     status: str
     delay: float = 0.0
     error: str | None = None
+    result: str | None = None
 
     @property
     def key(self) -> Key:

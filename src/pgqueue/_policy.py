@@ -13,13 +13,16 @@ from typing import TypeAlias
 
 from pgqueue import _sql
 
-__all__ = ["HEAD", "RETRY_WAKE_MARGIN", "ClaimPolicy", "Place"]
+__all__ = ["HEAD", "RETRY_WAKE_MARGIN", "Bounds", "ClaimPolicy", "Place"]
 
 Place: TypeAlias = tuple[datetime, int]
-"""A place in the claim order ``(run_at, id)``; a claim takes the jobs after it."""
+"""A place in one priority's line ``(run_at, id)``; a claim takes the jobs after it."""
 
 HEAD: Place = _sql.HEAD_OF_LINE
-"""The place before every job."""
+"""The place before every job of a priority."""
+
+Bounds: TypeAlias = dict[int, Place]
+"""Where a claim starts in each priority's line; a priority not in it starts at its head."""
 
 RETRY_WAKE_MARGIN = 0.01
 """Seconds after a retry falls due (by the local clock) before claiming it."""
@@ -36,13 +39,15 @@ class ClaimPolicy:
     ready. A wakeup is never lost: it is remembered until a claim can be
     made, which needs at least ``claim_at`` free slots.
 
-    While a backlog lasts, each claim starts just past the last job taken:
-    every claimed job leaves a dead entry at the head of the claim index
-    until vacuum, and a claim from the head would walk them all. A claim
-    from the head runs at least every ``poll_interval``, and whenever a
-    claim past the head comes back short, so a job put back behind that
-    place (rescued, released, or enqueued with an earlier ``run_at``) waits
-    at most a poll.
+    Claims take the highest priority first, each priority's line in
+    ``(run_at, id)`` order. While a backlog lasts, each claim starts in each
+    priority's line just past the last job it took there: every claimed job
+    leaves a dead entry at the head of the index until vacuum, and a claim
+    from the head would walk them all. A claim from the head of every line
+    runs at least every ``poll_interval``, and whenever a claim past a head
+    comes back short, so a job put back behind (rescued, released, or
+    enqueued with an earlier ``run_at``) waits at most a poll. A job of a
+    higher priority than the backlog's is found by the next claim.
 
     Args:
         claim_at: the fewest free slots worth a claim.
@@ -54,7 +59,7 @@ class ClaimPolicy:
         self.poll_interval = poll_interval
         self.more = True
         """Jobs may be ready: claim as soon as there is room."""
-        self._after = HEAD
+        self._after: Bounds = {}
         self._head_due = 0.0
         self._poll_due = 0.0
         self._retries: list[float] = []  # a heap of local times
@@ -77,30 +82,34 @@ class ClaimPolicy:
         heapq.heappush(self._retries, due)
         return earliest
 
-    def next_claim(self, free: int, now: float) -> tuple[int, Place] | None:
-        """How many jobs to claim from which place now, or None to wait."""
+    def next_claim(self, free: int, now: float) -> tuple[int, Bounds] | None:
+        """How many jobs to claim from which places now, or None to wait."""
         self._fire_timers(now)
         if not self.more or free < self.claim_at:
             return None
-        if self._after is HEAD or now >= self._head_due:
+        if not self._after or now >= self._head_due:
             self._head_due = now + self.poll_interval
-            return free, HEAD
+            return free, {}
         return free, self._after
 
     def claimed(
-        self, limit: int, place: Place, got: int, last: Place | None, now: float
+        self, limit: int, bounds: Bounds, got: int, last: Bounds, now: float
     ) -> None:
-        """Take note of a claim of ``limit`` from ``place`` that returned ``got`` jobs, ``last`` in line last."""
+        """Take note of a claim of ``limit`` from ``bounds`` that returned ``got`` jobs.
+
+        ``last`` holds, for each priority the claim took jobs of, the place
+        of the last one.
+        """
         full = got == limit
-        self._after = last if full and last is not None else HEAD
-        # A short claim from past the head has yet to look behind its place.
-        self.more = full or place is not HEAD
+        self._after = {**bounds, **last} if full else {}
+        # A short claim from past a head has yet to look behind its place.
+        self.more = full or bool(bounds)
         self._poll_due = now + self.poll_interval
 
     def failed(self) -> None:
-        """A claim failed: claim again (after the retry delay), from the head."""
+        """A claim failed: claim again (after the retry delay), from the heads."""
         self.more = True
-        self._after = HEAD
+        self._after = {}
 
     def wait(self, now: float) -> float:
         """Seconds until a timer makes jobs possibly ready.

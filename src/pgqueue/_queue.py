@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pgqueue import _sql
 from pgqueue._checks import (
+    check_bool,
     check_duration,
+    check_job_id,
     check_max_attempts,
     check_name,
+    check_on_conflict,
+    check_priority,
     check_queue_name,
     check_run_at,
+    check_unique_key,
     encode_payload,
     encode_payloads,
 )
+from pgqueue._errors import DuplicateJobError, SchemaError
 from pgqueue._job import NewJob
 from pgqueue._log import Logger, default_logger
+from pgqueue._schema import SCHEMA_ERRORS, check_schema
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -34,12 +41,16 @@ Executor: TypeAlias = "asyncpg.Pool[Any] | Connection"
 
 
 async def install(executor: Executor) -> None:
-    """Create the ``pgqueue_jobs`` table and its indexes by running `SCHEMA`.
+    """Create or bring up to date the ``pgqueue_jobs`` table: `SCHEMA`, then `SCHEMA_UPGRADE`.
 
-    Meant for quick starts and tests; applications should put `SCHEMA` in
-    their own migrations. Not idempotent: it fails if the table exists.
+    Idempotent: it applies only what is missing, on an empty database, on
+    a table the Go module created, or on one already up to date. Meant for
+    quick starts and tests; applications should put `SCHEMA` (or, for an
+    existing table, `SCHEMA_UPGRADE`) in their own migrations.
     """
-    await executor.execute(_sql.SCHEMA)
+    if not await executor.fetchval(_sql.TABLE_EXISTS):
+        await executor.execute(_sql.SCHEMA)
+    await executor.execute(_sql.SCHEMA_UPGRADE)
 
 
 async def uninstall(executor: Executor) -> None:
@@ -96,6 +107,10 @@ class Queue:
         *,
         run_at: datetime | None = None,
         max_attempts: int | None = None,
+        priority: int = 0,
+        unique_key: str | None = None,
+        on_conflict: Literal["return", "raise"] = "return",
+        track: bool = False,
         connection: Connection | None = None,
     ) -> int:
         """Insert a job and wake the queue's workers, in one round trip.
@@ -110,20 +125,62 @@ class Queue:
                 ``{}``), or ``bytes`` holding JSON text.
             run_at: a timezone-aware time before which the job does not run.
             max_attempts: overrides the queue's default.
+            priority: from -5 to 5; a worker takes higher priorities first,
+                and jobs of one priority by ``run_at``, then id. (A Go worker
+                ignores priority.)
+            unique_key: while a job of the same ``job_type`` and key is
+                pending or running, enqueueing another inserts nothing and
+                returns the existing job's id (no wakeup either). Once that
+                job is completed, dead or cancelled, the key is free again.
+            on_conflict: ``"raise"`` raises `DuplicateJobError` for such a
+                duplicate instead of returning the existing id.
+            track: announce the job's outcome to `Tracker` waits at once (an
+                untracked job's outcome is found by the tracker's poll).
             connection: run on this connection (and its transaction).
 
         Returns:
-            The new job's id.
+            The new job's id (or the existing one's, for a duplicate key).
 
         Raises:
+            DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
             TypeError: a payload that is not JSON-serializable, or an
                 argument of the wrong type.
             ValueError: bytes that are not JSON, a NUL character, an empty
-                job type, ``max_attempts < 1`` or a naive ``run_at``.
+                job type or key, ``max_attempts < 1``, a priority out of
+                range or a naive ``run_at``.
         """
-        args = self._row(job_type, payload, run_at, max_attempts)
+        args = (
+            *self._row(job_type, payload, run_at, max_attempts),
+            check_priority(priority),
+            check_bool("track", track),
+        )
+        key = check_unique_key(unique_key)
+        conflict = check_on_conflict(on_conflict)
         executor: Executor = connection if connection is not None else self._pool
-        job_id: int = await executor.fetchval(_sql.ENQUEUE, self._name, *args)
+        try:
+            if key is None:
+                job_id: int = await executor.fetchval(_sql.ENQUEUE, self._name, *args)
+            else:
+                row = await executor.fetchrow(
+                    _sql.ENQUEUE_UNIQUE, self._name, *args, key
+                )
+                assert row is not None
+                job_id, existed = row[0], row[1]
+                if existed:
+                    if conflict == "raise":
+                        raise DuplicateJobError(job_id, key)
+                    self._logger.debug(
+                        "job already enqueued with its unique key",
+                        extra={
+                            "job_id": job_id,
+                            "job_type": job_type,
+                            "queue": self._name,
+                        },
+                    )
+                    return job_id
+        except SCHEMA_ERRORS as exc:
+            await check_schema(executor)
+            raise SchemaError(str(exc)) from exc
         self._logger.debug(
             "job enqueued",
             extra={"job_id": job_id, "job_type": job_type, "queue": self._name},
@@ -134,63 +191,111 @@ class Queue:
         self,
         jobs: Iterable[NewJob | tuple[str, Any]],
         *,
+        on_conflict: Literal["return", "raise"] = "return",
         connection: Connection | None = None,
     ) -> list[int]:
         """Insert many jobs in one round trip with a single wakeup.
 
         All jobs are checked before anything is sent; one bad job means none
-        is written. Returns the new ids in input order. The payloads travel
-        as one JSON array, so one call's payloads must stay under 256 MB
+        is written. Returns the ids in input order. The payloads travel as
+        one JSON array, so one call's payloads must stay under 256 MB
         (PostgreSQL's limit for a jsonb value); beyond it the server refuses
         the call and nothing is written.
 
+        Jobs with a ``unique_key`` behave as in `enqueue`: a duplicate of a
+        pending or running job gets that job's id, and two jobs of one call
+        with the same type and key get the same id (the first one's payload
+        and options).
+
         Args:
             jobs: `NewJob` values or ``(job_type, payload)`` tuples.
+            on_conflict: ``"raise"`` raises `DuplicateJobError` (for the first
+                duplicate of a job already pending or running, after the
+                call's new jobs were inserted) instead of returning its id.
             connection: run on this connection (and its transaction).
 
         Raises:
+            DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
             TypeError, ValueError: as `enqueue`, naming the bad job's index.
         """
-        types: list[str] = []
-        payloads: list[Any] = []
-        attempts: list[int] = []
-        run_ats: list[datetime | None] = []
+        conflict = check_on_conflict(on_conflict)
+        batch = _Batch()
         checked_types: set[str] = set()
         for index, job in enumerate(jobs):
             try:
-                job_type, payload, max_attempts, run_at = _unpack(job)
-                if type(job_type) is str and job_type in checked_types:
-                    types.append(job_type)
-                else:
-                    types.append(check_name("job type", job_type))
-                    checked_types.add(types[-1])
-                attempts.append(self._attempts(max_attempts))
-                run_ats.append(check_run_at(run_at))
+                job_type, payload, max_attempts, run_at, priority, key, track = _unpack(
+                    job
+                )
+                if type(job_type) is not str or job_type not in checked_types:
+                    checked_types.add(check_name("job type", job_type))
+                batch.add(
+                    job_type,  # type: ignore[arg-type]
+                    payload,
+                    self._attempts(max_attempts),
+                    check_run_at(run_at),
+                    check_priority(priority),
+                    check_unique_key(key),
+                    check_bool("track", track),
+                )
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"job {index}: {exc}") from exc
-            payloads.append(payload)
-        if not types:
+        if not batch.types:
             return []
-        payload_array = encode_payloads(payloads)
+        payload_array = encode_payloads(batch.payloads)
         executor: Executor = connection if connection is not None else self._pool
-        joined: str = await executor.fetchval(
-            _sql.ENQUEUE_MANY,
-            self._name,
-            types,
-            payload_array,
-            _sql.array(attempts),
-            _sql.timestamps(run_ats),
-        )
-        ids = [int(job_id) for job_id in joined.split(",")]
+        args = (self._name, batch.types, payload_array, *batch.columns())
+        try:
+            if not batch.keyed:
+                joined: str = await executor.fetchval(_sql.ENQUEUE_MANY, *args)
+                ids = [int(job_id) for job_id in joined.split(",")]
+            else:
+                rows = await executor.fetch(_sql.ENQUEUE_MANY_UNIQUE, *args)
+                ids, duplicate = batch.ids(rows)
+                if duplicate is not None and conflict == "raise":
+                    raise DuplicateJobError(*duplicate)
+        except SCHEMA_ERRORS as exc:
+            await check_schema(executor)
+            raise SchemaError(str(exc)) from exc
         self._logger.debug(
             "jobs enqueued", extra={"count": len(ids), "queue": self._name}
         )
         return ids
 
+    async def cancel(
+        self, *job_ids: int, connection: Connection | None = None
+    ) -> dict[int, str]:
+        """Cancel jobs, in one statement; return what became of each id.
+
+        - ``"cancelled"``: it was pending; now it is ``cancelled`` and no
+          worker will claim it (a Go worker neither).
+        - ``"requested"``: it was running; the worker running it cancels the
+          handler (within a second through a NOTIFY, or at its next
+          heartbeat) and the job ends ``cancelled``, never retried, unless
+          the handler finishes its work and returns anyway. A Go worker
+          ignores the request.
+        - ``"finished"``: it was completed, dead or cancelled already;
+          nothing is written.
+        - ``"not_found"``: no job has that id.
+
+        Any id of any queue may be given. With ``connection`` inside a
+        transaction, nothing happens unless it commits.
+
+        Raises:
+            TypeError, ValueError: an id that is not a positive int.
+        """
+        ids = [check_job_id(job_id) for job_id in job_ids]
+        if not ids:
+            return {}
+        executor: Executor = connection if connection is not None else self._pool
+        rows = await executor.fetch(_sql.CANCEL, _sql.array(ids))
+        done: dict[int, str] = {row[0]: row[1] for row in rows}
+        self._logger.debug("cancel", extra={"results": done, "queue": self._name})
+        return {job_id: done[job_id] for job_id in ids}
+
     async def prune(
         self, older_than: float, *, connection: Connection | None = None
     ) -> int:
-        """Delete this queue's completed and dead jobs last updated over ``older_than`` seconds ago.
+        """Delete this queue's completed, dead and cancelled jobs last updated over ``older_than`` seconds ago.
 
         Pending and running jobs are never touched. Returns how many rows
         were deleted.
@@ -231,11 +336,99 @@ class Queue:
         return f"Queue(name={self._name!r}, max_attempts={self._max_attempts})"
 
 
-def _unpack(job: object) -> tuple[object, Any, object, object]:
-    """(job_type, payload, max_attempts, run_at) of one job for enqueue_many."""
+def _unpack(
+    job: object,
+) -> tuple[object, Any, object, object, object, object, object]:
+    """(job_type, payload, max_attempts, run_at, priority, unique_key, track) of a job for enqueue_many."""
     if isinstance(job, tuple) and len(job) == 2:
-        return job[0], job[1], None, None
+        return job[0], job[1], None, None, 0, None, False
     if isinstance(job, NewJob):
-        return job.job_type, job.payload, job.max_attempts, job.run_at
+        return (
+            job.job_type,
+            job.payload,
+            job.max_attempts,
+            job.run_at,
+            job.priority,
+            job.unique_key,
+            job.track,
+        )
     msg = f"expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
     raise TypeError(msg)
+
+
+class _Batch:
+    """The checked jobs of one enqueue_many call, as the statement's columns.
+
+    Jobs of the call with the same type and unique key are merged into the
+    first; the columns of priority, tracking and keys stay empty when no job
+    uses them (the statement pads them with defaults).
+    """
+
+    def __init__(self) -> None:
+        self.types: list[str] = []
+        self.payloads: list[Any] = []
+        self._attempts: list[int] = []
+        self._run_ats: list[datetime | None] = []
+        self._priorities: list[int] = []
+        self._tracked: list[bool] = []
+        self._keys: list[str | None] = []
+        self._index_of: list[int] = []  # each input job's row
+        self._row_of_key: dict[tuple[str, str], int] = {}
+        self.keyed = False
+        self._special = False
+
+    def add(
+        self,
+        job_type: str,
+        payload: Any,
+        max_attempts: int,
+        run_at: datetime | None,
+        priority: int,
+        key: str | None,
+        track: bool,
+    ) -> None:
+        if key is not None:
+            row = self._row_of_key.get((job_type, key))
+            if row is not None:
+                self._index_of.append(row)
+                return
+            self._row_of_key[job_type, key] = len(self.types)
+            self.keyed = True
+        self._index_of.append(len(self.types))
+        self.types.append(job_type)
+        self.payloads.append(payload)
+        self._attempts.append(max_attempts)
+        self._run_ats.append(run_at)
+        self._priorities.append(priority)
+        self._tracked.append(track)
+        self._keys.append(key)
+        self._special = self._special or priority != 0 or track
+
+    def columns(self) -> tuple[str, str, str, str, list[str | None]]:
+        """max_attempts, run_at, priority, tracked and unique_key, as parameters."""
+        special = self._special
+        return (
+            _sql.array(self._attempts),
+            _sql.timestamps(self._run_ats),
+            _sql.array(self._priorities) if special else "{}",
+            _sql.booleans(self._tracked) if special else "{}",
+            self._keys if self.keyed else [],
+        )
+
+    def ids(
+        self, rows: list[asyncpg.Record]
+    ) -> tuple[list[int], tuple[int, str] | None]:
+        """Each input job's id from ENQUEUE_MANY_UNIQUE's rows, and the first duplicate."""
+        by_key = {(row[1], row[2]): row for row in rows if row[2] is not None}
+        unkeyed = iter(sorted(row[0] for row in rows if row[2] is None))
+        row_ids: list[int] = []
+        duplicate = None
+        for job_type, key in zip(self.types, self._keys, strict=True):
+            if key is None:
+                row_ids.append(next(unkeyed))
+                continue
+            row = by_key[job_type, key]
+            row_ids.append(row[0])
+            if row[3] and duplicate is None:
+                duplicate = (row[0], key)
+        return [row_ids[row] for row in self._index_of], duplicate

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
 
-from pgqueue._errors import describe, is_permanent
+from pgqueue._backoff import MAX_BACKOFF
+from pgqueue._checks import encode_payload
+from pgqueue._errors import RetryAfter, Snooze, describe, is_permanent, storable
 from pgqueue._job import Job, Status
-from pgqueue._outcome import Outcome
+from pgqueue._outcome import CANCELLED_ERROR, SNOOZED, Outcome
 
 if TYPE_CHECKING:
     from pgqueue._backoff import SafeBackoff
@@ -19,20 +21,23 @@ if TYPE_CHECKING:
 
 __all__ = ["Handler", "JobRunner", "job_fields"]
 
-Handler: TypeAlias = Callable[[Job], Awaitable[None]]
-"""Runs one job; returning completes it, raising fails the attempt."""
+Handler: TypeAlias = Callable[[Job], Awaitable[Any]]
+"""Runs one job; returning completes it (a value other than None is stored as
+its result), raising fails the attempt."""
 
 
 class JobRunner:
     """Run jobs' handlers; every way a run can end becomes its outcome.
 
     `run` never raises, except the worker's own cancellation of the run
-    (``cut_off()`` true: a stop that ran out of time, or a cancel request),
-    and ``BaseException``\\ s that end the process (``KeyboardInterrupt``,
+    (``cut_off()`` true: a stop that ran out of time), and
+    exceptions that end the process (``KeyboardInterrupt``,
     ``SystemExit``). A ``CancelledError`` the handler raised by itself
     (awaiting a task someone else cancelled) fails the attempt like any
     exception. A run that outlives ``job_timeout`` fails with a timeout
-    error, even if the handler swallowed the cancellation and returned.
+    error, even if the handler swallowed the cancellation and returned. A run
+    cancelled by request (`cancel`) ends cancelled, unless the handler
+    finished its work and returned anyway.
     """
 
     def __init__(
@@ -47,9 +52,28 @@ class JobRunner:
         self._timeout = job_timeout
         self._backoff = backoff
         self._logger = logger
+        self._running: dict[int, asyncio.Task[Any]] = {}
+        self._cancelled: set[int] = set()
+
+    def cancel(self, job_id: int, *, ready: bool = False) -> bool:
+        """Cancel the run of job ``job_id`` if it is running here; return whether it was.
+
+        With ``ready``, the job is held but not started: it will end
+        cancelled without running.
+        """
+        task = self._running.get(job_id)
+        if task is None and not ready:
+            return False
+        self._cancelled.add(job_id)
+        if task is not None:
+            task.cancel()
+        return True
 
     async def run(self, job: Job, cut_off: Callable[[], bool]) -> Outcome:
         """Run ``job``'s handler and return its outcome."""
+        if job.id in self._cancelled:
+            self._cancelled.discard(job.id)
+            return self._cancelled_outcome(job)
         handler = self._handlers.get(job.type)
         if handler is None:
             return self.dead(job, f"no handler registered for job type {job.type!r}")
@@ -57,14 +81,17 @@ class JobRunner:
         if debug:
             self._logger.debug("job started", extra=job_fields(job))
         failure: BaseException | str | None = None
+        value: Any = None
         timeout = self._timeout
+        running = self._running
+        running[job.id] = asyncio.current_task()  # type: ignore[assignment]
         try:
             if timeout is None:
-                await handler(job)
+                value = await handler(job)
             else:
                 deadline = anyio.current_time() + timeout
                 with anyio.CancelScope(deadline=deadline) as scope:
-                    await handler(job)
+                    value = await handler(job)
         except anyio.get_cancelled_exc_class() as exc:
             if cut_off():
                 raise
@@ -72,15 +99,31 @@ class JobRunner:
             _forget_own_cancel()
         except Exception as exc:
             failure = exc
+        finally:
+            running.pop(job.id, None)
+        if self._cancelled and job.id in self._cancelled:
+            self._cancelled.discard(job.id)
+            _forget_own_cancel()
+            if failure is not None:
+                return self._cancelled_outcome(job)
         if timeout is not None and (
             scope.cancel_called or anyio.current_time() >= deadline
         ):
             failure = f"job timed out after {timeout:g} s"
-        if failure is None:
-            if debug:
-                self._logger.debug("job completed", extra=job_fields(job))
+        if failure is not None:
+            return self.failed(job, failure)
+        if debug:
+            self._logger.debug("job completed", extra=job_fields(job))
+        if value is None:
             return Outcome(job, Status.COMPLETED)
-        return self.failed(job, failure)
+        try:
+            result = encode_payload(value)
+        except (TypeError, ValueError) as exc:
+            return self.dead(
+                job,
+                storable(f"the handler returned what cannot be stored as JSON: {exc}"),
+            )
+        return Outcome(job, Status.COMPLETED, result=result)
 
     def dead(self, job: Job, error: str) -> Outcome:
         """Dead-letter ``job`` at once, for ``error``."""
@@ -88,8 +131,11 @@ class JobRunner:
         return Outcome(job, Status.DEAD, error=error)
 
     def failed(self, job: Job, failure: BaseException | str) -> Outcome:
-        """The outcome of a failed attempt: a retry after the backoff, or dead."""
+        """The outcome of a failed attempt: a retry, a snooze, or dead."""
         fields = job_fields(job)
+        if isinstance(failure, Snooze):
+            self._logger.info("job snoozed", extra={**fields, "delay": failure.seconds})
+            return Outcome(job, SNOOZED, delay=failure.seconds)
         if isinstance(failure, str):
             error, exc_info, permanent = failure, None, False
         else:
@@ -103,13 +149,20 @@ class JobRunner:
                 "job dead", extra={**fields, "error": error}, exc_info=exc_info
             )
             return Outcome(job, Status.DEAD, error=error)
-        delay = self._backoff(job.attempts)
+        if isinstance(failure, RetryAfter):
+            delay = min(failure.seconds, MAX_BACKOFF)
+        else:
+            delay = self._backoff(job.attempts)
         self._logger.warning(
             "job failed; will retry",
             extra={**fields, "error": error, "retry_in": delay},
             exc_info=exc_info,
         )
         return Outcome(job, Status.PENDING, delay=delay, error=error)
+
+    def _cancelled_outcome(self, job: Job) -> Outcome:
+        self._logger.info("job cancelled by request", extra=job_fields(job))
+        return Outcome(job, Status.CANCELLED, error=CANCELLED_ERROR)
 
 
 def _forget_own_cancel() -> None:

@@ -12,35 +12,59 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 __all__ = [
+    "CANCEL",
     "CLAIM",
+    "CONTROL_CHANNEL",
     "ENQUEUE",
     "ENQUEUE_MANY",
+    "ENQUEUE_MANY_UNIQUE",
+    "ENQUEUE_UNIQUE",
     "FINISH",
     "HEAD_OF_LINE",
     "JOBS_CHANNEL",
+    "OUTCOMES",
+    "OUTCOMES_CHANNEL",
+    "PRIORITIES",
     "PRUNE",
     "PRUNE_BATCH",
     "PUBLISH",
     "REQUIRED_COLUMNS",
+    "REQUIRED_INDEXES",
     "RESCUE",
     "SCHEMA",
     "SCHEMA_CHECK",
     "SCHEMA_DOWN",
+    "SCHEMA_UPGRADE",
+    "TABLE_EXISTS",
     "TOUCH",
     "WORKER_SETTINGS",
     "array",
+    "booleans",
+    "claim_places",
     "timestamps",
 ]
 
 JOBS_CHANNEL = "pgqueue_jobs"
+"""Wakeups: the queue's name, when a job may have become ready (as the Go module)."""
+
+CONTROL_CHANNEL = "pgqueue_control"
+"""Cancel requests: the id of a running job whose cancel was requested."""
+
+OUTCOMES_CHANNEL = "pgqueue_outcomes"
+"""The id of a tracked job that has ended (completed, dead or cancelled)."""
 
 
 def array(values: Iterable[int | float]) -> str:
     """An array literal of numbers, for a ``$n::text::int[]`` (or bigint, float8) parameter."""
     return "{" + ",".join(map(repr, values)) + "}"
+
+
+def booleans(values: Iterable[bool]) -> str:
+    """An array literal of booleans, for a ``$n::text::boolean[]`` parameter."""
+    return "{" + ",".join("t" if v else "f" for v in values) + "}"
 
 
 _MIN = datetime.min.replace(tzinfo=UTC)
@@ -67,27 +91,104 @@ def _timestamp(value: datetime | None) -> str:
 
 
 SCHEMA = """
-CREATE TABLE pgqueue_jobs
+CREATE TABLE IF NOT EXISTS pgqueue_jobs
 (
-    id           BIGSERIAL PRIMARY KEY,
-    queue        TEXT        NOT NULL DEFAULT 'default',
-    job_type     TEXT        NOT NULL,
-    payload      JSONB       NOT NULL DEFAULT '{}'::jsonb,
-    status       TEXT        NOT NULL DEFAULT 'pending'
-        CONSTRAINT chk_pgqueue_jobs_status CHECK (status IN ('pending', 'running', 'completed', 'dead')),
-    attempts     INT         NOT NULL DEFAULT 0,
-    max_attempts INT         NOT NULL DEFAULT 5,
-    run_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
-    last_error   TEXT,
-    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-    completed_at TIMESTAMPTZ
+    id               BIGSERIAL PRIMARY KEY,
+    queue            TEXT        NOT NULL DEFAULT 'default',
+    job_type         TEXT        NOT NULL,
+    payload          JSONB       NOT NULL DEFAULT '{}'::jsonb,
+    status           TEXT        NOT NULL DEFAULT 'pending'
+        CONSTRAINT chk_pgqueue_jobs_status
+        CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled')),
+    attempts         INT         NOT NULL DEFAULT 0,
+    max_attempts     INT         NOT NULL DEFAULT 5,
+    run_at           TIMESTAMPTZ NOT NULL DEFAULT now(),
+    last_error       TEXT,
+    created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    completed_at     TIMESTAMPTZ,
+    priority         SMALLINT    NOT NULL DEFAULT 0
+        CONSTRAINT chk_pgqueue_jobs_priority CHECK (priority BETWEEN -5 AND 5),
+    unique_key       TEXT,
+    cancel_requested BOOLEAN     NOT NULL DEFAULT false,
+    snoozes          INT         NOT NULL DEFAULT 0,
+    result           JSONB,
+    tracked          BOOLEAN     NOT NULL DEFAULT false
 );
 
-CREATE INDEX idx_pgqueue_jobs_claim ON pgqueue_jobs (queue, run_at, id) WHERE status = 'pending';
-CREATE INDEX idx_pgqueue_jobs_rescue ON pgqueue_jobs (updated_at) WHERE status = 'running';
+-- The Go module's claims, and ours at priority 0 when no job has another.
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_claim
+    ON pgqueue_jobs (queue, run_at, id) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
+    ON pgqueue_jobs (updated_at) WHERE status = 'running';
+-- Our claims, one priority at a time (COLLATE "C": only they can use it).
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
+    ON pgqueue_jobs (queue, priority, run_at, id) WHERE status = 'pending' COLLATE "C";
+-- One live job per (job_type, unique_key).
+CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
+    ON pgqueue_jobs (job_type, unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
 """
-"""Create the ``pgqueue_jobs`` table and its indexes (apply it in a migration)."""
+"""Create the ``pgqueue_jobs`` table and its indexes (apply it in a migration).
+
+Idempotent on a database without the table or with the current one. On a
+table created by the Go module or an earlier pgqueue, apply
+`SCHEMA_UPGRADE` instead.
+"""
+
+SCHEMA_UPGRADE = """
+ALTER TABLE pgqueue_jobs
+    ADD COLUMN IF NOT EXISTS priority         SMALLINT NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS unique_key       TEXT,
+    ADD COLUMN IF NOT EXISTS cancel_requested BOOLEAN  NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS snoozes          INT      NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS result           JSONB,
+    ADD COLUMN IF NOT EXISTS tracked          BOOLEAN  NOT NULL DEFAULT false;
+
+DO $$
+DECLARE
+    old record;
+BEGIN
+    -- The Go module's status check does not allow 'cancelled': replace it.
+    FOR old IN
+        SELECT conname FROM pg_constraint
+        WHERE conrelid = 'pgqueue_jobs'::regclass AND contype = 'c'
+          AND pg_get_constraintdef(oid) LIKE '%status%'
+          AND pg_get_constraintdef(oid) NOT LIKE '%cancelled%'
+    LOOP
+        EXECUTE format('ALTER TABLE pgqueue_jobs DROP CONSTRAINT %I', old.conname);
+    END LOOP;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass
+                   AND conname = 'chk_pgqueue_jobs_status') THEN
+        ALTER TABLE pgqueue_jobs ADD CONSTRAINT chk_pgqueue_jobs_status
+            CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled')) NOT VALID;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass
+                   AND conname = 'chk_pgqueue_jobs_priority') THEN
+        ALTER TABLE pgqueue_jobs ADD CONSTRAINT chk_pgqueue_jobs_priority
+            CHECK (priority BETWEEN -5 AND 5) NOT VALID;
+    END IF;
+END $$;
+
+ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_status;
+ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
+
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
+    ON pgqueue_jobs (queue, priority, run_at, id) WHERE status = 'pending' COLLATE "C";
+CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
+    ON pgqueue_jobs (job_type, unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
+"""
+"""Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
+
+Only adds: columns with constant defaults (no table rewrite), the status
+check widened to allow ``cancelled`` (added ``NOT VALID``, then validated,
+which does not block writes), and two partial indexes. Idempotent. Go
+producers and workers keep working on the upgraded table. On a large table,
+run each ``VALIDATE`` and ``CREATE INDEX`` in a transaction of its own (or
+build the indexes ``CONCURRENTLY`` first): a migration tool that wraps the
+whole script in one transaction holds the first lock until the end.
+"""
 
 SCHEMA_DOWN = "DROP TABLE IF EXISTS pgqueue_jobs;"
 """Drop everything `SCHEMA` creates."""
@@ -106,37 +207,106 @@ SCHEMA_DOWN = "DROP TABLE IF EXISTS pgqueue_jobs;"
 # caller's transaction wakes workers only if that transaction commits.
 ENQUEUE = """
 WITH job AS (
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
-    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()))
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked)
+    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()), $6, $7)
     RETURNING id
 )
 SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
 """
 
+# A job with a unique key ($8): while a job of the same type and key is
+# pending or running, the index refuses a second one and the existing row's
+# id comes back instead (locked and updated in place, so that an enqueuer
+# racing its commit still gets it), with no wakeup. xmax is 0 only on a row
+# this statement inserted.
+_ON_UNIQUE_CONFLICT = """
+    ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+    DO UPDATE SET unique_key = EXCLUDED.unique_key
+"""
+ENQUEUE_UNIQUE = f"""
+WITH job AS (
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key)
+    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()), $6, $7, $8)
+    {_ON_UNIQUE_CONFLICT}
+    RETURNING id, xmax <> 0 AS existed
+)
+SELECT id, existed, CASE WHEN NOT existed THEN pg_notify('pgqueue_jobs', $1) END FROM job
+"""
+
 # Rows are inserted in input order, so ascending ids are the input order.
 # The payloads arrive as one JSON array ($3), the rest as arrays; ROWS FROM
-# zips them element by element.
-ENQUEUE_MANY = """
-WITH jobs AS (
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
-    SELECT $1, t.job_type, t.payload, t.max_attempts, COALESCE(t.run_at, now())
+# zips them element by element, padding shorter ones with NULLs (so that a
+# batch without priorities, tracking or keys passes empty arrays for them).
+_ENQUEUE_ROWS = """
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key)
+    SELECT $1, t.job_type, t.payload, t.max_attempts, COALESCE(t.run_at, now()),
+           COALESCE(t.priority, 0), COALESCE(t.tracked, false), t.unique_key
     FROM ROWS FROM (
         unnest($2::text[]),
         jsonb_array_elements($3::text::jsonb),
         unnest($4::text::int[]),
-        unnest($5::text::timestamptz[])
-    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, ord)
+        unnest($5::text::timestamptz[]),
+        unnest($6::text::smallint[]),
+        unnest($7::text::boolean[]),
+        unnest($8::text[])
+    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, ord)
     ORDER BY t.ord
+"""
+ENQUEUE_MANY = f"""
+WITH jobs AS ({_ENQUEUE_ROWS}
     RETURNING id
 )
 SELECT array_to_string(array_agg(jobs.id ORDER BY jobs.id), ',')
 FROM jobs, pg_notify('pgqueue_jobs', $1)
 """
 
+# As ENQUEUE_MANY with unique keys (no key twice in $8: the caller merges
+# duplicates): each row's id, type and key, and whether it existed. One
+# wakeup, if any row is new.
+ENQUEUE_MANY_UNIQUE = f"""
+WITH jobs AS ({_ENQUEUE_ROWS}{_ON_UNIQUE_CONFLICT}
+    RETURNING id, job_type, unique_key, xmax <> 0 AS existed
+)
+SELECT id, job_type, unique_key, existed,
+       (SELECT pg_notify('pgqueue_jobs', $1) WHERE EXISTS (SELECT FROM jobs WHERE NOT existed))
+FROM jobs
+"""
+
+# Cancel the jobs $1: pending ones at once (no worker claims them, Go's
+# included), running ones by request (cancel_requested, and a control
+# NOTIFY to the worker running them). Each id comes back with what was done:
+# cancelled, requested, finished (already completed, dead or cancelled:
+# nothing written) or not_found. Locked first, so a claim that commits
+# meanwhile is seen: the row is then running.
+CANCEL = """
+WITH wanted AS (
+    SELECT DISTINCT unnest($1::text::bigint[]) AS id
+), found AS (
+    SELECT id, status FROM pgqueue_jobs WHERE id IN (SELECT id FROM wanted) FOR UPDATE
+), changed AS (
+    UPDATE pgqueue_jobs AS j
+    SET status           = CASE WHEN f.status = 'pending' THEN 'cancelled' ELSE j.status END,
+        cancel_requested = j.cancel_requested OR f.status = 'running',
+        last_error       = CASE WHEN f.status = 'pending' THEN 'cancelled by request' ELSE j.last_error END,
+        updated_at       = CASE WHEN f.status = 'pending' THEN now() ELSE j.updated_at END
+    FROM found AS f
+    WHERE j.id = f.id AND f.status IN ('pending', 'running')
+    RETURNING j.id, f.status AS was, j.tracked
+)
+SELECT w.id,
+       CASE WHEN c.was = 'pending' THEN 'cancelled'
+            WHEN c.was = 'running' THEN 'requested'
+            WHEN f.id IS NOT NULL THEN 'finished'
+            ELSE 'not_found' END,
+       CASE WHEN c.was = 'running' THEN pg_notify('pgqueue_control', w.id::text)
+            WHEN c.was = 'pending' AND c.tracked THEN pg_notify('pgqueue_outcomes', w.id::text) END
+FROM wanted AS w LEFT JOIN found AS f ON f.id = w.id LEFT JOIN changed AS c ON c.id = w.id
+"""
+
 PRUNE = """
 DELETE FROM pgqueue_jobs
 WHERE queue = $1
-  AND status IN ('completed', 'dead')
+  AND status IN ('completed', 'dead', 'cancelled')
   AND updated_at < now() - make_interval(secs => $2)
 """
 
@@ -152,7 +322,7 @@ WITH gone AS (
         SELECT id
         FROM pgqueue_jobs
         WHERE id > $3 AND queue = $1
-          AND status IN ('completed', 'dead')
+          AND status IN ('completed', 'dead', 'cancelled')
           AND updated_at < now() - make_interval(secs => $2)
         ORDER BY id
         LIMIT $4
@@ -164,12 +334,38 @@ SELECT count(*)::int, coalesce(max(id), $3) FROM gone
 """
 
 HEAD_OF_LINE = (datetime.min.replace(tzinfo=UTC), 0)
-"""CLAIM's place ($3, $4) for a claim from the head: ('-infinity', 0)."""
+"""A place before every job of a priority: ('-infinity', 0)."""
 
-# The first due jobs in line after the place ($3, $4) = (run_at, id). A
-# worker draining a backlog starts after the last job it took: each claimed
-# job leaves a dead entry at the head of the claim index until vacuum, and a
-# claim from the head walks them all.
+PRIORITIES = tuple(range(5, -6, -1))
+"""The priorities a job may have, in the order claims take them (highest first)."""
+
+
+def claim_places(places: Mapping[int, tuple[datetime, int]]) -> tuple[str, str]:
+    """CLAIM's $3 and $4: where each priority's line starts (at its head if not in ``places``)."""
+    if not places:
+        return _HEADS
+    starts = [places.get(priority, HEAD_OF_LINE) for priority in PRIORITIES]
+    return timestamps([start[0] for start in starts]), array(
+        [start[1] for start in starts]
+    )
+
+
+_HEADS = (
+    timestamps([HEAD_OF_LINE[0]] * len(PRIORITIES)),
+    array([HEAD_OF_LINE[1]] * len(PRIORITIES)),
+)
+
+# The first due jobs in line, highest priority first, then by (run_at, id).
+# One index scan per priority, in that order, each bounded by the
+# (queue, priority, run_at) index: future-dated jobs of any priority are
+# never walked. "pending" is spelled COLLATE "C" here and in that index's
+# predicate (the same comparison, to the planner a different one), so that
+# neither statement can use the other's index: the Go module's index on
+# (queue, run_at, id) would walk every due job of the queue to find those
+# of one priority, and the Go module's claim keeps to its own. Each scan starts past its priority's place ($3[i], $4[i]):
+# a worker draining a backlog starts after the last job it took, since each
+# claimed job leaves a dead entry in the index until vacuum and a claim from
+# the head would walk them all.
 # The ids come back as an array, so the update finds its rows through the
 # primary key whatever the table's size or statistics: as a join, a table of
 # a few thousand rows gets a sequential scan per claim.
@@ -181,72 +377,119 @@ CLAIM = f"""
 UPDATE pgqueue_jobs
 SET status = 'running', attempts = attempts + 1, updated_at = now()
 WHERE id = ANY(ARRAY(
-    SELECT id
-    FROM pgqueue_jobs
-    WHERE queue = $1 AND status = 'pending' AND run_at <= now()
-      AND (run_at, id) > ($3::timestamptz, $4::bigint)
-    ORDER BY run_at, id
+    SELECT j.id
+    FROM unnest($3::text::timestamptz[], $4::text::bigint[]) WITH ORDINALITY AS b(run_at, id, level)
+    CROSS JOIN LATERAL (
+        SELECT p.id
+        FROM pgqueue_jobs AS p
+        WHERE p.queue = $1 AND p.status = 'pending' COLLATE "C" AND p.priority = (6 - b.level)::smallint
+          AND p.run_at <= now() AND (p.run_at, p.id) > (b.run_at, b.id)
+        ORDER BY p.run_at, p.id
+        LIMIT $2
+        FOR UPDATE OF p SKIP LOCKED
+    ) AS j
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
 ))
 RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
     CASE WHEN {_REPRESENTABLE.format("run_at")} THEN run_at END AS run_at,
     CASE WHEN {_REPRESENTABLE.format("created_at")} THEN created_at END AS created_at,
     last_error,
     CASE WHEN ({_REPRESENTABLE.format("run_at")}) AND ({_REPRESENTABLE.format("created_at")}) THEN NULL
-         ELSE format('run_at %s, created_at %s', run_at, created_at) END AS unrepresentable
+         ELSE format('run_at %s, created_at %s', run_at, created_at) END AS unrepresentable,
+    priority, unique_key, snoozes
 """
 
 # One statement writes the outcomes of many runs. Each row is fenced on the
 # attempt it claimed: a run that was rescued and superseded matches nothing.
-# status is 'completed', 'dead', 'pending' (retry after delay seconds), or
-# 'released': claimed but never started, so it goes back to pending where it
-# was in line and its attempt is given back.
-# "Still running" is spelled NOT IN the other three states (the CHECK allows
-# no fourth) so the planner drives the update through the primary key: the
+# status is 'completed' (with its result), 'dead', 'cancelled', 'pending'
+# (retry after delay seconds), 'snoozed' (pending after delay seconds, its
+# attempt given back) or 'released' (claimed but never started: pending
+# where it was in line, its attempt given back). A job whose cancel was
+# requested is cancelled instead of going back to pending.
+# Giving an attempt back keeps fencing sound: the row's attempts never fall
+# below those of a run that was superseded, so no later run holds its number.
+# "Still running" is spelled NOT IN the other states (the CHECK allows no
+# other) so the planner drives the update through the primary key: the
 # rescue index's row estimate is usually stale (one row), and using it would
 # make every write scan every running row of every queue.
-FINISH = """
-UPDATE pgqueue_jobs AS j
-SET status       = CASE WHEN o.status = 'released' THEN 'pending' ELSE o.status END,
-    attempts     = CASE WHEN o.status = 'released' THEN j.attempts - 1 ELSE j.attempts END,
-    run_at       = CASE WHEN o.status = 'pending' THEN now() + make_interval(secs => o.delay) ELSE j.run_at END,
-    last_error   = CASE WHEN o.status IN ('completed', 'released') THEN j.last_error ELSE o.error END,
-    completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
-    updated_at   = now()
-FROM unnest($1::text::bigint[], $2::text::int[], $3::text[], $4::text::float8[], $5::text[])
-    AS o(id, attempts, status, delay, error)
-WHERE j.id = o.id AND j.attempts = o.attempts AND j.status NOT IN ('pending', 'completed', 'dead')
-RETURNING j.id, o.attempts
+# A tracked job that ends is announced on pgqueue_outcomes, at commit.
+_STILL_RUNNING = "j.status NOT IN ('pending', 'completed', 'dead', 'cancelled')"
+FINISH = f"""
+WITH done AS (
+    UPDATE pgqueue_jobs AS j
+    SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'snoozed', 'released')
+                            THEN 'cancelled'
+                            WHEN o.status IN ('snoozed', 'released') THEN 'pending'
+                            ELSE o.status END,
+        attempts     = CASE WHEN o.status IN ('snoozed', 'released') AND NOT j.cancel_requested
+                            THEN j.attempts - 1 ELSE j.attempts END,
+        snoozes      = CASE WHEN o.status = 'snoozed' THEN j.snoozes + 1 ELSE j.snoozes END,
+        run_at       = CASE WHEN o.status IN ('pending', 'snoozed') AND NOT j.cancel_requested
+                            THEN now() + make_interval(secs => o.delay) ELSE j.run_at END,
+        last_error   = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'snoozed', 'released')
+                            THEN 'cancelled by request'
+                            WHEN o.status IN ('completed', 'snoozed', 'released') THEN j.last_error
+                            ELSE o.error END,
+        result       = CASE WHEN o.status = 'completed' THEN o.result::jsonb ELSE j.result END,
+        completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
+        updated_at   = now()
+    FROM unnest($1::text::bigint[], $2::text::int[], $3::text[], $4::text::float8[], $5::text[], $6::text[])
+        AS o(id, attempts, status, delay, error, result)
+    WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
+    RETURNING j.id, o.attempts, j.tracked AND j.status IN ('completed', 'dead', 'cancelled') AS ended
+)
+SELECT id, attempts, CASE WHEN ended THEN pg_notify('pgqueue_outcomes', id::text) END FROM done
 """
 
 # A heartbeat: running rows this worker still holds were seen alive now
-# (fenced like FINISH, and spelled like it for the same plan).
-TOUCH = """
-UPDATE pgqueue_jobs AS j
-SET updated_at = now()
-FROM unnest($1::text::bigint[], $2::text::int[]) AS o(id, attempts)
-WHERE j.id = o.id AND j.attempts = o.attempts AND j.status NOT IN ('pending', 'completed', 'dead')
+# (fenced like FINISH, and spelled like it for the same plan). Returns the
+# ids of those whose cancel was requested.
+TOUCH = f"""
+WITH touched AS (
+    UPDATE pgqueue_jobs AS j
+    SET updated_at = now()
+    FROM unnest($1::text::bigint[], $2::text::int[]) AS o(id, attempts)
+    WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
+    RETURNING j.id, j.cancel_requested
+)
+SELECT id FROM touched WHERE cancel_requested
 """
 
 # Orphans with attempts left go back to pending; the rest are dead-lettered,
 # since a job that crashed its process on every attempt never reaches a
-# handler's outcome write. At most $3 rows a statement; rows another
-# session holds (a heartbeat or an outcome being written) are skipped.
+# handler's outcome write; an orphan whose cancel was requested is
+# cancelled. At most $3 rows a statement; rows another session holds (a
+# heartbeat or an outcome being written) are skipped.
 RESCUE = """
-UPDATE pgqueue_jobs
-SET status     = CASE WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
-    last_error = CASE WHEN attempts < max_attempts THEN last_error
-                      ELSE 'rescued after exceeding max attempts' END,
-    updated_at = now()
-WHERE id = ANY(ARRAY(
-    SELECT id
-    FROM pgqueue_jobs
-    WHERE status = 'running' AND updated_at < now() - make_interval(secs => $2) AND queue = $1
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
-))
-RETURNING status
+WITH rescued AS (
+    UPDATE pgqueue_jobs
+    SET status     = CASE WHEN cancel_requested THEN 'cancelled'
+                          WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
+        last_error = CASE WHEN cancel_requested THEN 'cancelled by request'
+                          WHEN attempts < max_attempts THEN last_error
+                          ELSE 'rescued after exceeding max attempts' END,
+        updated_at = now()
+    WHERE id = ANY(ARRAY(
+        SELECT id
+        FROM pgqueue_jobs
+        WHERE status = 'running' AND updated_at < now() - make_interval(secs => $2) AND queue = $1
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING id, status, tracked
+)
+SELECT status, CASE WHEN tracked AND status <> 'pending' THEN pg_notify('pgqueue_outcomes', id::text) END
+FROM rescued
+"""
+
+TABLE_EXISTS = "SELECT to_regclass('pgqueue_jobs') IS NOT NULL"
+
+# The rows of the jobs a Tracker waits for ($1), ended or not, so that a job
+# still running is told apart from an id with no row.
+OUTCOMES = """
+SELECT id, status, result::text AS result, last_error, attempts
+FROM pgqueue_jobs
+WHERE id = ANY($1::text::bigint[])
 """
 
 REQUIRED_COLUMNS = (
@@ -262,22 +505,44 @@ REQUIRED_COLUMNS = (
     "created_at",
     "updated_at",
     "completed_at",
+    "priority",
+    "unique_key",
+    "cancel_requested",
+    "snoozes",
+    "result",
+    "tracked",
 )
-"""The columns of ``pgqueue_jobs`` the worker reads or writes."""
+"""The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
-# Whether pgqueue_jobs is visible on the search_path, and which of the
-# columns $1 it lacks.
+REQUIRED_INDEXES = ("idx_pgqueue_jobs_priority", "idx_pgqueue_jobs_unique")
+"""The indexes pgqueue's own statements need (beyond the Go module's)."""
+
+# Whether pgqueue_jobs is visible on the search_path; which of the columns
+# $1 and indexes $2 it lacks; whether a check on status refuses 'cancelled'.
 SCHEMA_CHECK = """
-SELECT to_regclass('pgqueue_jobs') IS NOT NULL,
+WITH t AS (SELECT to_regclass('pgqueue_jobs') AS oid)
+SELECT t.oid IS NOT NULL,
        ARRAY(
-           SELECT c
-           FROM unnest($1::text[]) AS c
+           SELECT c FROM unnest($1::text[]) AS c
            WHERE NOT EXISTS (
                SELECT 1 FROM pg_attribute
-               WHERE attrelid = to_regclass('pgqueue_jobs')
-                 AND attname = c AND attnum > 0 AND NOT attisdropped
+               WHERE attrelid = t.oid AND attname = c AND attnum > 0 AND NOT attisdropped
            )
+       ),
+       ARRAY(
+           SELECT i FROM unnest($2::text[]) AS i
+           WHERE NOT EXISTS (
+               SELECT 1 FROM pg_index JOIN pg_class ON pg_class.oid = pg_index.indexrelid
+               WHERE pg_index.indrelid = t.oid AND pg_class.relname = i
+           )
+       ),
+       EXISTS (
+           SELECT 1 FROM pg_constraint
+           WHERE conrelid = t.oid AND contype = 'c'
+             AND pg_get_constraintdef(oid) LIKE '%status%'
+             AND pg_get_constraintdef(oid) NOT LIKE '%cancelled%'
        )
+FROM t
 """
 
 PUBLISH = "SELECT pg_notify($1, $2)"

@@ -46,6 +46,7 @@ class Upkeep:
         interval: float,
         logger: Logger,
         on_rescued: Callable[[], None],
+        on_cancel_requested: Callable[[int], None],
     ) -> None:
         self._connection = connection
         self._claims = claims
@@ -54,6 +55,7 @@ class Upkeep:
         self._interval = interval
         self._logger = logger
         self._on_rescued = on_rescued
+        self._on_cancel_requested = on_cancel_requested
 
     async def heartbeats(self) -> None:
         """Refresh ``updated_at`` of every claim not yet durable, every ``rescue_after / 3``.
@@ -61,7 +63,9 @@ class Upkeep:
         Rescue then measures liveness, not runtime: a long handler on a live
         worker keeps its row fresh, a dead worker's rows go stale. Outcomes
         not yet written are refreshed too, so a worker cut off from the
-        database keeps its jobs as long as its heartbeats get through.
+        database keeps its jobs as long as its heartbeats get through. A
+        heartbeat also finds the jobs whose cancel was requested (in case
+        the NOTIFY was missed).
         """
         interval = self._rescue_after / HEARTBEATS_PER_RESCUE
         failures = 0
@@ -71,7 +75,7 @@ class Upkeep:
             if not keys:
                 continue
             try:
-                await self._connection.fetch(
+                rows = await self._connection.fetch(
                     _sql.TOUCH,
                     _sql.array(key[0] for key in keys),
                     _sql.array(key[1] for key in keys),
@@ -83,13 +87,15 @@ class Upkeep:
                 )
             else:
                 failures = 0
+                for row in rows:
+                    self._on_cancel_requested(row[0])
 
     async def rescue(self) -> None:
         """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
         failures = 0
         while True:
             try:
-                rescued, dead = await self._rescue_all()
+                rescued, ended = await self._rescue_all()
             except Exception as exc:
                 failures += 1
                 log_failure(
@@ -107,27 +113,27 @@ class Upkeep:
                         extra={"count": rescued, "queue": self._queue},
                     )
                     self._on_rescued()
-                if dead:
+                if ended:
                     self._logger.error(
-                        "dead-lettered stuck jobs that exhausted their attempts",
-                        extra={"count": dead, "queue": self._queue},
+                        "ended stuck jobs: dead (attempts used up) or cancelled (by request)",
+                        extra={"count": ended, "queue": self._queue},
                     )
             await self._pause(failures)
 
     async def _rescue_all(self) -> tuple[int, int]:
-        rescued = dead = 0
+        rescued = ended = 0
         while True:
             rows = await self._connection.fetch(
                 _sql.RESCUE, self._queue, self._rescue_after, SWEEP_BATCH
             )
-            gone = sum(1 for row in rows if row[0] == Status.DEAD)
-            dead += gone
-            rescued += len(rows) - gone
+            back = sum(1 for row in rows if row[0] == Status.PENDING)
+            rescued += back
+            ended += len(rows) - back
             if len(rows) < SWEEP_BATCH:
-                return rescued, dead
+                return rescued, ended
 
     async def retention(self, retain: float) -> None:
-        """Delete this queue's completed and dead rows older than ``retain`` s, every interval."""
+        """Delete this queue's finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""
         failures = 0
         while True:
             try:

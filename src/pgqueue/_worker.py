@@ -54,7 +54,7 @@ from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._ledger import Claims
 from pgqueue._listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, Listener
 from pgqueue._log import Logger, default_logger
-from pgqueue._outcome import RELEASED, Outcome
+from pgqueue._outcome import RELEASED, SNOOZED, Outcome
 from pgqueue._policy import ClaimPolicy
 from pgqueue._runner import Handler, JobRunner
 from pgqueue._upkeep import Upkeep
@@ -116,7 +116,7 @@ class Worker:
             refreshes its held jobs' rows every ``rescue_after / 3``.
         job_timeout: seconds a handler may run before it is cancelled and its
             attempt fails; ``None`` leaves handlers unbounded.
-        retain: prune this queue's completed and dead jobs older than this
+        retain: prune this queue's completed, dead and cancelled jobs older than this
             many seconds; ``None`` never prunes.
         shutdown_grace: when the task running `run` is cancelled, how long
             in-flight handlers may take to finish before they are cut off
@@ -364,14 +364,15 @@ class Worker:
             on_claimed=self._on_claimed,
             on_dead=self._writer.put,
         )
+        self._runner = JobRunner(
+            self._handlers,
+            job_timeout=self._job_timeout,
+            backoff=SafeBackoff(self._backoff, logger),
+            logger=logger,
+        )
         self._consumers = Consumers(
             claims,
-            JobRunner(
-                self._handlers,
-                job_timeout=self._job_timeout,
-                backoff=SafeBackoff(self._backoff, logger),
-                logger=logger,
-            ),
+            self._runner,
             owner=self,
             cut_off=self._cut_off_called,
             put=self._writer.put,
@@ -387,6 +388,7 @@ class Worker:
             interval=max(self._poll_interval, self._rescue_after / 2),
             logger=logger,
             on_rescued=self._claimer.wake,
+            on_cancel_requested=self._cancel,
         )
         self._listening = anyio.Event()
         if self._listen is False or until_empty:
@@ -394,7 +396,7 @@ class Worker:
         else:
             self._listener = Listener(
                 connect_like(self._pool if self._listen is True else self._listen),
-                [_sql.JOBS_CHANNEL],
+                [_sql.JOBS_CHANNEL, _sql.CONTROL_CHANNEL],
                 self._on_notify,
                 logger=logger,
                 on_connect=self._on_listen,
@@ -531,15 +533,25 @@ class Worker:
     def _on_written(self, outcomes: Sequence[Outcome]) -> None:
         now = anyio.current_time()
         for outcome in outcomes:
-            if outcome.status == "pending" and self._policy.retry_written(
+            if outcome.status in _DELAYED and self._policy.retry_written(
                 outcome.delay, now
             ):
                 self._claimer.nudge()
         self._claimer.room()
 
-    def _on_notify(self, _channel: str, payload: str) -> None:
-        if payload == self._queue:
-            self._claimer.wake()
+    def _on_notify(self, channel: str, payload: str) -> None:
+        if channel == _sql.JOBS_CHANNEL:
+            if payload == self._queue:
+                self._claimer.wake()
+        elif payload.isdigit():  # the control channel: a cancel request
+            self._cancel(int(payload))
+
+    def _cancel(self, job_id: int) -> None:
+        """Cancel the run of ``job_id`` if this worker holds the job."""
+        if not self._runner.cancel(job_id) and any(
+            job.id == job_id for job in self._claims.ready
+        ):
+            self._runner.cancel(job_id, ready=True)
 
     async def _on_listen(self, _reconnected: bool) -> None:
         # Enqueues may have been missed while the connection was not up:
@@ -549,6 +561,10 @@ class Worker:
 
     def __repr__(self) -> str:
         return f"Worker(queue={self._queue!r}, concurrency={self._concurrency}, state={self._state!r})"
+
+
+# Outcomes that put the job back to run after their delay.
+_DELAYED = frozenset({"pending", SNOOZED})
 
 
 def _optional_duration(what: str, value: float | None) -> float | None:

@@ -115,6 +115,7 @@ class OutcomeWriter:
             [o.status for o in part],
             _sql.array([o.delay for o in part]),
             [o.error for o in part],
+            [o.result for o in part],
         )
         if len(rows) < len(part):
             self._log_stale(part, {(row[0], row[1]) for row in rows})

@@ -5,100 +5,105 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from pgqueue._policy import HEAD, RETRY_WAKE_MARGIN, ClaimPolicy
+from pgqueue._policy import RETRY_WAKE_MARGIN, ClaimPolicy
 
 POLL = 5.0
+HEADS: dict[int, tuple[datetime, int]] = {}
 PLACE = (datetime(2026, 1, 1, tzinfo=UTC), 42)
+LATER = (datetime(2026, 1, 2, tzinfo=UTC), 7)
 
 
 def policy(claim_at: int = 1) -> ClaimPolicy:
     return ClaimPolicy(claim_at=claim_at, poll_interval=POLL)
 
 
-def test_claims_at_start_for_every_free_slot_from_the_head() -> None:
-    assert policy().next_claim(free=10, now=0.0) == (10, HEAD)
+def test_claims_at_start_for_every_free_slot_from_the_heads() -> None:
+    assert policy().next_claim(free=10, now=0.0) == (10, HEADS)
 
 
-def test_a_short_claim_from_the_head_stops_claiming_until_a_wakeup() -> None:
+def test_a_short_claim_from_the_heads_stops_claiming_until_a_wakeup() -> None:
     p = policy()
-    assert p.next_claim(free=10, now=0.0) == (10, HEAD)
-    p.claimed(10, HEAD, got=3, last=PLACE, now=0.0)
+    assert p.next_claim(free=10, now=0.0) == (10, HEADS)
+    p.claimed(10, HEADS, got=3, last={0: PLACE}, now=0.0)
     assert p.next_claim(free=7, now=1.0) is None
     assert p.wait(now=1.0) == POLL - 1.0
     p.wake()
-    assert p.next_claim(free=7, now=1.0) == (7, HEAD)
+    assert p.next_claim(free=7, now=1.0) == (7, HEADS)
 
 
-def test_a_full_claim_claims_again_past_the_last_job_taken() -> None:
+def test_a_full_claim_claims_again_past_the_last_job_taken_of_each_priority() -> None:
     p = policy()
     p.next_claim(free=10, now=0.0)
-    p.claimed(10, HEAD, got=10, last=PLACE, now=0.0)
-    assert p.next_claim(free=10, now=0.1) == (10, PLACE)
+    p.claimed(10, HEADS, got=10, last={0: PLACE, 3: LATER}, now=0.0)
+    assert p.next_claim(free=10, now=0.1) == (10, {0: PLACE, 3: LATER})
+    # Priorities a full claim took nothing of keep their place.
+    p.claimed(10, {0: PLACE, 3: LATER}, got=10, last={0: LATER}, now=0.1)
+    assert p.next_claim(free=10, now=0.2) == (10, {0: LATER, 3: LATER})
 
 
-def test_a_short_claim_past_the_head_looks_behind_it_next() -> None:
+def test_a_short_claim_past_a_head_looks_behind_it_next() -> None:
     p = policy()
     p.next_claim(free=10, now=0.0)
-    p.claimed(10, HEAD, got=10, last=PLACE, now=0.0)
-    assert p.next_claim(free=10, now=0.1) == (10, PLACE)
-    p.claimed(10, PLACE, got=2, last=PLACE, now=0.1)
-    assert p.next_claim(free=8, now=0.2) == (8, HEAD)
+    p.claimed(10, HEADS, got=10, last={0: PLACE}, now=0.0)
+    assert p.next_claim(free=10, now=0.1) == (10, {0: PLACE})
+    p.claimed(10, {0: PLACE}, got=2, last={0: LATER}, now=0.1)
+    assert p.next_claim(free=8, now=0.2) == (8, HEADS)
 
 
-def test_claims_from_the_head_at_least_every_poll_while_a_backlog_lasts() -> None:
+def test_claims_from_the_heads_at_least_every_poll_while_a_backlog_lasts() -> None:
     p = policy()
-    assert p.next_claim(free=10, now=0.0) == (10, HEAD)
-    p.claimed(10, HEAD, got=10, last=PLACE, now=0.0)
-    assert p.next_claim(free=10, now=POLL - 0.1) == (10, PLACE)
-    p.claimed(10, PLACE, got=10, last=PLACE, now=POLL - 0.1)
-    assert p.next_claim(free=10, now=POLL) == (10, HEAD)
+    assert p.next_claim(free=10, now=0.0) == (10, HEADS)
+    p.claimed(10, HEADS, got=10, last={0: PLACE}, now=0.0)
+    assert p.next_claim(free=10, now=POLL - 0.1) == (10, {0: PLACE})
+    p.claimed(10, {0: PLACE}, got=10, last={0: LATER}, now=POLL - 0.1)
+    assert p.next_claim(free=10, now=POLL) == (10, HEADS)
 
 
 def test_a_wakeup_without_room_is_kept_until_there_is_room() -> None:
     # prefetch=2, concurrency=2: claims wait for 2 free slots.
     p = policy(claim_at=2)
     p.next_claim(free=4, now=0.0)
-    p.claimed(4, HEAD, got=3, last=PLACE, now=0.0)  # 3 jobs: 1 free slot
+    p.claimed(4, HEADS, got=3, last={0: PLACE}, now=0.0)  # 3 jobs: 1 free slot
     p.wake()  # a NOTIFY for 500 more
     assert p.next_claim(free=1, now=0.1) is None
     assert p.more
     assert p.wait(now=0.1) == math.inf  # only room is worth waiting for now
-    assert p.next_claim(free=2, now=0.2) == (2, HEAD)
+    assert p.next_claim(free=2, now=0.2) == (2, HEADS)
 
 
 def test_the_poll_falls_due_poll_interval_after_the_last_claim() -> None:
     p = policy()
     p.next_claim(free=1, now=0.0)
-    p.claimed(1, HEAD, got=0, last=None, now=3.0)
+    p.claimed(1, HEADS, got=0, last={}, now=3.0)
     assert p.next_claim(free=1, now=3.0 + POLL - 0.01) is None
-    assert p.next_claim(free=1, now=3.0 + POLL) == (1, HEAD)
+    assert p.next_claim(free=1, now=3.0 + POLL) == (1, HEADS)
 
 
 def test_a_retry_due_before_the_poll_gets_a_timer_of_its_own() -> None:
     p = policy()
     p.next_claim(free=1, now=0.0)
-    p.claimed(1, HEAD, got=0, last=None, now=0.0)
+    p.claimed(1, HEADS, got=0, last={}, now=0.0)
     assert p.retry_written(0.5, now=1.0)  # the earliest timer: wake the loop
     assert not p.retry_written(0.7, now=1.0)  # a later one: no need
     assert not p.retry_written(POLL, now=1.0)  # the poll covers it
     due = 1.0 + 0.5 + RETRY_WAKE_MARGIN
     assert p.wait(now=1.0) == due - 1.0
     assert p.next_claim(free=1, now=due - 0.001) is None
-    assert p.next_claim(free=1, now=due) == (1, HEAD)
-    p.claimed(1, HEAD, got=0, last=None, now=due)
+    assert p.next_claim(free=1, now=due) == (1, HEADS)
+    p.claimed(1, HEADS, got=0, last={}, now=due)
     assert p.wait(now=due) == 1.0 + 0.7 + RETRY_WAKE_MARGIN - due
 
 
-def test_a_failed_claim_claims_again_from_the_head() -> None:
+def test_a_failed_claim_claims_again_from_the_heads() -> None:
     p = policy()
     p.next_claim(free=10, now=0.0)
-    p.claimed(10, HEAD, got=10, last=PLACE, now=0.0)
+    p.claimed(10, HEADS, got=10, last={0: PLACE}, now=0.0)
     p.failed()
-    assert p.next_claim(free=10, now=0.1) == (10, HEAD)
+    assert p.next_claim(free=10, now=0.1) == (10, HEADS)
 
 
-def test_a_full_claim_of_rows_without_a_place_claims_again_from_the_head() -> None:
+def test_a_full_claim_of_rows_without_a_place_claims_again_from_the_heads() -> None:
     p = policy()
     p.next_claim(free=2, now=0.0)
-    p.claimed(2, HEAD, got=2, last=None, now=0.0)
-    assert p.next_claim(free=2, now=0.1) == (2, HEAD)
+    p.claimed(2, HEADS, got=2, last={}, now=0.0)
+    assert p.next_claim(free=2, now=0.1) == (2, HEADS)

@@ -1,0 +1,266 @@
+"""Schema v2 on a table the Go module created: the upgrade, and both libraries on it.
+
+The table is created with exactly the Go module v1.1.0's DDL; the Go
+module's own statements (its INSERT plus NOTIFY, claim, outcome writes and
+rescue) run beside pgqueue's, on the same rows, before and after
+`pgqueue.SCHEMA_UPGRADE`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import asyncpg
+import pytest
+
+import pgqueue
+from pgqueue.testing import with_database
+from tests.helpers import noop, row, rows, running, wait_for_row
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+# The Go module v1.1.0's pgqueue.Schema.
+GO_SCHEMA = """
+CREATE TABLE pgqueue_jobs
+(
+    id           BIGSERIAL PRIMARY KEY,
+    queue        TEXT        NOT NULL DEFAULT 'default',
+    job_type     TEXT        NOT NULL,
+    payload      JSONB       NOT NULL DEFAULT '{}'::jsonb,
+    status       TEXT        NOT NULL DEFAULT 'pending'
+        CONSTRAINT chk_pgqueue_jobs_status CHECK (status IN ('pending', 'running', 'completed', 'dead')),
+    attempts     INT         NOT NULL DEFAULT 0,
+    max_attempts INT         NOT NULL DEFAULT 5,
+    run_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    last_error   TEXT,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    completed_at TIMESTAMPTZ
+);
+
+CREATE INDEX idx_pgqueue_jobs_claim ON pgqueue_jobs (queue, run_at, id) WHERE status = 'pending';
+CREATE INDEX idx_pgqueue_jobs_rescue ON pgqueue_jobs (updated_at) WHERE status = 'running';
+"""
+
+# The Go module's statements, in meaning.
+GO_ENQUEUE = """
+WITH job AS (
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
+    VALUES ($1, $2, $3, $4, now()) RETURNING id
+)
+SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
+"""
+GO_CLAIM = """
+UPDATE pgqueue_jobs
+SET status = 'running', attempts = attempts + 1, updated_at = now()
+WHERE id IN (
+    SELECT id FROM pgqueue_jobs
+    WHERE queue = $1 AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, attempts
+"""
+GO_COMPLETE = (
+    "UPDATE pgqueue_jobs SET status = 'completed', completed_at = now(), updated_at = now()"
+    " WHERE id = $1 AND status = 'running' AND attempts = $2"
+)
+GO_RETRY = (
+    "UPDATE pgqueue_jobs SET status = 'pending', run_at = now(), last_error = $3,"
+    " updated_at = now() WHERE id = $1 AND status = 'running' AND attempts = $2"
+)
+GO_DEAD = (
+    "UPDATE pgqueue_jobs SET status = 'dead', last_error = $3, updated_at = now()"
+    " WHERE id = $1 AND status = 'running' AND attempts = $2"
+)
+GO_RESCUE = """
+UPDATE pgqueue_jobs
+SET status = CASE WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
+    last_error = CASE WHEN attempts < max_attempts THEN last_error
+                      ELSE 'rescued after exceeding max attempts' END,
+    updated_at = now()
+WHERE status = 'running' AND updated_at < now() - make_interval(secs => $1)
+"""
+
+CATALOG = """
+SELECT json_build_object(
+    'columns', (SELECT json_agg(json_build_array(column_name, data_type, is_nullable, column_default)
+                                ORDER BY column_name)
+                FROM information_schema.columns WHERE table_name = 'pgqueue_jobs'),
+    'indexes', (SELECT json_agg(indexdef ORDER BY indexname)
+                FROM pg_indexes WHERE tablename = 'pgqueue_jobs'),
+    'checks', (SELECT json_agg(json_build_array(conname, pg_get_constraintdef(oid), convalidated)
+                               ORDER BY conname)
+               FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass AND contype = 'c')
+)::text
+"""
+
+
+@pytest.fixture
+async def go_table(fresh_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on a database whose pgqueue_jobs is exactly the Go module's."""
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=6) as pool:
+        await pool.execute(pgqueue.SCHEMA_DOWN)
+        await pool.execute(GO_SCHEMA)
+        yield pool
+
+
+async def _catalog(executor: Any) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(await executor.fetchval(CATALOG))
+    return found
+
+
+async def test_the_upgrade_brings_a_go_table_to_the_current_schema(
+    go_table: asyncpg.Pool, admin_dsn: str
+) -> None:
+    go_id = await go_table.fetchval(GO_ENQUEUE, "q", "t", '{"n": 1}', 5)
+    storage = await go_table.fetchval("SELECT pg_relation_filenode('pgqueue_jobs')")
+    await go_table.execute(pgqueue.SCHEMA_UPGRADE)
+    await go_table.execute(pgqueue.SCHEMA_UPGRADE)  # idempotent
+    upgraded = await _catalog(go_table)
+    # Only additions, without rewriting the table.
+    assert (
+        await go_table.fetchval("SELECT pg_relation_filenode('pgqueue_jobs')")
+        == storage
+    )
+    assert (await row(go_table, go_id))["priority"] == 0
+    # The same as a fresh install of SCHEMA.
+    async with asyncpg.create_pool(admin_dsn, min_size=1, max_size=1) as admin:
+        name = f"pgqueue_fresh_{id(go_table)}"
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            fresh_dsn = with_database(admin_dsn, name)
+            fresh = await asyncpg.connect(fresh_dsn)
+            try:
+                await fresh.execute(pgqueue.SCHEMA)
+                installed = await _catalog(fresh)
+            finally:
+                await fresh.close()
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert upgraded == installed
+    assert all(valid for _, _, valid in upgraded["checks"])
+
+
+async def test_a_worker_or_queue_on_a_go_table_fails_at_once_naming_what_is_missing(
+    go_table: asyncpg.Pool,
+) -> None:
+    message = (
+        "column priority, column unique_key, column cancel_requested, column snoozes, "
+        "column result, column tracked, index idx_pgqueue_jobs_priority, "
+        "index idx_pgqueue_jobs_unique, a status check that allows 'cancelled'"
+    )
+    with anyio.fail_after(10), pytest.raises(pgqueue.SchemaError) as raised:
+        await pgqueue.Worker(go_table, queue="q").run(until_empty=True)
+    assert message in str(raised.value)
+    assert "pgqueue.SCHEMA_UPGRADE" in str(raised.value)
+    queue = pgqueue.Queue(go_table, name="q")
+    for enqueue in (
+        queue.enqueue("t", {}),
+        queue.enqueue("t", {}, unique_key="k"),
+        queue.enqueue_many([("t", {})]),
+    ):
+        with pytest.raises(pgqueue.SchemaError, match="SCHEMA_UPGRADE"):
+            await enqueue
+    assert await go_table.fetchval("SELECT count(*) FROM pgqueue_jobs") == 0
+
+
+async def test_install_upgrades_a_go_table(go_table: asyncpg.Pool) -> None:
+    await pgqueue.install(go_table)
+    await pgqueue.install(go_table)
+    job_id = await pgqueue.Queue(go_table, name="q").enqueue("t", {}, priority=3)
+    assert (await row(go_table, job_id))["priority"] == 3
+
+
+async def test_after_the_upgrade_both_libraries_share_the_table(
+    go_table: asyncpg.Pool,
+) -> None:
+    await go_table.execute(pgqueue.SCHEMA_UPGRADE)
+    queue = pgqueue.Queue(go_table, name="q")
+    ran: list[tuple[int, Any]] = []
+
+    # A Go producer's job runs on our worker.
+    go_id = await go_table.fetchval(GO_ENQUEUE, "q", "t", '{"from": "go"}', 5)
+    worker = pgqueue.Worker(go_table, queue="q", poll_interval=0.05)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> str:
+        ran.append((job.id, job.payload))
+        return "done"
+
+    with anyio.fail_after(10):
+        await worker.run(until_empty=True)
+    stored = await row(go_table, go_id)
+    assert (stored["status"], json.loads(stored["result"])) == ("completed", "done")
+    assert ran == [(go_id, {"from": "go"})]
+
+    # Our jobs, with every v2 feature, satisfy the Go worker's statements.
+    high = await queue.enqueue("t", {"n": 1}, priority=5, unique_key="k", track=True)
+    low = await queue.enqueue("t", {"n": 2}, priority=-5)
+    claimed = {r["id"]: r["attempts"] for r in await go_table.fetch(GO_CLAIM, "q", 10)}
+    assert set(claimed) == {high, low}  # the Go worker ignores priority
+    assert await go_table.execute(GO_COMPLETE, high, claimed[high]) == "UPDATE 1"
+    assert await go_table.execute(GO_RETRY, low, claimed[low], "go retry") == "UPDATE 1"
+    assert (await row(go_table, high))["status"] == "completed"
+    # The key is free again once the Go worker completed the job.
+    again = await queue.enqueue("t", {"n": 3}, unique_key="k")
+    assert again != high
+    # A row the Go worker put back runs on ours, with its error.
+    with anyio.fail_after(10):
+        await worker_for(go_table).run(until_empty=True)
+    assert (await row(go_table, low))["status"] == "completed"
+    # The Go worker's dead letter and rescue work on our rows.
+    dead = await queue.enqueue("t", {})
+    rescued = await queue.enqueue("t", {})
+    claimed = {r["id"]: r["attempts"] for r in await go_table.fetch(GO_CLAIM, "q", 10)}
+    assert await go_table.execute(GO_DEAD, dead, claimed[dead], "boom") == "UPDATE 1"
+    await go_table.execute(
+        "UPDATE pgqueue_jobs SET updated_at = now() - interval '1 hour' WHERE id = $1",
+        rescued,
+    )
+    await go_table.execute(GO_RESCUE, 60)
+    assert (await row(go_table, dead))["status"] == "dead"
+    assert (await row(go_table, rescued))["status"] == "pending"
+
+
+def worker_for(pool: asyncpg.Pool) -> pgqueue.Worker:
+    worker = pgqueue.Worker(pool, queue="q", poll_interval=0.05)
+    worker.register("t", noop)
+    return worker
+
+
+async def test_a_go_worker_ignores_a_cancel_request_and_never_claims_a_cancelled_job(
+    go_table: asyncpg.Pool,
+) -> None:
+    await go_table.execute(pgqueue.SCHEMA_UPGRADE)
+    queue = pgqueue.Queue(go_table, name="q")
+    pending, running_id = await queue.enqueue_many([("t", 1), ("t", 2)])
+    await go_table.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = 1 WHERE id = $1",
+        running_id,
+    )
+    assert await queue.cancel(pending, running_id) == {
+        pending: "cancelled",
+        running_id: "requested",
+    }
+    assert await go_table.fetch(GO_CLAIM, "q", 10) == []
+    # Its outcome write still lands (the request is ignored).
+    assert await go_table.execute(GO_COMPLETE, running_id, 1) == "UPDATE 1"
+    statuses = [r["status"] for r in await rows(go_table, "q")]
+    assert statuses == ["cancelled", "completed"]
+
+
+async def test_a_worker_started_before_the_upgrade_runs_after_it(
+    go_table: asyncpg.Pool,
+) -> None:
+    # A worker cannot run on the Go table; once upgraded, a new one can.
+    with anyio.fail_after(10), pytest.raises(pgqueue.SchemaError):
+        await worker_for(go_table).run(until_empty=True)
+    await go_table.execute(pgqueue.SCHEMA_UPGRADE)
+    job_id = await pgqueue.Queue(go_table, name="q").enqueue("t", {})
+    async with running(worker_for(go_table)):
+        await wait_for_row(go_table, job_id, status="completed")
