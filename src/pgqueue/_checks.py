@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._errors import PayloadTooLargeError
+from pgqueue._typed import to_json_value
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -224,7 +225,8 @@ def encode_payloads(payloads: list[Any]) -> str:
 
 
 def _loaded(payload: Any) -> Any:
-    """``payload``, or the value that bytes of JSON text hold."""
+    """``payload``, the value that bytes of JSON text hold, or a typed payload as JSON values."""
+    payload = to_json_value(payload)
     if isinstance(payload, bytes | bytearray | memoryview):
         try:
             return json.loads(bytes(payload), parse_constant=_refuse_constant)

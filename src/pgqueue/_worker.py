@@ -57,6 +57,7 @@ from pgqueue._log import Logger, default_logger
 from pgqueue._outcome import RELEASED, SNOOZED, Outcome
 from pgqueue._policy import ClaimPolicy
 from pgqueue._runner import Handler, JobRunner
+from pgqueue._typed import typed_handler
 from pgqueue._upkeep import Upkeep
 from pgqueue._writer import OutcomeWriter
 
@@ -215,6 +216,7 @@ class Worker:
             raise AlreadyStartedError(msg)
         check_name("job type", job_type)
         check_callable("handler", handler)
+        handler = typed_handler(handler)
         for wrap in reversed(self._middleware):
             handler = wrap(handler)
         self._handlers[job_type] = handler
