@@ -9,6 +9,8 @@ Run it from the repository root (any ASGI server will do)::
     curl -N 'localhost:8000/events?order_id=1'     # one order's, until it ships
     curl -X POST localhost:8000/orders -H 'content-type: application/json' \\
          -d '{"id": 1, "item": "teapot"}'
+    curl -X POST localhost:8000/reports -H 'content-type: application/json' \\
+         -d '{"item": "teapot"}'
 
 ``POST /orders`` writes the order and enqueues its ``ship_order`` job in one
 transaction: both commit, or neither does (a duplicate order id answers 409 and
@@ -16,6 +18,11 @@ leaves no job behind). The worker runs in the app's lifespan; its handler marks
 the order shipped and publishes an event in one transaction, so the event goes
 out only if the update commits. One `pgqueue.Subscriber` per process feeds the
 events to every ``GET /events`` client as Server-Sent Events.
+
+``POST /reports`` enqueues a tracked ``build_report`` job and awaits its
+outcome through the process's one `pgqueue.Tracker`: 200 with the report the
+handler returned, or 202 with the job id when it takes longer than ``wait``
+seconds (5 by default; the job goes on, and its row keeps the report).
 
 uvicorn waits for open connections to close before it runs the lifespan's
 shutdown: ``--timeout-graceful-shutdown`` keeps an open event stream from
@@ -33,8 +40,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import asyncpg
-from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import StreamingResponse
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 import pgqueue
@@ -58,6 +65,10 @@ CREATE TABLE IF NOT EXISTS orders (
 
 class Order(BaseModel):
     id: int
+    item: str
+
+
+class ReportRequest(BaseModel):
     item: str
 
 
@@ -97,6 +108,7 @@ class Hub:
 class Services:
     pool: asyncpg.Pool[asyncpg.Record]
     queue: pgqueue.Queue
+    tracker: pgqueue.Tracker
     hub: Hub = field(default_factory=Hub)
 
 
@@ -127,18 +139,35 @@ async def ship_order(pool: asyncpg.Pool[asyncpg.Record], job: pgqueue.Job) -> No
         await pgqueue.publish(conn, CHANNEL, event(order_id, "shipped"))
 
 
+async def build_report(
+    pool: asyncpg.Pool[asyncpg.Record], job: pgqueue.Job
+) -> dict[str, Any]:
+    """What it returns is stored as the job's result, for the tracker's waits."""
+    item = job.payload["item"]
+    [counts] = await pool.fetch(
+        "SELECT count(*) AS orders, count(*) FILTER (WHERE status = 'shipped') AS shipped"
+        " FROM orders WHERE item = $1",
+        item,
+    )
+    return {"item": item, "orders": counts["orders"], "shipped": counts["shipped"]}
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     async with asyncpg.create_pool(app.state.dsn or os.environ["PGQUEUE_DSN"]) as pool:
         if await pool.fetchval("SELECT to_regclass('pgqueue_jobs')") is None:
             await pgqueue.install(pool)  # a real service does this in a migration
         await pool.execute(ORDERS_TABLE)
-        services = app.state.services = Services(pool, pgqueue.Queue(pool, name=QUEUE))
+        queue = pgqueue.Queue(pool, name=QUEUE)
+        tracker = pgqueue.Tracker(pool)
+        services = app.state.services = Services(pool, queue, tracker)
         worker = pgqueue.Worker(pool, queue=QUEUE, concurrency=10)
         worker.register("ship_order", functools.partial(ship_order, pool))
+        worker.register("build_report", functools.partial(build_report, pool))
         subscriber = pgqueue.Subscriber(pool)
         subscriber.handle(CHANNEL, services.hub.broadcast)
-        async with anyio.create_task_group() as tg:
+        # The tracker's one LISTEN connection serves every request's wait.
+        async with tracker, anyio.create_task_group() as tg:
             tg.start_soon(worker.run)
             tg.start_soon(subscriber.run)
             with anyio.fail_after(10):
@@ -174,6 +203,27 @@ def create_app(dsn: str | None = None) -> FastAPI:
         except asyncpg.UniqueViolationError:
             raise HTTPException(409, f"order {order.id} already exists") from None
         return {"order_id": order.id, "status": "placed", "job_id": job_id}
+
+    @app.post("/reports", response_model=None)
+    async def report(
+        body: ReportRequest,
+        svc: ServicesDep,
+        wait: Annotated[float, Query(ge=0, le=30)] = 5.0,
+    ) -> Any:
+        # track=True: the worker announces the job's end to the tracker.
+        job_id = await svc.queue.enqueue(
+            "build_report", {"item": body.item}, track=True
+        )
+        try:
+            outcome = await svc.tracker.wait(job_id, timeout=wait)
+        except TimeoutError:
+            # Not done yet: the job goes on, and its row keeps the report.
+            return JSONResponse(
+                {"job_id": job_id, "status": "pending"}, status_code=202
+            )
+        if outcome.status != "completed":
+            raise HTTPException(500, f"report job {job_id} is {outcome.status}")
+        return outcome.result  # what build_report returned
 
     @app.get("/events")
     async def events(

@@ -264,6 +264,45 @@ async def test_fastapi_app_rolls_the_job_back_with_a_failed_order(
     assert await pool.fetchval("SELECT last_value FROM pgqueue_jobs_id_seq") > job_id
 
 
+async def test_fastapi_app_answers_a_report_with_its_handler_s_return_value(
+    dsn: str, pool: asyncpg.Pool, order_id: int
+) -> None:
+    item = f"teapot-{order_id}"
+    async with fastapi_client(dsn) as (client, _app):
+        with anyio.fail_after(15):
+            placed = await client.post("/orders", json={"id": order_id, "item": item})
+            assert placed.status_code == 201, placed.text
+            await wait_for_row(pool, placed.json()["job_id"], status="completed")
+            answered = await client.post("/reports", json={"item": item})
+    assert answered.status_code == 200, answered.text
+    assert answered.json() == {"item": item, "orders": 1, "shipped": 1}
+    [job] = await pool.fetch(
+        "SELECT * FROM pgqueue_jobs WHERE queue = 'orders' AND job_type = 'build_report'"
+        " AND payload = jsonb_build_object('item', $1::text)",
+        item,
+    )
+    assert (job["status"], job["tracked"]) == ("completed", True)
+    assert json.loads(job["result"]) == answered.json()
+
+
+async def test_fastapi_app_answers_202_with_the_job_id_when_a_report_is_late(
+    dsn: str, pool: asyncpg.Pool
+) -> None:
+    item = f"kettle-{uuid.uuid4().hex}"
+    async with fastapi_client(dsn) as (client, _app):
+        with anyio.fail_after(15):
+            answered = await client.post(
+                "/reports", json={"item": item}, params={"wait": 0}
+            )
+            assert answered.status_code == 202, answered.text
+            job_id = answered.json()["job_id"]
+            assert answered.json() == {"job_id": job_id, "status": "pending"}
+            # The job goes on; as above, let it run before the shutdown.
+            job = await wait_for_row(pool, job_id, status="completed")
+    assert job["tracked"] is True
+    assert json.loads(job["result"]) == {"item": item, "orders": 0, "shipped": 0}
+
+
 async def test_aiohttp_app_ships_an_order_and_streams_its_events(
     dsn: str, pool: asyncpg.Pool, order_id: int
 ) -> None:

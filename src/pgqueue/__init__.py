@@ -17,6 +17,7 @@ from pgqueue._errors import (
     RetryAfter,
     SchemaError,
     Snooze,
+    TrackerClosedError,
     is_permanent,
 )
 from pgqueue._job import Job, NewJob, Status
@@ -24,6 +25,7 @@ from pgqueue._log import Logger
 from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
 from pgqueue._sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE
+from pgqueue._tracker import JobOutcome, Tracker
 from pgqueue._worker import Handler, Middleware, Worker
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "Handler",
     "Job",
     "JobNotFoundError",
+    "JobOutcome",
     "Logger",
     "Middleware",
     "NewJob",
@@ -52,6 +55,8 @@ __all__ = [
     "Snooze",
     "Status",
     "Subscriber",
+    "Tracker",
+    "TrackerClosedError",
     "Worker",
     "default_backoff",
     "install",
