@@ -10,7 +10,8 @@ on the table's size.
 
 The bounds, from what each moved row costs:
 
-* Finding and locking 100 rows (the claim's ``LockRows`` node, or the
+* Finding and locking 100 rows (the claim's id subquery, one scan per
+  priority, each under a ``LockRows`` node, or the
   rescue's index scan) reads a handful of index pages plus about one heap
   buffer per row: bounded by 200 (measured: 106 and 4).
 * The whole UPDATE also looks each claimed id up in the primary key (about
@@ -104,6 +105,11 @@ async def _explain(
     return root
 
 
+def _finding(claim: dict[str, Any]) -> dict[str, Any]:
+    """The claim's id subquery: the scans of every priority and their locks."""
+    return next(n for n in _nodes(claim) if n["Node Type"] == "Limit")
+
+
 def _check_scans(root: dict[str, Any], index: str) -> dict[str, Any]:
     """Return the index scan on ``index``; fail on any full scan of the table."""
     nodes = _nodes(root)
@@ -145,7 +151,7 @@ async def test_claim_and_rescue_use_their_partial_indexes(
 
     _check_scans(claim, "idx_pgqueue_jobs_priority")
     assert claim["Actual Rows"] == CLAIM_LIMIT
-    lock = next(n for n in _nodes(claim) if n["Node Type"] == "LockRows")
+    lock = _finding(claim)
     assert _buffers(lock) < FIND_BOUND, lock
     assert _buffers(claim) < PER_ROW_BOUND * CLAIM_LIMIT, _buffers(claim)
 
@@ -189,9 +195,43 @@ async def test_future_jobs_of_a_higher_priority_cost_a_claim_nothing(
         )
     _check_scans(behind, "idx_pgqueue_jobs_priority")
     found = {
-        name: _buffers(next(n for n in _nodes(plan) if n["Node Type"] == "LockRows"))
+        name: _buffers(_finding(plan))
         for name, plan in (("alone", alone), ("behind", behind))
     }
     # Each priority's scan stops at its first job not yet due: the million
     # cost a few index pages (the tree is a level deeper), not a walk.
     assert found["behind"] <= found["alone"] + 20, found
+
+
+async def test_a_claim_past_an_exhausted_priority_does_not_walk_lower_ones(
+    fresh_dsn: str,
+) -> None:
+    """Draining a backlog of priority -1, claims skip the priorities above it.
+
+    Priority 0 is found through the Go module's index, which holds every
+    pending job: from its head, a claim walks the whole due backlog of
+    priority -1 to find no job of priority 0. Once a claim went past
+    priority 0, the worker starts that line at the claim's time.
+    """
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        await connection.execute(
+            "INSERT INTO pgqueue_jobs (queue, job_type, priority, run_at)"
+            " SELECT $1, 'noop', -1, now() - make_interval(secs => g)"
+            " FROM generate_series(1, 50000) AS g",
+            QUEUE,
+        )
+        await connection.execute("ANALYZE pgqueue_jobs")
+        now = await connection.fetchval("SELECT now()")
+        exhausted = dict.fromkeys(range(6), (now, 2**63 - 1))
+        found = {}
+        for start, places in (("head", {}), ("past", exhausted)):
+            plan = await _explain(
+                connection, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places(places)
+            )
+            assert plan["Actual Rows"] == CLAIM_LIMIT
+            found[start] = _buffers(_finding(plan))
+    finally:
+        await connection.close()
+    assert found["head"] > 5 * found["past"], found  # measured: 891 against 124
+    assert found["past"] < FIND_BOUND, found

@@ -147,7 +147,9 @@ class Claimer:
             if claimed.jobs:
                 claims.add(claimed.jobs)
                 self._on_claimed()
-            policy.claimed(limit, bounds, len(rows), claimed.last, clock())
+            policy.claimed(
+                limit, bounds, len(rows), claimed.last, clock(), claimed.claimed_at
+            )
             empty_since = None if rows else settled_before
 
     @property
@@ -192,6 +194,8 @@ class Claimed(NamedTuple):
     """The outcomes of claimed jobs that cannot run."""
     last: Bounds
     """For each priority claimed, the place of the last row taken."""
+    claimed_at: datetime | None
+    """When the claim ran, on the database clock (None if it took nothing)."""
 
 
 def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
@@ -250,7 +254,7 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
         jobs.sort(
             key=_PRIORITY, reverse=True
         )  # stable: each priority stays in place order
-    return Claimed(jobs, dead, last)
+    return Claimed(jobs, dead, last, rows[0][13] if rows else None)
 
 
 # Stands in for a time Python cannot represent, in a job that never runs.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgqueue._outcome import shutdown_outcome
 from pgqueue._runner import job_fields
@@ -87,6 +87,7 @@ class Consumers:
         """One consumer: run ready jobs until closed (or told to stop taking them)."""
         RUNNING_FOR.set(self._owner)
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
         claims = self._claims
         ready = claims.ready
         while True:
@@ -94,7 +95,7 @@ class Consumers:
                 job = claims.start()
                 if ready and not self._waking:
                     self._wake_one()
-                await self._execute(job)
+                await self._execute(job, task)
             if not self._open:
                 return
             idle = loop.create_future()
@@ -110,9 +111,9 @@ class Consumers:
                 self._waking += 1
                 return
 
-    async def _execute(self, job: Job) -> None:
+    async def _execute(self, job: Job, task: asyncio.Task[Any] | None) -> None:
         try:
-            outcome = await self._runner.run(job, self._cut_off)
+            outcome = await self._runner.run(job, self._cut_off, task)
         except (KeyboardInterrupt, SystemExit) as exc:
             # Raised out of a task, these would stop the event loop itself,
             # before any outcome is written: stop the worker instead.

@@ -13,13 +13,16 @@ from typing import TypeAlias
 
 from pgqueue import _sql
 
-__all__ = ["HEAD", "RETRY_WAKE_MARGIN", "Bounds", "ClaimPolicy", "Place"]
+__all__ = ["HEAD", "LAST_ID", "RETRY_WAKE_MARGIN", "Bounds", "ClaimPolicy", "Place"]
 
 Place: TypeAlias = tuple[datetime, int]
 """A place in one priority's line ``(run_at, id)``; a claim takes the jobs after it."""
 
 HEAD: Place = _sql.HEAD_OF_LINE
 """The place before every job of a priority."""
+
+LAST_ID = 2**63 - 1
+"""The largest job id: a place after every job of its time."""
 
 Bounds: TypeAlias = dict[int, Place]
 """Where a claim starts in each priority's line; a priority not in it starts at its head."""
@@ -60,13 +63,24 @@ class ClaimPolicy:
         self.more = True
         """Jobs may be ready: claim as soon as there is room."""
         self._after: Bounds = {}
+        self._passed: frozenset[int] = (
+            frozenset()
+        )  # priorities bounded by a claim's time
         self._head_due = 0.0
         self._poll_due = 0.0
         self._retries: list[float] = []  # a heap of local times
 
     def wake(self) -> None:
-        """Something may have become ready."""
+        """Something may have become ready.
+
+        Priorities a claim moved past start at their heads again: a job that
+        committed after that claim began may sit before its time.
+        """
         self.more = True
+        if self._passed:
+            for priority in self._passed:
+                del self._after[priority]
+            self._passed = frozenset()
 
     def retry_written(self, delay: float, now: float) -> bool:
         """One of our jobs was put back to run in ``delay`` s; return whether to wake at once.
@@ -93,23 +107,53 @@ class ClaimPolicy:
         return free, self._after
 
     def claimed(
-        self, limit: int, bounds: Bounds, got: int, last: Bounds, now: float
+        self,
+        limit: int,
+        bounds: Bounds,
+        got: int,
+        last: Bounds,
+        now: float,
+        claimed_at: datetime | None = None,
     ) -> None:
         """Take note of a claim of ``limit`` from ``bounds`` that returned ``got`` jobs.
 
         ``last`` holds, for each priority the claim took jobs of, the place
-        of the last one.
+        of the last one; ``claimed_at`` is the claim's time on the database
+        clock. A full claim moved past every priority above the lowest one
+        it took: they had no due job it could see, so the next claim starts
+        their lines at ``claimed_at`` (priority 0 lives in the Go module's
+        index, among the jobs of every priority: draining a backlog of
+        negative priority, each claim would walk the whole backlog to find
+        no job of priority 0), until a wakeup says a job may have committed
+        since.
         """
-        full = got == limit
-        self._after = {**bounds, **last} if full else {}
-        # A short claim from past a head has yet to look behind its place.
-        self.more = full or bool(bounds)
         self._poll_due = now + self.poll_interval
+        full = got == limit
+        if not full or not last:
+            # A short claim from past a head has yet to look behind its place
+            # (and a full one of rows without a place claims from the heads).
+            self.more = full or bool(bounds)
+            self._after = {}
+            self._passed = frozenset()
+            return
+        self.more = True
+        lowest = min(last)
+        after = dict(bounds)
+        passed = []
+        if claimed_at is not None:
+            for priority in _sql.PRIORITIES:
+                if priority > lowest:
+                    after[priority] = (claimed_at, LAST_ID)
+                    passed.append(priority)
+        after[lowest] = last[lowest]
+        self._after = after
+        self._passed = frozenset(passed)
 
     def failed(self) -> None:
         """A claim failed: claim again (after the retry delay), from the heads."""
         self.more = True
         self._after = {}
+        self._passed = frozenset()
 
     def wait(self, now: float) -> float:
         """Seconds until a timer makes jobs possibly ready.

@@ -69,8 +69,17 @@ class JobRunner:
             task.cancel()
         return True
 
-    async def run(self, job: Job, cut_off: Callable[[], bool]) -> Outcome:
-        """Run ``job``'s handler and return its outcome."""
+    async def run(
+        self,
+        job: Job,
+        cut_off: Callable[[], bool],
+        task: asyncio.Task[Any] | None = None,
+    ) -> Outcome:
+        """Run ``job``'s handler and return its outcome.
+
+        ``task`` is the task running it (looked up if not given): `cancel`
+        cancels it.
+        """
         if job.id in self._cancelled:
             self._cancelled.discard(job.id)
             return self._cancelled_outcome(job)
@@ -84,7 +93,7 @@ class JobRunner:
         value: Any = None
         timeout = self._timeout
         running = self._running
-        running[job.id] = asyncio.current_task()  # type: ignore[assignment]
+        running[job.id] = task or asyncio.current_task()  # type: ignore[assignment]
         try:
             if timeout is None:
                 value = await handler(job)

@@ -116,14 +116,15 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     tracked          BOOLEAN     NOT NULL DEFAULT false
 );
 
--- The Go module's claims, and ours at priority 0 when no job has another.
+-- The Go module's claims, and ours of jobs without a priority.
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_claim
     ON pgqueue_jobs (queue, run_at, id) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
     ON pgqueue_jobs (updated_at) WHERE status = 'running';
--- Our claims, one priority at a time (COLLATE "C": only they can use it).
+-- Our claims of jobs with a priority (COLLATE "C": only they can use it).
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
-    ON pgqueue_jobs (queue, priority, run_at, id) WHERE status = 'pending' COLLATE "C";
+    ON pgqueue_jobs (queue, priority, run_at, id)
+    WHERE status = 'pending' COLLATE "C" AND priority <> 0;
 -- One live job per (job_type, unique_key).
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
     ON pgqueue_jobs (job_type, unique_key)
@@ -174,7 +175,8 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_status;
 ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
 
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
-    ON pgqueue_jobs (queue, priority, run_at, id) WHERE status = 'pending' COLLATE "C";
+    ON pgqueue_jobs (queue, priority, run_at, id)
+    WHERE status = 'pending' COLLATE "C" AND priority <> 0;
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
     ON pgqueue_jobs (job_type, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
@@ -345,8 +347,10 @@ def claim_places(places: Mapping[int, tuple[datetime, int]]) -> tuple[str, str]:
     if not places:
         return _HEADS
     starts = [places.get(priority, HEAD_OF_LINE) for priority in PRIORITIES]
-    return timestamps([start[0] for start in starts]), array(
-        [start[1] for start in starts]
+    texts = {start[0]: _timestamp(start[0]) for start in starts}  # few distinct times
+    return (
+        "{" + ",".join([texts[start[0]] for start in starts]) + "}",
+        array([start[1] for start in starts]),
     )
 
 
@@ -355,17 +359,19 @@ _HEADS = (
     array([HEAD_OF_LINE[1]] * len(PRIORITIES)),
 )
 
-# The first due jobs in line, highest priority first, then by (run_at, id).
-# One index scan per priority, in that order, each bounded by the
-# (queue, priority, run_at) index: future-dated jobs of any priority are
-# never walked. "pending" is spelled COLLATE "C" here and in that index's
-# predicate (the same comparison, to the planner a different one), so that
-# neither statement can use the other's index: the Go module's index on
-# (queue, run_at, id) would walk every due job of the queue to find those
-# of one priority, and the Go module's claim keeps to its own. Each scan starts past its priority's place ($3[i], $4[i]):
-# a worker draining a backlog starts after the last job it took, since each
-# claimed job leaves a dead entry in the index until vacuum and a claim from
-# the head would walk them all.
+# The first due jobs in line, highest priority first, then by (run_at, id):
+# one index scan per priority, in that order, each starting past its
+# priority's place ($3[i], $4[i]; a worker draining a backlog starts after
+# the last job it took, since each claimed job leaves a dead entry in the
+# index until vacuum and a claim from the head would walk them all) and
+# stopping at its first job not yet due, so that future-dated jobs of any
+# priority are never walked.
+# Priority 0 (every job that does not use priorities) is found through the
+# Go module's index on (queue, run_at, id); the others through the partial
+# index on (queue, priority, run_at, id) of the jobs with a priority, which
+# only they pay for. "pending" is spelled COLLATE "C" in that index and for
+# those scans (the same comparison; to the planner another one), so that
+# neither index can be taken for the other's scans.
 # The ids come back as an array, so the update finds its rows through the
 # primary key whatever the table's size or statistics: as a join, a table of
 # a few thousand rows gets a sequential scan per claim.
@@ -373,21 +379,38 @@ _HEADS = (
 # producer) come back as NULL with their text in the last column: asyncpg
 # would fail to decode the whole batch after the claim had committed.
 _REPRESENTABLE = "{0} BETWEEN '0001-01-01 00:00:00+00' AND '9999-12-31 23:59:59.999999+00' OR NOT isfinite({0})"
-CLAIM = f"""
-UPDATE pgqueue_jobs
-SET status = 'running', attempts = attempts + 1, updated_at = now()
-WHERE id = ANY(ARRAY(
+_PRIORITY_SCANS = """
     SELECT j.id
     FROM unnest($3::text::timestamptz[], $4::text::bigint[]) WITH ORDINALITY AS b(run_at, id, level)
     CROSS JOIN LATERAL (
         SELECT p.id
         FROM pgqueue_jobs AS p
-        WHERE p.queue = $1 AND p.status = 'pending' COLLATE "C" AND p.priority = (6 - b.level)::smallint
+        WHERE p.queue = $1 AND p.status = 'pending' COLLATE "C" AND p.priority <> 0
+          AND p.priority = (6 - b.level)::smallint
           AND p.run_at <= now() AND (p.run_at, p.id) > (b.run_at, b.id)
         ORDER BY p.run_at, p.id
         LIMIT $2
         FOR UPDATE OF p SKIP LOCKED
     ) AS j
+    WHERE b.level {levels}
+"""
+CLAIM = f"""
+UPDATE pgqueue_jobs
+SET status = 'running', attempts = attempts + 1, updated_at = now()
+WHERE id = ANY(ARRAY(
+    ({_PRIORITY_SCANS.format(levels="<= 5")})
+    UNION ALL
+    (SELECT z.id FROM (
+        SELECT id
+        FROM pgqueue_jobs
+        WHERE queue = $1 AND status = 'pending' AND priority = 0 AND run_at <= now()
+          AND (run_at, id) > (($3::text::timestamptz[])[6], ($4::text::bigint[])[6])
+        ORDER BY run_at, id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+    ) AS z)
+    UNION ALL
+    ({_PRIORITY_SCANS.format(levels=">= 7")})
     LIMIT $2
 ))
 RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
@@ -396,7 +419,7 @@ RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
     last_error,
     CASE WHEN ({_REPRESENTABLE.format("run_at")}) AND ({_REPRESENTABLE.format("created_at")}) THEN NULL
          ELSE format('run_at %s, created_at %s', run_at, created_at) END AS unrepresentable,
-    priority, unique_key, snoozes
+    priority, unique_key, snoozes, now() AS claimed_at
 """
 
 # One statement writes the outcomes of many runs. Each row is fenced on the

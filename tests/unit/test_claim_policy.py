@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from pgqueue._policy import RETRY_WAKE_MARGIN, ClaimPolicy
+from pgqueue._policy import LAST_ID, RETRY_WAKE_MARGIN, ClaimPolicy
 
 POLL = 5.0
 HEADS: dict[int, tuple[datetime, int]] = {}
 PLACE = (datetime(2026, 1, 1, tzinfo=UTC), 42)
 LATER = (datetime(2026, 1, 2, tzinfo=UTC), 7)
+AT = datetime(2026, 1, 3, tzinfo=UTC)
+ABOVE_ZERO = dict.fromkeys(range(1, 6), (AT, LAST_ID))
 
 
 def policy(claim_at: int = 1) -> ClaimPolicy:
@@ -31,21 +33,42 @@ def test_a_short_claim_from_the_heads_stops_claiming_until_a_wakeup() -> None:
     assert p.next_claim(free=7, now=1.0) == (7, HEADS)
 
 
-def test_a_full_claim_claims_again_past_the_last_job_taken_of_each_priority() -> None:
+def test_a_full_claim_claims_again_past_the_last_job_taken() -> None:
     p = policy()
     p.next_claim(free=10, now=0.0)
-    p.claimed(10, HEADS, got=10, last={0: PLACE, 3: LATER}, now=0.0)
-    assert p.next_claim(free=10, now=0.1) == (10, {0: PLACE, 3: LATER})
-    # Priorities a full claim took nothing of keep their place.
-    p.claimed(10, {0: PLACE, 3: LATER}, got=10, last={0: LATER}, now=0.1)
-    assert p.next_claim(free=10, now=0.2) == (10, {0: LATER, 3: LATER})
+    p.claimed(10, HEADS, got=10, last={0: PLACE}, now=0.0, claimed_at=AT)
+    after = {**ABOVE_ZERO, 0: PLACE}
+    assert p.next_claim(free=10, now=0.1) == (10, after)
+    p.claimed(10, after, got=10, last={0: LATER}, now=0.1, claimed_at=AT)
+    assert p.next_claim(free=10, now=0.2) == (10, {**ABOVE_ZERO, 0: LATER})
+
+
+def test_priorities_a_full_claim_moved_past_start_at_its_time() -> None:
+    # Priorities 5..1 had nothing due past their places at AT (the claim
+    # went on to 0): the next claim starts their lines there, however many
+    # jobs they had.
+    p = policy()
+    p.next_claim(free=10, now=0.0)
+    p.claimed(10, HEADS, got=10, last={3: LATER, 0: PLACE}, now=0.0, claimed_at=AT)
+    assert p.next_claim(free=10, now=0.1) == (10, {**ABOVE_ZERO, 0: PLACE})
+    # Lines below the lowest priority taken keep their places.
+    p.claimed(
+        10, {**ABOVE_ZERO, -2: PLACE}, got=10, last={-1: LATER}, now=0.1, claimed_at=AT
+    )
+    assert p.next_claim(free=10, now=0.2) == (
+        10,
+        {**ABOVE_ZERO, 0: (AT, LAST_ID), -1: LATER, -2: PLACE},
+    )
 
 
 def test_a_short_claim_past_a_head_looks_behind_it_next() -> None:
     p = policy()
     p.next_claim(free=10, now=0.0)
     p.claimed(10, HEADS, got=10, last={0: PLACE}, now=0.0)
-    assert p.next_claim(free=10, now=0.1) == (10, {0: PLACE})
+    assert p.next_claim(free=10, now=0.1) == (
+        10,
+        {0: PLACE},
+    )  # no claim time: heads above
     p.claimed(10, {0: PLACE}, got=2, last={0: LATER}, now=0.1)
     assert p.next_claim(free=8, now=0.2) == (8, HEADS)
 
@@ -107,3 +130,13 @@ def test_a_full_claim_of_rows_without_a_place_claims_again_from_the_heads() -> N
     p.next_claim(free=2, now=0.0)
     p.claimed(2, HEADS, got=2, last={}, now=0.0)
     assert p.next_claim(free=2, now=0.1) == (2, HEADS)
+
+
+def test_a_wakeup_sends_the_priorities_a_claim_moved_past_back_to_their_heads() -> None:
+    # A job of priority 5 that committed after the claim at AT began may
+    # have run_at before AT: its NOTIFY must make the next claim look again.
+    p = policy()
+    p.next_claim(free=10, now=0.0)
+    p.claimed(10, HEADS, got=10, last={0: PLACE}, now=0.0, claimed_at=AT)
+    p.wake()
+    assert p.next_claim(free=10, now=0.1) == (10, {0: PLACE})
