@@ -30,7 +30,7 @@ from pgqueue._typed import (
     to_json_value,
     typed_handler,
 )
-from tests.helpers import rows
+from tests.helpers import row, rows
 
 if typing.TYPE_CHECKING:
     import asyncpg
@@ -778,6 +778,22 @@ async def test_a_dataclass_handler_gets_instances(
     stored = await rows(pool, queue.name)
     assert [r["status"] for r in stored] == ["completed"] * 4
     assert json.loads(stored[1]["payload"]) == {"user_id": "01J6", "name": "Ada"}
+
+
+async def test_a_typed_handlers_return_value_is_its_result(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name)
+
+    @worker.handler("send_welcome")
+    async def send_welcome(job: pgqueue.Job[SendWelcome]) -> SendWelcome:
+        return dataclasses.replace(job.payload, name="sent")
+
+    job_id = await queue.enqueue("send_welcome", SendWelcome("01J9"))
+    await worker.run(until_empty=True)
+    stored = await row(pool, job_id)
+    assert stored["status"] == "completed"
+    assert json.loads(stored["result"]) == {"user_id": "01J9", "name": "sent"}
 
 
 async def test_a_pydantic_handler_gets_models(

@@ -40,7 +40,8 @@ class ClaimPolicy:
     claim, or one that started past the head of the line). It stops once a
     claim from the head comes back short: that claim saw every job then
     ready. A wakeup is never lost: it is remembered until a claim can be
-    made, which needs at least ``claim_at`` free slots.
+    made, which needs at least ``claim_at`` free slots, and one that comes
+    while a claim runs calls for another claim after it.
 
     Claims take the highest priority first, each priority's line in
     ``(run_at, id)`` order. While a backlog lasts, each claim starts in each
@@ -66,6 +67,7 @@ class ClaimPolicy:
         self._passed: frozenset[int] = (
             frozenset()
         )  # priorities bounded by a claim's time
+        self._woken = False  # since the last claim began
         self._head_due = 0.0
         self._poll_due = 0.0
         self._retries: list[float] = []  # a heap of local times
@@ -74,9 +76,11 @@ class ClaimPolicy:
         """Something may have become ready.
 
         Priorities a claim moved past start at their heads again: a job that
-        committed after that claim began may sit before its time.
+        committed after that claim began may sit before its time (and so
+        does a wakeup while a claim runs: the claim does not pass them).
         """
         self.more = True
+        self._woken = True
         if self._passed:
             for priority in self._passed:
                 del self._after[priority]
@@ -101,6 +105,7 @@ class ClaimPolicy:
         self._fire_timers(now)
         if not self.more or free < self.claim_at:
             return None
+        self._woken = False
         if not self._after or now >= self._head_due:
             self._head_due = now + self.poll_interval
             return free, {}
@@ -125,14 +130,15 @@ class ClaimPolicy:
         index, among the jobs of every priority: draining a backlog of
         negative priority, each claim would walk the whole backlog to find
         no job of priority 0), until a wakeup says a job may have committed
-        since.
+        since; after a wakeup during the claim, they start at their heads.
         """
         self._poll_due = now + self.poll_interval
         full = got == limit
         if not full or not last:
             # A short claim from past a head has yet to look behind its place
-            # (and a full one of rows without a place claims from the heads).
-            self.more = full or bool(bounds)
+            # (and a full one of rows without a place claims from the heads);
+            # a wakeup while it ran may be for a job it did not see.
+            self.more = full or bool(bounds) or self._woken
             self._after = {}
             self._passed = frozenset()
             return
@@ -140,7 +146,7 @@ class ClaimPolicy:
         lowest = min(last)
         after = dict(bounds)
         passed = []
-        if claimed_at is not None:
+        if claimed_at is not None and not self._woken:
             for priority in _sql.PRIORITIES:
                 if priority > lowest:
                     after[priority] = (claimed_at, LAST_ID)

@@ -81,8 +81,8 @@ def typed_handler(handler: Handler) -> Handler:
     convert = payload_converter(payload_cls)
 
     @functools.wraps(handler)
-    async def typed(job: Job[Any]) -> None:
-        await handler(dataclasses.replace(job, payload=convert(job.payload)))
+    async def typed(job: Job[Any]) -> Any:
+        return await handler(dataclasses.replace(job, payload=convert(job.payload)))
 
     typed.__dict__[_MARK] = payload_cls
     return typed

@@ -140,3 +140,26 @@ def test_a_wakeup_sends_the_priorities_a_claim_moved_past_back_to_their_heads() 
     p.claimed(10, HEADS, got=10, last={0: PLACE}, now=0.0, claimed_at=AT)
     p.wake()
     assert p.next_claim(free=10, now=0.1) == (10, {0: PLACE})
+
+
+def test_a_wakeup_during_a_claim_keeps_the_priorities_at_their_heads() -> None:
+    # The NOTIFY of a priority-5 job arrives while a claim runs that did not
+    # see it; its run_at may be before that claim's time.
+    p = policy()
+    p.next_claim(free=10, now=0.0)
+    p.wake()
+    p.claimed(10, HEADS, got=10, last={0: PLACE}, now=0.0, claimed_at=AT)
+    assert p.next_claim(free=10, now=0.1) == (10, {0: PLACE})
+    p.claimed(10, {0: PLACE}, got=10, last={0: LATER}, now=0.1, claimed_at=AT)
+    assert p.next_claim(free=10, now=0.2) == (10, {0: LATER} | ABOVE_ZERO)
+
+
+def test_a_wakeup_during_a_short_claim_is_not_lost() -> None:
+    # The claim's snapshot may predate the commit its NOTIFY announces.
+    p = policy()
+    assert p.next_claim(free=10, now=0.0) == (10, HEADS)
+    p.wake()
+    p.claimed(10, HEADS, got=0, last={}, now=0.0)
+    assert p.next_claim(free=10, now=0.1) == (10, HEADS)
+    p.claimed(10, HEADS, got=0, last={}, now=0.1)
+    assert p.next_claim(free=10, now=0.2) is None
