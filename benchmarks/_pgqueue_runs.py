@@ -274,7 +274,7 @@ def wake(
 def floor_child(
     connection: Connection, dsn: str, n: int, batch: int, pipelined: bool
 ) -> None:
-    """Bare asyncpg: `_sql.CLAIM` ``batch`` rows, then one fenced `_sql.FINISH` per batch."""
+    """Bare asyncpg: `_sql.CLAIM` ``batch`` rows, then one fenced `_sql.COMPLETE` per batch."""
     asyncio.run(_floor(ChildLink(connection), dsn, n, batch, pipelined))
 
 
@@ -300,12 +300,9 @@ async def _floor(
             claim = claimer.fetch(_sql.CLAIM, QUEUE, batch, *_sql.claim_places(places))
             if previous:
                 finish = finisher.fetch(
-                    _sql.FINISH,
+                    _sql.COMPLETE,
                     _sql.array(r[0] for r in previous),
                     _sql.array(r[4] for r in previous),
-                    ["completed"] * len(previous),
-                    _sql.array([0.0] * len(previous)),
-                    [None] * len(previous),
                     [None] * len(previous),
                 )
                 if pipelined:

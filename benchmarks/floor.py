@@ -1,6 +1,6 @@
 """The raw floor: the library's own claim and batched fenced finish, from a bare asyncpg loop.
 
-``_sql.CLAIM`` of ``--batch`` rows, then one ``_sql.FINISH`` for the whole
+``_sql.CLAIM`` of ``--batch`` rows, then one ``_sql.COMPLETE`` for the whole
 batch, in a separate process with no pgqueue code on the path. "pipelined"
 writes batch k's outcomes on a second connection while batch k+1 is claimed
 (the shape the worker aims for); "serial" does both on one connection.

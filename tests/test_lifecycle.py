@@ -94,8 +94,7 @@ async def test_a_higher_priority_job_overtakes_a_backlog_at_once(
     position = started.index("urgent")
     # Enqueued while the 50th job ran: at most the jobs already held (4)
     # and one claim round (4 more) start before it.
-    assert position <= 50 + 8, position
-    assert started.count("backlog") < backlog
+    assert 50 <= position <= 50 + 8, position
 
 
 async def _ran(started: list[str], payload: str) -> bool:
@@ -627,14 +626,13 @@ async def test_fencing_holds_across_a_snooze(
         return attempts
 
     async def write(attempt: int, status: str, delay: float = 0.0) -> bool:
-        written = await pool.fetch(
-            _sql.FINISH,
-            _sql.array([job_id]),
-            _sql.array([attempt]),
-            [status],
-            _sql.array([delay]),
-            ["late"],
-            [None],
+        """Write through FINISH, and a completion through COMPLETE as well."""
+        key = (_sql.array([job_id]), _sql.array([attempt]))
+        written = []
+        if status == "completed":
+            written += await pool.fetch(_sql.COMPLETE, *key, [None])
+        written += await pool.fetch(
+            _sql.FINISH, *key, [status], _sql.array([delay]), ["late"], [None]
         )
         return bool(written)
 

@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 # The first bytes of a statement's text, which a client sends when it
 # prepares the statement on a connection: the proxy freezes the connection
 # that sends them.
-FINISH_TEXT = _sql.FINISH.strip()[:40].encode()
+FINISH_TEXT = b"UPDATE pgqueue_jobs AS j\nSET status"
+assert _sql.FINISH.strip().startswith(FINISH_TEXT.decode())
+assert _sql.COMPLETE.strip().startswith(FINISH_TEXT.decode())
 CLAIM_TEXT = b"SET status = 'running', attempts = attempts + 1"
 
 

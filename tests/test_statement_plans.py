@@ -161,7 +161,7 @@ async def test_claim_never_scans_the_table(
         assert _claimed(nodes) == 100, mode
 
 
-@pytest.mark.parametrize("statement", ["FINISH", "TOUCH"])
+@pytest.mark.parametrize("statement", ["FINISH", "COMPLETE", "TOUCH"])
 async def test_outcome_writes_go_through_the_primary_key(
     small_table: asyncpg.Connection, statement: str
 ) -> None:
@@ -180,12 +180,14 @@ async def test_outcome_writes_go_through_the_primary_key(
             [None] * WRITTEN,
             [None] * WRITTEN,
         )
+    elif statement == "COMPLETE":
+        args += ([None] * WRITTEN,)
     plans = await _plans(
         small_table, getattr(_sql, statement), *args, modes=("generic",)
     )
     nodes = plans["generic"]
     assert _table_scans(nodes) == [("Index Scan", "pgqueue_jobs_pkey")]
-    assert nodes[0]["Actual Rows"] == (WRITTEN if statement == "FINISH" else 0)
+    assert nodes[0]["Actual Rows"] == (0 if statement == "TOUCH" else WRITTEN)
 
 
 async def test_a_claim_past_the_jobs_taken_skips_their_dead_index_entries(

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, NamedTuple
 
 import anyio
 
 from pgqueue import _sql
 from pgqueue._errors import SchemaError, describe, is_transient
-from pgqueue._job import Job, Status
+from pgqueue._job import Job, Status, claimed_job
 from pgqueue._outcome import Outcome
 from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
 from pgqueue._runner import job_fields
@@ -209,7 +209,6 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
     """
     jobs: list[Job] = []
     dead: list[Outcome] = []
-    last: Bounds = {}
     for row in rows:
         error = None
         try:
@@ -227,38 +226,48 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
                 run_at = run_at.replace(tzinfo=UTC)
             if created_at.tzinfo is None:
                 created_at = created_at.replace(tzinfo=UTC)
-            place = (run_at, row[0])
-            seen = last.get(row[10])
-            if seen is None or place > seen:
-                last[row[10]] = place
-        job = Job(
-            id=row[0],
-            queue=row[1],
-            type=row[2],
-            payload=payload,
-            attempts=row[4],
-            max_attempts=row[5],
-            run_at=run_at,
-            created_at=created_at,
-            last_error=row[8],
-            priority=row[10],
-            unique_key=row[11],
-            snoozes=row[12],
+        job = claimed_job(
+            row[0],
+            row[1],
+            row[2],
+            payload,
+            row[4],
+            row[5],
+            run_at,
+            created_at,
+            row[8],
+            row[10],
+            row[11],
+            row[12],
         )
         if error is None:
             jobs.append(job)
         else:
             dead.append(Outcome(job, Status.DEAD, error=error))
-    if len(jobs) > 1:
+    if not rows:
+        return Claimed(jobs, dead, {}, None)
+    last: Bounds = {}
+    if jobs:
         jobs.sort(key=_PLACE)
-        jobs.sort(
-            key=_PRIORITY, reverse=True
-        )  # stable: each priority stays in place order
-    return Claimed(jobs, dead, last, rows[0][13] if rows else None)
+        if any(job.priority != jobs[0].priority for job in jobs):
+            jobs.sort(key=_PRIORITY, reverse=True)  # stable: places stay in order
+            for job in jobs:
+                last[job.priority] = _PLACE(job)
+        else:
+            last[jobs[0].priority] = _PLACE(jobs[-1])
+    for outcome in dead:
+        job = outcome.job
+        if job.run_at is not _UNREPRESENTABLE:
+            place = _PLACE(job)
+            if job.priority not in last or place > last[job.priority]:
+                last[job.priority] = place
+    return Claimed(jobs, dead, last, _EPOCH + timedelta(microseconds=rows[0][13]))
 
 
 # Stands in for a time Python cannot represent, in a job that never runs.
 _UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _PLACE = operator.attrgetter("run_at", "id")
 _PRIORITY = operator.attrgetter("priority")

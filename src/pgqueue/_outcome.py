@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pgqueue._job import Status
 
@@ -33,13 +32,13 @@ Key = tuple[int, int]
 """A claim's identity: (job id, the attempt it claimed)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What one claim of a job ended as; written fenced on ``job.attempts``.
 
     ``status`` is a final `Status`, ``Status.PENDING`` for a retry after
     ``delay`` seconds, `SNOOZED` or `RELEASED`. ``result`` is the JSON text
-    of a completed handler's return value, if it returned one.
+    of a completed handler's return value, if it returned one. A named
+    tuple: one is built for every job run.
     """
 
     job: Job

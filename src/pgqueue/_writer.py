@@ -108,15 +108,22 @@ class OutcomeWriter:
 
     async def _finish(self, part: list[Outcome]) -> None:
         keys = [o.key for o in part]
-        rows = await self._connection.fetch(
-            _sql.FINISH,
-            _sql.array([key[0] for key in keys]),
-            _sql.array([key[1] for key in keys]),
-            [o.status for o in part],
-            _sql.array([o.delay for o in part]),
-            [o.error for o in part],
-            [o.result for o in part],
-        )
+        ids = _sql.array([key[0] for key in keys])
+        attempts = _sql.array([key[1] for key in keys])
+        results = [o.result for o in part]
+        statuses = [o.status for o in part]
+        if all(status == Status.COMPLETED for status in statuses):
+            rows = await self._connection.fetch(_sql.COMPLETE, ids, attempts, results)
+        else:
+            rows = await self._connection.fetch(
+                _sql.FINISH,
+                ids,
+                attempts,
+                statuses,
+                _sql.array([o.delay for o in part]),
+                [o.error for o in part],
+                results,
+            )
         if len(rows) < len(part):
             self._log_stale(part, {(row[0], row[1]) for row in rows})
         self._claims.settled(keys)
