@@ -554,23 +554,25 @@ REQUIRED_INDEXES = ("idx_pgqueue_jobs_priority", "idx_pgqueue_jobs_unique")
 """The indexes pgqueue's own statements need (beyond the Go module's)."""
 
 # Whether pgqueue_jobs is visible on the search_path; which of the columns
-# $1 and indexes $2 it lacks; whether a check on status refuses 'cancelled'.
+# $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'cancelled'.
 SCHEMA_CHECK = """
 WITH t AS (SELECT to_regclass('pgqueue_jobs') AS oid)
 SELECT t.oid IS NOT NULL,
        ARRAY(
-           SELECT c FROM unnest($1::text[]) AS c
+           SELECT c FROM unnest($1::text[]) WITH ORDINALITY AS u (c, n)
            WHERE NOT EXISTS (
                SELECT 1 FROM pg_attribute
                WHERE attrelid = t.oid AND attname = c AND attnum > 0 AND NOT attisdropped
            )
+           ORDER BY n
        ),
        ARRAY(
-           SELECT i FROM unnest($2::text[]) AS i
+           SELECT i FROM unnest($2::text[]) WITH ORDINALITY AS u (i, n)
            WHERE NOT EXISTS (
                SELECT 1 FROM pg_index JOIN pg_class ON pg_class.oid = pg_index.indexrelid
                WHERE pg_index.indrelid = t.oid AND pg_class.relname = i
            )
+           ORDER BY n
        ),
        EXISTS (
            SELECT 1 FROM pg_constraint
