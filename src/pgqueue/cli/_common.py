@@ -1,0 +1,122 @@
+"""What every command shares: exit codes, the connection, errors, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeAlias
+from urllib.parse import parse_qs, urlsplit
+
+import asyncpg
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_OK",
+    "EXIT_STOP_TIMEOUT",
+    "EXIT_USAGE",
+    "Commands",
+    "Run",
+    "UsageError",
+    "connect",
+    "dsn_of",
+    "print_json",
+]
+
+EXIT_OK = 0
+"""The command did what it was asked."""
+EXIT_ERROR = 1
+"""It failed (the database refused, a schema piece is missing, a child died)."""
+EXIT_USAGE = 2
+"""Bad input: an unknown command or flag, a bad argument, a DSN that does not connect."""
+EXIT_STOP_TIMEOUT = 3
+"""``pgqueue worker``: the graceful stop ran out of time and cut jobs off."""
+
+Run = Callable[[argparse.Namespace], Awaitable[int]]
+"""A command's body: the parsed arguments in, an exit code out."""
+
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""The sub-parsers a command module adds its parser to."""
+
+
+class UsageError(Exception):
+    """Bad input; its message is printed on one line and the exit code is 2."""
+
+
+def dsn_of(args: argparse.Namespace) -> str | None:
+    """``--dsn``, else ``PGQUEUE_DSN``, else None (libpq's ``PG*`` variables)."""
+    dsn: str | None = getattr(args, "dsn", None) or os.environ.get("PGQUEUE_DSN")
+    return dsn or None
+
+
+def _where(dsn: str | None) -> str:
+    """The host and port a connection goes to, for an error message."""
+    env_host = os.environ.get("PGHOST", "localhost")
+    env_port = os.environ.get("PGPORT", "5432")
+    if dsn is None:
+        return f"{env_host}:{env_port} (from the PG* environment)"
+    try:
+        parts = urlsplit(dsn)
+        query = parse_qs(parts.query)
+        host = parts.hostname or query.get("host", [env_host])[0]
+        port = parts.port or query.get("port", [env_port])[0]
+    except ValueError:
+        return "the server of the DSN"
+    return f"{host}:{port}"
+
+
+@asynccontextmanager
+async def connect(
+    args: argparse.Namespace, *, connect_timeout: float = 10.0
+) -> AsyncIterator[asyncpg.Connection[Any]]:
+    """One connection from ``--dsn``/``PGQUEUE_DSN``/``PG*``; `UsageError` if it fails."""
+    dsn = dsn_of(args)
+    try:
+        conn: asyncpg.Connection[Any] = await asyncpg.connect(
+            dsn, timeout=connect_timeout
+        )
+    except (
+        OSError,
+        TimeoutError,
+        asyncpg.PostgresError,
+        asyncpg.InterfaceError,
+        ValueError,
+    ) as exc:
+        reason = (
+            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        )
+        msg = f"cannot connect to {_where(dsn)}: {reason}"
+        raise UsageError(msg) from exc
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as one JSON document (stable keys, ISO times) on stdout."""
+    json.dump(value, sys.stdout, default=_json_default, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def _json_default(value: object) -> Any:
+    isoformat = getattr(value, "isoformat", None)
+    if callable(isoformat):
+        return isoformat()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    msg = f"{type(value).__name__} is not JSON"
+    raise TypeError(msg)
+
+
+def rich_console() -> Any:
+    """A `rich.console.Console` on stdout; `UsageError` saying how to install rich if missing."""
+    try:
+        from rich.console import Console
+    except ModuleNotFoundError as exc:
+        msg = "this command renders with rich: pip install 'pgqueue-asyncio[cli]'"
+        raise UsageError(msg) from exc
+    return Console()
