@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 PYTHON = ["3.11", "3.12", "3.13"]
+SMOKE = Path(__file__).resolve().parent / ".ci" / "smoke_wheel.py"
 
 
 @nox.session
@@ -44,3 +47,17 @@ def tests_embedded(session: nox.Session) -> None:
         *session.posargs,
         env={"PGQUEUE_TEST_PG": "embedded", "PGQUEUE_TEST_DSN": ""},
     )
+
+
+@nox.session
+def package(session: nox.Session) -> None:
+    """Build the wheel and sdist, check them with twine, smoke-test the wheel."""
+    dist = Path(session.create_tmp()) / "dist"
+    session.install("build", "twine")
+    session.run("python", "-m", "build", "--outdir", str(dist), ".")
+    built = sorted(str(p) for p in dist.iterdir())
+    session.run("twine", "check", "--strict", *built)
+    wheel = next(p for p in built if p.endswith(".whl"))
+    session.install(f"{wheel}[cli]")
+    session.chdir(dist)
+    session.run("python", str(SMOKE))
