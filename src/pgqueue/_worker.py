@@ -32,6 +32,7 @@ the services and close the worker's connections.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
 
@@ -175,6 +176,7 @@ class Worker:
         self._middleware = tuple(middleware)
         self._logger = default_logger(logger)
         self._handlers: dict[str, Handler] = {}
+        self._registered: dict[str, Handler] = {}  # unwrapped, for _replace
         self._state: Literal["new", "running", "stopped"] = "new"
         self._stop_requested = False
         self._fatal: BaseException | None = None
@@ -216,6 +218,7 @@ class Worker:
             raise AlreadyStartedError(msg)
         check_name("job type", job_type)
         check_callable("handler", handler)
+        self._registered[job_type] = handler
         handler = typed_handler(handler)
         for wrap in reversed(self._middleware):
             handler = wrap(handler)
@@ -232,6 +235,29 @@ class Worker:
             return fn
 
         return decorate
+
+    def _replace(self, **options: Any) -> Worker:
+        """A new worker with ``options`` replaced and the same handlers (for the command line).
+
+        Every option left out keeps its value (each is kept as ``self._<name>``);
+        the handlers are registered again, so new middleware wraps them too.
+
+        Raises:
+            AlreadyStartedError: this worker has started.
+            TypeError: an option `Worker` does not take.
+        """
+        if self._state != "new":
+            msg = "only a worker that has not started can be copied"
+            raise AlreadyStartedError(msg)
+        names = list(inspect.signature(Worker).parameters)[1:]  # all but the pool
+        if unknown := sorted(set(options) - set(names)):
+            msg = f"Worker takes no option {', '.join(unknown)}"
+            raise TypeError(msg)
+        kept = {name: getattr(self, f"_{name}") for name in names}
+        copy = Worker(self._pool, **{**kept, **options})
+        for job_type, handler in self._registered.items():
+            copy.register(job_type, handler)
+        return copy
 
     async def run(
         self,
