@@ -6,6 +6,7 @@ same ``pgqueue_jobs`` table, same semantics, built on asyncpg and anyio.
 
 from __future__ import annotations
 
+from pgqueue._admin import Admin, JobInfo, QueueStats, SchemaState
 from pgqueue._backoff import Backoff, default_backoff
 from pgqueue._errors import (
     AlreadyStartedError,
@@ -33,6 +34,7 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_DOWN",
     "SCHEMA_UPGRADE",
+    "Admin",
     "AlreadyStartedError",
     "Backoff",
     "Callback",
@@ -41,6 +43,7 @@ __all__ = [
     "Executor",
     "Handler",
     "Job",
+    "JobInfo",
     "JobNotFoundError",
     "JobOutcome",
     "Logger",
@@ -50,8 +53,10 @@ __all__ = [
     "Permanent",
     "PgQueueError",
     "Queue",
+    "QueueStats",
     "RetryAfter",
     "SchemaError",
+    "SchemaState",
     "Snooze",
     "Status",
     "Subscriber",

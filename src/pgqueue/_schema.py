@@ -9,7 +9,7 @@ import asyncpg
 from pgqueue import _sql
 from pgqueue._errors import SchemaError
 
-__all__ = ["SCHEMA_ERRORS", "check_schema", "schema_error"]
+__all__ = ["SCHEMA_ERRORS", "check_schema", "missing_pieces", "schema_error"]
 
 SCHEMA_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.UndefinedTableError,
@@ -44,13 +44,19 @@ def schema_error(row: asyncpg.Record | None) -> SchemaError | None:
             "there is no table pgqueue_jobs on the search_path: apply "
             "pgqueue.SCHEMA in a migration (or await pgqueue.install(pool))"
         )
-    missing = [f"column {name}" for name in row[1]]
-    missing += [f"index {name}" for name in row[2]]
-    if row[3]:
-        missing.append("a status check that allows 'cancelled'")
+    missing = missing_pieces(row)
     if not missing:
         return None
     return SchemaError(
         f"pgqueue_jobs lacks {', '.join(missing)}: apply pgqueue.SCHEMA_UPGRADE "
         "in a migration (or await pgqueue.install(pool))"
     )
+
+
+def missing_pieces(row: asyncpg.Record) -> list[str]:
+    """What an answer of `_sql.SCHEMA_CHECK` on an existing table says is missing, in order."""
+    missing = [f"column {name}" for name in row[1]]
+    missing += [f"index {name}" for name in row[2]]
+    if row[3]:
+        missing.append("a status check that allows 'cancelled'")
+    return missing

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 __all__ = [
+    "ADMIN_INDEXES",
     "CANCEL",
     "CLAIM",
     "COMPLETE",
@@ -25,26 +26,35 @@ __all__ = [
     "ENQUEUE_UNIQUE",
     "FINISH",
     "HEAD_OF_LINE",
+    "JOB",
     "JOBS_CHANNEL",
+    "JOB_STATUSES",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
     "PRIORITIES",
     "PRUNE",
     "PRUNE_BATCH",
+    "PRUNE_BATCH_ANY",
     "PUBLISH",
     "REQUIRED_COLUMNS",
     "REQUIRED_INDEXES",
     "RESCUE",
+    "RETRY",
+    "RETRYABLE_IDS",
     "SCHEMA",
     "SCHEMA_CHECK",
     "SCHEMA_DOWN",
     "SCHEMA_UPGRADE",
+    "STATS",
+    "STATS_COMPLETED",
+    "STATS_TABLE",
     "TABLE_EXISTS",
     "TOUCH",
     "WORKER_SETTINGS",
     "array",
     "booleans",
     "claim_places",
+    "jobs_query",
     "timestamps",
 ]
 
@@ -131,6 +141,9 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
     ON pgqueue_jobs (job_type, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
+-- The operations' stats and listings of dead and cancelled jobs (pgqueue.Admin).
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
+    ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
 """
 """Create the ``pgqueue_jobs`` table and its indexes (apply it in a migration).
 
@@ -182,12 +195,14 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
     ON pgqueue_jobs (job_type, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
+    ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
 """
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
 Only adds: columns with constant defaults (no table rewrite), the status
 check widened to allow ``cancelled`` (added ``NOT VALID``, then validated,
-which does not block writes), and two partial indexes. Idempotent. Go
+which does not block writes), and three partial indexes. Idempotent. Go
 producers and workers keep working on the upgraded table. On a large table,
 run each ``VALIDATE`` and ``CREATE INDEX`` in a transaction of its own (or
 build the indexes ``CONCURRENTLY`` first): a migration tool that wraps the
@@ -594,3 +609,207 @@ PUBLISH = "SELECT pg_notify($1, $2)"
 # parameters per client, while a SET would stay on a server connection it
 # then hands to other clients.
 WORKER_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
+
+
+# Operations ---------------------------------------------------------------------------
+#
+# What pgqueue.Admin runs: stats, listing, retry, prune, the schema's state.
+# Every statement that reads many rows goes through a partial index, so a
+# table holding millions of completed rows costs them nothing.
+
+ADMIN_INDEXES = ("idx_pgqueue_jobs_failed",)
+"""The indexes the operations use (the worker never needs them)."""
+
+
+# Per queue: pending jobs due (ready) and not yet due (scheduled), and how
+# long the oldest due job has waited (through the claim index); running
+# jobs, the earliest run_at among them and their stalest heartbeat (through
+# the rescue index); dead and cancelled jobs (through the failed index).
+# $1: one queue, or NULL for every queue. Completed jobs are not counted
+# here (see STATS_COMPLETED and STATS_TABLE).
+STATS = """
+WITH pending AS (
+    SELECT queue,
+           count(*) FILTER (WHERE run_at <= now()) AS ready,
+           count(*) FILTER (WHERE run_at > now()) AS scheduled,
+           extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS lag
+    FROM pgqueue_jobs
+    WHERE status = 'pending' AND ($1::text IS NULL OR queue = $1)
+    GROUP BY queue
+), running AS (
+    SELECT queue, count(*) AS running,
+           extract(epoch FROM now() - min(run_at))::float8 AS longest_running,
+           extract(epoch FROM now() - min(updated_at))::float8 AS oldest_heartbeat
+    FROM pgqueue_jobs
+    WHERE status = 'running' AND ($1::text IS NULL OR queue = $1)
+    GROUP BY queue
+), failed AS (
+    SELECT queue,
+           count(*) FILTER (WHERE status = 'dead') AS dead,
+           count(*) FILTER (WHERE status = 'cancelled') AS cancelled
+    FROM pgqueue_jobs
+    WHERE status IN ('dead', 'cancelled') AND ($1::text IS NULL OR queue = $1)
+    GROUP BY queue
+)
+SELECT queue,
+       coalesce(p.ready, 0)::int8, coalesce(p.scheduled, 0)::int8, coalesce(r.running, 0)::int8,
+       coalesce(f.dead, 0)::int8, coalesce(f.cancelled, 0)::int8,
+       p.lag, r.longest_running, r.oldest_heartbeat
+FROM pending AS p
+FULL JOIN running AS r USING (queue)
+FULL JOIN failed AS f USING (queue)
+ORDER BY queue
+"""
+
+# The table's size as the planner and the statistics collector know it:
+# its pages now, its live rows (estimated), and the share of its rows each
+# frequent queue holds (from the last ANALYZE), with what is left for the
+# other queues and how many distinct queues there are.
+STATS_TABLE = """
+SELECT pg_relation_size(c.oid) / current_setting('block_size')::int8,
+       coalesce(nullif(s.n_live_tup, 0), greatest(c.reltuples, 0)::int8),
+       q.most_common_vals::text::text[], q.most_common_freqs, q.n_distinct
+FROM pg_class AS c
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+LEFT JOIN pg_stats AS q
+    ON q.schemaname = c.relnamespace::regnamespace::text
+   AND q.tablename = c.relname AND q.attname = 'queue'
+WHERE c.oid = 'pgqueue_jobs'::regclass
+"""
+
+# An exact count of completed jobs per queue: a scan of the whole table,
+# run only when the table is small (see pgqueue.Admin.stats).
+STATS_COMPLETED = """
+SELECT queue, count(*)
+FROM pgqueue_jobs
+WHERE status = 'completed' AND ($1::text IS NULL OR queue = $1)
+GROUP BY queue
+"""
+
+_JOB_COLUMNS = """
+    id, queue, job_type, status, attempts, max_attempts, priority, run_at, created_at,
+    updated_at, completed_at, last_error, unique_key, snoozes, cancel_requested,
+    payload::text AS payload, result::text AS result
+"""
+
+JOB = f"SELECT {_JOB_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
+
+# Newest first, at most $4 jobs below id $3 (keyset pagination), of queue
+# $1 and type $2 when given. The status is part of the statement's text
+# (see `jobs_query`) so that the planner can use the partial index that
+# serves it even with a generic plan. For those statuses the order is
+# spelled "id + 0", which no index provides: the planner then reads the
+# status's rows through its partial index and sorts them, rather than
+# walking the primary key backwards through every completed row in the
+# hope of meeting a few (with no such row, it would walk the whole table).
+_JOBS = f"""
+SELECT {_JOB_COLUMNS}
+FROM pgqueue_jobs
+WHERE {{status}}
+  AND ($1::text IS NULL OR queue = $1)
+  AND ($2::text IS NULL OR job_type = $2)
+  AND ($3::int8 IS NULL OR id < $3)
+ORDER BY {{order}} DESC
+LIMIT $4
+"""
+_STATUS_FILTERS = {
+    None: "true",
+    "pending": "status = 'pending'",
+    "ready": "status = 'pending' AND run_at <= now()",
+    "scheduled": "status = 'pending' AND run_at > now()",
+    "running": "status = 'running'",
+    "completed": "status = 'completed'",
+    "dead": "status = 'dead'",
+    "cancelled": "status = 'cancelled'",
+}
+JOB_STATUSES = tuple(status for status in _STATUS_FILTERS if status is not None)
+"""What `jobs_query` accepts: the five statuses, ``ready`` and ``scheduled``."""
+
+
+def jobs_query(status: str | None) -> str:
+    """The listing of jobs of ``status`` (one of `JOB_STATUSES`, or None for any)."""
+    order = "id" if status in (None, "completed") else "id + 0"
+    return _JOBS.format(status=_STATUS_FILTERS[status], order=order)
+
+
+# Put dead and cancelled jobs $1 back to pending, due now, with $2 more
+# attempts each (NULL: as many as their max_attempts) on top of those they
+# used: attempts is never reset, so a stale run of an old attempt stays
+# fenced off. A job whose (job_type, unique_key) is held by a live job (or
+# by another job of this call: the newest one is retried) is skipped.
+# Each id comes back with what was done: retried, duplicate, not_retryable
+# (pending, running or completed) or not_found; each queue that got jobs
+# back is woken (identical notifications of a transaction are sent once).
+RETRY = """
+WITH wanted AS (
+    SELECT DISTINCT unnest($1::text::bigint[]) AS id
+), found AS (
+    SELECT id, queue, job_type, status, unique_key
+    FROM pgqueue_jobs WHERE id IN (SELECT id FROM wanted)
+    FOR UPDATE
+), eligible AS (
+    SELECT f.id,
+           f.unique_key IS NULL OR (
+               row_number() OVER (PARTITION BY f.job_type, f.unique_key ORDER BY f.id DESC) = 1
+               AND NOT EXISTS (
+                   SELECT 1 FROM pgqueue_jobs AS live
+                   WHERE live.job_type = f.job_type AND live.unique_key = f.unique_key
+                     AND live.unique_key IS NOT NULL AND live.status IN ('pending', 'running')
+               )
+           ) AS free
+    FROM found AS f
+    WHERE f.status IN ('dead', 'cancelled')
+), retried AS (
+    UPDATE pgqueue_jobs AS j
+    SET status           = 'pending',
+        run_at           = now(),
+        updated_at       = now(),
+        max_attempts     = least(2147483647,
+                                 j.attempts::int8 + coalesce($2::int8, j.max_attempts::int8))::int,
+        cancel_requested = false
+    FROM eligible AS e
+    WHERE j.id = e.id AND e.free
+    RETURNING j.id, j.queue
+)
+SELECT w.id,
+       CASE WHEN r.id IS NOT NULL THEN 'retried'
+            WHEN e.id IS NOT NULL THEN 'duplicate'
+            WHEN f.id IS NOT NULL THEN 'not_retryable'
+            ELSE 'not_found' END,
+       CASE WHEN r.id IS NOT NULL THEN pg_notify('pgqueue_jobs', r.queue) END
+FROM wanted AS w
+LEFT JOIN found AS f ON f.id = w.id
+LEFT JOIN eligible AS e ON e.id = w.id
+LEFT JOIN retried AS r ON r.id = w.id
+"""
+
+# The next $4 dead (or cancelled: $1) jobs past id $5, of queue $2 and type
+# $3 when given, in id order: what retry_all retries next.
+RETRYABLE_IDS = """
+SELECT id FROM pgqueue_jobs
+WHERE status IN ('dead', 'cancelled') AND status = $1
+  AND ($2::text IS NULL OR queue = $2)
+  AND ($3::text IS NULL OR job_type = $3)
+  AND id > $5
+ORDER BY id
+LIMIT $4
+"""
+
+# PRUNE_BATCH for one queue ($1) or every queue (NULL).
+PRUNE_BATCH_ANY = """
+WITH gone AS (
+    DELETE FROM pgqueue_jobs
+    WHERE id = ANY(ARRAY(
+        SELECT id
+        FROM pgqueue_jobs
+        WHERE id > $3 AND ($1::text IS NULL OR queue = $1)
+          AND status IN ('completed', 'dead', 'cancelled')
+          AND updated_at < now() - make_interval(secs => $2)
+        ORDER BY id
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING id
+)
+SELECT count(*)::int, coalesce(max(id), $3) FROM gone
+"""

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -12,6 +15,8 @@ from typing import Any, TypeAlias
 from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
+
+from pgqueue._errors import DATABASE_ERRORS, describe
 
 __all__ = [
     "EXIT_ERROR",
@@ -23,7 +28,10 @@ __all__ = [
     "UsageError",
     "connect",
     "dsn_of",
+    "duration",
+    "job_id",
     "print_json",
+    "reports_database_errors",
 ]
 
 EXIT_OK = 0
@@ -120,3 +128,51 @@ def rich_console() -> Any:
         msg = "this command renders with rich: pip install 'pgqueue-asyncio[cli]'"
         raise UsageError(msg) from exc
     return Console()
+
+
+_DURATION = re.compile(r"(?P<number>\d+(?:\.\d*)?|\.\d+)(?P<unit>[smhd]?)")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """An argparse type: ``90s``, ``15m``, ``12h``, ``7d`` or plain seconds, as float seconds."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    seconds = (
+        float(match["number"]) * _UNIT_SECONDS[match["unit"]] if match else math.nan
+    )
+    if not math.isfinite(seconds):
+        msg = f"not a duration: {text!r} (use e.g. 90s, 15m, 12h, 7d or seconds)"
+        raise argparse.ArgumentTypeError(msg)
+    return seconds
+
+
+def job_id(text: str) -> int:
+    """An argparse type: a job id, a positive 64-bit integer."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = 0
+    if not 0 < value < 2**63:
+        msg = f"not a job id: {text!r} (a positive integer)"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+_DATABASE_ERRORS: tuple[type[Exception], ...] = (
+    asyncpg.PostgresError,
+    *DATABASE_ERRORS,
+)
+
+
+def reports_database_errors(run: Run) -> Run:
+    """``run``, with an error from the database printed on one line and exit code 1."""
+
+    @functools.wraps(run)
+    async def reporting(args: argparse.Namespace) -> int:
+        try:
+            return await run(args)
+        except _DATABASE_ERRORS as exc:
+            print(f"pgqueue: {describe(exc).splitlines()[0]}", file=sys.stderr)
+            return EXIT_ERROR
+
+    return reporting

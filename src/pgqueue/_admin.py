@@ -1,0 +1,551 @@
+"""The operations API: stats, listing, retry, cancel, prune and the schema's state.
+
+The ``pgqueue`` command line is a thin layer over `Admin`; a script or a web
+dashboard calls it the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import asyncpg
+
+from pgqueue import _sql
+from pgqueue._checks import (
+    check_duration,
+    check_int,
+    check_job_id,
+    check_name,
+    check_queue_name,
+)
+from pgqueue._errors import SchemaError
+from pgqueue._log import Logger, default_logger
+from pgqueue._schema import SCHEMA_ERRORS, check_schema, missing_pieces
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable
+    from datetime import datetime
+
+    from pgqueue._queue import Executor
+
+__all__ = ["Admin", "JobInfo", "QueueStats", "SchemaState"]
+
+EXACT_COMPLETED_PAGES = 1280
+"""Up to this many pages (10 MB), `Admin.stats` counts completed jobs exactly."""
+
+RETRY_BATCH = 1000
+"""The most ids one retry statement of `Admin.retry_all` carries."""
+
+_GO_COLUMNS = _sql.REQUIRED_COLUMNS[: _sql.REQUIRED_COLUMNS.index("completed_at") + 1]
+_V2_COLUMNS = frozenset(_sql.REQUIRED_COLUMNS) - frozenset(_GO_COLUMNS)
+
+
+def _json_value(value: object) -> Any:
+    if isinstance(value, tuple):
+        return list(value)
+    isoformat = getattr(value, "isoformat", None)
+    return isoformat() if callable(isoformat) else value
+
+
+class _JSONShape:
+    """``to_json()``: the fields as a dict of JSON values (times in ISO 8601), in field order."""
+
+    __slots__ = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields, in their order, as JSON values (times as ISO 8601 text)."""
+        return {
+            field.name: _json_value(getattr(self, field.name))
+            for field in dataclasses.fields(self)  # type: ignore[arg-type]
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueStats(_JSONShape):
+    """One queue's counts, from `Admin.stats`.
+
+    Attributes:
+        queue: the queue's name.
+        ready: pending jobs that are due (``run_at <= now()``).
+        scheduled: pending jobs not yet due.
+        running: jobs a worker holds.
+        completed: completed jobs still in the table; an estimate when
+            ``completed_estimated`` is true.
+        dead: dead-lettered jobs.
+        cancelled: cancelled jobs.
+        lag: seconds the oldest ready job has waited since its ``run_at``,
+            or None when no job is ready.
+        longest_running: seconds since the oldest running job became due
+            (its ``run_at``), or None when none runs. The table records no
+            claim time (``updated_at`` moves with every heartbeat), so this
+            is an upper bound of the run's length: it includes the time the
+            job waited in line, and for a rescued job its earlier runs.
+        oldest_heartbeat: seconds since the least recently seen running job
+            was seen alive (claimed or heartbeated): what the rescue sweep
+            compares with ``rescue_after``. None when none runs.
+        completed_estimated: whether ``completed`` is an estimate.
+    """
+
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    completed: int
+    dead: int
+    cancelled: int
+    lag: float | None
+    longest_running: float | None
+    oldest_heartbeat: float | None
+    completed_estimated: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobInfo(_JSONShape):
+    """A job's row, from `Admin.jobs` and `Admin.job`.
+
+    ``payload`` and ``result`` are the decoded JSON values (``result`` is
+    None until a handler returns one). ``status`` is one of the five
+    statuses (pending, running, completed, dead, cancelled).
+    """
+
+    id: int
+    queue: str
+    job_type: str
+    status: str
+    attempts: int
+    max_attempts: int
+    priority: int
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    last_error: str | None
+    unique_key: str | None
+    snoozes: int
+    cancel_requested: bool
+    payload: Any
+    result: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchemaState(_JSONShape):
+    """What `Admin.schema_state` found.
+
+    Attributes:
+        kind: ``"missing"`` (no ``pgqueue_jobs`` table on the search path),
+            ``"go"`` (the Go module's v1.1.0 table: none of the columns
+            pgqueue added), ``"partial"`` (some pieces are missing) or
+            ``"current"`` (everything is there).
+        missing: what is missing, e.g. ``"column priority"``, ``"index
+            idx_pgqueue_jobs_failed"``, ``"a status check that allows
+            'cancelled'"``; empty when current.
+    """
+
+    kind: Literal["missing", "go", "partial", "current"]
+    missing: tuple[str, ...]
+
+    @property
+    def fix(self) -> str | None:
+        """What to apply to bring the table up to date, or None when it is."""
+        if self.kind == "current":
+            return None
+        if self.kind == "missing":
+            return "pgqueue.SCHEMA (pgqueue schema apply)"
+        return "pgqueue.SCHEMA_UPGRADE (pgqueue schema apply --upgrade)"
+
+
+def _job_info(row: asyncpg.Record) -> JobInfo:
+    result = row["result"]
+    return JobInfo(
+        id=row["id"],
+        queue=row["queue"],
+        job_type=row["job_type"],
+        status=row["status"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        priority=row["priority"],
+        run_at=row["run_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        completed_at=row["completed_at"],
+        last_error=row["last_error"],
+        unique_key=row["unique_key"],
+        snoozes=row["snoozes"],
+        cancel_requested=row["cancel_requested"],
+        payload=json.loads(row["payload"]),
+        result=None if result is None else json.loads(result),
+    )
+
+
+class Admin:
+    """Look after the jobs of every queue: stats, listing, retry, cancel, prune.
+
+    Works over an asyncpg pool (each call borrows a connection) or a
+    connection (calls ride it, and its transaction if one is open). The pool
+    is borrowed, never closed; constructing an admin does no I/O. Every
+    method checks its arguments before any SQL runs: bad input raises
+    `TypeError` or `ValueError` and writes nothing.
+
+    Usage::
+
+        admin = pgqueue.Admin(pool)
+        for stats in await admin.stats():
+            print(stats.queue, stats.ready, stats.dead)
+        await admin.retry_all(queue="default")
+
+    .. versionadded:: 0.1
+    """
+
+    __slots__ = ("_executor", "_logger")
+
+    def __init__(self, executor: Executor, *, logger: Logger | None = None) -> None:
+        self._executor = executor
+        self._logger = default_logger(logger)
+
+    async def stats(self, queue: str | None = None) -> list[QueueStats]:
+        """Count each queue's jobs by state; sorted by queue name.
+
+        Every count but ``completed`` is exact and read through a partial
+        index, so the call costs what the pending, running, dead and
+        cancelled jobs cost, however many completed jobs the table retains.
+        ``completed`` is counted exactly while the table is small (up to 10
+        MB); beyond that it is estimated from the planner's statistics (the
+        table's live rows, as the statistics collector tracks them, and each
+        queue's share of rows as of the last ``ANALYZE``, less the queue's
+        exact other counts) and ``completed_estimated`` is true. The
+        estimate is only as fresh as those statistics, and a queue holding
+        only completed jobs is listed only if ``ANALYZE`` saw it among the
+        table's most common queues.
+
+        Args:
+            queue: one queue's stats (always one entry, zeros included),
+                instead of every queue with jobs.
+
+        Raises:
+            SchemaError: the table is missing or lacks a column.
+        """
+        name = None if queue is None else check_queue_name(queue)
+        async with self._schema_checked():
+            rows = await self._executor.fetch(_sql.STATS, name)
+            table = await self._executor.fetchrow(_sql.STATS_TABLE)
+            assert table is not None
+            pages, live = int(table[0]), int(table[1])
+            estimated = pages > EXACT_COMPLETED_PAGES
+            counts = {row[0]: list(row[1:]) for row in rows}
+            if name is not None:
+                counts.setdefault(name, [0, 0, 0, 0, 0, None, None, None])
+            if estimated:
+                completed = _estimate_completed(counts, live, table, name)
+            else:
+                completed = {
+                    row[0]: int(row[1])
+                    for row in await self._executor.fetch(_sql.STATS_COMPLETED, name)
+                }
+        for extra in completed.keys() - counts.keys():
+            if completed[extra]:
+                counts[extra] = [0, 0, 0, 0, 0, None, None, None]
+        return [
+            QueueStats(
+                queue=queue_name,
+                ready=ready,
+                scheduled=scheduled,
+                running=running,
+                completed=completed.get(queue_name, 0),
+                dead=dead,
+                cancelled=cancelled,
+                lag=None if lag is None else max(lag, 0.0),
+                longest_running=None if longest is None else max(longest, 0.0),
+                oldest_heartbeat=None if heartbeat is None else max(heartbeat, 0.0),
+                completed_estimated=estimated,
+            )
+            for queue_name, (
+                ready,
+                scheduled,
+                running,
+                dead,
+                cancelled,
+                lag,
+                longest,
+                heartbeat,
+            ) in sorted(counts.items())
+        ]
+
+    async def jobs(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        job_type: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> list[JobInfo]:
+        """List jobs, newest (highest id) first.
+
+        Pages with ``before_id``: pass the last id of a page to get the
+        next one (never an offset, so a page costs the same however deep).
+        A listing by status goes through that status's partial index where
+        there is one (pending, ready, scheduled, running, dead, cancelled).
+
+        Args:
+            queue: only this queue's jobs.
+            status: one of pending, running, completed, dead, cancelled,
+                ``ready`` (pending and due) or ``scheduled`` (pending, not
+                yet due).
+            job_type: only jobs of this type.
+            limit: at most this many jobs.
+            before_id: only jobs with a smaller id.
+
+        Raises:
+            TypeError, ValueError: an unknown status, a limit below 1, an
+                id that is not a positive int, an empty or NUL-holding name.
+            SchemaError: the table is missing or lacks a column.
+        """
+        name = None if queue is None else check_queue_name(queue)
+        if status is not None and status not in _sql.JOB_STATUSES:
+            msg = (
+                f"status must be one of {', '.join(_sql.JOB_STATUSES)}, not {status!r}"
+            )
+            raise ValueError(msg)
+        kind = None if job_type is None else check_name("job type", job_type)
+        count = check_int("limit", limit)
+        before = None if before_id is None else check_job_id(before_id)
+        async with self._schema_checked():
+            rows = await self._executor.fetch(
+                _sql.jobs_query(status), name, kind, before, count
+            )
+        return [_job_info(row) for row in rows]
+
+    async def job(self, job_id: int) -> JobInfo | None:
+        """One job, or None if no job has that id.
+
+        Raises:
+            TypeError, ValueError: an id that is not a positive int.
+            SchemaError: the table is missing or lacks a column.
+        """
+        checked = check_job_id(job_id)
+        async with self._schema_checked():
+            row = await self._executor.fetchrow(_sql.JOB, checked)
+        return None if row is None else _job_info(row)
+
+    async def retry(self, *job_ids: int, attempts: int | None = None) -> dict[int, str]:
+        """Put dead and cancelled jobs back in line, due now; return what became of each id.
+
+        One statement for all ids. A retried job is ``pending`` with
+        ``run_at = now()``, its cancel request cleared, its ``last_error``
+        kept, and ``max_attempts`` raised to ``attempts + N``: its
+        ``attempts`` are never reset, so a stale run still holding an old
+        attempt number stays fenced off and can overwrite nothing. Workers
+        of its queue are woken at once (a NOTIFY on ``pgqueue_jobs``).
+
+        - ``"retried"``: it was dead or cancelled and is pending now.
+        - ``"duplicate"``: it was dead or cancelled, but another job of its
+          type and ``unique_key`` is pending or running (or is retried by
+          the same call: the newest one is), so it stays as it was.
+        - ``"not_retryable"``: it is pending, running or completed.
+        - ``"not_found"``: no job has that id.
+
+        Args:
+            job_ids: the jobs to retry, of any queue.
+            attempts: how many more attempts each job gets (N). By default
+                its ``max_attempts``: a job that died after using all of
+                them gets as many again (and one retried again after that
+                gets twice as many, its ``max_attempts`` having doubled).
+
+        Raises:
+            TypeError, ValueError: an id that is not a positive int, or
+                ``attempts`` below 1.
+        """
+        ids = [check_job_id(job_id) for job_id in job_ids]
+        extra = None if attempts is None else check_int("attempts", attempts)
+        if not ids:
+            return {}
+        async with self._schema_checked():
+            try:
+                done = await self._retry(ids, extra)
+            except asyncpg.UniqueViolationError:
+                # A job of the same key was enqueued while this statement
+                # ran: one id at a time, so only that job is skipped.
+                done = {}
+                for job_id in ids:
+                    try:
+                        done.update(await self._retry([job_id], extra))
+                    except asyncpg.UniqueViolationError:
+                        done[job_id] = "duplicate"
+        self._logger.debug("retry", extra={"results": done})
+        return {job_id: done[job_id] for job_id in ids}
+
+    async def _retry(self, ids: list[int], attempts: int | None) -> dict[int, str]:
+        """One RETRY statement; in a savepoint on a connection, so a conflict can be retried."""
+        if isinstance(self._executor, asyncpg.Pool):
+            rows = await self._executor.fetch(_sql.RETRY, _sql.array(ids), attempts)
+        else:
+            async with self._executor.transaction():
+                rows = await self._executor.fetch(_sql.RETRY, _sql.array(ids), attempts)
+        return {row[0]: row[1] for row in rows}
+
+    async def retry_all(
+        self,
+        *,
+        queue: str | None = None,
+        job_type: str | None = None,
+        status: Literal["dead", "cancelled"] = "dead",
+        attempts: int | None = None,
+    ) -> dict[int, str]:
+        """Retry every dead (or cancelled) job, of a queue and type if given.
+
+        Walks the jobs in id order through the partial index of dead and
+        cancelled jobs, `RETRY_BATCH` ids per `retry` statement, so no
+        statement grows with the number of jobs. Returns what `retry`
+        returns for each job seen (``"retried"`` or ``"duplicate"``, unless
+        another session changed the job meanwhile).
+
+        Raises:
+            TypeError, ValueError: as `jobs` and `retry`, or a status other
+                than dead and cancelled.
+        """
+        if status not in ("dead", "cancelled"):
+            msg = f'status must be "dead" or "cancelled", not {status!r}'
+            raise ValueError(msg)
+        name = None if queue is None else check_queue_name(queue)
+        kind = None if job_type is None else check_name("job type", job_type)
+        extra = None if attempts is None else check_int("attempts", attempts)
+        done: dict[int, str] = {}
+        after = 0
+        while True:
+            async with self._schema_checked():
+                ids = [
+                    row[0]
+                    for row in await self._executor.fetch(
+                        _sql.RETRYABLE_IDS, status, name, kind, RETRY_BATCH, after
+                    )
+                ]
+            if not ids:
+                return done
+            done.update(await self.retry(*ids, attempts=extra))
+            if len(ids) < RETRY_BATCH:
+                return done
+            after = ids[-1]
+
+    async def cancel(self, *job_ids: int) -> dict[int, str]:
+        """Cancel jobs of any queue; the same statement and answers as `Queue.cancel`.
+
+        ``"cancelled"`` (it was pending), ``"requested"`` (it was running:
+        its worker cancels the handler), ``"finished"`` (completed, dead or
+        cancelled already: nothing written) or ``"not_found"``.
+
+        Raises:
+            TypeError, ValueError: an id that is not a positive int.
+        """
+        ids = [check_job_id(job_id) for job_id in job_ids]
+        if not ids:
+            return {}
+        async with self._schema_checked():
+            rows = await self._executor.fetch(_sql.CANCEL, _sql.array(ids))
+        done: dict[int, str] = {row[0]: row[1] for row in rows}
+        self._logger.debug("cancel", extra={"results": done})
+        return {job_id: done[job_id] for job_id in ids}
+
+    async def prune(
+        self, older_than: float, *, queue: str | None = None, batch_size: int = 10_000
+    ) -> int:
+        """Delete completed, dead and cancelled jobs last updated over ``older_than`` seconds ago.
+
+        Of every queue, or of ``queue``. Deletes in batches of at most
+        ``batch_size`` rows, walking the table once in id order; over a
+        pool each batch is a short transaction of its own, so a prune of a
+        big table never holds its locks for long (over a connection inside
+        a transaction, the batches ride it). Rows another session has
+        locked are skipped, never waited for. Pending and running jobs are
+        never touched. Returns how many rows were deleted.
+
+        Raises:
+            TypeError, ValueError: ``older_than`` negative or not a finite
+                number, ``batch_size`` below 1.
+        """
+        seconds = check_duration("older_than", older_than)
+        name = None if queue is None else check_queue_name(queue)
+        size = check_int("batch_size", batch_size)
+        removed = 0
+        after = 0
+        while True:
+            async with self._schema_checked():
+                row = await self._executor.fetchrow(
+                    _sql.PRUNE_BATCH_ANY, name, seconds, after, size
+                )
+            assert row is not None
+            count, after = int(row[0]), int(row[1])
+            removed += count
+            if count < size:
+                break
+        if removed:
+            self._logger.debug(
+                "pruned finished jobs", extra={"count": removed, "queue": name}
+            )
+        return removed
+
+    async def schema_state(self) -> SchemaState:
+        """Say whether ``pgqueue_jobs`` is missing, the Go module's, partly upgraded or current.
+
+        Checks the columns and indexes pgqueue's statements use, the
+        indexes of these operations (``idx_pgqueue_jobs_failed``) and the
+        status check; reads the catalog only.
+        """
+        row = await self._executor.fetchrow(
+            _sql.SCHEMA_CHECK,
+            list(_sql.REQUIRED_COLUMNS),
+            list(_sql.REQUIRED_INDEXES + _sql.ADMIN_INDEXES),
+        )
+        if row is None or not row[0]:
+            return SchemaState(kind="missing", missing=("table pgqueue_jobs",))
+        missing = tuple(missing_pieces(row))
+        if not missing:
+            return SchemaState(kind="current", missing=())
+        absent = set(row[1])
+        if absent >= _V2_COLUMNS and not absent & set(_GO_COLUMNS):
+            return SchemaState(kind="go", missing=missing)
+        return SchemaState(kind="partial", missing=missing)
+
+    @asynccontextmanager
+    async def _schema_checked(self) -> AsyncIterator[None]:
+        """Turn a statement's missing table or column into a `SchemaError` naming what is missing."""
+        try:
+            yield
+        except SCHEMA_ERRORS as exc:
+            await check_schema(self._executor)
+            raise SchemaError(str(exc)) from exc
+
+    def __repr__(self) -> str:
+        return f"Admin({type(self._executor).__name__})"
+
+
+def _estimate_completed(
+    counts: dict[str, list[Any]],
+    live: int,
+    table: asyncpg.Record,
+    only: str | None,
+) -> dict[str, int]:
+    """Each queue's completed jobs, estimated (see `Admin.stats`)."""
+    values: list[str] | None = table[2]
+    freqs: list[float] | None = table[3]
+    distinct: float | None = table[4]
+    shares: dict[str, float] = {}
+    if values is not None and freqs is not None:
+        shares = dict(zip(values, freqs, strict=False))
+        rest = max(0.0, 1.0 - sum(freqs))
+        known = -distinct * live if distinct is not None and distinct < 0 else distinct
+        others = max(1.0, (known or 1.0) - len(values))
+        fallback = rest / others
+    else:
+        fallback = 1.0 / max(1, len(counts))  # never analyzed: an even split
+    queues: Iterable[str] = (
+        [only] if only is not None else counts.keys() | shares.keys()
+    )
+    completed = {}
+    for name in queues:
+        other = sum(int(n) for n in counts.get(name, [0] * 5)[:5])
+        completed[name] = max(0, round(live * shares.get(name, fallback)) - other)
+    return completed

@@ -1,0 +1,546 @@
+"""The data commands: ``stats``, ``jobs``, ``retry``, ``cancel``, ``prune``, ``enqueue``, ``listen``.
+
+Each is a thin layer over `pgqueue.Admin` (or `pgqueue.Queue` and asyncpg's
+listener) on one connection. Every command that prints data takes
+``--json``: one JSON document (``listen``: one per line) with stable keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import anyio
+
+from pgqueue._admin import Admin, JobInfo, QueueStats
+from pgqueue._checks import check_channel
+from pgqueue._queue import Queue
+from pgqueue._sql import JOB_STATUSES
+from pgqueue.cli._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    UsageError,
+    connect,
+    duration,
+    job_id,
+    print_json,
+    reports_database_errors,
+    rich_console,
+)
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Awaitable
+
+    import asyncpg
+
+    from pgqueue.cli._common import Commands
+
+__all__ = ["add_to"]
+
+_ERROR_WIDTH = 60
+
+T = TypeVar("T")
+
+
+def add_to(commands: Commands) -> None:
+    """Add the data commands."""
+    _add_stats(commands)
+    _add_jobs(commands)
+    _add_retry(commands)
+    _add_cancel(commands)
+    _add_prune(commands)
+    _add_enqueue(commands)
+    _add_listen(commands)
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (stable keys) instead of text"
+    )
+
+
+# --- stats -----------------------------------------------------------------------------
+
+
+def _add_stats(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "stats",
+        help="per-queue counts, lag and the longest running job",
+        description=(
+            "Count each queue's jobs: ready, scheduled, running, completed (an "
+            "estimate on a big table, marked ~), dead and cancelled; the lag (how "
+            "long the oldest ready job has waited) and the longest running job."
+        ),
+    )
+    parser.add_argument("--queue", help="only this queue")
+    _json_flag(parser)
+    parser.set_defaults(run=reports_database_errors(stats))
+
+
+async def stats(args: argparse.Namespace) -> int:
+    """Print each queue's stats."""
+    async with connect(args) as connection:
+        found = await _checked(Admin(connection).stats(args.queue))
+    if args.json:
+        print_json([s.to_json() for s in found])
+        return EXIT_OK
+    _print_stats(found)
+    return EXIT_OK
+
+
+def _print_stats(found: list[QueueStats]) -> None:
+    from rich.table import Table
+
+    console = rich_console()
+    table = Table(box=None, pad_edge=False)
+    for column in (
+        "queue",
+        "ready",
+        "scheduled",
+        "running",
+        "completed",
+        "dead",
+        "cancelled",
+        "lag",
+        "longest running",
+    ):
+        table.add_column(column, justify="left" if column == "queue" else "right")
+    for s in found:
+        table.add_row(
+            s.queue,
+            str(s.ready),
+            str(s.scheduled),
+            str(s.running),
+            f"~{s.completed}" if s.completed_estimated else str(s.completed),
+            str(s.dead),
+            str(s.cancelled),
+            _seconds(s.lag),
+            _seconds(s.longest_running),
+        )
+    if not found:
+        console.print("no jobs")
+        return
+    console.print(table)
+
+
+def _seconds(value: float | None) -> str:
+    """A duration for people: ``-``, ``0.4s``, ``12m05s``, ``3h20m``, ``2d04h``."""
+    if value is None:
+        return "-"
+    if value < 60:
+        return f"{value:.1f}s"
+    whole = int(value)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+# --- jobs list / show ------------------------------------------------------------------
+
+
+def _add_jobs(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "jobs", help="list jobs or show one", description="List jobs or show one."
+    )
+    actions = parser.add_subparsers(title="actions", metavar="ACTION")
+    actions.required = True
+
+    listing = actions.add_parser(
+        "list",
+        help="list jobs, newest first",
+        description=(
+            "List jobs, newest (highest id) first. Page with --before-id: pass "
+            "the last id of a page to get the next one."
+        ),
+    )
+    listing.add_argument(
+        "--status",
+        choices=JOB_STATUSES,
+        help="only jobs in this state (ready: pending and due; scheduled: not yet due)",
+    )
+    listing.add_argument("--queue", help="only this queue's jobs")
+    listing.add_argument("--type", dest="job_type", help="only jobs of this type")
+    listing.add_argument(
+        "--limit", type=job_id, default=50, help="at most this many (default 50)"
+    )
+    listing.add_argument(
+        "--before-id", type=job_id, help="only jobs with a smaller id (the next page)"
+    )
+    _json_flag(listing)
+    listing.set_defaults(run=reports_database_errors(list_jobs))
+
+    show = actions.add_parser(
+        "show", help="show one job", description="Show one job, payload and result."
+    )
+    show.add_argument("id", type=job_id, help="the job's id")
+    _json_flag(show)
+    show.set_defaults(run=reports_database_errors(show_job))
+
+
+async def list_jobs(args: argparse.Namespace) -> int:
+    """Print a page of jobs."""
+    if args.limit > 2**31 - 1:
+        msg = f"--limit is too large: {args.limit}"
+        raise UsageError(msg)
+    async with connect(args) as connection:
+        found = await _checked(
+            Admin(connection).jobs(
+                queue=args.queue,
+                status=args.status,
+                job_type=args.job_type,
+                limit=args.limit,
+                before_id=args.before_id,
+            )
+        )
+    if args.json:
+        print_json([job.to_json() for job in found])
+        return EXIT_OK
+    from rich.table import Table
+
+    console = rich_console()
+    if not found:
+        console.print("no jobs")
+        return EXIT_OK
+    table = Table(box=None, pad_edge=False)
+    for column in ("id", "queue", "type", "status", "attempts", "run_at", "last error"):
+        table.add_column(column, justify="right" if column == "id" else "left")
+    for job in found:
+        table.add_row(
+            str(job.id),
+            job.queue,
+            job.job_type,
+            job.status,
+            f"{job.attempts}/{job.max_attempts}",
+            _time(job.run_at),
+            _first_line(job.last_error),
+        )
+    console.print(table)
+    return EXIT_OK
+
+
+async def show_job(args: argparse.Namespace) -> int:
+    """Print one job; exit 1 if there is none."""
+    async with connect(args) as connection:
+        job = await _checked(Admin(connection).job(args.id))
+    if job is None:
+        print(f"pgqueue: no job has id {args.id}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print_json(job.to_json())
+        return EXIT_OK
+    _print_job(job)
+    return EXIT_OK
+
+
+def _print_job(job: JobInfo) -> None:
+    from rich.table import Table
+
+    console = rich_console()
+    table = Table(box=None, pad_edge=False, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for name, value in job.to_json().items():
+        if name in ("payload", "result"):
+            text = json.dumps(value, indent=2, ensure_ascii=False)
+        else:
+            text = "-" if value is None else str(value)
+        table.add_row(name, text)
+    console.print(table, markup=False, highlight=False)
+
+
+def _time(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat(timespec="seconds")
+
+
+def _first_line(text: str | None) -> str:
+    if not text:
+        return ""
+    line = text.splitlines()[0] if text.strip() else text
+    return line if len(line) <= _ERROR_WIDTH else line[: _ERROR_WIDTH - 1] + "…"
+
+
+# --- retry / cancel --------------------------------------------------------------------
+
+
+def _add_retry(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "retry",
+        help="put dead or cancelled jobs back in line",
+        description=(
+            "Put dead or cancelled jobs back to pending, due now, with as many "
+            "more attempts as their max_attempts (or --attempts). Their attempts "
+            "are never reset. A job whose unique key is held by a live job is "
+            "skipped (duplicate). Exit 1 if an id has no job."
+        ),
+    )
+    parser.add_argument("ids", nargs="*", type=job_id, metavar="ID", help="job ids")
+    parser.add_argument(
+        "--all-dead",
+        action="store_true",
+        help="every dead job (of --queue and --type, if given)",
+    )
+    parser.add_argument("--queue", help="with --all-dead: only this queue")
+    parser.add_argument("--type", dest="job_type", help="with --all-dead: this type")
+    parser.add_argument(
+        "--attempts",
+        type=job_id,
+        help="more attempts each job gets (default: its max_attempts)",
+    )
+    _json_flag(parser)
+    parser.set_defaults(run=reports_database_errors(retry))
+
+
+async def retry(args: argparse.Namespace) -> int:
+    """Retry the given jobs, or every dead one."""
+    if args.all_dead == bool(args.ids):
+        msg = "retry takes job ids or --all-dead (not both)"
+        raise UsageError(msg)
+    if not args.all_dead and (args.queue is not None or args.job_type is not None):
+        msg = "--queue and --type go with --all-dead"
+        raise UsageError(msg)
+    if args.attempts is not None and args.attempts > 2**31 - 1:
+        msg = f"--attempts is too large: {args.attempts}"
+        raise UsageError(msg)
+    async with connect(args) as connection:
+        admin = Admin(connection)
+        if args.all_dead:
+            done = await _checked(
+                admin.retry_all(
+                    queue=args.queue, job_type=args.job_type, attempts=args.attempts
+                )
+            )
+        else:
+            done = await _checked(admin.retry(*args.ids, attempts=args.attempts))
+    return _print_results(done, as_json=args.json)
+
+
+def _add_cancel(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "cancel",
+        help="cancel jobs",
+        description=(
+            "Cancel jobs: a pending one at once (cancelled), a running one by "
+            "request to its worker (requested); a finished one is left alone "
+            "(finished). Exit 1 if an id has no job."
+        ),
+    )
+    parser.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="job ids")
+    _json_flag(parser)
+    parser.set_defaults(run=reports_database_errors(cancel))
+
+
+async def cancel(args: argparse.Namespace) -> int:
+    """Cancel the given jobs."""
+    async with connect(args) as connection:
+        done = await _checked(Admin(connection).cancel(*args.ids))
+    return _print_results(done, as_json=args.json)
+
+
+def _print_results(done: dict[int, str], *, as_json: bool) -> int:
+    """Print what became of each id (JSON: ``[{"id", "result"}]``); exit 1 if one has no job."""
+    if as_json:
+        print_json([{"id": key, "result": result} for key, result in done.items()])
+    else:
+        for key, result in done.items():
+            print(f"{key}\t{result}")
+        if not done:
+            print("no jobs")
+    return EXIT_ERROR if "not_found" in done.values() else EXIT_OK
+
+
+# --- prune -----------------------------------------------------------------------------
+
+
+def _add_prune(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "prune",
+        help="delete old completed, dead and cancelled jobs",
+        description=(
+            "Delete completed, dead and cancelled jobs last updated longer ago "
+            "than --older-than, in short batches (never a long lock)."
+        ),
+    )
+    parser.add_argument(
+        "--older-than",
+        type=duration,
+        required=True,
+        metavar="DURATION",
+        help="e.g. 90s, 15m, 12h, 7d, or seconds",
+    )
+    parser.add_argument("--queue", help="only this queue")
+    parser.add_argument(
+        "--batch-size",
+        type=job_id,
+        default=10_000,
+        help="rows per batch (default 10000)",
+    )
+    _json_flag(parser)
+    parser.set_defaults(run=reports_database_errors(prune))
+
+
+async def prune(args: argparse.Namespace) -> int:
+    """Delete old finished jobs."""
+    if args.batch_size > 2**31 - 1:
+        msg = f"--batch-size is too large: {args.batch_size}"
+        raise UsageError(msg)
+    async with connect(args) as connection:
+        deleted = await _checked(
+            Admin(connection).prune(
+                args.older_than, queue=args.queue, batch_size=args.batch_size
+            )
+        )
+    if args.json:
+        print_json({"deleted": deleted})
+    else:
+        print(f"deleted {deleted} jobs")
+    return EXIT_OK
+
+
+# --- enqueue ---------------------------------------------------------------------------
+
+
+def _add_enqueue(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "enqueue",
+        help="enqueue a job",
+        description="Enqueue a job and print its id.",
+    )
+    parser.add_argument("job_type", metavar="TYPE", help="the job's type")
+    parser.add_argument("payload", metavar="JSON", help="the payload, as JSON text")
+    parser.add_argument(
+        "--queue", default="default", help="the queue (default: default)"
+    )
+    parser.add_argument(
+        "--run-at",
+        metavar="ISO8601",
+        help="not before this time, with its offset (e.g. 2026-12-03T10:00:00+00:00)",
+    )
+    parser.add_argument("--priority", type=int, default=0, help="from -5 to 5")
+    parser.add_argument(
+        "--unique-key",
+        help="while a job of this type and key is pending or running, print its id instead",
+    )
+    parser.add_argument(
+        "--max-attempts", type=int, default=5, help="attempts before it is dead (5)"
+    )
+    _json_flag(parser)
+    parser.set_defaults(run=reports_database_errors(enqueue))
+
+
+async def enqueue(args: argparse.Namespace) -> int:
+    """Enqueue one job."""
+    try:
+        json.loads(args.payload)
+    except ValueError as exc:
+        msg = f"the payload is not valid JSON: {exc}"
+        raise UsageError(msg) from exc
+    run_at = None
+    if args.run_at is not None:
+        try:
+            run_at = datetime.fromisoformat(args.run_at)
+        except ValueError as exc:
+            msg = f"--run-at is not an ISO 8601 time: {args.run_at!r}"
+            raise UsageError(msg) from exc
+        if run_at.tzinfo is None:
+            msg = f"--run-at needs a UTC offset (e.g. +00:00 or Z): {args.run_at!r}"
+            raise UsageError(msg)
+    payload = args.payload.encode("utf-8", "surrogateescape")
+    async with connect(args) as connection:
+        try:
+            # Queue only writes through its pool; this one connection serves.
+            queue = Queue(
+                cast("asyncpg.Pool[Any]", connection),
+                name=args.queue,
+                max_attempts=args.max_attempts,
+            )
+            new_id = await queue.enqueue(
+                args.job_type,
+                payload,
+                run_at=run_at,
+                priority=args.priority,
+                unique_key=args.unique_key,
+            )
+        except (TypeError, ValueError) as exc:
+            raise UsageError(str(exc)) from exc
+    if args.json:
+        print_json({"id": new_id})
+    else:
+        print(new_id)
+    return EXIT_OK
+
+
+# --- listen ----------------------------------------------------------------------------
+
+
+def _add_listen(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "listen",
+        help="print notifications as they arrive",
+        description=(
+            "LISTEN on channels and print each notification as a line "
+            "(CHANNEL<TAB>PAYLOAD, or a JSON object with --json) until "
+            "interrupted (SIGINT or SIGTERM: exit 0), or until --count of them."
+        ),
+    )
+    parser.add_argument("channels", nargs="+", metavar="CHANNEL", help="channels")
+    parser.add_argument(
+        "--count", type=job_id, help="exit after this many notifications"
+    )
+    _json_flag(parser)
+    parser.set_defaults(run=reports_database_errors(listen))
+
+
+async def listen(args: argparse.Namespace) -> int:
+    """Print notifications until a signal or ``--count``."""
+    try:
+        channels = list(dict.fromkeys(check_channel(c) for c in args.channels))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc
+    send, receive = anyio.create_memory_object_stream[tuple[str, str, int]](
+        max_buffer_size=1000
+    )
+
+    def arrived(_connection: object, pid: int, channel: str, payload: object) -> None:
+        # A terminal that cannot keep up loses notifications, as LISTEN may.
+        with contextlib.suppress(anyio.WouldBlock):
+            send.send_nowait((channel, str(payload), pid))
+
+    seen = 0
+    async with connect(args) as connection, anyio.create_task_group() as tasks:
+        for channel in channels:
+            await connection.add_listener(channel, arrived)
+        tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
+        print(f"listening on {', '.join(channels)}", file=sys.stderr, flush=True)
+        async for channel, payload, pid in receive:
+            if args.json:
+                print_json({"channel": channel, "payload": payload, "pid": pid})
+            else:
+                print(f"{channel}\t{payload}")
+            sys.stdout.flush()
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                tasks.cancel_scope.cancel()
+                break
+    return EXIT_OK
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
+async def _checked(call: Awaitable[T]) -> T:
+    """Await an Admin call; its refusal of an argument is a usage error (exit 2)."""
+    try:
+        return await call
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from exc

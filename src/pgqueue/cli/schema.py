@@ -1,0 +1,138 @@
+"""``pgqueue schema``: print, apply and check the ``pgqueue_jobs`` table's schema."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from pgqueue import _sql
+from pgqueue._admin import Admin, SchemaState
+from pgqueue.cli._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    connect,
+    print_json,
+    reports_database_errors,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from pgqueue.cli._common import Commands
+
+__all__ = ["add_to"]
+
+_KINDS = {
+    "missing": "there is no table pgqueue_jobs",
+    "go": "pgqueue_jobs is the Go module's v1.1.0 table",
+    "partial": "pgqueue_jobs is partly up to date",
+    "current": "pgqueue_jobs is current",
+}
+
+
+def add_to(commands: Commands) -> None:
+    """Add ``schema`` and its subcommands."""
+    parser = commands.add_parser(
+        "schema",
+        help="print, apply or check the schema",
+        description="Print, apply or check the pgqueue_jobs table's schema.",
+    )
+    actions = parser.add_subparsers(title="actions", metavar="ACTION")
+    actions.required = True
+
+    printing = actions.add_parser(
+        "print",
+        help="print the SQL (for your migrations)",
+        description="Print pgqueue.SCHEMA, or SCHEMA_UPGRADE or SCHEMA_DOWN.",
+    )
+    which = printing.add_mutually_exclusive_group()
+    which.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="SCHEMA_UPGRADE: bring a Go module's (or older) table up to date",
+    )
+    which.add_argument(
+        "--down", action="store_true", help="SCHEMA_DOWN: drop the table"
+    )
+    printing.set_defaults(run=print_schema)
+
+    apply = actions.add_parser(
+        "apply",
+        help="apply the schema to the database",
+        description=(
+            "Create the pgqueue_jobs table (SCHEMA), or with --upgrade bring an "
+            "existing one up to date (SCHEMA_UPGRADE). Both are idempotent."
+        ),
+    )
+    apply.add_argument(
+        "--upgrade", action="store_true", help="apply SCHEMA_UPGRADE to a table"
+    )
+    apply.add_argument("--json", action="store_true", help="print the state as JSON")
+    apply.set_defaults(run=reports_database_errors(apply_schema))
+
+    check = actions.add_parser(
+        "check",
+        help="say whether the table is current (exit 1 if not)",
+        description=(
+            "Say whether pgqueue_jobs is missing, the Go module's, partly up to "
+            "date or current, naming what is missing; exit 1 unless current."
+        ),
+    )
+    check.add_argument("--json", action="store_true", help="print the state as JSON")
+    check.set_defaults(run=reports_database_errors(check_schema))
+
+
+async def print_schema(args: argparse.Namespace) -> int:
+    """Print the SQL; needs no database."""
+    if args.upgrade:
+        sql = _sql.SCHEMA_UPGRADE
+    elif args.down:
+        sql = _sql.SCHEMA_DOWN
+    else:
+        sql = _sql.SCHEMA
+    print(sql.strip())
+    return EXIT_OK
+
+
+def _report(state: SchemaState, *, as_json: bool) -> None:
+    if as_json:
+        print_json({**state.to_json(), "fix": state.fix})
+        return
+    line = _KINDS[state.kind]
+    if state.kind in ("go", "partial"):
+        line += f"; it lacks {', '.join(state.missing)}"
+    if state.fix is not None:
+        line += f": apply {state.fix}"
+    print(line)
+
+
+async def apply_schema(args: argparse.Namespace) -> int:
+    """Apply SCHEMA (a new table) or SCHEMA_UPGRADE (an existing one)."""
+    async with connect(args) as connection:
+        admin = Admin(connection)
+        state = await admin.schema_state()
+        if args.upgrade and state.kind == "missing":
+            print(
+                "pgqueue: there is no table pgqueue_jobs to upgrade: "
+                "run pgqueue schema apply",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
+        if not args.upgrade and state.kind in ("go", "partial"):
+            print(
+                f"pgqueue: pgqueue_jobs exists but lacks {', '.join(state.missing)}: "
+                "run pgqueue schema apply --upgrade",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
+        await connection.execute(_sql.SCHEMA_UPGRADE if args.upgrade else _sql.SCHEMA)
+        _report(await admin.schema_state(), as_json=args.json)
+    return EXIT_OK
+
+
+async def check_schema(args: argparse.Namespace) -> int:
+    """Report the table's state; exit 1 unless it is current."""
+    async with connect(args) as connection:
+        state = await Admin(connection).schema_state()
+    _report(state, as_json=args.json)
+    return EXIT_OK if state.kind == "current" else EXIT_ERROR

@@ -1,0 +1,186 @@
+"""The operations' statements stay on indexes on a table full of completed jobs.
+
+The table holds 200,000 completed rows of two queues, 5,000 pending rows (a
+quarter of them not due for an hour), 100 running, 2,000 dead and 500
+cancelled ones. ``EXPLAIN (ANALYZE, BUFFERS)`` of each statement of
+`pgqueue.Admin.stats` and of the listings by status must show no
+sequential scan of ``pgqueue_jobs``: every scan of it goes through an index
+(a bitmap heap scan only over a partial index), and the stats touch a
+number of buffers bounded by the pending, running, dead and cancelled rows,
+well under the table's pages. `Admin.stats` itself, run inside a
+transaction, scans the table sequentially zero times (the statistics
+collector's own count for the transaction), and estimates the completed
+counts (the table is over the exact-count bound) close to the truth.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+import pytest
+
+import pgqueue
+from pgqueue import _admin, _sql
+
+pytestmark = pytest.mark.slow
+
+COMPLETED = {"a": 150_000, "b": 50_000}
+
+FILL = (
+    """
+    INSERT INTO pgqueue_jobs (queue, job_type, status, attempts, run_at, created_at,
+                              updated_at, completed_at)
+    SELECT CASE WHEN g % 4 = 0 THEN 'b' ELSE 'a' END, 'noop', 'completed', 1,
+           now() - interval '2 days', now() - interval '2 days',
+           now() - interval '1 day', now() - interval '1 day'
+    FROM generate_series(1, 200000) AS g
+    """,
+    """
+    INSERT INTO pgqueue_jobs (queue, job_type, run_at)
+    SELECT 'a', 'noop', CASE WHEN g % 4 = 0 THEN now() + interval '1 hour'
+                             ELSE now() - make_interval(secs => g) END
+    FROM generate_series(1, 5000) AS g
+    """,
+    """
+    INSERT INTO pgqueue_jobs (queue, job_type, status, attempts)
+    SELECT 'b', 'noop', 'running', 1 FROM generate_series(1, 100)
+    """,
+    """
+    INSERT INTO pgqueue_jobs (queue, job_type, status, attempts, last_error)
+    SELECT CASE WHEN g % 2 = 0 THEN 'a' ELSE 'b' END, 'noop',
+           CASE WHEN g % 5 = 0 THEN 'cancelled' ELSE 'dead' END, 5, 'boom'
+    FROM generate_series(1, 2500) AS g
+    """,
+)
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found.extend(_nodes(child))
+    return found
+
+
+async def _explain(
+    connection: asyncpg.Connection, sql: str, *args: object
+) -> dict[str, Any]:
+    transaction = connection.transaction()
+    await transaction.start()
+    try:
+        raw = await connection.fetchval(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args
+        )
+    finally:
+        await transaction.rollback()
+    root: dict[str, Any] = json.loads(raw)[0]["Plan"]
+    return root
+
+
+PARTIAL_INDEXES = {
+    "idx_pgqueue_jobs_claim",
+    "idx_pgqueue_jobs_rescue",
+    "idx_pgqueue_jobs_failed",
+}
+
+
+def _check_indexed(plan: dict[str, Any]) -> set[str]:
+    """Fail on a scan of pgqueue_jobs not through an index; return the indexes used."""
+    nodes = _nodes(plan)
+    used = {n["Index Name"] for n in nodes if "Index Name" in n}
+    for node in nodes:
+        if node.get("Relation Name") != "pgqueue_jobs":
+            continue
+        kind = node["Node Type"]
+        assert kind not in {"Seq Scan", "Tid Range Scan"}, kind
+        if kind == "Bitmap Heap Scan":
+            under = {n.get("Index Name") for n in _nodes(node)} - {None}
+            assert under, node
+            assert under <= PARTIAL_INDEXES, under
+    assert used, [n["Node Type"] for n in nodes]
+    return used
+
+
+def _buffers(plan: dict[str, Any]) -> int:
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+@pytest.fixture
+async def big_table(fresh_dsn: str) -> Any:
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        for statement in FILL:
+            await connection.execute(statement)
+        await connection.execute("ANALYZE pgqueue_jobs")
+        yield connection
+    finally:
+        await connection.close()
+
+
+@pytest.mark.parametrize("mode", ["auto", "force_generic_plan"])
+async def test_stats_and_listings_use_indexes_on_a_big_table(
+    big_table: asyncpg.Connection, mode: str
+) -> None:
+    """With the default plans, and with generic ones (as on a worker's connections)."""
+    await big_table.execute(f"SET plan_cache_mode = {mode}")
+    pages = await big_table.fetchval(
+        "SELECT pg_relation_size('pgqueue_jobs') / current_setting('block_size')::int"
+    )
+    assert pages > _admin.EXACT_COMPLETED_PAGES, pages
+
+    for queue in (None, "a", "b"):
+        stats = await _explain(big_table, _sql.STATS, queue)
+        used = _check_indexed(stats)
+        assert used >= PARTIAL_INDEXES, used
+        assert _buffers(stats) < pages / 4, (_buffers(stats), pages)
+
+    listings = [
+        (status, queue)
+        for status in ("pending", "ready", "scheduled", "running", "dead", "cancelled")
+        for queue in ("a", "b")
+    ]
+    for status, queue in listings:
+        plan = await _explain(big_table, _sql.jobs_query(status), queue, None, None, 50)
+        _check_indexed(plan)
+        assert _buffers(plan) < pages / 4, (status, queue, _buffers(plan))
+    for status in ("dead", "cancelled"):
+        plan = await _explain(big_table, _sql.RETRYABLE_IDS, status, "a", None, 1000, 0)
+        assert _check_indexed(plan) == {"idx_pgqueue_jobs_failed"}
+
+    # The whole call, in a transaction: no sequential scan of the table.
+    transaction = big_table.transaction()
+    await transaction.start()
+    try:
+        found = await pgqueue.Admin(big_table).stats()
+        scans = await big_table.fetchrow(
+            "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables"
+            " WHERE relname = 'pgqueue_jobs'"
+        )
+    finally:
+        await transaction.rollback()
+    assert scans is not None
+    assert scans["seq_scan"] == 0, dict(scans)
+    assert scans["idx_scan"] > 0, dict(scans)
+
+    by_queue = {s.queue: s for s in found}
+    assert set(by_queue) == {"a", "b"}
+    a, b = by_queue["a"], by_queue["b"]
+    assert (a.ready, a.scheduled, a.running, a.dead, a.cancelled) == (
+        3750,
+        1250,
+        0,
+        1000,
+        250,
+    )
+    assert (b.ready, b.scheduled, b.running, b.dead, b.cancelled) == (
+        0,
+        0,
+        100,
+        1000,
+        250,
+    )
+    for stat in found:
+        assert stat.completed_estimated
+        true = COMPLETED[stat.queue]
+        assert abs(stat.completed - true) < true * 0.1, (stat.queue, stat.completed)
