@@ -20,6 +20,9 @@ __all__ = [
     "CLAIM",
     "COMPLETE",
     "CONTROL_CHANNEL",
+    "DASHBOARD_ENQUEUED",
+    "DASHBOARD_NEWEST",
+    "DASHBOARD_RUNNING",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_UNIQUE",
@@ -609,6 +612,42 @@ PUBLISH = "SELECT pg_notify($1, $2)"
 # parameters per client, while a SET would stay on a server connection it
 # then hands to other clients.
 WORKER_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
+
+# Dashboard (``pgqueue top``): read-only, and each statement bounded by an
+# index whatever the table holds, so that a frame every second costs about
+# the same on a table of a million retained rows as on an empty one.
+
+# The newest id (a backward step on the primary key) and the database's
+# clock, which times the rates.
+DASHBOARD_NEWEST = (
+    "SELECT coalesce(max(id), 0)::int8 AS newest, now() AS now FROM pgqueue_jobs"
+)
+
+# Jobs enqueued per queue with ids in ($1, $2]: the rows inserted since the
+# previous frame, a range of the primary key. Queue $3, or every queue.
+DASHBOARD_ENQUEUED = """
+SELECT queue, count(*)::int8 AS enqueued
+FROM pgqueue_jobs
+WHERE id > $1 AND id <= $2 AND ($3::text IS NULL OR queue = $3)
+GROUP BY queue
+"""
+
+# The $2 jobs running longest: seconds since they were due (run_at, as
+# Admin's longest_running) and since they were last heard from (claimed or
+# heartbeat, updated_at). The running rows come through the rescue index,
+# and are few (no more than the workers' concurrency, plus orphans).
+# Queue $1, or every queue.
+DASHBOARD_RUNNING = """
+SELECT id, queue, job_type,
+       CASE WHEN isfinite(run_at)
+            THEN greatest(extract(epoch FROM now() - run_at), 0)::float8 END AS running_for,
+       CASE WHEN isfinite(updated_at)
+            THEN greatest(extract(epoch FROM now() - updated_at), 0)::float8 END AS heard_from
+FROM pgqueue_jobs
+WHERE status = 'running' AND ($1::text IS NULL OR queue = $1)
+ORDER BY run_at, id
+LIMIT $2
+"""
 
 
 # Operations ---------------------------------------------------------------------------
