@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import anyio
 import asyncpg
 import pytest
 
@@ -530,3 +531,34 @@ async def test_schema_state_tells_missing_go_partial_and_current(
         assert (await admin.schema_state()).kind == "current"
     finally:
         await connection.close()
+
+
+async def test_a_retry_racing_an_enqueue_of_its_key_reports_a_duplicate(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    """The enqueue is uncommitted when the retry looks, and commits while it waits."""
+    dead = await queue.enqueue("t", {}, unique_key="race")
+    await pool.execute("UPDATE pgqueue_jobs SET status = 'dead' WHERE id = $1", dead)
+    admin = pgqueue.Admin(pool)
+    done: dict[int, str] = {}
+
+    async def retry() -> None:
+        done.update(await admin.retry(dead))
+
+    async with pool.acquire() as enqueuer:
+        transaction = enqueuer.transaction()
+        await transaction.start()
+        live = await queue.enqueue("t", {}, unique_key="race", connection=enqueuer)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(retry)
+            with anyio.fail_after(10):
+                while not await pool.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                    " AND query LIKE '%retried AS (%'"
+                ):
+                    await anyio.sleep(0.01)
+            await transaction.commit()
+    assert done == {dead: "duplicate"}
+    assert (await row(pool, dead))["status"] == "dead"
+    assert (await row(pool, live))["status"] == "pending"

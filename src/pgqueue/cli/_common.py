@@ -30,6 +30,7 @@ __all__ = [
     "dsn_of",
     "duration",
     "job_id",
+    "positive_int",
     "print_json",
     "reports_database_errors",
 ]
@@ -154,6 +155,18 @@ def job_id(text: str) -> int:
         value = 0
     if not 0 < value < 2**63:
         msg = f"not a job id: {text!r} (a positive integer)"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a count, from 1 to 2**31 - 1 (a PostgreSQL int)."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = 0
+    if not 0 < value < 2**31:
+        msg = f"not a positive integer (up to {2**31 - 1}): {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return value
 
