@@ -56,6 +56,7 @@ V2_COLUMNS = {
     "snoozes": ("integer", "NO", "0"),
     "result": ("jsonb", "YES", None),
     "tracked": ("boolean", "NO", "false"),
+    "trace_context": ("text", "YES", None),
 }
 
 

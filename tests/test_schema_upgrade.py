@@ -151,7 +151,8 @@ async def test_a_worker_or_queue_on_a_go_table_fails_at_once_naming_what_is_miss
 ) -> None:
     message = (
         "column priority, column unique_key, column cancel_requested, column snoozes, "
-        "column result, column tracked, index idx_pgqueue_jobs_priority, "
+        "column result, column tracked, column trace_context, "
+        "index idx_pgqueue_jobs_priority, "
         "index idx_pgqueue_jobs_unique, a status check that allows 'cancelled'"
     )
     with anyio.fail_after(10), pytest.raises(pgqueue.SchemaError) as raised:

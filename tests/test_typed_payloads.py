@@ -181,13 +181,15 @@ def test_a_bare_job_keeps_its_fields_and_defaults() -> None:
         "priority",
         "unique_key",
         "snoozes",
+        "trace_context",
     ]
-    assert (plain.last_error, plain.priority, plain.unique_key, plain.snoozes) == (
-        None,
-        0,
-        None,
-        0,
-    )
+    assert (
+        plain.last_error,
+        plain.priority,
+        plain.unique_key,
+        plain.snoozes,
+        plain.trace_context,
+    ) == (None, 0, None, 0, None)
     assert not hasattr(plain, "__dict__")  # slotted
 
 

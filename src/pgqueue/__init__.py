@@ -21,8 +21,10 @@ from pgqueue._errors import (
     TrackerClosedError,
     is_permanent,
 )
+from pgqueue._hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._job import Job, NewJob, Status
 from pgqueue._log import Logger
+from pgqueue._outcome import Outcome
 from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
 from pgqueue._sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE
@@ -40,6 +42,8 @@ __all__ = [
     "Callback",
     "Connection",
     "DuplicateJobError",
+    "EnqueueEvent",
+    "EnqueueHook",
     "Executor",
     "Handler",
     "Job",
@@ -49,6 +53,8 @@ __all__ = [
     "Logger",
     "Middleware",
     "NewJob",
+    "Observer",
+    "Outcome",
     "PayloadTooLargeError",
     "Permanent",
     "PgQueueError",

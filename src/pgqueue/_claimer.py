@@ -239,6 +239,7 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
             row[10],
             row[11],
             row[12],
+            row[14],
         )
         if error is None:
             jobs.append(job)

@@ -38,6 +38,9 @@ class Job(Generic[PayloadT]):
     ``attempts`` counts the attempt now running: it is 1 on the first
     delivery (a snooze gives its attempt back). ``payload`` is the decoded
     JSON value. ``snoozes`` counts the times the job was snoozed.
+    ``trace_context`` is what an enqueue hook stored with the job (with
+    `pgqueue.otel`, the producer span's propagation headers as JSON text);
+    ``None`` for jobs enqueued without one, a Go producer's included.
 
     ``Job`` is generic in its payload: a handler annotated
     ``job: Job[SendWelcome]``, where ``SendWelcome`` is a dataclass or a
@@ -57,6 +60,7 @@ class Job(Generic[PayloadT]):
     priority: int = 0
     unique_key: str | None = None
     snoozes: int = 0
+    trace_context: str | None = None
 
 
 def _fix_frozen_slots(cls: type) -> None:
@@ -98,6 +102,7 @@ _fix_frozen_slots(Job)
     _set_priority,
     _set_unique_key,
     _set_snoozes,
+    _set_trace_context,
 ) = (getattr(Job, field.name).__set__ for field in fields(Job))
 
 
@@ -114,6 +119,7 @@ def claimed_job(
     priority: int,
     unique_key: str | None,
     snoozes: int,
+    trace_context: str | None,
 ) -> Job[Any]:
     """The same `Job` as ``Job(...)`` with these fields, built for the claim loop."""
     job: Job[Any] = object.__new__(Job)
@@ -129,6 +135,7 @@ def claimed_job(
     _set_priority(job, priority)
     _set_unique_key(job, unique_key)
     _set_snoozes(job, snoozes)
+    _set_trace_context(job, trace_context)
     return job
 
 

@@ -20,12 +20,13 @@ from pgqueue._checks import (
     encode_payloads,
 )
 from pgqueue._errors import DuplicateJobError, SchemaError
+from pgqueue._hooks import EnqueueEvent, EnqueueHook, after_enqueue, before_enqueue
 from pgqueue._job import NewJob
 from pgqueue._log import Logger, default_logger
 from pgqueue._schema import SCHEMA_ERRORS, check_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from datetime import datetime
 
     import asyncpg
@@ -68,6 +69,9 @@ class Queue:
         name: the queue's name; workers consume one queue each.
         max_attempts: the default for jobs enqueued without their own.
         logger: where to log; the ``pgqueue`` logger by default.
+        hooks: told of every enqueue, for metrics and tracing
+            (`pgqueue.prometheus.ProducerMetrics`, `pgqueue.otel.Tracing`);
+            see `EnqueueHook`.
 
     Usage::
 
@@ -75,7 +79,7 @@ class Queue:
         job_id = await queue.enqueue("send_welcome_email", {"user_id": "01J5"})
     """
 
-    __slots__ = ("_logger", "_max_attempts", "_name", "_pool")
+    __slots__ = ("_hooks", "_logger", "_max_attempts", "_name", "_pool")
 
     def __init__(
         self,
@@ -84,11 +88,13 @@ class Queue:
         max_attempts: int = 5,
         *,
         logger: Logger | None = None,
+        hooks: Sequence[EnqueueHook] = (),
     ) -> None:
         self._pool = pool
         self._name = check_queue_name(name)
         self._max_attempts = check_max_attempts(max_attempts)
         self._logger = default_logger(logger)
+        self._hooks = tuple(hooks)
 
     @property
     def name(self) -> str:
@@ -157,33 +163,67 @@ class Queue:
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
         executor: Executor = connection if connection is not None else self._pool
+        if not self._hooks:
+            return await self._enqueue(executor, args, key, conflict)
+        new_job = NewJob(
+            args[0],
+            payload,
+            run_at=args[3],
+            max_attempts=max_attempts,
+            priority=args[4],
+            unique_key=key,
+            track=args[5],
+        )
+        event = EnqueueEvent(self._name, (new_job,), batch=False)
+        entered = before_enqueue(self._hooks, event, self._logger)
+        try:
+            job_id = await self._enqueue(executor, args, key, conflict, event)
+        except BaseException as exc:
+            after_enqueue(entered, event, exc, self._logger)
+            raise
+        after_enqueue(entered, event, None, self._logger)
+        return job_id
+
+    async def _enqueue(
+        self,
+        executor: Executor,
+        args: tuple[str, str, int, datetime | None, int, bool],
+        key: str | None,
+        conflict: str,
+        event: EnqueueEvent | None = None,
+    ) -> int:
+        """`enqueue` once its arguments are checked (and its hooks told)."""
+        trace_context = None if event is None else event.trace_context
         try:
             if key is None:
-                job_id: int = await executor.fetchval(_sql.ENQUEUE, self._name, *args)
+                job_id: int = await executor.fetchval(
+                    _sql.ENQUEUE, self._name, *args, trace_context
+                )
+                existed = False
             else:
                 row = await executor.fetchrow(
-                    _sql.ENQUEUE_UNIQUE, self._name, *args, key
+                    _sql.ENQUEUE_UNIQUE, self._name, *args, trace_context, key
                 )
                 assert row is not None
                 job_id, existed = row[0], row[1]
-                if existed:
-                    if conflict == "raise":
-                        raise DuplicateJobError(job_id, key)
-                    self._logger.debug(
-                        "job already enqueued with its unique key",
-                        extra={
-                            "job_id": job_id,
-                            "job_type": job_type,
-                            "queue": self._name,
-                        },
-                    )
-                    return job_id
         except SCHEMA_ERRORS as exc:
             await check_schema(executor)
             raise SchemaError(str(exc)) from exc
+        if event is not None:
+            event.ids.append(job_id)
+            event.duplicates.append(existed)
+        if existed:
+            assert key is not None
+            if conflict == "raise":
+                raise DuplicateJobError(job_id, key)
+            self._logger.debug(
+                "job already enqueued with its unique key",
+                extra={"job_id": job_id, "job_type": args[0], "queue": self._name},
+            )
+            return job_id
         self._logger.debug(
             "job enqueued",
-            extra={"job_id": job_id, "job_type": job_type, "queue": self._name},
+            extra={"job_id": job_id, "job_type": args[0], "queue": self._name},
         )
         return job_id
 
@@ -221,6 +261,8 @@ class Queue:
         conflict = check_on_conflict(on_conflict)
         batch = _Batch()
         checked_types: set[str] = set()
+        hooked = bool(self._hooks)
+        new_jobs: list[NewJob] = []
         for index, job in enumerate(jobs):
             try:
                 job_type, payload, max_attempts, run_at, priority, key, track = _unpack(
@@ -239,23 +281,59 @@ class Queue:
                 )
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"job {index}: {exc}") from exc
+            if hooked:
+                new_jobs.append(job if isinstance(job, NewJob) else NewJob(*job))
         if not batch.types:
             return []
         payload_array = encode_payloads(batch.payloads)
         executor: Executor = connection if connection is not None else self._pool
-        args = (self._name, batch.types, payload_array, *batch.columns())
+        if not hooked:
+            return await self._enqueue_many(executor, batch, payload_array, conflict)
+        event = EnqueueEvent(self._name, new_jobs, batch=True)
+        entered = before_enqueue(self._hooks, event, self._logger)
+        try:
+            ids = await self._enqueue_many(
+                executor, batch, payload_array, conflict, event
+            )
+        except BaseException as exc:
+            after_enqueue(entered, event, exc, self._logger)
+            raise
+        after_enqueue(entered, event, None, self._logger)
+        return ids
+
+    async def _enqueue_many(
+        self,
+        executor: Executor,
+        batch: _Batch,
+        payload_array: str,
+        conflict: str,
+        event: EnqueueEvent | None = None,
+    ) -> list[int]:
+        """`enqueue_many` once its jobs are checked (and its hooks told)."""
+        trace_context = None if event is None else event.trace_context
+        args = (
+            self._name,
+            batch.types,
+            payload_array,
+            *batch.columns(),
+            trace_context,
+        )
+        duplicate = None
         try:
             if not batch.keyed:
                 joined: str = await executor.fetchval(_sql.ENQUEUE_MANY, *args)
                 ids = [int(job_id) for job_id in joined.split(",")]
+                duplicates = [False] * len(ids)
             else:
                 rows = await executor.fetch(_sql.ENQUEUE_MANY_UNIQUE, *args)
-                ids, duplicate = batch.ids(rows)
-                if duplicate is not None and conflict == "raise":
-                    raise DuplicateJobError(*duplicate)
+                ids, duplicate, duplicates = batch.ids(rows)
         except SCHEMA_ERRORS as exc:
             await check_schema(executor)
             raise SchemaError(str(exc)) from exc
+        if event is not None:
+            event.ids, event.duplicates = ids, duplicates
+        if duplicate is not None and conflict == "raise":
+            raise DuplicateJobError(*duplicate)
         self._logger.debug(
             "jobs enqueued", extra={"count": len(ids), "queue": self._name}
         )
@@ -417,18 +495,28 @@ class _Batch:
 
     def ids(
         self, rows: list[asyncpg.Record]
-    ) -> tuple[list[int], tuple[int, str] | None]:
-        """Each input job's id from ENQUEUE_MANY_UNIQUE's rows, and the first duplicate."""
+    ) -> tuple[list[int], tuple[int, str] | None, list[bool]]:
+        """From ENQUEUE_MANY_UNIQUE's rows: each input job's id, the first
+        duplicate, and whether each input job is a duplicate (of a job that
+        existed, or of an earlier one of the call)."""
         by_key = {(row[1], row[2]): row for row in rows if row[2] is not None}
         unkeyed = iter(sorted(row[0] for row in rows if row[2] is None))
         row_ids: list[int] = []
+        existed: list[bool] = []
         duplicate = None
         for job_type, key in zip(self.types, self._keys, strict=True):
             if key is None:
                 row_ids.append(next(unkeyed))
+                existed.append(False)
                 continue
             row = by_key[job_type, key]
             row_ids.append(row[0])
+            existed.append(row[3])
             if row[3] and duplicate is None:
                 duplicate = (row[0], key)
-        return [row_ids[row] for row in self._index_of], duplicate
+        seen: set[int] = set()
+        duplicates = []
+        for index in self._index_of:
+            duplicates.append(existed[index] or index in seen)
+            seen.add(index)
+        return [row_ids[row] for row in self._index_of], duplicate, duplicates

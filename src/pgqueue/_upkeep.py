@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import anyio
@@ -11,7 +12,7 @@ from pgqueue._job import Status
 from pgqueue._retry import log_failure, retry_delay
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from pgqueue._dedicated import DedicatedConnection
     from pgqueue._ledger import Claims
@@ -47,6 +48,7 @@ class Upkeep:
         logger: Logger,
         on_rescued: Callable[[], None],
         on_cancel_requested: Callable[[int], None],
+        on_swept: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
         self._connection = connection
         self._claims = claims
@@ -56,6 +58,7 @@ class Upkeep:
         self._logger = logger
         self._on_rescued = on_rescued
         self._on_cancel_requested = on_cancel_requested
+        self._on_swept = on_swept
 
     async def heartbeats(self) -> None:
         """Refresh ``updated_at`` of every claim not yet durable, every ``rescue_after / 3``.
@@ -129,6 +132,8 @@ class Upkeep:
             back = sum(1 for row in rows if row[0] == Status.PENDING)
             rescued += back
             ended += len(rows) - back
+            if rows and self._on_swept is not None:
+                self._on_swept(Counter(row[0] for row in rows))
             if len(rows) < SWEEP_BATCH:
                 return rescued, ended
 

@@ -33,7 +33,7 @@ the services and close the worker's connections.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
 
 import anyio
@@ -52,6 +52,7 @@ from pgqueue._connect import connect_like
 from pgqueue._consumers import RUNNING_FOR, Consumers
 from pgqueue._dedicated import DedicatedConnection
 from pgqueue._errors import AlreadyStartedError, SchemaError
+from pgqueue._hooks import Observer, call_observers
 from pgqueue._ledger import Claims
 from pgqueue._listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, Listener
 from pgqueue._log import Logger, default_logger
@@ -125,6 +126,9 @@ class Worker:
             (as `stop` does when its timeout runs out); ``None`` waits for
             as long as they take.
         middleware: wrappers applied to each handler when it is registered.
+        observers: told what became of the outcomes written (recorded, or
+            fenced off as stale) and of the rescue sweeps, for metrics
+            (`pgqueue.prometheus.WorkerMetrics`); see `Observer`.
         logger: where to log; the ``pgqueue`` logger by default.
 
     Usage::
@@ -152,6 +156,7 @@ class Worker:
         retain: float | None = None,
         shutdown_grace: float | None = 30.0,
         middleware: Sequence[Middleware] = (),
+        observers: Sequence[Observer] = (),
         logger: Logger | None = None,
     ) -> None:
         check_callable("backoff", backoff)
@@ -174,6 +179,10 @@ class Worker:
         self._retain = None if retain is None else check_duration("retain", retain)
         self._shutdown_grace = _optional_duration("shutdown_grace", shutdown_grace)
         self._middleware = tuple(middleware)
+        self._observers = tuple(observers)
+        # The methods the observers have (each one is optional), looked up once.
+        self._observe_written = _methods(self._observers, "on_written")
+        self._observe_rescued = _methods(self._observers, "on_rescued")
         self._logger = default_logger(logger)
         self._handlers: dict[str, Handler] = {}
         self._registered: dict[str, Handler] = {}  # unwrapped, for _replace
@@ -417,6 +426,7 @@ class Worker:
             logger=logger,
             on_rescued=self._claimer.wake,
             on_cancel_requested=self._cancel,
+            on_swept=self._on_swept if self._observe_rescued else None,
         )
         self._listening = anyio.Event()
         if self._listen is False or until_empty:
@@ -558,7 +568,9 @@ class Worker:
     def _on_claimed(self) -> None:
         self._consumers.wake()
 
-    def _on_written(self, outcomes: Sequence[Outcome]) -> None:
+    def _on_written(
+        self, outcomes: Sequence[Outcome], fenced: Sequence[Outcome]
+    ) -> None:
         now = anyio.current_time()
         for outcome in outcomes:
             if outcome.status in _DELAYED and self._policy.retry_written(
@@ -566,6 +578,14 @@ class Worker:
             ):
                 self._claimer.nudge()
         self._claimer.room()
+        if self._observe_written:
+            if fenced:
+                stale = {outcome.key for outcome in fenced}
+                outcomes = [o for o in outcomes if o.key not in stale]
+            call_observers(self._observe_written, self._logger, outcomes, fenced)
+
+    def _on_swept(self, statuses: Mapping[str, int]) -> None:
+        call_observers(self._observe_rescued, self._logger, self._queue, statuses)
 
     def _on_notify(self, channel: str, payload: str) -> None:
         if channel == _sql.JOBS_CHANNEL:
@@ -593,6 +613,17 @@ class Worker:
 
 # Outcomes that put the job back to run after their delay.
 _DELAYED = frozenset({"pending", SNOOZED})
+
+
+def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any]]:
+    """The methods called ``name`` of those ``observers`` that have one."""
+    methods = []
+    for observer in observers:
+        method = getattr(observer, name, None)
+        if method is not None:
+            check_callable(f"observer {name}", method)
+            methods.append(method)
+    return methods
 
 
 def _optional_duration(what: str, value: float | None) -> float | None:

@@ -37,7 +37,8 @@ class OutcomeWriter:
     each is written again with a placeholder error, then as dead with one,
     and given up (left to the rescue sweep) only if even that is refused.
     Every outcome written, fenced off as stale, or given up is settled in
-    ``claims``.
+    ``claims``; ``on_written`` is told of each flush's outcomes, and of those
+    among them fenced off.
     """
 
     def __init__(
@@ -47,7 +48,7 @@ class OutcomeWriter:
         *,
         logger: Logger,
         queue: str,
-        on_written: Callable[[Sequence[Outcome]], None],
+        on_written: Callable[[Sequence[Outcome], Sequence[Outcome]], None],
     ) -> None:
         self._connection = connection
         self._claims = claims
@@ -124,10 +125,11 @@ class OutcomeWriter:
                 [o.error for o in part],
                 results,
             )
+        stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
-            self._log_stale(part, {(row[0], row[1]) for row in rows})
+            stale = self._log_stale(part, {(row[0], row[1]) for row in rows})
         self._claims.settled(keys)
-        self._on_written(part)
+        self._on_written(part, stale)
 
     def _instead_of(self, outcome: Outcome, exc: Exception) -> list[list[Outcome]]:
         """What to write instead of ``outcome``, which the server refused; [] to give up."""
@@ -153,10 +155,14 @@ class OutcomeWriter:
         self._claims.settled([outcome.key])
         return []
 
-    def _log_stale(self, part: list[Outcome], matched: set[tuple[int, int]]) -> None:
-        for outcome in part:
-            if outcome.key not in matched:
-                self._logger.warning(
-                    "stale run superseded by rescue; result dropped",
-                    extra={**job_fields(outcome.job), "outcome": outcome.status},
-                )
+    def _log_stale(
+        self, part: list[Outcome], matched: set[tuple[int, int]]
+    ) -> list[Outcome]:
+        """Log the outcomes of ``part`` the write did not match (fenced off); return them."""
+        stale = [outcome for outcome in part if outcome.key not in matched]
+        for outcome in stale:
+            self._logger.warning(
+                "stale run superseded by rescue; result dropped",
+                extra={**job_fields(outcome.job), "outcome": outcome.status},
+            )
+        return stale

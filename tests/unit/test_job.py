@@ -23,6 +23,7 @@ FIELDS: dict[str, Any] = {
     "priority": -3,
     "unique_key": "k",
     "snoozes": 4,
+    "trace_context": '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
 }
 
 

@@ -1,0 +1,408 @@
+"""Prometheus metrics for workers, producers and queues (the ``prometheus`` extra).
+
+Install with ``pip install 'pgqueue-asyncio[prometheus]'``. ``import pgqueue``
+never imports this module (nor prometheus_client).
+
+Usage::
+
+    from pgqueue.prometheus import ProducerMetrics, QueueCollector, WorkerMetrics, serve
+
+    metrics = WorkerMetrics()
+    worker = pgqueue.Worker(
+        pool, middleware=[metrics.middleware], observers=[metrics.observer]
+    )
+    queue = pgqueue.Queue(pool, hooks=[ProducerMetrics()])
+    serve(9191)  # /metrics, from a thread
+
+Metrics (the ``pgqueue`` prefix is ``namespace``):
+
+- ``pgqueue_jobs_finished_total{queue, job_type, outcome}``: outcomes the
+  worker wrote: ``completed``, ``retried``, ``dead``, ``cancelled``,
+  ``snoozed``, ``released`` (claimed, never started, given back on stop),
+  and ``stale`` (fenced off: the run had been rescued, nothing was written).
+- ``pgqueue_job_duration_seconds{queue, job_type}``: handler run time.
+- ``pgqueue_job_wait_seconds{queue, job_type}``: from the job's ``run_at``
+  to its handler's start (the worker's clock against the database's).
+- ``pgqueue_jobs_in_flight{queue, job_type}``: handlers running now.
+- ``pgqueue_jobs_rescued_total{queue, status}``: orphans the rescue sweep
+  found, by what they became (``pending``, ``dead``, ``cancelled``).
+- ``pgqueue_jobs_enqueued_total{queue, job_type}``: new jobs.
+- ``pgqueue_enqueue_duplicates_total{queue, job_type}``: enqueues whose
+  unique key gave an existing job's id.
+- ``pgqueue_enqueue_failures_total{queue}``: enqueue calls that raised
+  before the database answered.
+- From `QueueCollector`: ``pgqueue_queue_jobs{queue, status}`` (``ready``,
+  ``scheduled``, ``running``, ``completed``, ``dead``, ``cancelled``),
+  ``pgqueue_queue_lag_seconds{queue}``,
+  ``pgqueue_queue_longest_running_seconds{queue}`` and
+  ``pgqueue_queue_stats_age_seconds``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from pgqueue._admin import Admin
+from pgqueue._hooks import EnqueueEvent, EnqueueHook, Observer
+from pgqueue._log import Logger, default_logger
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from prometheus_client.metrics_core import Metric
+
+    from pgqueue._admin import QueueStats
+    from pgqueue._job import Job
+    from pgqueue._outcome import Outcome
+    from pgqueue._queue import Executor
+    from pgqueue._runner import Handler
+
+__all__ = [
+    "DURATION_BUCKETS",
+    "ProducerMetrics",
+    "QueueCollector",
+    "WorkerMetrics",
+    "serve",
+]
+
+DURATION_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    300.0, 900.0, 3600.0,
+)  # fmt: skip
+"""Buckets (seconds) of the duration and wait histograms: jobs last from
+milliseconds to an hour, and wait as long."""
+
+# What each written outcome's status is counted as.
+_OUTCOMES = {
+    "completed": "completed",
+    "pending": "retried",
+    "dead": "dead",
+    "cancelled": "cancelled",
+    "snoozed": "snoozed",
+    "released": "released",
+}
+
+
+class WorkerMetrics:
+    """A worker's job metrics: give it `middleware` and `observer`.
+
+    One instance may serve any number of workers (every metric has a
+    ``queue`` label); create it once per registry, as prometheus_client
+    refuses a metric name registered twice.
+
+    Args:
+        registry: where to register; prometheus_client's default ``REGISTRY``
+            if None.
+        namespace: the prefix of every metric name.
+        buckets: the duration and wait histograms' buckets, in seconds.
+
+    Usage::
+
+        metrics = WorkerMetrics()
+        worker = pgqueue.Worker(
+            pool, middleware=[metrics.middleware], observers=[metrics.observer]
+        )
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        namespace: str = "pgqueue",
+        buckets: Sequence[float] = DURATION_BUCKETS,
+    ) -> None:
+        registry = REGISTRY if registry is None else registry
+        job = ("queue", "job_type")
+        self.finished = Counter(
+            "jobs_finished",
+            "Job runs whose outcome the worker wrote, by outcome "
+            "(stale: fenced off, the run had been rescued).",
+            [*job, "outcome"],
+            namespace=namespace,
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "job_duration_seconds",
+            "How long handlers ran.",
+            job,
+            namespace=namespace,
+            registry=registry,
+            buckets=buckets,
+        )
+        self.wait = Histogram(
+            "job_wait_seconds",
+            "From a job's run_at to its handler's start.",
+            job,
+            namespace=namespace,
+            registry=registry,
+            buckets=buckets,
+        )
+        self.in_flight = Gauge(
+            "jobs_in_flight",
+            "Handlers running now.",
+            job,
+            namespace=namespace,
+            registry=registry,
+        )
+        self.rescued = Counter(
+            "jobs_rescued",
+            "Orphaned running jobs the rescue sweep found, by what they became.",
+            ["queue", "status"],
+            namespace=namespace,
+            registry=registry,
+        )
+        self.observer: Observer = _WorkerObserver(self.finished, self.rescued)
+        """Give it to `pgqueue.Worker` ``observers``."""
+
+    def middleware(self, handler: Handler) -> Handler:
+        """Wrap ``handler``: time it, count it in flight, measure its job's wait."""
+        wait, duration, in_flight = self.wait, self.duration, self.in_flight
+
+        @functools.wraps(handler)
+        async def measured(job: Job) -> Any:
+            labels = (job.queue, job.type)
+            try:
+                waited = (datetime.now(UTC) - job.run_at).total_seconds()
+            except OverflowError:  # run_at at -infinity: no wait to speak of
+                waited = 0.0
+            wait.labels(*labels).observe(max(waited, 0.0))
+            gauge = in_flight.labels(*labels)
+            gauge.inc()
+            start = time.perf_counter()
+            try:
+                return await handler(job)
+            finally:
+                duration.labels(*labels).observe(time.perf_counter() - start)
+                gauge.dec()
+
+        return measured
+
+
+class _WorkerObserver(Observer):
+    def __init__(self, finished: Counter, rescued: Counter) -> None:
+        self._finished = finished
+        self._rescued = rescued
+
+    def on_written(self, written: Sequence[Outcome], fenced: Sequence[Outcome]) -> None:
+        finished = self._finished
+        for outcome in written:
+            job = outcome.job
+            status = _OUTCOMES.get(outcome.status, outcome.status)
+            finished.labels(job.queue, job.type, status).inc()
+        for outcome in fenced:
+            finished.labels(outcome.job.queue, outcome.job.type, "stale").inc()
+
+    def on_rescued(self, queue: str, statuses: Mapping[str, int]) -> None:
+        for status, count in statuses.items():
+            self._rescued.labels(queue, status).inc(count)
+
+
+class ProducerMetrics(EnqueueHook):
+    """Enqueue counts: give it to `pgqueue.Queue` ``hooks``.
+
+    Args:
+        registry: where to register; prometheus_client's default ``REGISTRY``
+            if None.
+        namespace: the prefix of every metric name.
+
+    Usage::
+
+        queue = pgqueue.Queue(pool, hooks=[ProducerMetrics()])
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, namespace: str = "pgqueue"
+    ) -> None:
+        registry = REGISTRY if registry is None else registry
+        self.enqueued = Counter(
+            "jobs_enqueued",
+            "Jobs enqueued (new rows).",
+            ["queue", "job_type"],
+            namespace=namespace,
+            registry=registry,
+        )
+        self.duplicates = Counter(
+            "enqueue_duplicates",
+            "Enqueues whose unique key gave an existing job's id instead of a new row.",
+            ["queue", "job_type"],
+            namespace=namespace,
+            registry=registry,
+        )
+        self.failures = Counter(
+            "enqueue_failures",
+            "Enqueue calls that raised before the database answered.",
+            ["queue"],
+            namespace=namespace,
+            registry=registry,
+        )
+
+    def after_enqueue(
+        self, event: EnqueueEvent, state: Any, error: BaseException | None
+    ) -> None:
+        """Count the call's new jobs and duplicates (or its failure)."""
+        if not event.ids:
+            if error is not None:
+                self.failures.labels(event.queue).inc()
+            return
+        for job, duplicate in zip(event.jobs, event.duplicates, strict=True):
+            counter = self.duplicates if duplicate else self.enqueued
+            counter.labels(event.queue, job.job_type).inc()
+
+
+class QueueCollector(Collector):
+    """Per-queue counts and lag from the database, cached, for a registry.
+
+    A scrape never queries the database and never waits: `run` (a task of
+    your event loop, next to the worker) refreshes the cache every ``ttl``
+    seconds, and ``collect()`` (called from the HTTP server's thread)
+    reads it. However many scrapers there are, the database sees one stats
+    query per ``ttl``. The stats are `pgqueue.Admin.stats`'s: index-backed;
+    ``completed`` is an estimate on a large table.
+
+    Args:
+        executor: the pool (or connection) to query.
+        queue: one queue's stats only; every queue with jobs if None.
+        ttl: seconds between refreshes.
+        registry: where to register; prometheus_client's default
+            ``REGISTRY`` if None.
+        namespace: the prefix of every metric name.
+        logger: where to log a failed refresh (the cache then stays as it
+            was, and ``pgqueue_queue_stats_age_seconds`` grows).
+
+    Usage::
+
+        collector = QueueCollector(pool)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collector.run)
+            await worker.run()
+            tg.cancel_scope.cancel()
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        queue: str | None = None,
+        ttl: float = 15.0,
+        registry: CollectorRegistry | None = None,
+        namespace: str = "pgqueue",
+        logger: Logger | None = None,
+    ) -> None:
+        if not ttl > 0:
+            msg = f"ttl must be a positive number of seconds, not {ttl!r}"
+            raise ValueError(msg)
+        self._admin = Admin(executor, logger=logger)
+        self._queue = queue
+        self._ttl = float(ttl)
+        self._prefix = f"{namespace}_queue" if namespace else "queue"
+        self._logger = default_logger(logger)
+        self._families: list[Metric] = self._build([])
+        self._refreshed_at: float | None = None
+        (REGISTRY if registry is None else registry).register(self)
+
+    @property
+    def ttl(self) -> float:
+        """Seconds between refreshes."""
+        return self._ttl
+
+    async def refresh(self) -> None:
+        """Query the stats now and replace the cache.
+
+        Raises:
+            Whatever the query raises (the cache is left as it was).
+        """
+        stats = await self._admin.stats(self._queue)
+        self._families = self._build(stats)
+        self._refreshed_at = time.monotonic()
+
+    async def run(self) -> None:
+        """Refresh the cache at once and then every ``ttl`` seconds, until cancelled.
+
+        A refresh that fails is logged and tried again at the next tick.
+        """
+        while True:
+            try:
+                await self.refresh()
+            except Exception as exc:
+                self._logger.warning(
+                    "refreshing queue stats for Prometheus failed",
+                    extra={"error": f"{type(exc).__name__}: {exc}"},
+                )
+            await anyio.sleep(self._ttl)
+
+    def describe(self) -> Iterable[Metric]:
+        """The metric families, without samples (read at registration)."""
+        return [*self._build([]), self._age()]
+
+    def collect(self) -> Iterable[Metric]:
+        """The cached families, and how old they are; never blocks."""
+        age = self._age()
+        refreshed = self._refreshed_at
+        age.add_metric(
+            [], float("nan") if refreshed is None else time.monotonic() - refreshed
+        )
+        return [*self._families, age]
+
+    def _age(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            f"{self._prefix}_stats_age_seconds",
+            "Seconds since the queue stats were read from the database "
+            "(NaN before the first read).",
+        )
+
+    def _build(self, stats: Sequence[QueueStats]) -> list[Metric]:
+        prefix = self._prefix
+        jobs = GaugeMetricFamily(
+            f"{prefix}_jobs",
+            "Jobs in each queue by status (ready: pending and due; scheduled: "
+            "pending, not yet due). completed is an estimate on a large table.",
+            labels=["queue", "status"],
+        )
+        lag = GaugeMetricFamily(
+            f"{prefix}_lag_seconds",
+            "How long the oldest ready job of each queue has waited.",
+            labels=["queue"],
+        )
+        longest = GaugeMetricFamily(
+            f"{prefix}_longest_running_seconds",
+            "How long the longest running job of each queue has run.",
+            labels=["queue"],
+        )
+        for row in stats:
+            for status in _STATUSES:
+                jobs.add_metric([row.queue, status], float(getattr(row, status) or 0))
+            lag.add_metric([row.queue], float(row.lag or 0.0))
+            longest.add_metric([row.queue], float(row.longest_running or 0.0))
+        return [jobs, lag, longest]
+
+
+_STATUSES = ("ready", "scheduled", "running", "completed", "dead", "cancelled")
+
+
+def serve(
+    port: int, addr: str = "0.0.0.0", registry: CollectorRegistry | None = None
+) -> None:
+    """Serve ``/metrics`` of ``registry`` (the default one if None) on ``addr:port``.
+
+    The server runs in a daemon thread of its own and lives as long as the
+    process; returns once it listens.
+
+    Raises:
+        OSError: the port is taken (or not allowed).
+    """
+    start_http_server(port, addr, registry=REGISTRY if registry is None else registry)

@@ -1,0 +1,309 @@
+"""pgqueue.prometheus against a real server: exact values after real drains."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import asyncpg
+import pytest
+from prometheus_client import CollectorRegistry
+
+import pgqueue
+from pgqueue.prometheus import ProducerMetrics, QueueCollector, WorkerMetrics, serve
+from tests.helpers import row, running, wait_for_row, wait_until
+
+
+def no_backoff(_attempt: int) -> float:
+    return 0.0
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+async def test_worker_metrics_after_a_drain(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    q = queue.name
+    blocked = {"cancel": anyio.Event(), "stale": anyio.Event()}
+    release = anyio.Event()
+    worker = pgqueue.Worker(
+        pool,
+        queue=q,
+        concurrency=4,
+        backoff=no_backoff,
+        rescue_after=60,
+        middleware=[metrics.middleware],
+        observers=[metrics.observer],
+    )
+
+    @worker.handler("ok")
+    async def ok(_job: pgqueue.Job) -> None:
+        return None
+
+    @worker.handler("flaky")
+    async def flaky(_job: pgqueue.Job) -> None:
+        raise ValueError("boom")
+
+    @worker.handler("snooze")
+    async def snooze(job: pgqueue.Job) -> None:
+        if job.snoozes == 0:
+            raise pgqueue.Snooze(0)
+
+    @worker.handler("cancel")
+    async def cancel(_job: pgqueue.Job) -> None:
+        blocked["cancel"].set()
+        await anyio.sleep_forever()
+
+    @worker.handler("stale")
+    async def stale(_job: pgqueue.Job) -> None:
+        blocked["stale"].set()
+        await release.wait()
+
+    ok_ids = [await queue.enqueue("ok", {}) for _ in range(3)]
+    orphan = await queue.enqueue("ok", {})
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = 1,"
+        " updated_at = now() - interval '1 hour' WHERE id = $1",
+        orphan,
+    )
+    flaky_id = await queue.enqueue("flaky", {}, max_attempts=2)
+    snooze_id = await queue.enqueue("snooze", {})
+    cancel_id = await queue.enqueue("cancel", {})
+    stale_id = await queue.enqueue("stale", {})
+
+    async with running(worker):
+        with anyio.fail_after(10):
+            for event in blocked.values():
+                await event.wait()
+        for job_type in ("cancel", "stale"):
+            assert (
+                value(registry, "pgqueue_jobs_in_flight", queue=q, job_type=job_type)
+                == 1
+            )
+        assert await queue.cancel(cancel_id) == {cancel_id: "requested"}
+        await wait_for_row(pool, cancel_id, status="cancelled")
+        # Rescued meanwhile by another worker: the row is pending again.
+        await pool.execute(
+            "UPDATE pgqueue_jobs SET status = 'pending',"
+            " run_at = now() + interval '1 hour' WHERE id = $1",
+            stale_id,
+        )
+        release.set()
+
+        async def written() -> bool:
+            return (
+                value(registry, "pgqueue_jobs_finished_total", queue=q, job_type="stale", outcome="stale")
+                == 1
+            )  # fmt: skip
+
+        await wait_until(written)
+        for job_id in (*ok_ids, orphan, snooze_id):
+            await wait_for_row(pool, job_id, status="completed")
+        await wait_for_row(pool, flaky_id, status="dead")
+
+    finished = {
+        (sample.labels["job_type"], sample.labels["outcome"]): sample.value
+        for family in registry.collect()
+        if family.name == "pgqueue_jobs_finished"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["queue"] == q
+    }
+    assert finished == {
+        ("ok", "completed"): 4,
+        ("flaky", "retried"): 1,
+        ("flaky", "dead"): 1,
+        ("snooze", "snoozed"): 1,
+        ("snooze", "completed"): 1,
+        ("cancel", "cancelled"): 1,
+        ("stale", "stale"): 1,
+    }
+    assert value(registry, "pgqueue_jobs_rescued_total", queue=q, status="pending") == 1
+    runs = {"ok": 4, "flaky": 2, "snooze": 2, "cancel": 1, "stale": 1}
+    for job_type, count in runs.items():
+        labels = {"queue": q, "job_type": job_type}
+        assert value(registry, "pgqueue_job_duration_seconds_count", **labels) == count
+        assert value(registry, "pgqueue_job_wait_seconds_count", **labels) == count
+        assert value(registry, "pgqueue_jobs_in_flight", **labels) == 0
+    # The blocked run lasted as long as the test held it.
+    held = value(
+        registry, "pgqueue_job_duration_seconds_sum", queue=q, job_type="stale"
+    )
+    assert held is not None
+    assert held > 0
+    # The rescued orphan ran again, as its second attempt.
+    assert (await row(pool, orphan))["attempts"] == 2
+
+
+async def test_wait_time_runs_from_run_at(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry, buckets=(1.0, 50.0, 70.0))
+    worker = pgqueue.Worker(pool, queue=queue.name, middleware=[metrics.middleware])
+    worker.register("t", _noop)
+    job_id = await queue.enqueue("t", {})
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET run_at = now() - interval '60 seconds' WHERE id = $1",
+        job_id,
+    )
+    with anyio.fail_after(15):
+        await worker.run(until_empty=True)
+    labels = {"queue": queue.name, "job_type": "t"}
+    assert value(registry, "pgqueue_job_wait_seconds_bucket", **labels, le="50.0") == 0
+    assert value(registry, "pgqueue_job_wait_seconds_bucket", **labels, le="70.0") == 1
+
+
+async def _noop(_job: pgqueue.Job) -> None:
+    return None
+
+
+async def test_producer_metrics_count_new_jobs_duplicates_and_failures(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    registry = CollectorRegistry()
+    queue = pgqueue.Queue(pool, name=queue_name, hooks=[ProducerMetrics(registry)])
+    key = f"{queue_name}-k"
+    await queue.enqueue("a", {})
+    await queue.enqueue("b", {}, unique_key=key)
+    await queue.enqueue("b", {}, unique_key=key)
+    with pytest.raises(pgqueue.DuplicateJobError):
+        await queue.enqueue("b", {}, unique_key=key, on_conflict="raise")
+    await queue.enqueue_many(
+        [
+            ("a", {}),
+            ("a", {}),
+            pgqueue.NewJob("b", {}, unique_key=key),
+            pgqueue.NewJob("b", {}, unique_key=f"{key}2"),
+            pgqueue.NewJob("b", {}, unique_key=f"{key}2"),
+        ]
+    )
+    async with pool.acquire() as connection:
+        closed = connection
+    with pytest.raises(asyncpg.InterfaceError):
+        await queue.enqueue("a", {}, connection=closed)
+
+    def count(name: str, job_type: str) -> float | None:
+        return value(registry, name, queue=queue_name, job_type=job_type)
+
+    assert count("pgqueue_jobs_enqueued_total", "a") == 3
+    assert count("pgqueue_jobs_enqueued_total", "b") == 2
+    assert count("pgqueue_enqueue_duplicates_total", "a") is None
+    assert count("pgqueue_enqueue_duplicates_total", "b") == 4
+    assert value(registry, "pgqueue_enqueue_failures_total", queue=queue_name) == 1
+
+
+async def test_queue_collector_reads_the_stats_from_its_cache(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    q = queue.name
+    past = datetime.now(UTC) - timedelta(seconds=30)
+    ready = [await queue.enqueue("t", {}, run_at=past) for _ in range(2)]
+    await queue.enqueue("t", {}, run_at=datetime.now(UTC) + timedelta(hours=1))
+    dead, cancelled, running_id, completed = [
+        await queue.enqueue("t", {}) for _ in range(4)
+    ]
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'dead', attempts = 5 WHERE id = $1", dead
+    )
+    assert await queue.cancel(cancelled) == {cancelled: "cancelled"}
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = 1,"
+        " run_at = now() - interval '20 seconds' WHERE id = $1",
+        running_id,
+    )
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'completed', attempts = 1 WHERE id = $1",
+        completed,
+    )
+    registry = CollectorRegistry()
+    collector = QueueCollector(pool, queue=q, ttl=60, registry=registry)
+
+    def jobs(status: str) -> float | None:
+        return value(registry, "pgqueue_queue_jobs", queue=q, status=status)
+
+    assert jobs("ready") is None  # nothing read yet
+    assert value(registry, "pgqueue_queue_stats_age_seconds") != value(
+        registry, "pgqueue_queue_stats_age_seconds"
+    )  # NaN
+    await collector.refresh()
+    counts = {
+        "ready": 2,
+        "scheduled": 1,
+        "running": 1,
+        "completed": 1,
+        "dead": 1,
+        "cancelled": 1,
+    }
+    assert {status: jobs(status) for status in counts} == counts
+    lag = value(registry, "pgqueue_queue_lag_seconds", queue=q)
+    assert lag is not None
+    assert 29 < lag < 120
+    longest = value(registry, "pgqueue_queue_longest_running_seconds", queue=q)
+    assert longest is not None
+    assert 19 < longest < 120
+    age = value(registry, "pgqueue_queue_stats_age_seconds")
+    assert age is not None
+    assert 0 <= age < 10
+
+    # A scrape reads the cache: the database is not asked again.
+    await queue.enqueue("t", {})
+    await pool.execute("DELETE FROM pgqueue_jobs WHERE id = $1", ready[0])
+    assert jobs("ready") == 2
+    await collector.refresh()
+    assert jobs("ready") == 2  # one more, one fewer
+    assert jobs("scheduled") == 1
+
+
+async def test_queue_collector_run_refreshes_every_ttl(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    registry = CollectorRegistry()
+    collector = QueueCollector(pool, queue=queue.name, ttl=0.05, registry=registry)
+
+    def ready() -> float | None:
+        return value(registry, "pgqueue_queue_jobs", queue=queue.name, status="ready")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(collector.run)
+
+        async def seen(count: int) -> bool:
+            return ready() == count
+
+        await wait_until(lambda: seen(0))
+        await queue.enqueue("t", {})
+        await wait_until(lambda: seen(1))
+        tg.cancel_scope.cancel()
+
+
+def test_queue_collector_refuses_a_bad_ttl() -> None:
+    with pytest.raises(ValueError, match="ttl"):
+        QueueCollector(None, ttl=0, registry=CollectorRegistry())  # type: ignore[arg-type]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_serve_exposes_the_registry_over_http() -> None:
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    metrics.rescued.labels("q", "pending").inc(2)
+    port = _free_port()
+    serve(port, "127.0.0.1", registry=registry)
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            body: bytes = r.read()
+            return body.decode()
+
+    text = await anyio.to_thread.run_sync(scrape)
+    assert 'pgqueue_jobs_rescued_total{queue="q",status="pending"} 2.0' in text
