@@ -128,7 +128,8 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     cancel_requested BOOLEAN     NOT NULL DEFAULT false,
     snoozes          INT         NOT NULL DEFAULT 0,
     result           JSONB,
-    tracked          BOOLEAN     NOT NULL DEFAULT false
+    tracked          BOOLEAN     NOT NULL DEFAULT false,
+    trace_context    TEXT
 );
 
 -- The Go module's claims, and ours of jobs without a priority.
@@ -162,7 +163,8 @@ ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS cancel_requested BOOLEAN  NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS snoozes          INT      NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS result           JSONB,
-    ADD COLUMN IF NOT EXISTS tracked          BOOLEAN  NOT NULL DEFAULT false;
+    ADD COLUMN IF NOT EXISTS tracked          BOOLEAN  NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS trace_context    TEXT;
 
 DO $$
 DECLARE
@@ -203,7 +205,7 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
 """
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
-Only adds: columns with constant defaults (no table rewrite), the status
+Only adds: columns with constant defaults or none (no table rewrite), the status
 check widened to allow ``cancelled`` (added ``NOT VALID``, then validated,
 which does not block writes), and three partial indexes. Idempotent. Go
 producers and workers keep working on the upgraded table. On a large table,
@@ -227,16 +229,19 @@ SCHEMA_DOWN = "DROP TABLE IF EXISTS pgqueue_jobs;"
 
 # The row and its wakeup ride one statement, so a job enqueued inside the
 # caller's transaction wakes workers only if that transaction commits.
+# trace_context ($8) is opaque text an enqueue hook gives (pgqueue.otel: the
+# producer span's propagation headers as JSON); NULL without one, as in a
+# Go producer's rows.
 ENQUEUE = """
 WITH job AS (
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked)
-    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()), $6, $7)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context)
+    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()), $6, $7, $8)
     RETURNING id
 )
 SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
 """
 
-# A job with a unique key ($8): while a job of the same type and key is
+# A job with a unique key ($9): while a job of the same type and key is
 # pending or running, the index refuses a second one and the existing row's
 # id comes back instead (locked and updated in place, so that an enqueuer
 # racing its commit still gets it), with no wakeup. xmax is 0 only on a row
@@ -247,8 +252,8 @@ _ON_UNIQUE_CONFLICT = """
 """
 ENQUEUE_UNIQUE = f"""
 WITH job AS (
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key)
-    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()), $6, $7, $8)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key)
+    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()), $6, $7, $8, $9)
     {_ON_UNIQUE_CONFLICT}
     RETURNING id, xmax <> 0 AS existed
 )
@@ -259,10 +264,11 @@ SELECT id, existed, CASE WHEN NOT existed THEN pg_notify('pgqueue_jobs', $1) END
 # The payloads arrive as one JSON array ($3), the rest as arrays; ROWS FROM
 # zips them element by element, padding shorter ones with NULLs (so that a
 # batch without priorities, tracking or keys passes empty arrays for them).
+# One trace context ($9, usually NULL) for the whole batch: its producer span's.
 _ENQUEUE_ROWS = """
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key, trace_context)
     SELECT $1, t.job_type, t.payload, t.max_attempts, COALESCE(t.run_at, now()),
-           COALESCE(t.priority, 0), COALESCE(t.tracked, false), t.unique_key
+           COALESCE(t.priority, 0), COALESCE(t.tracked, false), t.unique_key, $9::text
     FROM ROWS FROM (
         unnest($2::text[]),
         jsonb_array_elements($3::text::jsonb),
@@ -441,7 +447,8 @@ RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
     last_error,
     CASE WHEN ({_REPRESENTABLE.format("run_at")}) AND ({_REPRESENTABLE.format("created_at")}) THEN NULL
          ELSE format('run_at %s, created_at %s', run_at, created_at) END AS unrepresentable,
-    priority, unique_key, snoozes, (extract(epoch FROM now()) * 1000000)::int8 AS claimed_at
+    priority, unique_key, snoozes, (extract(epoch FROM now()) * 1000000)::int8 AS claimed_at,
+    trace_context
 """
 
 # One statement writes the outcomes of many runs. Each row is fenced on the
@@ -565,6 +572,7 @@ REQUIRED_COLUMNS = (
     "snoozes",
     "result",
     "tracked",
+    "trace_context",
 )
 """The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
