@@ -14,15 +14,21 @@ Spans follow OpenTelemetry's messaging semantic conventions:
   producer span when the job carries its context. Jobs from a Go producer, or
   enqueued without tracing, get no link.
 
-Attributes: ``messaging.system`` is ``"pgqueue"`` (the messaging system the
-application talks to; PostgreSQL is its storage, and shows up as
-``db.system`` on database spans if asyncpg is instrumented),
+Attributes: ``messaging.system`` (``"pgqueue"``),
 ``messaging.destination.name`` (the queue), ``messaging.operation.type`` and
 ``messaging.operation.name`` (``send`` or ``process``),
-``messaging.message.id`` (the job id; not on a batch's span), and
-``pgqueue.job.type`` and ``pgqueue.job.attempt``. A handler that raises sets
-the span's status to ERROR and records the exception (a `pgqueue.Snooze`
-does not: it is no failure); an enqueue that raises does the same.
+``messaging.message.id`` (the job id; not on a batch's span, which has
+``messaging.batch.message_count`` instead), ``pgqueue.job.type`` (not on a
+batch's span), ``pgqueue.job.attempt`` (on ``process`` spans), and
+``pgqueue.duplicates`` (on ``send`` spans whose unique keys matched live
+jobs: how many). A handler that raises sets the span's status to ERROR and
+records the exception (a `pgqueue.Snooze` does not: it is no failure, and
+sets ``pgqueue.job.snoozed``); an enqueue that raises does the same.
+
+Why ``messaging.system = "pgqueue"`` and not ``"postgresql"``: the
+attribute names the messaging system the application talks to, whose
+semantics (queues, attempts, fencing) the spans describe; PostgreSQL is
+where it keeps its rows, named by ``db.system`` on database spans.
 
 Usage::
 
