@@ -27,7 +27,9 @@ COMMAND_MODULES = (
     "pgqueue.cli.jobs",
     "pgqueue.cli.top",
 )
-"""Modules that add commands; one that is not there yet is skipped."""
+"""Modules that add commands."""
+
+_DSN_HELP = "PostgreSQL connection string (default: $PGQUEUE_DSN, then PG* variables)"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,23 +48,25 @@ def build_parser() -> argparse.ArgumentParser:
             "variables. Exit codes: 0 done, 1 error, 2 bad input, 3 stop timed out."
         ),
     )
-    parser.add_argument(
-        "--dsn",
-        help="PostgreSQL connection string (default: $PGQUEUE_DSN, then PG* variables)",
-    )
+    parser.add_argument("--dsn", help=_DSN_HELP)
     commands = parser.add_subparsers(
         title="commands", metavar="COMMAND", parser_class=_Parser
     )
     commands.required = True
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        module.add_to(commands)
+        importlib.import_module(name).add_to(commands)
+    _dsn_after_the_command(parser)
     return parser
+
+
+def _dsn_after_the_command(parser: argparse.ArgumentParser) -> None:
+    """Let ``--dsn`` come after a command's name too (``pgqueue stats --dsn ...``)."""
+    for action in parser._actions:  # argparse has no public walk of its parsers
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if "--dsn" not in sub._option_string_actions:
+                    sub.add_argument("--dsn", default=argparse.SUPPRESS, help=_DSN_HELP)
+                _dsn_after_the_command(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
