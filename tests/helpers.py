@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -156,3 +157,33 @@ class RecordingLogger:
 
 async def noop(_job: pgqueue.Job) -> None:
     """A handler that completes its job."""
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of a JSON plan tree, depth first."""
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found.extend(plan_nodes(child))
+    return found
+
+
+def plan_buffers(node: dict[str, Any]) -> int:
+    """Shared buffers a plan node touched (hit + read), its children included."""
+    return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
+
+
+async def explain_analyze(
+    connection: asyncpg.Connection, sql: str, *args: object
+) -> dict[str, Any]:
+    """EXPLAIN (ANALYZE, BUFFERS) ``sql`` in a transaction that is rolled back."""
+    transaction = connection.transaction()
+    await transaction.start()
+    try:
+        raw = await connection.fetchval(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args
+        )
+    finally:
+        await transaction.rollback()
+    document: list[dict[str, Any]] = json.loads(raw)
+    root: dict[str, Any] = document[0]["Plan"]
+    return root

@@ -15,7 +15,6 @@ counts (the table is over the exact-count bound) close to the truth.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import asyncpg
@@ -23,6 +22,7 @@ import pytest
 
 import pgqueue
 from pgqueue import _admin, _sql
+from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -56,28 +56,6 @@ FILL = (
 )
 
 
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [plan]
-    for child in plan.get("Plans", []):
-        found.extend(_nodes(child))
-    return found
-
-
-async def _explain(
-    connection: asyncpg.Connection, sql: str, *args: object
-) -> dict[str, Any]:
-    transaction = connection.transaction()
-    await transaction.start()
-    try:
-        raw = await connection.fetchval(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args
-        )
-    finally:
-        await transaction.rollback()
-    root: dict[str, Any] = json.loads(raw)[0]["Plan"]
-    return root
-
-
 PARTIAL_INDEXES = {
     "idx_pgqueue_jobs_claim",
     "idx_pgqueue_jobs_rescue",
@@ -87,7 +65,7 @@ PARTIAL_INDEXES = {
 
 def _check_indexed(plan: dict[str, Any]) -> set[str]:
     """Fail on a scan of pgqueue_jobs not through an index; return the indexes used."""
-    nodes = _nodes(plan)
+    nodes = plan_nodes(plan)
     used = {n["Index Name"] for n in nodes if "Index Name" in n}
     for node in nodes:
         if node.get("Relation Name") != "pgqueue_jobs":
@@ -95,15 +73,11 @@ def _check_indexed(plan: dict[str, Any]) -> set[str]:
         kind = node["Node Type"]
         assert kind not in {"Seq Scan", "Tid Range Scan"}, kind
         if kind == "Bitmap Heap Scan":
-            under = {n.get("Index Name") for n in _nodes(node)} - {None}
+            under = {n.get("Index Name") for n in plan_nodes(node)} - {None}
             assert under, node
             assert under <= PARTIAL_INDEXES, under
     assert used, [n["Node Type"] for n in nodes]
     return used
-
-
-def _buffers(plan: dict[str, Any]) -> int:
-    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
 
 
 @pytest.fixture
@@ -130,10 +104,10 @@ async def test_stats_and_listings_use_indexes_on_a_big_table(
     assert pages > _admin.EXACT_COMPLETED_PAGES, pages
 
     for queue in (None, "a", "b"):
-        stats = await _explain(big_table, _sql.STATS, queue)
+        stats = await explain_analyze(big_table, _sql.STATS, queue)
         used = _check_indexed(stats)
         assert used >= PARTIAL_INDEXES, used
-        assert _buffers(stats) < pages / 4, (_buffers(stats), pages)
+        assert plan_buffers(stats) < pages / 4, (plan_buffers(stats), pages)
 
     listings = [
         (status, queue)
@@ -141,11 +115,15 @@ async def test_stats_and_listings_use_indexes_on_a_big_table(
         for queue in ("a", "b")
     ]
     for status, queue in listings:
-        plan = await _explain(big_table, _sql.jobs_query(status), queue, None, None, 50)
+        plan = await explain_analyze(
+            big_table, _sql.jobs_query(status), queue, None, None, 50
+        )
         _check_indexed(plan)
-        assert _buffers(plan) < pages / 4, (status, queue, _buffers(plan))
+        assert plan_buffers(plan) < pages / 4, (status, queue, plan_buffers(plan))
     for status in ("dead", "cancelled"):
-        plan = await _explain(big_table, _sql.RETRYABLE_IDS, status, "a", None, 1000, 0)
+        plan = await explain_analyze(
+            big_table, _sql.RETRYABLE_IDS, status, "a", None, 1000, 0
+        )
         assert _check_indexed(plan) == {"idx_pgqueue_jobs_failed"}
 
     # The whole call, in a transaction: no sequential scan of the table.

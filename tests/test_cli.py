@@ -431,7 +431,9 @@ async def test_listen_exits_0_on_a_signal(
         await pgqueue.publish(pool, "cli_c", "one")
         with anyio.fail_after(15):
             assert process.stdout is not None
-            line = await process.stdout.receive()
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await process.stdout.receive()
             assert line.decode() == "cli_c\tone\n"
             process.send_signal(signum)
             code = await process.wait()

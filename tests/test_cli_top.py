@@ -20,7 +20,9 @@ import asyncpg
 import pytest
 
 from pgqueue import _sql
-from pgqueue.cli.top import Sampler, duration
+from pgqueue.cli._common import seconds_text as duration
+from pgqueue.cli.top import Sampler
+from tests.helpers import plan_nodes
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -277,13 +279,6 @@ INSERT INTO pgqueue_jobs (queue, job_type, status, attempts)
 SELECT 'q' || (g % 7), 'noop', 'running', 1 FROM generate_series(1, 20) AS g;
 ANALYZE pgqueue_jobs;
 """
-
-
-def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [plan]
-    for child in plan.get("Plans", []):
-        found.extend(plan_nodes(child))
-    return found
 
 
 async def test_dashboard_statements_use_indexes(fresh_dsn: str) -> None:

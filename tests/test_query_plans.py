@@ -28,13 +28,13 @@ Everything runs inside a transaction that is rolled back.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import asyncpg
 import pytest
 
 from pgqueue import _sql
+from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -75,44 +75,14 @@ FILL = (
 )
 
 
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every node of a JSON plan tree, depth first."""
-    found = [plan]
-    for child in plan.get("Plans", []):
-        found.extend(_nodes(child))
-    return found
-
-
-def _buffers(node: dict[str, Any]) -> int:
-    """Shared buffers a node touched (hit + read), its children included."""
-    return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
-
-
-async def _explain(
-    connection: asyncpg.Connection, sql: str, *args: object
-) -> dict[str, Any]:
-    """EXPLAIN (ANALYZE, BUFFERS) ``sql`` in a transaction that is rolled back."""
-    transaction = connection.transaction()
-    await transaction.start()
-    try:
-        raw = await connection.fetchval(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args
-        )
-    finally:
-        await transaction.rollback()
-    document: list[dict[str, Any]] = json.loads(raw)
-    root: dict[str, Any] = document[0]["Plan"]
-    return root
-
-
 def _finding(claim: dict[str, Any]) -> dict[str, Any]:
     """The claim's id subquery: the scans of every priority and their locks."""
-    return next(n for n in _nodes(claim) if n["Node Type"] == "Limit")
+    return next(n for n in plan_nodes(claim) if n["Node Type"] == "Limit")
 
 
 def _check_scans(root: dict[str, Any], index: str) -> dict[str, Any]:
     """Return the index scan on ``index``; fail on any full scan of the table."""
-    nodes = _nodes(root)
+    nodes = plan_nodes(root)
     full = [
         n["Node Type"]
         for n in nodes
@@ -144,22 +114,22 @@ async def big_table(fresh_dsn: str) -> Any:
 async def test_claim_and_rescue_use_their_partial_indexes(
     big_table: asyncpg.Connection,
 ) -> None:
-    claim = await _explain(
+    claim = await explain_analyze(
         big_table, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places({})
     )
-    rescue = await _explain(big_table, _sql.RESCUE, QUEUE, 300.0, 1000)
+    rescue = await explain_analyze(big_table, _sql.RESCUE, QUEUE, 300.0, 1000)
 
     _check_scans(claim, "idx_pgqueue_jobs_priority")
     assert claim["Actual Rows"] == CLAIM_LIMIT
     lock = _finding(claim)
-    assert _buffers(lock) < FIND_BOUND, lock
-    assert _buffers(claim) < PER_ROW_BOUND * CLAIM_LIMIT, _buffers(claim)
+    assert plan_buffers(lock) < FIND_BOUND, lock
+    assert plan_buffers(claim) < PER_ROW_BOUND * CLAIM_LIMIT, plan_buffers(claim)
 
     scan = _check_scans(rescue, "idx_pgqueue_jobs_rescue")
     assert scan["Actual Rows"] == STALE_RUNNING
     assert rescue["Actual Rows"] == STALE_RUNNING
-    assert _buffers(scan) < FIND_BOUND, scan
-    assert _buffers(rescue) < PER_ROW_BOUND * STALE_RUNNING, _buffers(rescue)
+    assert plan_buffers(scan) < FIND_BOUND, scan
+    assert plan_buffers(rescue) < PER_ROW_BOUND * STALE_RUNNING, plan_buffers(rescue)
 
 
 FUTURE_HIGH_PRIORITY = """
@@ -178,12 +148,12 @@ async def test_future_jobs_of_a_higher_priority_cost_a_claim_nothing(
         due = "INSERT INTO pgqueue_jobs (queue, job_type) SELECT $1, 'noop' FROM generate_series(1, 5000)"
         await connection.execute(due, QUEUE)
         await connection.execute("ANALYZE pgqueue_jobs")
-        alone = await _explain(
+        alone = await explain_analyze(
             connection, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places({})
         )
         await connection.execute(FUTURE_HIGH_PRIORITY, QUEUE)
         await connection.execute("ANALYZE pgqueue_jobs")
-        behind = await _explain(
+        behind = await explain_analyze(
             connection, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places({})
         )
     finally:
@@ -191,11 +161,11 @@ async def test_future_jobs_of_a_higher_priority_cost_a_claim_nothing(
     for plan in (alone, behind):
         assert plan["Actual Rows"] == CLAIM_LIMIT
         assert any(
-            n.get("Index Name") == "idx_pgqueue_jobs_priority" for n in _nodes(plan)
+            n.get("Index Name") == "idx_pgqueue_jobs_priority" for n in plan_nodes(plan)
         )
     _check_scans(behind, "idx_pgqueue_jobs_priority")
     found = {
-        name: _buffers(_finding(plan))
+        name: plan_buffers(_finding(plan))
         for name, plan in (("alone", alone), ("behind", behind))
     }
     # Each priority's scan stops at its first job not yet due: the million
@@ -226,11 +196,11 @@ async def test_a_claim_past_an_exhausted_priority_does_not_walk_lower_ones(
         exhausted = dict.fromkeys(range(6), (now, 2**63 - 1))
         found = {}
         for start, places in (("head", {}), ("past", exhausted)):
-            plan = await _explain(
+            plan = await explain_analyze(
                 connection, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places(places)
             )
             assert plan["Actual Rows"] == CLAIM_LIMIT
-            found[start] = _buffers(_finding(plan))
+            found[start] = plan_buffers(_finding(plan))
     finally:
         await connection.close()
     assert found["head"] > 5 * found["past"], found  # measured: 891 against 124

@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 from pgqueue import _sql
-from tests.test_query_plans import _buffers, _explain, _nodes
+from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -80,7 +80,7 @@ async def _plans(
                 )
         finally:
             await transaction.rollback()
-        found[mode] = _nodes(json.loads(raw)[0]["Plan"])
+        found[mode] = plan_nodes(json.loads(raw)[0]["Plan"])
     return found
 
 
@@ -107,9 +107,9 @@ def _lock_over(plan: dict[str, Any], index: str) -> dict[str, Any]:
     """The LockRows node of the scan of ``index``."""
     return next(
         n
-        for n in _nodes(plan)
+        for n in plan_nodes(plan)
         if n["Node Type"] == "LockRows"
-        and any(c.get("Index Name") == index for c in _nodes(n))
+        and any(c.get("Index Name") == index for c in plan_nodes(n))
     )
 
 
@@ -206,11 +206,11 @@ async def test_a_claim_past_the_jobs_taken_skips_their_dead_index_entries(
         after = max((r["run_at"], r["id"]) for r in taken)
         found = {}
         for start, places in (("head", {}), ("past", {0: after})):
-            plan = await _explain(
+            plan = await explain_analyze(
                 connection, _sql.CLAIM, QUEUE, 100, *_sql.claim_places(places)
             )
-            assert _claimed(_nodes(plan)) == 100
-            found[start] = _buffers(_lock_over(plan, "idx_pgqueue_jobs_claim"))
+            assert _claimed(plan_nodes(plan)) == 100
+            found[start] = plan_buffers(_lock_over(plan, "idx_pgqueue_jobs_claim"))
     finally:
         await connection.close()
     # Walked from the head, skipped from past them (measured: 452 buffers

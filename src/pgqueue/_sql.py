@@ -338,18 +338,22 @@ WHERE queue = $1
   AND updated_at < now() - make_interval(secs => $2)
 """
 
-# The retention sweep's PRUNE: at most $4 rows past id $3, in id order, so a
-# sweep walks the table once however many batches it takes, and no batch
-# holds the worker's upkeep connection (and its heartbeats) for long. Rows
-# another session has locked are skipped (the next sweep gets them), never
-# waited for. Returns how many rows went and the last id among them.
-PRUNE_BATCH = """
+
+def _prune_batch(queue_matches: str) -> str:
+    """PRUNE in a batch: at most $4 rows past id $3 whose queue matches, in id order.
+
+    A sweep walks the table once however many batches it takes, and no batch
+    holds a connection (the worker's upkeep, and its heartbeats) for long.
+    Rows another session has locked are skipped (the next sweep gets them),
+    never waited for. Returns how many rows went and the last id among them.
+    """
+    return f"""
 WITH gone AS (
     DELETE FROM pgqueue_jobs
     WHERE id = ANY(ARRAY(
         SELECT id
         FROM pgqueue_jobs
-        WHERE id > $3 AND queue = $1
+        WHERE id > $3 AND {queue_matches}
           AND status IN ('completed', 'dead', 'cancelled')
           AND updated_at < now() - make_interval(secs => $2)
         ORDER BY id
@@ -360,6 +364,10 @@ WITH gone AS (
 )
 SELECT count(*)::int, coalesce(max(id), $3) FROM gone
 """
+
+
+# The retention sweep's, for the worker's queue ($1).
+PRUNE_BATCH = _prune_batch("queue = $1")
 
 HEAD_OF_LINE = (datetime.min.replace(tzinfo=UTC), 0)
 """A place before every job of a priority: ('-infinity', 0)."""
@@ -843,20 +851,4 @@ LIMIT $4
 """
 
 # PRUNE_BATCH for one queue ($1) or every queue (NULL).
-PRUNE_BATCH_ANY = """
-WITH gone AS (
-    DELETE FROM pgqueue_jobs
-    WHERE id = ANY(ARRAY(
-        SELECT id
-        FROM pgqueue_jobs
-        WHERE id > $3 AND ($1::text IS NULL OR queue = $1)
-          AND status IN ('completed', 'dead', 'cancelled')
-          AND updated_at < now() - make_interval(secs => $2)
-        ORDER BY id
-        LIMIT $4
-        FOR UPDATE SKIP LOCKED
-    ))
-    RETURNING id
-)
-SELECT count(*)::int, coalesce(max(id), $3) FROM gone
-"""
+PRUNE_BATCH_ANY = _prune_batch("($1::text IS NULL OR queue = $1)")

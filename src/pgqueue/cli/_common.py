@@ -33,6 +33,8 @@ __all__ = [
     "positive_int",
     "print_json",
     "reports_database_errors",
+    "rich_console",
+    "seconds_text",
 ]
 
 EXIT_OK = 0
@@ -189,3 +191,19 @@ def reports_database_errors(run: Run) -> Run:
             return EXIT_ERROR
 
     return reporting
+
+
+def seconds_text(seconds: float | None) -> str:
+    """A short duration: 0.4s, 12s, 3m05s, 2h03m, 3d04h; "-" for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 86400:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"

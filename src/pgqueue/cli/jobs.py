@@ -31,6 +31,7 @@ from pgqueue.cli._common import (
     print_json,
     reports_database_errors,
     rich_console,
+    seconds_text,
 )
 
 if TYPE_CHECKING:
@@ -120,27 +121,13 @@ def _print_stats(found: list[QueueStats]) -> None:
             f"~{s.completed}" if s.completed_estimated else str(s.completed),
             str(s.dead),
             str(s.cancelled),
-            _seconds(s.lag),
-            _seconds(s.longest_running),
+            seconds_text(s.lag),
+            seconds_text(s.longest_running),
         )
     if not found:
         console.print("no jobs")
         return
     console.print(table)
-
-
-def _seconds(value: float | None) -> str:
-    """A duration for people: ``-``, ``0.4s``, ``12m05s``, ``3h20m``, ``2d04h``."""
-    if value is None:
-        return "-"
-    if value < 60:
-        return f"{value:.1f}s"
-    whole = int(value)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
 # --- jobs list / show ------------------------------------------------------------------

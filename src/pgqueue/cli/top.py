@@ -48,6 +48,7 @@ from pgqueue.cli._common import (
     dsn_of,
     print_json,
     rich_console,
+    seconds_text,
 )
 
 if TYPE_CHECKING:
@@ -281,22 +282,6 @@ def _first_line(text: str | None) -> str | None:
     return lines[0] if lines else ""
 
 
-def duration(seconds: float | None) -> str:
-    """A short duration: 0.4s, 12s, 3m05s, 2h03m, 3d04h; "-" for None."""
-    if seconds is None:
-        return "-"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
-
-
 def _rate(value: float | None) -> str:
     if value is None:
         return "-"
@@ -339,7 +324,7 @@ def render(
             f"~{q.completed}" if q.completed_estimated else str(q.completed),
             Text(str(q.dead), style="bold red" if q.dead else ""),
             str(q.cancelled),
-            duration(q.lag),
+            seconds_text(q.lag),
             _rate(q.enqueued_per_second),
             _rate(q.finished_per_second),
         )
@@ -357,8 +342,8 @@ def render(
             str(r.id),
             r.queue,
             r.job_type,
-            duration(r.running_for),
-            f"{duration(r.heard_from)} ago",
+            seconds_text(r.running_for),
+            f"{seconds_text(r.heard_from)} ago",
         )
     if not frame.longest_running:
         running.add_row("", Text("none", style="dim"), "", "", "")
@@ -370,7 +355,7 @@ def render(
     dead.add_column("died", justify="right")
     dead.add_column("last error", overflow="ellipsis", no_wrap=True, ratio=1)
     for d in frame.latest_dead:
-        ago = duration(max((frame.at - d.died_at).total_seconds(), 0.0))
+        ago = seconds_text(max((frame.at - d.died_at).total_seconds(), 0.0))
         dead.add_row(str(d.id), d.queue, d.job_type, f"{ago} ago", d.error or "")
     if not frame.latest_dead:
         dead.add_row("", Text("none", style="dim"), "", "", "")
