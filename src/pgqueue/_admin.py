@@ -214,8 +214,9 @@ class Admin:
         cancelled jobs cost, however many completed jobs the table retains.
         ``completed`` is counted exactly while the table is small (up to 10
         MB); beyond that it is estimated from the planner's statistics (the
-        table's live rows, as the statistics collector tracks them, and each
-        queue's share of rows as of the last ``ANALYZE``, less the queue's
+        table's live rows as the planner estimates them, rows per page at the
+        last ``ANALYZE`` or ``VACUUM`` times its pages now, and each queue's
+        share of rows as of the last ``ANALYZE``, less the queue's
         exact other counts) and ``completed_estimated`` is true. The
         estimate is only as fresh as those statistics, and a queue holding
         only completed jobs is listed only if ``ANALYZE`` saw it among the

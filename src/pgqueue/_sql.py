@@ -716,15 +716,24 @@ FULL JOIN failed AS f USING (queue)
 ORDER BY queue
 """
 
-# The table's size as the planner and the statistics collector know it:
-# its pages now, its live rows (estimated), and the share of its rows each
-# frequent queue holds (from the last ANALYZE), with what is left for the
-# other queues and how many distinct queues there are.
+# The table's size as the planner knows it: its pages now, its live rows
+# (the planner's own estimate: rows per page at the last ANALYZE or VACUUM
+# times the pages now; the statistics collector's count, which can lag or
+# run ahead of an ANALYZE, only for a table never analyzed), and the share
+# of its rows each frequent queue holds (from the last ANALYZE), with what
+# is left for the other queues and how many distinct queues there are.
 STATS_TABLE = """
-SELECT pg_relation_size(c.oid) / current_setting('block_size')::int8,
-       coalesce(nullif(s.n_live_tup, 0), greatest(c.reltuples, 0)::int8),
+WITH size AS (
+    SELECT pg_relation_size('pgqueue_jobs'::regclass)
+           / current_setting('block_size')::int8 AS pages
+)
+SELECT size.pages,
+       CASE WHEN c.relpages > 0 AND c.reltuples >= 0
+            THEN (c.reltuples / c.relpages * size.pages)::int8
+            ELSE coalesce(s.n_live_tup, 0)
+       END,
        q.most_common_vals::text::text[], q.most_common_freqs, q.n_distinct
-FROM pg_class AS c
+FROM size, pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 LEFT JOIN pg_stats AS q
     ON q.schemaname = c.relnamespace::regnamespace::text
