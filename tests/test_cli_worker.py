@@ -186,12 +186,15 @@ def test_every_worker_option_has_a_flag() -> None:
         assert name in cli_worker.OPTION_FLAGS, f"Worker option {name!r} has no flag"
         flag = cli_worker.OPTION_FLAGS[name]
         assert flag in by_flag, f"{flag} (for {name!r}) is not a flag of pgqueue worker"
-        assert by_flag[flag].dest == name
+        # --queue NAME=N gives queues (see test_queue_flag_gives_one_queue_or_several).
+        assert by_flag[flag].dest == ("queue" if name == "queues" else name)
 
 
 SAMPLES = {
     "queue": ["--queue", "q2"],
     "concurrency": ["--concurrency", "7"],
+    "queues": [],  # the other form of --queue, refused with --queue NAME; see below
+    "max_concurrency": ["--max-concurrency", "6"],
     "prefetch": ["--prefetch", "3"],
     "poll_interval": ["--poll-interval", "0.25"],
     "listen": ["--no-listen"],
@@ -220,6 +223,7 @@ async def test_flags_replace_the_workers_options_and_keep_its_handlers(
         worker = await cli_worker.open_worker(args, stack)
         assert worker.queue == "q2"
         assert worker._concurrency == 7
+        assert worker._max_concurrency == 6
         assert worker._prefetch == 3
         assert worker._poll_interval == 0.25
         assert worker._listen is False

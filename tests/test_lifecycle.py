@@ -273,7 +273,7 @@ async def test_no_state_change_of_a_live_keyed_job_hits_the_unique_index(
         " updated_at = now() - interval '1 hour' WHERE id = $1",
         again,
     )
-    await pool.fetch(_sql.RESCUE, queue.name, 1, 100)
+    await pool.fetch(_sql.RESCUE, [queue.name], 1, 100)
     assert await queue.enqueue("t", {}, unique_key=queue.name) == again
     assert "unique" not in " ".join(str(e) for _, _, e in logger.records)
     assert (await row(pool, job_id))["status"] == "completed"
@@ -641,7 +641,7 @@ async def test_fencing_holds_across_a_snooze(
         "UPDATE pgqueue_jobs SET updated_at = now() - interval '1 hour' WHERE id = $1",
         job_id,
     )
-    await pool.fetch(_sql.RESCUE, queue.name, 60, 100)
+    await pool.fetch(_sql.RESCUE, [queue.name], 60, 100)
     b = await claim()
     assert (a, b) == (1, 2)
     assert not await write(a, "completed")  # B runs

@@ -117,7 +117,7 @@ async def test_claim_and_rescue_use_their_partial_indexes(
     claim = await explain_analyze(
         big_table, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places({})
     )
-    rescue = await explain_analyze(big_table, _sql.RESCUE, QUEUE, 300.0, 1000)
+    rescue = await explain_analyze(big_table, _sql.RESCUE, [QUEUE], 300.0, 1000)
 
     _check_scans(claim, "idx_pgqueue_jobs_priority")
     assert claim["Actual Rows"] == CLAIM_LIMIT

@@ -591,7 +591,8 @@ async def test_a_stale_release_cannot_touch_the_attempt_that_superseded_it(
     )
     await _orphan(pool, job_id, attempts=first["attempts"])
     assert [
-        r["status"] for r in await pool.fetch(pgqueue._sql.RESCUE, queue.name, 60, 1000)
+        r["status"]
+        for r in await pool.fetch(pgqueue._sql.RESCUE, [queue.name], 60, 1000)
     ] == ["pending"]
     (second,) = await pool.fetch(
         pgqueue._sql.CLAIM, queue.name, 1, *pgqueue._sql.claim_places({})

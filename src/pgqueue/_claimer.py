@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import asyncpg
 
     from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._ledger import Claims
+    from pgqueue._ledger import Budget, Claims
     from pgqueue._log import Logger
     from pgqueue._policy import Bounds, ClaimPolicy
 
@@ -41,10 +41,21 @@ class Claimer:
     rule, capped at ``poll_interval``. A missing table or column raises
     `SchemaError`.
 
+    A worker of several queues has one claimer per queue, sharing the claim
+    connection (their claims take turns on it).
+
     Args:
+        queue: the queue to claim from.
         on_claimed: called with the jobs ready to run after each claim.
         on_dead: called with the outcome of each claimed job that cannot run
             (a payload or time Python cannot represent).
+        budget: the overall cap shared with the other queues' claimers, if
+            any: a claim takes no more than it allows, and holds its slots
+            while in flight.
+        on_spare: called after a claim that took fewer jobs than the budget
+            held for it (the other queues may claim them).
+        schema_checked: set once another claimer has checked the schema;
+            with it, this one waits for that instead of checking too.
     """
 
     def __init__(
@@ -57,6 +68,9 @@ class Claimer:
         logger: Logger,
         on_claimed: Callable[[], None],
         on_dead: Callable[[Outcome], None],
+        budget: Budget | None = None,
+        on_spare: Callable[[], None] | None = None,
+        schema_checked: anyio.Event | None = None,
     ) -> None:
         self._connection = connection
         self._policy = policy
@@ -65,6 +79,9 @@ class Claimer:
         self._logger = logger
         self._on_claimed = on_claimed
         self._on_dead = on_dead
+        self._budget = budget
+        self._on_spare = on_spare
+        self._schema_checked = schema_checked
         self._event = asyncio.Event()
         self._until_empty = False
         self.checked = anyio.Event()
@@ -81,7 +98,10 @@ class Claimer:
 
     def room(self) -> None:
         """Claims ended or settled: claim if jobs may be ready and a claim is worth it."""
-        if (self._policy.more and self._claims.free >= self._policy.claim_at) or (
+        free = self._claims.free
+        if self._budget is not None:
+            free = min(free, self._budget.free)
+        if (self._policy.more and free >= self._policy.claim_at) or (
             self._until_empty and self._claims.held == 0
         ):
             self._event.set()
@@ -97,17 +117,25 @@ class Claimer:
             SchemaError: the table or a column is missing.
         """
         self._until_empty = until_empty
-        await self._check_schema()
+        if self._schema_checked is None:
+            await self._check_schema()
+        else:
+            await self._schema_checked.wait()
         self.checked.set()
         clock = asyncio.get_running_loop().time
-        policy, claims = self._policy, self._claims
+        policy, claims, budget = self._policy, self._claims, self._budget
         empty_since: int | None = None  # settled_count when an empty claim began
         failures = 0
         while True:
             now = clock()
-            decision = policy.next_claim(claims.free, now)
+            free = claims.free
+            if budget is not None:
+                free = min(free, budget.free)
+            decision = policy.next_claim(free, now)
             if decision is None:
-                if until_empty and claims.held == 0:
+                # (free is short of a claim only when the budget is spent:
+                # this queue holds nothing, so its own slots are all free.)
+                if until_empty and claims.held == 0 and free >= policy.claim_at:
                     if empty_since == claims.settled_count:
                         return
                     policy.wake()
@@ -133,6 +161,8 @@ class Claimer:
                     queue=self._queue,
                 )
                 policy.failed()
+                if self._on_spare is not None:
+                    self._on_spare()
                 await anyio.sleep(retry_delay(failures, self._retry_cap))
                 continue
             failures = 0
@@ -147,6 +177,8 @@ class Claimer:
             if claimed.jobs:
                 claims.add(claimed.jobs)
                 self._on_claimed()
+            if len(rows) < limit and self._on_spare is not None:
+                self._on_spare()
             policy.claimed(
                 limit, bounds, len(rows), claimed.last, clock(), claimed.claimed_at
             )
@@ -158,11 +190,20 @@ class Claimer:
 
     async def _claim(self, limit: int, bounds: Bounds) -> list[asyncpg.Record]:
         run_ats, ids = _sql.claim_places(bounds)
-        with anyio.CancelScope(shield=True):
-            rows = await self._connection.fetch(
-                _sql.CLAIM, self._queue, limit, run_ats, ids
-            )
-        return rows  # noqa: RET504 - a cancel scope may swallow, as mypy sees it
+        budget = self._budget
+        if budget is not None:
+            budget.reserved += limit
+        try:
+            with anyio.CancelScope(shield=True):
+                rows = await self._connection.fetch(
+                    _sql.CLAIM, self._queue, limit, run_ats, ids
+                )
+        finally:
+            # Given back before the jobs go to the ledger, with no await in
+            # between: the slots are never counted twice, nor left uncounted.
+            if budget is not None:
+                budget.reserved -= limit
+        return rows
 
     async def _check_schema(self) -> None:
         failures = 0

@@ -1,4 +1,8 @@
-"""The one owner of every claim, from the claim until its outcome is durable."""
+"""The one owner of every claim, from the claim until its outcome is durable.
+
+A worker of several queues keeps one ledger per queue (each queue's own
+capacity) and, with an overall cap, a `Budget` over all of them.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,12 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from pgqueue._job import Job
     from pgqueue._outcome import Key
 
-__all__ = ["Claims"]
+__all__ = ["Budget", "Claims"]
 
 
 class Claims:
@@ -105,3 +109,32 @@ class Claims:
     async def wait_empty(self) -> None:
         """Wait until no claim is held."""
         await self._empty.wait()
+
+
+class Budget:
+    """The overall cap of a worker of several queues, over their ledgers.
+
+    Claims ready or running across every ledger, plus the slots of claims in
+    flight (reserved before a claim is sent, given back once its jobs are in
+    their ledger), never exceed ``cap``: so no more than ``cap`` handlers
+    ever run at once, however the queues' claims interleave. A queue claims
+    ``min(its own free slots, free)``.
+
+    Args:
+        cap: the most claims ready or running at once across the ledgers.
+        ledgers: the ledger of each queue.
+    """
+
+    def __init__(self, cap: int, ledgers: Sequence[Claims]) -> None:
+        self.cap = cap
+        self._ledgers = tuple(ledgers)
+        self.reserved = 0
+        """Slots taken by claims in flight."""
+
+    @property
+    def free(self) -> int:
+        """How many more jobs the worker's queues may claim between them now."""
+        used = self.reserved
+        for claims in self._ledgers:
+            used += len(claims.ready) + claims.running
+        return self.cap - used

@@ -366,8 +366,9 @@ SELECT count(*)::int, coalesce(max(id), $3) FROM gone
 """
 
 
-# The retention sweep's, for the worker's queue ($1).
-PRUNE_BATCH = _prune_batch("queue = $1")
+# The retention sweep's, over the worker's queues ($1, a text[]: the one
+# array type asyncpg binds without looking it up).
+PRUNE_BATCH = _prune_batch("queue = ANY($1::text[])")
 
 HEAD_OF_LINE = (datetime.min.replace(tzinfo=UTC), 0)
 """A place before every job of a priority: ('-infinity', 0)."""
@@ -527,8 +528,9 @@ SELECT id FROM touched WHERE cancel_requested
 # Orphans with attempts left go back to pending; the rest are dead-lettered,
 # since a job that crashed its process on every attempt never reaches a
 # handler's outcome write; an orphan whose cancel was requested is
-# cancelled. At most $3 rows a statement; rows another session holds (a
-# heartbeat or an outcome being written) are skipped.
+# cancelled. Orphans of the worker's queues ($1, a text[]); each row comes
+# back with its queue and new status. At most $3 rows a statement; rows
+# another session holds (a heartbeat or an outcome being written) are skipped.
 RESCUE = """
 WITH rescued AS (
     UPDATE pgqueue_jobs
@@ -541,13 +543,14 @@ WITH rescued AS (
     WHERE id = ANY(ARRAY(
         SELECT id
         FROM pgqueue_jobs
-        WHERE status = 'running' AND updated_at < now() - make_interval(secs => $2) AND queue = $1
+        WHERE status = 'running' AND updated_at < now() - make_interval(secs => $2)
+          AND queue = ANY($1::text[])
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     ))
-    RETURNING id, status, tracked
+    RETURNING id, queue, status, tracked
 )
-SELECT status, CASE WHEN tracked AND status <> 'pending' THEN pg_notify('pgqueue_outcomes', id::text) END
+SELECT queue, status, CASE WHEN tracked AND status <> 'pending' THEN pg_notify('pgqueue_outcomes', id::text) END
 FROM rescued
 """
 

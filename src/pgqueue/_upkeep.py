@@ -12,11 +12,11 @@ from pgqueue._job import Status
 from pgqueue._retry import log_failure, retry_delay
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._ledger import Claims
     from pgqueue._log import Logger
+    from pgqueue._outcome import Key
 
 __all__ = ["HEARTBEATS_PER_RESCUE", "SWEEP_BATCH", "Upkeep"]
 
@@ -34,25 +34,35 @@ class Upkeep:
     All three share one connection. No statement on it waits for long:
     each has the connection's deadline, and the sweeps work in batches of
     `SWEEP_BATCH` rows that skip rows other sessions hold, so a heartbeat
-    waits at most for one batch.
+    waits at most for one batch. Each sweep covers every queue of the
+    worker in one statement.
+
+    Args:
+        keys: the claims to heartbeat (every claim not yet durable).
+        queues: the worker's queues, which the sweeps cover.
+        fields: the worker's log fields (its queue, or its queues).
+        on_swept: called, for each queue a rescue batch found orphans of,
+            with how many became each status.
     """
 
     def __init__(
         self,
         connection: DedicatedConnection,
-        claims: Claims,
+        keys: Callable[[], list[Key]],
         *,
-        queue: str,
+        queues: Sequence[str],
+        fields: Mapping[str, object],
         rescue_after: float,
         interval: float,
         logger: Logger,
-        on_rescued: Callable[[], None],
+        on_rescued: Callable[[Sequence[str]], None],
         on_cancel_requested: Callable[[int], None],
-        on_swept: Callable[[Mapping[str, int]], None] | None = None,
+        on_swept: Callable[[str, Mapping[str, int]], None] | None = None,
     ) -> None:
         self._connection = connection
-        self._claims = claims
-        self._queue = queue
+        self._keys = keys
+        self._queues = list(queues)
+        self._fields = fields
         self._rescue_after = rescue_after
         self._interval = interval
         self._logger = logger
@@ -74,7 +84,7 @@ class Upkeep:
         failures = 0
         while True:
             await anyio.sleep(retry_delay(failures, interval) if failures else interval)
-            keys = self._claims.keys()
+            keys = self._keys()
             if not keys:
                 continue
             try:
@@ -86,7 +96,7 @@ class Upkeep:
             except Exception as exc:
                 failures += 1
                 log_failure(
-                    self._logger, "heartbeat failed", exc, failures, queue=self._queue
+                    self._logger, "heartbeat failed", exc, failures, **self._fields
                 )
             else:
                 failures = 0
@@ -98,47 +108,52 @@ class Upkeep:
         failures = 0
         while True:
             try:
-                rescued, ended = await self._rescue_all()
+                swept = await self._rescue_all()
             except Exception as exc:
                 failures += 1
                 log_failure(
-                    self._logger,
-                    "rescue sweep failed",
-                    exc,
-                    failures,
-                    queue=self._queue,
+                    self._logger, "rescue sweep failed", exc, failures, **self._fields
                 )
             else:
                 failures = 0
+                rescued = []
+                for queue, statuses in swept.items():
+                    back = statuses[Status.PENDING]
+                    ended = statuses.total() - back
+                    if back:
+                        rescued.append(queue)
+                        self._logger.warning(
+                            "rescued stuck jobs",
+                            extra={"count": back, "queue": queue},
+                        )
+                    if ended:
+                        self._logger.error(
+                            "ended stuck jobs: dead (attempts used up) or cancelled (by request)",
+                            extra={"count": ended, "queue": queue},
+                        )
                 if rescued:
-                    self._logger.warning(
-                        "rescued stuck jobs",
-                        extra={"count": rescued, "queue": self._queue},
-                    )
-                    self._on_rescued()
-                if ended:
-                    self._logger.error(
-                        "ended stuck jobs: dead (attempts used up) or cancelled (by request)",
-                        extra={"count": ended, "queue": self._queue},
-                    )
+                    self._on_rescued(rescued)
             await self._pause(failures)
 
-    async def _rescue_all(self) -> tuple[int, int]:
-        rescued = ended = 0
+    async def _rescue_all(self) -> dict[str, Counter[str]]:
+        """Rescue every orphan of the worker's queues; how many became each status, by queue."""
+        swept: dict[str, Counter[str]] = {}
         while True:
             rows = await self._connection.fetch(
-                _sql.RESCUE, self._queue, self._rescue_after, SWEEP_BATCH
+                _sql.RESCUE, self._queues, self._rescue_after, SWEEP_BATCH
             )
-            back = sum(1 for row in rows if row[0] == Status.PENDING)
-            rescued += back
-            ended += len(rows) - back
-            if rows and self._on_swept is not None:
-                self._on_swept(Counter(row[0] for row in rows))
+            batch: dict[str, Counter[str]] = {}
+            for row in rows:
+                batch.setdefault(row[0], Counter())[row[1]] += 1
+            for queue, statuses in batch.items():
+                swept.setdefault(queue, Counter()).update(statuses)
+                if self._on_swept is not None:
+                    self._on_swept(queue, statuses)
             if len(rows) < SWEEP_BATCH:
-                return rescued, ended
+                return swept
 
     async def retention(self, retain: float) -> None:
-        """Delete this queue's finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""
+        """Delete the worker's queues' finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""
         failures = 0
         while True:
             try:
@@ -150,14 +165,14 @@ class Upkeep:
                     "retention sweep failed",
                     exc,
                     failures,
-                    queue=self._queue,
+                    **self._fields,
                 )
             else:
                 failures = 0
                 if removed:
                     self._logger.info(
                         "pruned finished jobs",
-                        extra={"count": removed, "queue": self._queue},
+                        extra={"count": removed, **self._fields},
                     )
             await self._pause(failures)
 
@@ -165,7 +180,7 @@ class Upkeep:
         removed, after = 0, 0
         while True:
             row = await self._connection.fetchrow(
-                _sql.PRUNE_BATCH, self._queue, retain, after, SWEEP_BATCH
+                _sql.PRUNE_BATCH, self._queues, retain, after, SWEEP_BATCH
             )
             assert row is not None
             count: int = row[0]

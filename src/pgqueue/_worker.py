@@ -1,4 +1,4 @@
-"""The worker: claims jobs from one queue and runs their handlers.
+"""The worker: claims jobs from one queue, or several, and runs their handlers.
 
 Task tree (what runs where, and what stops what)::
 
@@ -18,6 +18,17 @@ Task tree (what runs where, and what stops what)::
             │                      ledger when the claim policy says so
             └── consumers          ``concurrency`` tasks running handlers
 
+Each queue of the worker is a lane (`_Lane`): its own ledger (its capacity),
+claim policy (its poll timer and place in line), claimer and consumers. A
+worker of several queues runs one claimer per lane in the claim scope (their
+claims take turns on the one claim connection; the first one checks the
+schema); the outcome writer, the listener, the heartbeats, the sweeps and
+the job runner are shared, and the sweeps cover every queue in one
+statement each. A NOTIFY wakes the lane of the queue it names; LISTEN
+coming up wakes every lane. With ``max_concurrency`` below what the lanes
+could hold between them, a `pgqueue._ledger.Budget` caps the claims ready
+or running across lanes.
+
 Every claim belongs to one ledger (`pgqueue._ledger.Claims`) from the
 moment the claim returns until its outcome is durable: free capacity,
 heartbeats, back pressure, the drain, the release of unstarted jobs and
@@ -34,6 +45,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
 
 import anyio
@@ -53,10 +65,10 @@ from pgqueue._consumers import RUNNING_FOR, Consumers
 from pgqueue._dedicated import DedicatedConnection
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._hooks import Observer, call_observers
-from pgqueue._ledger import Claims
+from pgqueue._ledger import Budget, Claims
 from pgqueue._listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, Listener
 from pgqueue._log import Logger, default_logger
-from pgqueue._outcome import RELEASED, SNOOZED, Outcome
+from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
 from pgqueue._policy import ClaimPolicy
 from pgqueue._runner import Handler, JobRunner
 from pgqueue._typed import typed_handler
@@ -74,6 +86,24 @@ Middleware: TypeAlias = Callable[[Handler], Handler]
 
 H = TypeVar("H", bound=Handler)
 
+
+class _Default(str):
+    """``queue``'s default, told apart from the same name given explicitly."""
+
+    __slots__ = ()
+
+
+class _DefaultInt(int):
+    """``concurrency``'s default, told apart from the same number given explicitly."""
+
+    __slots__ = ()
+
+
+# Shown as 'default' and 2 in the signature; only an omitted argument is
+# these very objects (Worker refuses queue= or concurrency= with queues=).
+_DEFAULT_QUEUE: str = _Default("default")
+_DEFAULT_CONCURRENCY: int = _DefaultInt(2)
+
 FLUSH_TIMEOUT = 30.0
 """Seconds the final flush may retry against an unreachable database; what is
 left unwritten is recovered by the rescue sweep."""
@@ -84,7 +114,7 @@ included) before the connection is dropped and replaced."""
 
 
 class Worker:
-    """Claim jobs from one queue and run their handlers.
+    """Claim jobs from one queue, or several, and run their handlers.
 
     Constructing a worker does no I/O. The pool is borrowed, never closed,
     and left to your handlers: the worker opens four connections of its own
@@ -94,9 +124,25 @@ class Worker:
 
     Args:
         pool: the asyncpg pool of the database holding ``pgqueue_jobs``.
-        queue: the queue to consume.
-        concurrency: the most handlers running at once.
-        prefetch: how many jobs to claim beyond ``concurrency``, so the next
+        queue: the queue to consume (``"default"`` unless ``queues`` is
+            given).
+        concurrency: the most handlers running at once (2 unless ``queues``
+            is given).
+        queues: several queues to consume, each with its concurrency
+            (``{"default": 10, "emails": 2}``), instead of ``queue`` and
+            ``concurrency``. Each queue has its own slots, claims and poll
+            timer: a queue whose handlers are all busy or slow never holds
+            up another, and a NOTIFY for one queue claims for it alone.
+            Handlers serve any of the queues. Giving ``queues`` with
+            ``queue`` or ``concurrency`` raises `TypeError`.
+        max_concurrency: the most jobs running, or claimed and waiting to
+            run (with ``prefetch``), across every queue at once; ``None``
+            for no cap beyond each queue's. A queue claims the fewer of
+            its own free slots and the overall ones, so queues compete for
+            the overall slots: when a job ends, the other queues get the
+            first look at the slot it freed.
+        prefetch: how many jobs to claim beyond ``concurrency`` (for each
+            queue, with ``queues``), so the next
             jobs are at hand when handlers finish and a claim's round trip
             overlaps running ones. Held jobs are invisible to other workers
             until started; `stop` gives back those not started (their
@@ -119,8 +165,8 @@ class Worker:
             refreshes its held jobs' rows every ``rescue_after / 3``.
         job_timeout: seconds a handler may run before it is cancelled and its
             attempt fails; ``None`` leaves handlers unbounded.
-        retain: prune this queue's completed, dead and cancelled jobs older than this
-            many seconds; ``None`` never prunes.
+        retain: prune the worker's queues' completed, dead and cancelled
+            jobs older than this many seconds; ``None`` never prunes.
         shutdown_grace: when the task running `run` is cancelled, how long
             in-flight handlers may take to finish before they are cut off
             (as `stop` does when its timeout runs out); ``None`` waits for
@@ -139,14 +185,19 @@ class Worker:
         async def send_welcome_email(job: pgqueue.Job) -> None: ...
 
         await worker.run()
+
+    .. versionchanged:: Unreleased
+       ``queues`` and ``max_concurrency``: several queues per worker.
     """
 
     def __init__(
         self,
         pool: asyncpg.Pool[Any],
         *,
-        queue: str = "default",
-        concurrency: int = 2,
+        queue: str = _DEFAULT_QUEUE,
+        concurrency: int = _DEFAULT_CONCURRENCY,
+        queues: Mapping[str, int] | None = None,
+        max_concurrency: int | None = None,
         prefetch: int = 0,
         poll_interval: float = 5.0,
         listen: bool | str = True,
@@ -166,8 +217,30 @@ class Worker:
             msg = f"listen must be a bool or a DSN string, not {type(listen).__name__}"
             raise TypeError(msg)
         self._pool = pool
-        self._queue = check_queue_name(queue)
-        self._concurrency = check_int("concurrency", concurrency)
+        # As given (the command line copies a worker through them); the
+        # lanes below are what the worker runs.
+        self._queue: str | None
+        self._concurrency: int | None
+        self._queues: dict[str, int] | None
+        if queues is None:
+            self._queue = str(check_queue_name(queue))
+            self._concurrency = int(check_int("concurrency", concurrency))
+            self._queues = None
+            specs = {self._queue: self._concurrency}
+        else:
+            if queue is not _DEFAULT_QUEUE or concurrency is not _DEFAULT_CONCURRENCY:
+                msg = (
+                    "give either queues= or queue= and concurrency=, not both "
+                    "(queues= gives each queue its concurrency)"
+                )
+                raise TypeError(msg)
+            self._queue = self._concurrency = None
+            self._queues = specs = _check_queues(queues)
+        self._max_concurrency = (
+            None
+            if max_concurrency is None
+            else check_int("max_concurrency", max_concurrency)
+        )
         self._prefetch = check_int("prefetch", prefetch, minimum=0)
         self._poll_interval = check_duration(
             "poll_interval", poll_interval, positive=True
@@ -193,8 +266,23 @@ class Worker:
         self._listener_keepalive = LISTEN_KEEPALIVE
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: Listener | None = None
-        capacity = self._concurrency + self._prefetch
-        self._claims = Claims(capacity, write_allowance=capacity)
+        self._lanes = tuple(
+            _Lane(index, name, concurrency, self._prefetch)
+            for index, (name, concurrency) in enumerate(specs.items())
+        )
+        self._by_name = {lane.name: lane for lane in self._lanes}
+        self._fields: dict[str, object] = (
+            {"queue": self._queue} if queues is None else {"queues": list(specs)}
+        )
+        cap = self._max_concurrency
+        self._budget = (
+            Budget(cap, [lane.claims for lane in self._lanes])
+            if cap is not None
+            and cap < sum(lane.claims.capacity for lane in self._lanes)
+            else None
+        )
+        # The one queue's ledger (the first queue's, with several).
+        self._claims = self._lanes[0].claims
         # Made in run(): they need a running event loop.
         self._finished: anyio.Event
         self._claim_scope: anyio.CancelScope
@@ -202,13 +290,25 @@ class Worker:
 
     @property
     def queue(self) -> str:
-        """The queue this worker consumes."""
+        """The queue this worker consumes (in the one-queue form).
+
+        Raises:
+            AttributeError: the worker consumes several queues (see `queues`).
+        """
+        if self._queue is None:
+            msg = f"this worker consumes several queues ({', '.join(self._by_name)}); see Worker.queues"
+            raise AttributeError(msg)
         return self._queue
 
     @property
+    def queues(self) -> Mapping[str, int]:
+        """Every queue this worker consumes, with its concurrency (one entry in the one-queue form)."""
+        return {lane.name: lane.concurrency for lane in self._lanes}
+
+    @property
     def running_jobs(self) -> int:
-        """How many handlers are running now."""
-        return self._claims.running
+        """How many handlers are running now (across every queue)."""
+        return sum(lane.claims.running for lane in self._lanes)
 
     @property
     def listener_pid(self) -> int | None:
@@ -250,6 +350,10 @@ class Worker:
 
         Every option left out keeps its value (each is kept as ``self._<name>``);
         the handlers are registered again, so new middleware wraps them too.
+        ``queues`` replaces ``queue`` and ``concurrency``, and ``queue``
+        replaces ``queues`` (the copy consumes that one queue, with its
+        ``concurrency`` if given); ``concurrency`` alone on a worker of several
+        queues is refused (`TypeError`), as it would be by `Worker`.
 
         Raises:
             AlreadyStartedError: this worker has started.
@@ -263,6 +367,12 @@ class Worker:
             msg = f"Worker takes no option {', '.join(unknown)}"
             raise TypeError(msg)
         kept = {name: getattr(self, f"_{name}") for name in names}
+        if "queues" in options or (self._queues is not None and "queue" not in options):
+            kept["queue"], kept["concurrency"] = _DEFAULT_QUEUE, _DEFAULT_CONCURRENCY
+        else:
+            kept["queues"] = None
+            if self._queues is not None:
+                kept["concurrency"] = _DEFAULT_CONCURRENCY
         copy = Worker(self._pool, **{**kept, **options})
         for job_type, handler in self._registered.items():
             copy.register(job_type, handler)
@@ -309,7 +419,9 @@ class Worker:
         self._build(until_empty=until_empty)
         self._logger.info(
             "worker starting",
-            extra={"queue": self._queue, "concurrency": self._concurrency},
+            extra={"queue": self._queue, "concurrency": self._concurrency}
+            if self._queues is None
+            else {"queues": self.queues, "max_concurrency": self._max_concurrency},
         )
         started = False
         try:
@@ -377,29 +489,15 @@ class Worker:
                 timeout=self._statement_timeout,
             )
 
-        claims, logger, queue = self._claims, self._logger, self._queue
-        self._policy = ClaimPolicy(
-            # With jobs in hand, wait for a batch worth claiming.
-            claim_at=max(1, min(self._prefetch, claims.capacity // 2)),
-            poll_interval=self._poll_interval,
-        )
+        logger, budget = self._logger, self._budget
         self._connections = (dedicated(), dedicated(), dedicated())
         claim_connection, write_connection, upkeep_connection = self._connections
         self._writer = OutcomeWriter(
             write_connection,
-            claims,
+            self._settle_claims,
             logger=logger,
-            queue=queue,
+            fields=self._fields,
             on_written=self._on_written,
-        )
-        self._claimer = Claimer(
-            claim_connection,
-            self._policy,
-            claims,
-            queue=queue,
-            logger=logger,
-            on_claimed=self._on_claimed,
-            on_dead=self._writer.put,
         )
         self._runner = JobRunner(
             self._handlers,
@@ -407,24 +505,53 @@ class Worker:
             backoff=SafeBackoff(self._backoff, logger),
             logger=logger,
         )
-        self._consumers = Consumers(
-            claims,
-            self._runner,
-            owner=self,
-            cut_off=self._cut_off_called,
-            put=self._writer.put,
-            on_ended=self._claimer.room,
-            on_exit=self._exit,
-            logger=logger,
-        )
+        first: Claimer | None = None
+        for lane in self._lanes:
+            capacity = lane.claims.capacity
+            if budget is not None:
+                capacity = min(capacity, budget.cap)
+            lane.policy = ClaimPolicy(
+                # With jobs in hand, wait for a batch worth claiming.
+                claim_at=max(1, min(self._prefetch, capacity // 2)),
+                poll_interval=self._poll_interval,
+            )
+            lane.claimer = Claimer(
+                claim_connection,
+                lane.policy,
+                lane.claims,
+                queue=lane.name,
+                logger=logger,
+                on_claimed=lane.claimed,
+                on_dead=self._writer.put,
+                budget=budget,
+                on_spare=None if budget is None else partial(self._room_others, lane),
+                schema_checked=None if first is None else first.checked,
+            )
+            first = first or lane.claimer
+            lane.consumers = Consumers(
+                lane.claims,
+                self._runner,
+                owner=self,
+                cut_off=self._cut_off_called,
+                put=self._writer.put,
+                on_ended=lane.claimer.room
+                if budget is None
+                else partial(self._room_after, lane),
+                on_exit=self._exit,
+                logger=logger,
+            )
+        # The one queue's (the first queue's, with several).
+        self._policy = self._lanes[0].policy
+        self._claimer = self._lanes[0].claimer
         self._upkeep = Upkeep(
             upkeep_connection,
-            claims,
-            queue=queue,
+            self._held_keys,
+            queues=list(self._by_name),
+            fields=self._fields,
             rescue_after=self._rescue_after,
             interval=max(self._poll_interval, self._rescue_after / 2),
             logger=logger,
-            on_rescued=self._claimer.wake,
+            on_rescued=self._on_rescued,
             on_cancel_requested=self._cancel,
             on_swept=self._on_swept if self._observe_rescued else None,
         )
@@ -466,60 +593,91 @@ class Worker:
                     async with anyio.create_task_group() as closing:
                         for connection in self._connections:
                             closing.start_soon(connection.aclose)
-                    self._logger.info("worker stopped", extra={"queue": self._queue})
+                    self._logger.info("worker stopped", extra=self._fields)
             finally:
                 self._finished.set()
 
     async def _run_jobs(self, until_empty: bool) -> None:
-        consumers = self._consumers
+        lanes = self._lanes
         try:
             async with anyio.create_task_group() as jobs:
                 self._jobs_scope = jobs.cancel_scope
-                for _ in range(self._concurrency):
-                    jobs.start_soon(consumers.run)
+                for lane in lanes:
+                    for _ in range(lane.concurrency):
+                        jobs.start_soon(lane.consumers.run)
                 try:
                     with self._claim_scope:
-                        await self._claimer.run(until_empty=until_empty)
+                        if len(lanes) == 1:
+                            await lanes[0].claimer.run(until_empty=until_empty)
+                        else:
+                            await self._claim_lanes(until_empty)
                 except Exception as exc:
                     # Stop as stop() would, so that every outcome is written.
                     if not isinstance(exc, SchemaError):
                         self._logger.error(
                             "worker failed; stopping",
                             exc_info=exc,
-                            extra={"queue": self._queue},
+                            extra=self._fields,
                         )
                     self._fatal = exc
                     self._request_stop()
                 finally:
-                    if self._stop_requested:
-                        consumers.stop_taking()
-                    else:
-                        consumers.close()
+                    for lane in lanes:
+                        if self._stop_requested:
+                            lane.consumers.stop_taking()
+                        else:
+                            lane.consumers.close()
         finally:
-            for job in self._claims.give_back():
-                self._writer.put(Outcome(job, RELEASED))
+            for lane in lanes:
+                for job in lane.claims.give_back():
+                    self._writer.put(Outcome(job, RELEASED))
+
+    async def _claim_lanes(self, until_empty: bool) -> None:
+        """Run every lane's claimer; raise the first failure (the others are then cancelled)."""
+        failure: Exception | None = None
+        async with anyio.create_task_group() as claiming:
+
+            async def claim(lane: _Lane) -> None:
+                nonlocal failure
+                try:
+                    await lane.claimer.run(until_empty=until_empty)
+                except Exception as exc:
+                    if failure is None:
+                        failure = exc
+                    claiming.cancel_scope.cancel()
+                else:
+                    lane.consumers.close()  # until_empty: this queue is done
+
+            for lane in self._lanes:
+                claiming.start_soon(claim, lane)
+        if failure is not None:
+            raise failure
 
     async def _settle(self) -> None:
         """Wait until every outcome is durable, for at most FLUSH_TIMEOUT."""
         with anyio.move_on_after(FLUSH_TIMEOUT):
-            await self._claims.wait_empty()
+            for lane in self._lanes:
+                await lane.claims.wait_empty()
             return
         self._logger.error(
             "could not write every job outcome before stopping; "
             "the rescue sweep will re-run those jobs",
-            extra={"count": self._claims.held, "queue": self._queue},
+            extra={
+                "count": sum(lane.claims.held for lane in self._lanes),
+                **self._fields,
+            },
         )
 
     async def _after_check(self, loop: Callable[..., Any], *args: object) -> None:
         """Run an upkeep loop once the schema is known to be there."""
-        await self._claimer.checked.wait()
+        await self._lanes[0].claimer.checked.wait()
         await loop(*args)
 
     async def _ready_or_finished(self) -> None:
         async with anyio.create_task_group() as tg:
 
             async def ready() -> None:
-                await self._claimer.checked.wait()
+                await self._lanes[0].claimer.checked.wait()
                 await self._listening.wait()
                 tg.cancel_scope.cancel()
 
@@ -545,7 +703,7 @@ class Worker:
 
     def _cut_off(self) -> int:
         """Cancel every running handler (their jobs go back to pending); return how many."""
-        running = self._claims.running
+        running = self.running_jobs
         if self._jobs_scope is not None:
             self._jobs_scope.cancel()
         return running
@@ -558,57 +716,125 @@ class Worker:
         """A handler raised ``SystemExit`` or ``KeyboardInterrupt``: stop now, then raise it."""
         self._logger.warning(
             "a handler asked the process to exit; stopping",
-            extra={"error": type(exc).__name__, "queue": self._queue},
+            extra={"error": type(exc).__name__, **self._fields},
         )
         if self._fatal is None:
             self._fatal = exc
         self._request_stop()
         self._cut_off()
 
-    def _on_claimed(self) -> None:
-        self._consumers.wake()
+    def _settle_claims(self, outcomes: Sequence[Outcome], keys: list[Key]) -> None:
+        """These outcomes are durable (or fenced off): their lanes forget the claims."""
+        lanes = self._lanes
+        if len(lanes) == 1:
+            lanes[0].claims.settled(keys)
+            return
+        by_queue: dict[str, list[Key]] = {}
+        for outcome, key in zip(outcomes, keys, strict=True):
+            by_queue.setdefault(outcome.job.queue, []).append(key)
+        for name, settled in by_queue.items():
+            self._by_name[name].claims.settled(settled)
+
+    def _held_keys(self) -> list[Key]:
+        """Every claim not yet durable, of every lane: the rows to heartbeat."""
+        lanes = self._lanes
+        if len(lanes) == 1:
+            return lanes[0].claims.keys()
+        keys: list[Key] = []
+        for lane in lanes:
+            keys += lane.claims.keys()
+        return keys
+
+    def _room_after(self, lane: _Lane) -> None:
+        """A job of ``lane`` ended under the overall cap: the other lanes look first, then it."""
+        lanes = self._lanes
+        count = len(lanes)
+        for step in range(1, count + 1):
+            lanes[(lane.index + step) % count].claimer.room()
+
+    def _room_others(self, lane: _Lane) -> None:
+        """``lane`` left overall slots unused: the other lanes may claim them."""
+        for other in self._lanes:
+            if other is not lane:
+                other.claimer.room()
 
     def _on_written(
         self, outcomes: Sequence[Outcome], fenced: Sequence[Outcome]
     ) -> None:
         now = anyio.current_time()
+        lanes, by_name = self._lanes, self._by_name
         for outcome in outcomes:
-            if outcome.status in _DELAYED and self._policy.retry_written(
-                outcome.delay, now
-            ):
-                self._claimer.nudge()
-        self._claimer.room()
+            if outcome.status in _DELAYED:
+                lane = by_name.get(outcome.job.queue, lanes[0])
+                if lane.policy.retry_written(outcome.delay, now):
+                    lane.claimer.nudge()
+        for lane in lanes:
+            lane.claimer.room()
         if self._observe_written:
             if fenced:
                 stale = {outcome.key for outcome in fenced}
                 outcomes = [o for o in outcomes if o.key not in stale]
             call_observers(self._observe_written, self._logger, outcomes, fenced)
 
-    def _on_swept(self, statuses: Mapping[str, int]) -> None:
-        call_observers(self._observe_rescued, self._logger, self._queue, statuses)
+    def _on_swept(self, queue: str, statuses: Mapping[str, int]) -> None:
+        call_observers(self._observe_rescued, self._logger, queue, statuses)
+
+    def _on_rescued(self, queues: Sequence[str]) -> None:
+        for name in queues:
+            lane = self._by_name.get(name)
+            if lane is not None:
+                lane.claimer.wake()
 
     def _on_notify(self, channel: str, payload: str) -> None:
         if channel == _sql.JOBS_CHANNEL:
-            if payload == self._queue:
-                self._claimer.wake()
+            # Only the lane of the queue named: the others claim nothing.
+            lane = self._by_name.get(payload)
+            if lane is not None:
+                lane.claimer.wake()
         elif payload.isdigit():  # the control channel: a cancel request
             self._cancel(int(payload))
 
     def _cancel(self, job_id: int) -> None:
         """Cancel the run of ``job_id`` if this worker holds the job."""
         if not self._runner.cancel(job_id) and any(
-            job.id == job_id for job in self._claims.ready
+            job.id == job_id for lane in self._lanes for job in lane.claims.ready
         ):
             self._runner.cancel(job_id, ready=True)
 
     async def _on_listen(self, _reconnected: bool) -> None:
         # Enqueues may have been missed while the connection was not up:
-        # while starting as much as after a loss.
+        # while starting as much as after a loss; for every queue.
         self._listening.set()
-        self._claimer.wake()
+        for lane in self._lanes:
+            lane.claimer.wake()
 
     def __repr__(self) -> str:
+        if self._queues is not None:
+            return f"Worker(queues={self._queues!r}, max_concurrency={self._max_concurrency}, state={self._state!r})"
         return f"Worker(queue={self._queue!r}, concurrency={self._concurrency}, state={self._state!r})"
+
+
+class _Lane:
+    """One queue of a worker: its ledger, claim policy, claimer and consumers.
+
+    Its capacity is its ``concurrency`` plus the worker's ``prefetch``; the
+    policy, claimer and consumers are made in `Worker.run` (they need a
+    running event loop).
+    """
+
+    def __init__(self, index: int, name: str, concurrency: int, prefetch: int) -> None:
+        self.index = index
+        self.name = name
+        self.concurrency = concurrency
+        capacity = concurrency + prefetch
+        self.claims = Claims(capacity, write_allowance=capacity)
+        self.policy: ClaimPolicy
+        self.claimer: Claimer
+        self.consumers: Consumers
+
+    def claimed(self) -> None:
+        """The claimer put jobs in the ledger: a consumer takes them."""
+        self.consumers.wake()
 
 
 # Outcomes that put the job back to run after their delay.
@@ -624,6 +850,20 @@ def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any
             check_callable(f"observer {name}", method)
             methods.append(method)
     return methods
+
+
+def _check_queues(queues: Mapping[str, int]) -> dict[str, int]:
+    """``queues`` checked: a non-empty mapping of queue names to concurrencies."""
+    if not isinstance(cast("object", queues), Mapping):
+        msg = f"queues must be a mapping of queue names to concurrencies, not {type(queues).__name__}"
+        raise TypeError(msg)
+    if not queues:
+        msg = "queues must name at least one queue"
+        raise ValueError(msg)
+    return {
+        check_queue_name(name): check_int(f"concurrency of queue {name!r}", n)
+        for name, n in queues.items()
+    }
 
 
 def _optional_duration(what: str, value: float | None) -> float | None:

@@ -15,11 +15,11 @@ from pgqueue._retry import log_failure, retry_delay, safe_repr
 from pgqueue._runner import job_fields
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._ledger import Claims
     from pgqueue._log import Logger
+    from pgqueue._outcome import Key
 
 __all__ = ["OutcomeWriter"]
 
@@ -36,25 +36,27 @@ class OutcomeWriter:
     the others: the batch is split until the refused outcomes are found;
     each is written again with a placeholder error, then as dead with one,
     and given up (left to the rescue sweep) only if even that is refused.
-    Every outcome written, fenced off as stale, or given up is settled in
-    ``claims``; ``on_written`` is told of each flush's outcomes, and of those
-    among them fenced off.
+    Every outcome written, fenced off as stale, or given up is settled
+    (``settle`` is called with the outcomes and their keys: the worker
+    forgets those claims); ``on_written`` is told of each flush's outcomes,
+    and of those among them fenced off. Outcomes are written by id, so one
+    writer serves every queue of a worker.
     """
 
     def __init__(
         self,
         connection: DedicatedConnection,
-        claims: Claims,
+        settle: Callable[[Sequence[Outcome], list[Key]], None],
         *,
         logger: Logger,
-        queue: str,
+        fields: Mapping[str, object],
         on_written: Callable[[Sequence[Outcome], Sequence[Outcome]], None],
     ) -> None:
         self._connection = connection
-        self._claims = claims
+        self._settle = settle
         self._on_written = on_written
         self._logger = logger
-        self._queue = queue
+        self._fields = fields
         self._buffer: list[Outcome] = []
         # asyncio's event: anyio's looks up the running library on creation.
         self._arrived = asyncio.Event()
@@ -82,7 +84,7 @@ class OutcomeWriter:
                     exc,
                     failures,
                     count=len(self._buffer),
-                    queue=self._queue,
+                    **self._fields,
                 )
                 await anyio.sleep(retry_delay(failures))
             else:
@@ -128,7 +130,7 @@ class OutcomeWriter:
         stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
             stale = self._log_stale(part, {(row[0], row[1]) for row in rows})
-        self._claims.settled(keys)
+        self._settle(part, keys)
         self._on_written(part, stale)
 
     def _instead_of(self, outcome: Outcome, exc: Exception) -> list[list[Outcome]]:
@@ -152,7 +154,7 @@ class OutcomeWriter:
             "database refused a job outcome; giving up (the rescue sweep will find the job)",
             extra={**job_fields(job), "error": reason},
         )
-        self._claims.settled([outcome.key])
+        self._settle([outcome], [outcome.key])
         return []
 
     def _log_stale(

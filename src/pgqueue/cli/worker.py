@@ -12,7 +12,9 @@ exit, so a module can simply say::
 The current directory is importable, as with uvicorn and celery. Every
 `Worker` option has a flag (``OPTION_FLAGS``); a flag given on the command
 line replaces what the worker was built with (``--middleware`` and
-``--observer`` are added after the worker's own).
+``--observer`` are added after the worker's own). ``--queue`` gives either
+option: ``--queue NAME`` the one queue (``queue``), ``--queue NAME=N``,
+repeated, several queues with their concurrency (``queues``).
 
 With ``--processes N`` the command becomes a parent of N children, each
 ``python -m pgqueue worker`` with the same arguments: subprocesses rather
@@ -64,6 +66,8 @@ logger = logging.getLogger("pgqueue.cli")
 OPTION_FLAGS: dict[str, str] = {
     "queue": "--queue",
     "concurrency": "--concurrency",
+    "queues": "--queue",  # --queue NAME=N, repeated
+    "max_concurrency": "--max-concurrency",
     "prefetch": "--prefetch",
     "poll_interval": "--poll-interval",
     "listen": "--listen",
@@ -77,8 +81,9 @@ OPTION_FLAGS: dict[str, str] = {
     "observers": "--observer",
 }
 """The flag of each `Worker` option (the pool comes from your code). Each
-flag's parsed value lands under the option's own name; a test checks that
-every option of ``Worker.__init__`` is here."""
+flag's parsed value lands under the option's own name (``--queue NAME=N``
+under ``queues``); a test checks that every option of ``Worker.__init__`` is
+here."""
 
 _ADDED = frozenset({"middleware", "observers"})
 """Options whose flags add to what the worker has instead of replacing it."""
@@ -139,8 +144,20 @@ def add_to(commands: Commands) -> None:
             OPTION_FLAGS[name], *aliases, dest=name, default=keep, **kwargs
         )
 
-    flag("queue", metavar="NAME", help="the queue to consume")
+    flag(
+        "queue",
+        action=_QueueAction,
+        metavar="NAME|NAME=N",
+        help="the queue to consume; or, repeated as NAME=N, several queues, "
+        "each with its concurrency (--queue default=10 --queue emails=2)",
+    )
     flag("concurrency", type=int, metavar="N", help="most handlers running at once")
+    flag(
+        "max_concurrency",
+        type=_optional_int,
+        metavar="N|none",
+        help="most jobs running (or prefetched) across every queue",
+    )
     flag("prefetch", type=int, metavar="N", help="jobs claimed beyond --concurrency")
     flag(
         "poll_interval",
@@ -247,6 +264,50 @@ def add_to(commands: Commands) -> None:
     # A child of --processes: stop gracefully when stdin (a pipe from the parent) ends.
     running.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
+
+
+class _QueueAction(argparse.Action):
+    """``--queue NAME`` (the one queue), or ``--queue NAME=N`` repeated (``queues``); not both.
+
+    ``NAME=N`` is read as a queue and its concurrency only when N is a whole
+    number; any other text is one queue's name.
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        text = str(values)
+        name, sep, number = text.rpartition("=")
+        if sep and name and number.isdigit():
+            if hasattr(namespace, "queue"):
+                raise argparse.ArgumentError(self, _MIXED)
+            queues: dict[str, int] = getattr(namespace, "queues", {})
+            if name in queues:
+                msg = f"queue {name!r} given twice"
+                raise argparse.ArgumentError(self, msg)
+            queues[name] = int(number)
+            namespace.queues = queues
+        else:
+            if hasattr(namespace, "queues"):
+                raise argparse.ArgumentError(self, _MIXED)
+            namespace.queue = text
+
+
+_MIXED = "give either one --queue NAME or several --queue NAME=N, not both"
+
+
+def _optional_int(text: str) -> int | None:
+    if text.lower() == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        msg = f"not a whole number: {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
 
 
 def _seconds(text: str) -> float:
@@ -536,11 +597,20 @@ class _Ready(TaskStatus[None]):
         self._worker = worker
 
     def started(self, value: None = None) -> None:
-        if self._worker._state == "running":  # run() also calls it when done early
+        worker = self._worker
+        if worker._state != "running":  # run() also calls it when done early
+            return
+        if worker._queues is None:
             logger.info(
                 "worker ready (queue %r, concurrency %d)",
-                self._worker.queue,
-                self._worker._concurrency,
+                worker.queue,
+                worker._concurrency,
+            )
+        else:
+            logger.info(
+                "worker ready (queues %s, max_concurrency %s)",
+                ", ".join(f"{name}={n}" for name, n in worker.queues.items()),
+                worker._max_concurrency,
             )
 
 
@@ -657,6 +727,8 @@ def child_command(args: argparse.Namespace, index: int) -> list[str]:
             )
         elif name in _ADDED:
             command += [f"{flag}={ref}" for ref in value]
+        elif name == "queues":
+            command += [f"{flag}={queue}={n}" for queue, n in value.items()]
         else:
             command.append(f"{flag}={_number(value)}")
     return command
