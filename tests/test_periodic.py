@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
@@ -393,7 +394,12 @@ async def test_a_missing_table_is_logged_and_the_worker_keeps_working(
             # Once the table is there, ticks run.
             await pool.execute(pgqueue.SCHEMA_UPGRADE)
             await wait_until(lambda: _has_jobs(pool, "p"), within=15)
+        assert (await pgqueue.Admin(pool).schema_state()).kind == "current"
         await pool.execute("DROP TABLE pgqueue_periodic")
+        state = await pgqueue.Admin(pool).schema_state()
+        assert (state.kind, state.missing) == ("partial", ("table pgqueue_periodic",))
+        assert state.fix is not None
+        assert "SCHEMA_UPGRADE" in state.fix
         with pytest.raises(pgqueue.SchemaError, match="SCHEMA_UPGRADE"):
             await pgqueue.Admin(pool).schedules()
         with pytest.raises(pgqueue.SchemaError, match="SCHEMA_UPGRADE"):
@@ -420,7 +426,7 @@ async def test_a_tick_that_waited_for_a_racing_commit_changes_nothing_until_run_
     def tick(at: datetime) -> tuple[Any, ...]:
         return (
             name, "@every 60s", "UTC", queue_name, "t", at, at + timedelta(seconds=60),
-            at, "{}", 5, True, f"periodic:{name}@{at.isoformat()}", f"periodic:{name}@",
+            at, "{}", 5, True, f"periodic:{name}@{at.isoformat()}",
         )  # fmt: skip
 
     await pool.execute(
@@ -474,6 +480,55 @@ def _dsn_of(pool: asyncpg.Pool) -> str:
     return dsn
 
 
+async def test_the_tick_statement_finds_live_jobs_through_the_unique_index(
+    fresh_dsn: str,
+) -> None:
+    """As the worker's connections plan it (generically), on a table of 20,000 jobs."""
+    from tests.test_statement_plans import _plans, _table_scans
+
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        await connection.execute(
+            "INSERT INTO pgqueue_jobs (queue, job_type, status, unique_key)"
+            " SELECT 'q', 't', CASE WHEN i % 2 = 0 THEN 'completed' ELSE 'pending' END,"
+            " 'periodic:other@' || i FROM generate_series(1, 20000) AS i"
+        )
+        await connection.execute("ANALYZE pgqueue_jobs")
+        await connection.execute(
+            _sql.PERIODIC_REGISTER, "s", "@every 60s", "UTC", "q", "t", T0, T0
+        )
+        await connection.execute(
+            "UPDATE pgqueue_periodic SET last_job_key = 'periodic:other@3'"
+        )
+        tick = T0 + timedelta(seconds=30)
+        plans = await _plans(
+            connection,
+            _sql.PERIODIC_TICK,
+            "s",
+            "@every 60s",
+            "UTC",
+            "q",
+            "t",
+            tick,
+            tick + timedelta(seconds=60),
+            tick,
+            "{}",
+            5,
+            True,
+            f"periodic:s@{tick.isoformat()}",
+            modes=("generic",),
+        )
+    finally:
+        await connection.close()
+    nodes = plans["generic"]
+    scans = _table_scans(nodes)
+    assert scans == [("Index Only Scan", "idx_pgqueue_jobs_unique")], scans
+    [lookup] = [n for n in nodes if n.get("Index Name") == "idx_pgqueue_jobs_unique"]
+    assert "unique_key =" in lookup["Index Cond"], lookup
+    assert "job_type =" in lookup["Index Cond"], lookup
+    assert lookup["Actual Rows"] == 1  # the last job, pending: the tick is skipped
+
+
 # --- registration -----------------------------------------------------------------------
 
 
@@ -483,6 +538,7 @@ BAD = [
     ({"cron": "* * * * * * *"}, ValueError, "5 fields"),
     ({"cron": "R * * * *"}, ValueError, "random"),
     ({"cron": "x y z a b"}, ValueError, "invalid cron expression"),
+    ({"cron": "0 0 31 2 *"}, ValueError, "invalid cron expression"),  # never
     ({"cron": 5}, TypeError, "cron must be a str"),
     ({}, TypeError, "either a cron expression or every="),
     ({"cron": "* * * * *", "every": 5}, TypeError, "not both"),
@@ -553,6 +609,8 @@ def test_six_fields_put_seconds_first() -> None:
         max_attempts=1,
     )
     assert schedule.after(T0) == T0 + timedelta(seconds=10)
+    assert replace(schedule, cron=None, every=1234567.0).spelled == "@every 1234567s"
+    assert replace(schedule, cron=None, every=0.25).spelled == "@every 0.25s"
 
 
 def test_a_cron_schedule_without_croniter_names_the_extra(

@@ -532,8 +532,10 @@ class Admin:
         """Forget periodic schedule ``name``; return whether it was there.
 
         Its jobs stay. A worker that still registers the schedule makes its
-        row again at its next tick (and runs that tick): remove it from the
-        workers' code first.
+        row again at its next tick (and runs that tick, even with
+        ``unique=True`` while an earlier job of the schedule is still
+        pending or running: the row that remembered that job is gone).
+        Remove the schedule from the workers' code first.
 
         Raises:
             TypeError, ValueError: an empty or NUL-holding name.
@@ -559,8 +561,9 @@ class Admin:
         """Say whether ``pgqueue_jobs`` is missing, the Go module's, partly upgraded or current.
 
         Checks the columns and indexes pgqueue's statements use, the
-        indexes of these operations (``idx_pgqueue_jobs_failed``) and the
-        status check; reads the catalog only.
+        indexes of these operations (``idx_pgqueue_jobs_failed``), the
+        status check and the table of periodic schedules
+        (``pgqueue_periodic``); reads the catalog only.
         """
         row = await self._executor.fetchrow(
             _sql.SCHEMA_CHECK,
@@ -570,6 +573,8 @@ class Admin:
         if row is None or not row[0]:
             return SchemaState(kind="missing", missing=("table pgqueue_jobs",))
         missing = tuple(missing_pieces(row))
+        if not await self._executor.fetchval(_sql.PERIODIC_TABLE_EXISTS):
+            missing += ("table pgqueue_periodic",)
         if not missing:
             return SchemaState(kind="current", missing=())
         absent = set(row[1])

@@ -92,7 +92,9 @@ class Schedule:
         """The schedule as ``pgqueue_periodic.schedule`` shows it."""
         if self.cron is not None:
             return self.cron
-        return f"@every {self.every:g}s"
+        every = self.every
+        assert every is not None
+        return f"@every {int(every) if every.is_integer() else every}s"
 
     def after(self, moment: datetime) -> datetime:
         """The first tick strictly after ``moment`` (aware, UTC)."""
@@ -365,7 +367,6 @@ class Schedules:
                 schedule.max_attempts,
                 schedule.unique,
                 key,
-                f"{PERIODIC_KEY_PREFIX}{schedule.name}@",
             )
             assert row is not None
             if row["advanced"]:

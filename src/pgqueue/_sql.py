@@ -38,6 +38,7 @@ __all__ = [
     "PERIODIC_NOW",
     "PERIODIC_REGISTER",
     "PERIODIC_REMOVE",
+    "PERIODIC_TABLE_EXISTS",
     "PERIODIC_TICK",
     "PRIORITIES",
     "PRUNE",
@@ -157,15 +158,16 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
 -- Periodic jobs: one row per schedule, its last tick (see PERIODIC_TICK).
 CREATE TABLE IF NOT EXISTS pgqueue_periodic
 (
-    name       TEXT        PRIMARY KEY,
-    schedule   TEXT        NOT NULL,
-    timezone   TEXT        NOT NULL DEFAULT 'UTC',
-    queue      TEXT        NOT NULL,
-    job_type   TEXT        NOT NULL,
-    last_tick  TIMESTAMPTZ,
-    next_tick  TIMESTAMPTZ,
-    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    name         TEXT        PRIMARY KEY,
+    schedule     TEXT        NOT NULL,
+    timezone     TEXT        NOT NULL DEFAULT 'UTC',
+    queue        TEXT        NOT NULL,
+    job_type     TEXT        NOT NULL,
+    last_tick    TIMESTAMPTZ,
+    next_tick    TIMESTAMPTZ,
+    last_job_key TEXT,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 """
 """Create the ``pgqueue_jobs`` table and its indexes, and ``pgqueue_periodic`` (apply it in a migration).
@@ -225,15 +227,16 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
 -- Periodic jobs: one row per schedule, its last tick (see PERIODIC_TICK).
 CREATE TABLE IF NOT EXISTS pgqueue_periodic
 (
-    name       TEXT        PRIMARY KEY,
-    schedule   TEXT        NOT NULL,
-    timezone   TEXT        NOT NULL DEFAULT 'UTC',
-    queue      TEXT        NOT NULL,
-    job_type   TEXT        NOT NULL,
-    last_tick  TIMESTAMPTZ,
-    next_tick  TIMESTAMPTZ,
-    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    name         TEXT        PRIMARY KEY,
+    schedule     TEXT        NOT NULL,
+    timezone     TEXT        NOT NULL DEFAULT 'UTC',
+    queue        TEXT        NOT NULL,
+    job_type     TEXT        NOT NULL,
+    last_tick    TIMESTAMPTZ,
+    next_tick    TIMESTAMPTZ,
+    last_job_key TEXT,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 """
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
@@ -926,37 +929,43 @@ SET schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone, queue = EXCLUDED
 # tick, $8 the schedulers' clock): advance the schedule's last tick to $6
 # and, only if this statement advanced it, insert the job (payload $9,
 # max_attempts $10, unique key $12: 'periodic:<name>@<tick>') and wake its
-# queue. A row removed meanwhile is made again, with this tick run.
+# queue. With $11 (unique), the tick is skipped (advanced, no job) while
+# the schedule's last job (last_job_key, found through the unique index)
+# is pending or running. A row removed meanwhile is made again, with this
+# tick run.
 #
 # The row is advanced only from the last tick this statement's snapshot
 # saw (a compare-and-set): the row lock serializes racing statements, and
 # one that waited for another's commit sees a last tick it did not expect
 # and changes nothing (the caller runs it again, with a new snapshot, if
-# its tick is still ahead). So when $11 (unique) asks that no job of the
-# schedule be pending or running, the NOT EXISTS below reads a snapshot in
-# which every earlier tick's job is visible. Looked up through the unique
-# index (by job type; keys prefixed $13). The unique index also refuses a
-# second live job of one tick, should a removed row be made again.
+# its tick is still after done_until). So the snapshot in which the last
+# job's status is read is one in which that job is visible. The unique
+# index also refuses a second live job of one tick.
 PERIODIC_TICK = """
 WITH seen AS (
     SELECT last_tick, created_at FROM pgqueue_periodic WHERE name = $1
 ), advanced AS (
-    INSERT INTO pgqueue_periodic AS p (name, schedule, timezone, queue, job_type, last_tick, next_tick, created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())
+    INSERT INTO pgqueue_periodic AS p
+        (name, schedule, timezone, queue, job_type, last_tick, next_tick, last_job_key, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $8, now())
     ON CONFLICT (name) DO UPDATE
-    SET last_tick = EXCLUDED.last_tick, next_tick = EXCLUDED.next_tick, updated_at = now()
+    SET last_tick = EXCLUDED.last_tick, next_tick = EXCLUDED.next_tick, updated_at = now(),
+        last_job_key = CASE
+            WHEN $11 AND EXISTS (
+                SELECT FROM pgqueue_jobs AS j
+                WHERE j.job_type = $5 AND j.unique_key = p.last_job_key
+                  AND j.unique_key IS NOT NULL AND j.status IN ('pending', 'running')
+            ) THEN p.last_job_key
+            ELSE EXCLUDED.last_job_key
+        END
     WHERE coalesce(p.last_tick, p.created_at) < EXCLUDED.last_tick
       AND p.last_tick IS NOT DISTINCT FROM (SELECT last_tick FROM seen)
-    RETURNING name
+    RETURNING last_job_key = $12 AS enqueue
 ), job AS (
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, unique_key)
     SELECT $4, $5, $9::text::jsonb, $10, $12
     FROM advanced
-    WHERE NOT $11 OR NOT EXISTS (
-        SELECT FROM pgqueue_jobs
-        WHERE job_type = $5 AND unique_key IS NOT NULL AND status IN ('pending', 'running')
-          AND starts_with(unique_key, $13)
-    )
+    WHERE advanced.enqueue
     ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
     DO NOTHING
     RETURNING id
@@ -974,3 +983,5 @@ ORDER BY name
 """
 
 PERIODIC_REMOVE = "DELETE FROM pgqueue_periodic WHERE name = $1 RETURNING name"
+
+PERIODIC_TABLE_EXISTS = "SELECT to_regclass('pgqueue_periodic') IS NOT NULL"
