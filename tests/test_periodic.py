@@ -827,3 +827,48 @@ async def test_five_processes_over_twenty_ticks_enqueue_twenty_jobs(
         assert [_tick(job["unique_key"]) for job in jobs] == expected
         completed = {job["status"] for job in jobs}
         assert completed <= {"completed", "pending", "running"}
+
+
+@pytest.mark.parametrize(
+    ("cron", "every", "now", "lateness", "expected"),
+    [
+        (None, 60.0, "2030-01-01T10:00:59", 1e9, "2030-01-01T10:00:00"),
+        (None, 60.0, "2030-01-01T10:00:00", 0.0, "2030-01-01T10:00:00"),
+        (None, 60.0, "2030-01-01T10:00:30", 29.0, None),
+        ("0 3 * * *", None, "2030-01-05T10:00:00", 30 * 86400.0, "2030-01-05T03:00:00"),
+        ("0 3 * * *", None, "2030-01-05T10:00:00", 6 * 3600.0, None),
+        ("0 3 * * *", None, "2030-01-05T10:00:00", 7 * 3600.0, "2030-01-05T03:00:00"),
+        ("* * * * * *", None, "2030-01-05T10:00:00.5", 1e6, "2030-01-05T10:00:00"),
+    ],
+)  # fmt: skip
+def test_the_latest_due_tick_is_found_without_walking_the_whole_window(
+    cron: str | None,
+    every: float | None,
+    now: str,
+    lateness: float,
+    expected: str | None,
+) -> None:
+    from pgqueue._periodic import check_schedule
+
+    schedule = check_schedule(
+        name="s",
+        cron=cron,
+        every=every,
+        job_type="t",
+        payload=None,
+        queue=None,
+        tz="UTC",
+        unique=True,
+        max_lateness=lateness,
+        max_attempts=1,
+    )
+    at = datetime.fromisoformat(now).replace(tzinfo=UTC)
+    tick, following = schedule.latest_due(at, None)
+    want = (
+        None
+        if expected is None
+        else datetime.fromisoformat(expected).replace(tzinfo=UTC)
+    )
+    assert tick == want
+    assert following > at
+    assert following == schedule.after(at)

@@ -56,6 +56,9 @@ CRON_MISSING = (
 MAX_SLEEP = 60.0
 """The longest the scheduler sleeps before it reads the database's clock again."""
 
+LOOKBACK = 60.0
+"""Seconds a cron schedule's first look for its latest due tick spans (then doubled)."""
+
 CAS_ATTEMPTS = 5
 """How often one tick's statement is run again after a racing worker's commit."""
 
@@ -109,14 +112,26 @@ class Schedule:
     ) -> tuple[datetime | None, datetime]:
         """The latest tick at most ``now`` and at most ``max_lateness`` old, and the tick after ``now``.
 
-        ``start``: the earliest tick not yet handled (ticks before it are
-        not looked at), or None. Cron ticks are walked forward one by one,
-        so every process sees the ticks croniter's forward walk gives.
+        ``start``: the earliest tick not yet handled, or None. An interval
+        is computed at once. Cron ticks are walked forward one by one from
+        ``start`` (or from the latest tick found in a look-back window that
+        doubles up to ``max_lateness``), so that every process sees the
+        ticks croniter's forward walk gives, and a walk stays short.
         """
         oldest = now - timedelta(seconds=self.max_lateness)
-        tick = start if start is not None and start >= oldest else None
-        if tick is None:
-            tick = self.after(oldest - _MICROSECOND)
+        if self.every is not None:
+            following = self.after(now)
+            tick = following - timedelta(microseconds=round(self.every * 1_000_000))
+            return (tick if tick >= oldest else None), following
+        if start is not None and start >= oldest:
+            tick = start
+        else:
+            lookback = min(self.max_lateness, LOOKBACK)
+            while True:
+                tick = self.after(now - timedelta(seconds=lookback) - _MICROSECOND)
+                if tick <= now or lookback >= self.max_lateness:
+                    break
+                lookback = min(lookback * 2, self.max_lateness)
         if tick > now:
             return None, tick
         while (following := self.after(tick)) <= now:
