@@ -6,7 +6,7 @@ same ``pgqueue_jobs`` table, same semantics, built on asyncpg and anyio.
 
 from __future__ import annotations
 
-from pgqueue._admin import Admin, JobInfo, QueueStats, SchemaState
+from pgqueue._admin import Admin, JobInfo, QueueStats, ScheduleInfo, SchemaState
 from pgqueue._backoff import Backoff, default_backoff
 from pgqueue._errors import (
     AlreadyStartedError,
@@ -61,6 +61,7 @@ __all__ = [
     "Queue",
     "QueueStats",
     "RetryAfter",
+    "ScheduleInfo",
     "SchemaError",
     "SchemaState",
     "Snooze",

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from pgqueue._queue import Executor
 
-__all__ = ["Admin", "JobInfo", "QueueStats", "SchemaState"]
+__all__ = ["Admin", "JobInfo", "QueueStats", "ScheduleInfo", "SchemaState"]
 
 EXACT_COMPLETED_PAGES = 1280
 """Up to this many pages (10 MB), `Admin.stats` counts completed jobs exactly."""
@@ -129,6 +129,37 @@ class JobInfo(_JSONShape):
     cancel_requested: bool
     payload: Any
     result: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleInfo(_JSONShape):
+    """A periodic schedule's row, from `Admin.schedules`.
+
+    Attributes:
+        name: the schedule's name.
+        schedule: its cron expression, or ``@every <seconds>s``.
+        timezone: the zone the cron expression is read in.
+        queue: the queue of its jobs.
+        job_type: the type of its jobs.
+        last_tick: the last tick run (its job enqueued, or skipped because
+            the previous one was still pending or running); None before
+            the first.
+        next_tick: the next tick, as the worker that last ran or
+            registered the schedule computed it.
+        created_at: when a worker first registered it (the first tick run
+            is after this).
+        updated_at: when a worker last registered it or ran a tick.
+    """
+
+    name: str
+    schedule: str
+    timezone: str
+    queue: str
+    job_type: str
+    last_tick: datetime | None
+    next_tick: datetime | None
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -488,12 +519,52 @@ class Admin:
             )
         return removed
 
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every periodic schedule workers have registered, by name.
+
+        Raises:
+            SchemaError: the table ``pgqueue_periodic`` is missing.
+        """
+        async with self._periodic_checked():
+            rows = await self._executor.fetch(_sql.PERIODIC_LIST)
+        return [ScheduleInfo(**dict(row)) for row in rows]
+
+    async def remove_schedule(self, name: str) -> bool:
+        """Forget periodic schedule ``name``; return whether it was there.
+
+        Its jobs stay. A worker that still registers the schedule makes its
+        row again at its next tick (and runs that tick, even with
+        ``unique=True`` while an earlier job of the schedule is still
+        pending or running: the row that remembered that job is gone).
+        Remove the schedule from the workers' code first.
+
+        Raises:
+            TypeError, ValueError: an empty or NUL-holding name.
+            SchemaError: the table ``pgqueue_periodic`` is missing.
+        """
+        checked = check_name("schedule name", name)
+        async with self._periodic_checked():
+            row = await self._executor.fetchrow(_sql.PERIODIC_REMOVE, checked)
+        return row is not None
+
+    @asynccontextmanager
+    async def _periodic_checked(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except asyncpg.UndefinedTableError as exc:
+            msg = (
+                "there is no table pgqueue_periodic on the search_path: apply "
+                "pgqueue.SCHEMA_UPGRADE in a migration (or await pgqueue.install(pool))"
+            )
+            raise SchemaError(msg) from exc
+
     async def schema_state(self) -> SchemaState:
         """Say whether ``pgqueue_jobs`` is missing, the Go module's, partly upgraded or current.
 
         Checks the columns and indexes pgqueue's statements use, the
-        indexes of these operations (``idx_pgqueue_jobs_failed``) and the
-        status check; reads the catalog only.
+        indexes of these operations (``idx_pgqueue_jobs_failed``), the
+        status check and the table of periodic schedules
+        (``pgqueue_periodic``); reads the catalog only.
         """
         row = await self._executor.fetchrow(
             _sql.SCHEMA_CHECK,
@@ -503,6 +574,8 @@ class Admin:
         if row is None or not row[0]:
             return SchemaState(kind="missing", missing=("table pgqueue_jobs",))
         missing = tuple(missing_pieces(row))
+        if not await self._executor.fetchval(_sql.PERIODIC_TABLE_EXISTS):
+            missing += ("table pgqueue_periodic",)
         if not missing:
             return SchemaState(kind="current", missing=())
         absent = set(row[1])

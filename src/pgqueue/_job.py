@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import KW_ONLY, dataclass, fields
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from typing_extensions import TypeVar as DefaultedTypeVar
 
     # The default (PEP 696) makes a bare ``Job`` mean ``Job[Any]`` to type
@@ -18,7 +17,10 @@ if TYPE_CHECKING:
 else:
     PayloadT = TypeVar("PayloadT", covariant=True)
 
-__all__ = ["Job", "NewJob", "Status"]
+__all__ = ["PERIODIC_KEY_PREFIX", "Job", "NewJob", "Status"]
+
+PERIODIC_KEY_PREFIX = "periodic:"
+"""How the unique keys of periodic jobs start: ``periodic:<name>@<tick>``."""
 
 
 class Status(enum.StrEnum):
@@ -61,6 +63,28 @@ class Job(Generic[PayloadT]):
     unique_key: str | None = None
     snoozes: int = 0
     trace_context: str | None = None
+
+    @property
+    def tick(self) -> datetime | None:
+        """The tick of the periodic schedule that enqueued this job (aware, UTC), else None.
+
+        Read from the job's ``unique_key``, ``periodic:<name>@<tick>`` (the
+        tick in ISO 8601), which stays the same through retries and snoozes.
+        Keys starting ``periodic:`` are reserved for schedules.
+
+        .. versionadded:: 0.1
+        """
+        key = self.unique_key
+        if key is None or not key.startswith(PERIODIC_KEY_PREFIX):
+            return None
+        _, at, stamp = key.rpartition("@")
+        if not at:
+            return None
+        try:
+            tick = datetime.fromisoformat(stamp)
+        except ValueError:
+            return None
+        return tick if tick.tzinfo is not None else None
 
 
 def _fix_frozen_slots(cls: type) -> None:

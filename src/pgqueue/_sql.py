@@ -34,6 +34,12 @@ __all__ = [
     "JOB_STATUSES",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
+    "PERIODIC_LIST",
+    "PERIODIC_NOW",
+    "PERIODIC_REGISTER",
+    "PERIODIC_REMOVE",
+    "PERIODIC_TABLE_EXISTS",
+    "PERIODIC_TICK",
     "PRIORITIES",
     "PRUNE",
     "PRUNE_BATCH",
@@ -148,8 +154,23 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
 -- The operations' stats and listings of dead and cancelled jobs (pgqueue.Admin).
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
     ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
+
+-- Periodic jobs: one row per schedule, its last tick (see PERIODIC_TICK).
+CREATE TABLE IF NOT EXISTS pgqueue_periodic
+(
+    name         TEXT        PRIMARY KEY,
+    schedule     TEXT        NOT NULL,
+    timezone     TEXT        NOT NULL DEFAULT 'UTC',
+    queue        TEXT        NOT NULL,
+    job_type     TEXT        NOT NULL,
+    last_tick    TIMESTAMPTZ,
+    next_tick    TIMESTAMPTZ,
+    last_job_key TEXT,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+);
 """
-"""Create the ``pgqueue_jobs`` table and its indexes (apply it in a migration).
+"""Create the ``pgqueue_jobs`` table and its indexes, and ``pgqueue_periodic`` (apply it in a migration).
 
 Idempotent on a database without the table or with the current one. On a
 table created by the Go module or an earlier pgqueue, apply
@@ -202,19 +223,37 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
     ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
+
+-- Periodic jobs: one row per schedule, its last tick (see PERIODIC_TICK).
+CREATE TABLE IF NOT EXISTS pgqueue_periodic
+(
+    name         TEXT        PRIMARY KEY,
+    schedule     TEXT        NOT NULL,
+    timezone     TEXT        NOT NULL DEFAULT 'UTC',
+    queue        TEXT        NOT NULL,
+    job_type     TEXT        NOT NULL,
+    last_tick    TIMESTAMPTZ,
+    next_tick    TIMESTAMPTZ,
+    last_job_key TEXT,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+);
 """
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
 Only adds: columns with constant defaults or none (no table rewrite), the status
 check widened to allow ``cancelled`` (added ``NOT VALID``, then validated,
-which does not block writes), and three partial indexes. Idempotent. Go
+which does not block writes), three partial indexes, and the
+``pgqueue_periodic`` table of periodic schedules. Idempotent. Go
 producers and workers keep working on the upgraded table. On a large table,
 run each ``VALIDATE`` and ``CREATE INDEX`` in a transaction of its own (or
 build the indexes ``CONCURRENTLY`` first): a migration tool that wraps the
 whole script in one transaction holds the first lock until the end.
 """
 
-SCHEMA_DOWN = "DROP TABLE IF EXISTS pgqueue_jobs;"
+SCHEMA_DOWN = (
+    "DROP TABLE IF EXISTS pgqueue_periodic; DROP TABLE IF EXISTS pgqueue_jobs;"
+)
 """Drop everything `SCHEMA` creates."""
 
 # JSON crosses the boundary as text, both ways ($3::text, payload::text):
@@ -864,3 +903,88 @@ LIMIT $4
 
 # PRUNE_BATCH for one queue ($1) or every queue (NULL).
 PRUNE_BATCH_ANY = _prune_batch("($1::text IS NULL OR queue = $1)")
+
+# Periodic jobs ------------------------------------------------------------------------
+#
+# One row per schedule in pgqueue_periodic: its last tick run. Every worker
+# that registers a schedule computes its ticks (in Python, from the
+# database's clock) and runs PERIODIC_TICK for each tick that falls due;
+# the statement that advances the row inserts the job, so however many
+# workers race for one tick, one advances the row and inserts the job and
+# the others change nothing. No leader is elected.
+
+# The database's clock, as the schedulers read it.
+PERIODIC_NOW = "SELECT now()"
+
+# Register schedule $1 (written $2, in zone $3) of jobs of type $5 on queue
+# $4: a new row remembers when it was first seen ($7, the schedulers'
+# clock), so that no tick before that runs; an existing row keeps its last
+# tick and takes the new definition. $6: the next tick, for listings.
+PERIODIC_REGISTER = """
+INSERT INTO pgqueue_periodic AS p (name, schedule, timezone, queue, job_type, next_tick, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+ON CONFLICT (name) DO UPDATE
+SET schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone, queue = EXCLUDED.queue,
+    job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = now()
+"""
+
+# Run tick $6 of schedule $1 (defined as in PERIODIC_REGISTER; $7 its next
+# tick, $8 the schedulers' clock): advance the schedule's last tick to $6
+# and, only if this statement advanced it, insert the job (payload $9,
+# max_attempts $10, unique key $12: 'periodic:<name>@<tick>') and wake its
+# queue. With $11 (unique), the tick is skipped (advanced, no job) while
+# the schedule's last job (last_job_key, found through the unique index)
+# is pending or running. A row removed meanwhile is made again, with this
+# tick run.
+#
+# The row is advanced only from the last tick this statement's snapshot
+# saw (a compare-and-set): the row lock serializes racing statements, and
+# one that waited for another's commit sees a last tick it did not expect
+# and changes nothing (the caller runs it again, with a new snapshot, if
+# its tick is still after done_until). So the snapshot in which the last
+# job's status is read is one in which that job is visible. The unique
+# index also refuses a second live job of one tick.
+PERIODIC_TICK = """
+WITH seen AS (
+    SELECT last_tick, created_at FROM pgqueue_periodic WHERE name = $1
+), advanced AS (
+    INSERT INTO pgqueue_periodic AS p
+        (name, schedule, timezone, queue, job_type, last_tick, next_tick, last_job_key, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $8, now())
+    ON CONFLICT (name) DO UPDATE
+    SET last_tick = EXCLUDED.last_tick, next_tick = EXCLUDED.next_tick, updated_at = now(),
+        last_job_key = CASE
+            WHEN $11 AND EXISTS (
+                SELECT FROM pgqueue_jobs AS j
+                WHERE j.job_type = $5 AND j.unique_key = p.last_job_key
+                  AND j.unique_key IS NOT NULL AND j.status IN ('pending', 'running')
+            ) THEN p.last_job_key
+            ELSE EXCLUDED.last_job_key
+        END
+    WHERE coalesce(p.last_tick, p.created_at) < EXCLUDED.last_tick
+      AND p.last_tick IS NOT DISTINCT FROM (SELECT last_tick FROM seen)
+    RETURNING last_job_key = $12 AS enqueue
+), job AS (
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, unique_key)
+    SELECT $4, $5, $9::text::jsonb, $10, $12
+    FROM advanced
+    WHERE advanced.enqueue
+    ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+    DO NOTHING
+    RETURNING id
+)
+SELECT EXISTS (SELECT FROM advanced) AS advanced,
+       (SELECT coalesce(last_tick, created_at) FROM seen) AS done_until,
+       (SELECT id FROM job) AS job_id,
+       (SELECT pg_notify('pgqueue_jobs', $4) WHERE EXISTS (SELECT FROM job))
+"""
+
+PERIODIC_LIST = """
+SELECT name, schedule, timezone, queue, job_type, last_tick, next_tick, created_at, updated_at
+FROM pgqueue_periodic
+ORDER BY name
+"""
+
+PERIODIC_REMOVE = "DELETE FROM pgqueue_periodic WHERE name = $1 RETURNING name"
+
+PERIODIC_TABLE_EXISTS = "SELECT to_regclass('pgqueue_periodic') IS NOT NULL"

@@ -10,7 +10,8 @@ Task tree (what runs where, and what stops what)::
         │   ├── listener           LISTEN pgqueue_jobs; wakes the claimer
         │   ├── heartbeats         refresh updated_at of every held claim
         │   ├── rescue sweep       at start, then every max(poll, rescue_after/2)
-        │   └── retention sweep    only with retain=
+        │   ├── retention sweep    only with retain=
+        │   └── scheduler          only with periodic(): enqueues due ticks
         └── jobs task group        leaving it is the drain; stop(timeout)
             │                      cancels it (the cut-off)
             ├── claimer            in the claim scope, which stop() cancels;
@@ -69,6 +70,7 @@ from pgqueue._ledger import Budget, Claims
 from pgqueue._listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, Listener
 from pgqueue._log import Logger, default_logger
 from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
+from pgqueue._periodic import Schedules, check_schedule
 from pgqueue._policy import ClaimPolicy
 from pgqueue._runner import Handler, JobRunner
 from pgqueue._typed import typed_handler
@@ -259,6 +261,7 @@ class Worker:
         self._logger = default_logger(logger)
         self._handlers: dict[str, Handler] = {}
         self._registered: dict[str, Handler] = {}  # unwrapped, for _replace
+        self._schedules = Schedules()
         self._state: Literal["new", "running", "stopped"] = "new"
         self._stop_requested = False
         self._fatal: BaseException | None = None
@@ -345,6 +348,86 @@ class Worker:
 
         return decorate
 
+    def periodic(
+        self,
+        name: str,
+        cron: str | None = None,
+        *,
+        every: float | None = None,
+        job_type: str,
+        payload: Any = None,
+        queue: str | None = None,
+        tz: str = "UTC",
+        unique: bool = True,
+        max_lateness: float = 600.0,
+        max_attempts: int = 5,
+    ) -> None:
+        """Enqueue a job of ``job_type`` at every tick of a schedule, once however many workers run it.
+
+        Every worker (in any process) that registers the schedule runs it,
+        without a leader: the tick's job is inserted by the statement that
+        advances the schedule's row in ``pgqueue_periodic``, so one of them
+        enqueues it and the others nothing. Ticks are due by the database's
+        clock. A new schedule starts with the first tick after it is first
+        registered. When no worker ran at a tick, the latest tick missed
+        is run once when one starts, if it is at most ``max_lateness``
+        seconds old; earlier ones are never run. The job is an ordinary job
+        (retries, dead letters, listings); its tick is `Job.tick` (kept in
+        its ``unique_key``, ``periodic:<name>@<tick>``). ``pgqueue periodic
+        remove NAME`` forgets a schedule's row; a worker that still
+        registers it makes it again at its next tick.
+
+        Args:
+            name: the schedule's name, the same in every worker that runs it.
+            cron: a cron expression in ``tz`` (the ``cron`` extra): 5 fields
+                (minute hour day month weekday), or 6 with seconds first;
+                ``@hourly``, ``@daily`` and such; ``H`` fields are hashed
+                from the name.
+            every: instead of ``cron``, a period in seconds; ticks are
+                multiples of it since the Unix epoch (UTC), the same in
+                every process.
+            job_type: the type of the jobs enqueued.
+            payload: their payload (JSON, as `Queue.enqueue` takes it).
+            queue: their queue; this worker's by default (of several, the
+                first in ``queues``).
+            tz: the IANA time zone ``cron`` is read in.
+            unique: skip a tick while the previous job of the schedule is
+                pending or running (the tick still counts as run).
+            max_lateness: the most seconds a tick may be late and still run.
+            max_attempts: the attempts of each job.
+
+        Raises:
+            AlreadyStartedError: the worker has started.
+            TypeError, ValueError: a bad argument, an invalid cron
+                expression or time zone, both or neither of cron and every,
+                a name already registered (nothing is registered).
+            ModuleNotFoundError: a cron schedule without croniter installed.
+
+        .. versionadded:: 0.1
+        """
+        if self._state != "new":
+            msg = "periodic() called after run() started; register every schedule first"
+            raise AlreadyStartedError(msg)
+        self._schedules.add(
+            check_schedule(
+                name=name,
+                cron=cron,
+                every=every,
+                job_type=job_type,
+                payload=payload,
+                queue=queue,
+                tz=tz,
+                unique=unique,
+                max_lateness=max_lateness,
+                max_attempts=max_attempts,
+            )
+        )
+
+    @property
+    def _default_queue(self) -> str:
+        """The queue of schedules registered without one: the worker's first."""
+        return next(iter(self.queues))
+
     def _replace(self, **options: Any) -> Worker:
         """A new worker with ``options`` replaced and the same handlers (for the command line).
 
@@ -376,6 +459,7 @@ class Worker:
         copy = Worker(self._pool, **{**kept, **options})
         for job_type, handler in self._registered.items():
             copy.register(job_type, handler)
+        copy._schedules = self._schedules.copy()
         return copy
 
     async def run(
@@ -581,6 +665,14 @@ class Worker:
                     if self._retain is not None:
                         services.start_soon(
                             self._after_check, self._upkeep.retention, self._retain
+                        )
+                    if self._schedules:
+                        services.start_soon(
+                            self._after_check,
+                            self._schedules.run,
+                            self._connections[2],  # the upkeep connection
+                            self._default_queue,
+                            self._logger,
                         )
                     try:
                         await self._run_jobs(until_empty)

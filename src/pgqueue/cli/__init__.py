@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "pgqueue.cli.worker",
     "pgqueue.cli.schema",
     "pgqueue.cli.jobs",
+    "pgqueue.cli.periodic",
     "pgqueue.cli.top",
 )
 """Modules that add commands."""
