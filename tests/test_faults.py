@@ -154,23 +154,36 @@ def short_backoff(_attempt: int) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("queues", "cap"),
+    [({"faults": 20}, None), ({"faults-a": 10, "faults-b": 10}, 15)],
+    ids=["one-queue", "two-queues"],
+)
 async def test_sigkill_mid_drain_reruns_only_the_jobs_in_flight(
-    fresh_dsn: str, tmp_path: Path
+    fresh_dsn: str, tmp_path: Path, queues: dict[str, int], cap: int | None
 ) -> None:
     """A worker process killed -9 loses nothing; only the jobs it held run again."""
-    name, total = "faults", 2000
+    per_queue = 2000 // len(queues)
+    total = per_queue * len(queues)
+    if cap is None:
+        [(name, concurrency)] = queues.items()
+        argv = [name, str(concurrency)]
+    else:
+        argv = [",".join(f"{name}={n}" for name, n in queues.items()), str(cap)]
     async with (
         Probe(fresh_dsn) as probe,
         asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool,
     ):
         await pool.execute(INVOCATIONS)
-        ids = await pgqueue.Queue(pool, name=name).enqueue_many(
-            [("record", {"n": n}) for n in range(total)]
-        )
+        ids: list[int] = []
+        for name in queues:
+            ids += await pgqueue.Queue(pool, name=name).enqueue_many(
+                [("record", {"n": n}) for n in range(per_queue)]
+            )
         log_path = tmp_path / "fault_worker.log"
         with log_path.open("wb") as log:
             process = await anyio.open_process(
-                [sys.executable, str(FAULT_WORKER), fresh_dsn, name, "20"],
+                [sys.executable, str(FAULT_WORKER), fresh_dsn, *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -215,7 +228,7 @@ async def test_sigkill_mid_drain_reruns_only_the_jobs_in_flight(
         assert in_flight, "a worker killed mid-drain left no job running"
 
         worker = pgqueue.Worker(
-            pool, queue=name, concurrency=20, rescue_after=1.0, poll_interval=0.1
+            pool, queues=queues, rescue_after=1.0, poll_interval=0.1
         )
 
         @worker.handler("record")
@@ -223,11 +236,14 @@ async def test_sigkill_mid_drain_reruns_only_the_jobs_in_flight(
             await pool.execute(RECORD, job.id, job.attempts)
 
         async with running(worker):
-            await wait_until(completed_at_least(probe, name, total), within=30)
+            for name in queues:
+                await wait_until(completed_at_least(probe, name, per_queue), within=30)
         after = await invocations(probe)
-        final = await rows(pool, name)
+        for name in queues:
+            assert Counter(r["status"] for r in await rows(pool, name)) == {
+                "completed": per_queue
+            }
 
-    assert Counter(r["status"] for r in final) == {"completed": total}
     assert set(after) == set(ids), "some jobs never ran"
     twice = {job_id for job_id, attempts in after.items() if len(attempts) > 1}
     assert twice <= in_flight, "a job that was not in flight ran twice"

@@ -9,13 +9,10 @@ deadlines.
 from __future__ import annotations
 
 import contextlib
-import subprocess
-import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import asyncpg
 import pytest
 
 import pgqueue
@@ -26,17 +23,13 @@ from tests.cli_apps import RUNS
 from tests.helpers import noop, row, rows, running, wait_for_row, wait_until
 from tests.test_cli_worker import APPS, ROOT, run_cli, runs, statuses
 from tests.test_faults import (
-    FAULT_WORKER,
-    INVOCATIONS,
-    RECORD,
-    Probe,
-    invocations,
     listening,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
+
+    import asyncpg
 
 # A row in line without the wakeup an enqueue sends (as a producer whose
 # NOTIFY was lost): only a claim the worker makes for its own reasons finds it.
@@ -493,104 +486,6 @@ async def test_listen_connection_terminated_then_wakeups_resume_for_every_queue(
             await pgqueue.Queue(pool, name=name).enqueue("t", {})
             with anyio.fail_after(5):
                 await done[name].wait()
-
-
-@pytest.mark.slow
-async def test_sigkill_of_a_worker_of_several_queues_loses_no_job(
-    fresh_dsn: str, tmp_path: Path
-) -> None:
-    """A worker process of two queues killed -9: only the jobs it held run again."""
-    names, per_queue = ("faults-a", "faults-b"), 1000
-    total = per_queue * len(names)
-    async with (
-        Probe(fresh_dsn) as probe,
-        asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool,
-    ):
-        await pool.execute(INVOCATIONS)
-        ids: list[int] = []
-        for name in names:
-            ids += await pgqueue.Queue(pool, name=name).enqueue_many(
-                [("record", {"n": n}) for n in range(per_queue)]
-            )
-        log_path = tmp_path / "fault_worker.log"
-        spec = ",".join(f"{name}=10" for name in names)
-        with log_path.open("wb") as log:
-            process = await anyio.open_process(
-                [sys.executable, str(FAULT_WORKER), fresh_dsn, spec, "15"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-
-            async def invoked_500() -> bool:
-                if process.returncode is not None:
-                    pytest.fail(f"the worker exited early:\n{log_path.read_text()}")
-                n: int = await probe.fetchval("SELECT count(*) FROM fault_invocations")
-                return n >= 500
-
-            await wait_until(invoked_500, within=30)
-            process.kill()
-            with anyio.fail_after(10):
-                await process.wait()
-        finally:
-            if process.returncode is None:
-                process.kill()
-                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                    await process.wait()
-        assert process.returncode == -9
-
-        async def sessions_gone() -> bool:
-            n: int = await probe.fetchval(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE application_name = 'pgqueue_fault_worker'"
-            )
-            return n == 0
-
-        await wait_until(sessions_gone)
-        in_flight = set(
-            await probe.fetchval(
-                "SELECT coalesce(array_agg(id), '{}') FROM pgqueue_jobs"
-                " WHERE status = 'running'"
-            )
-        )
-        before = await invocations(probe)
-        assert 500 <= sum(map(len, before.values())) < total
-        assert in_flight, "a worker killed mid-drain left no job running"
-
-        worker = pgqueue.Worker(
-            pool,
-            queues=dict.fromkeys(names, 10),
-            rescue_after=1.0,
-            poll_interval=0.1,
-        )
-
-        @worker.handler("record")
-        async def record(job: pgqueue.Job) -> None:
-            await pool.execute(RECORD, job.id, job.attempts)
-
-        async with running(worker):
-
-            async def all_completed() -> bool:
-                n: int = await probe.fetchval(
-                    "SELECT count(*) FROM pgqueue_jobs WHERE status = 'completed'"
-                )
-                return n >= total
-
-            await wait_until(all_completed, within=30)
-        after = await invocations(probe)
-        for name in names:
-            assert await probe.statuses(name) == {"completed": per_queue}
-
-    assert set(after) == set(ids), "some jobs never ran"
-    twice = {job_id for job_id, attempts in after.items() if len(attempts) > 1}
-    assert twice <= in_flight, "a job that was not in flight ran twice"
-    for job_id, attempts in after.items():
-        if job_id in in_flight:
-            assert before.get(job_id, []) in ([], [1])
-            assert attempts == [*before.get(job_id, []), 2]
-        else:
-            assert attempts == [1]
 
 
 # --------------------------------------------------------------------------
