@@ -88,17 +88,26 @@ def check_handled(result: dict[str, Any], n: int, who: str) -> None:
 # --- drain ----------------------------------------------------------------------
 
 
-def drain_child(connection: Connection, dsn: str, n: int, concurrency: int) -> None:
-    """Worker process: drain ``n`` jobs at ``concurrency`` and report."""
-    asyncio.run(_drain(ChildLink(connection), dsn, n, concurrency))
+def drain_child(
+    connection: Connection,
+    dsn: str,
+    n: int,
+    concurrency: int,
+    global_limit: int | None = None,
+) -> None:
+    """Worker process: drain ``n`` jobs at ``concurrency`` (under ``global_limit``) and report."""
+    asyncio.run(_drain(ChildLink(connection), dsn, n, concurrency, global_limit))
 
 
-async def _drain(link: ChildLink, dsn: str, n: int, concurrency: int) -> None:
+async def _drain(
+    link: ChildLink, dsn: str, n: int, concurrency: int, global_limit: int | None
+) -> None:
     async with asyncpg.create_pool(dsn, min_size=POOL_MIN, max_size=POOL_MAX) as pool:
         worker = pgqueue.Worker(
             pool,
             concurrency=concurrency,
             prefetch=PREFETCH_PER_CONCURRENCY * concurrency,
+            global_limit=global_limit,
         )
         seen: set[int] = set()
         marks: list[float] = []
@@ -139,12 +148,23 @@ async def _drain(link: ChildLink, dsn: str, n: int, concurrency: int) -> None:
         )
 
 
-def drain(dsn: str, n: int, concurrency: int, name: str = "drain") -> dict[str, Any]:
+def drain(
+    dsn: str,
+    n: int,
+    concurrency: int,
+    name: str = "drain",
+    global_limit: int | None = None,
+) -> dict[str, Any]:
     """One verified drain of ``n`` jobs in a fresh database; the child's measurements."""
     with bench_database(dsn, name) as db:
         run(fill(db, n))
         result = run_child(
-            drain_child, db, n, concurrency, database=f"pgq_bench_{name}"
+            drain_child,
+            db,
+            n,
+            concurrency,
+            global_limit,
+            database=f"pgq_bench_{name}",
         )
         check_handled(result, n, "pgqueue")
         run(verify_drain(db, n))

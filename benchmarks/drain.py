@@ -1,6 +1,9 @@
 """Drain N pre-enqueued no-op jobs with one worker process; verify each completed once.
 
 Usage: python -m benchmarks.drain [--jobs 20000] [--concurrency 10 100] [--runs 3]
+                                  [--global-limit N]
+
+``--global-limit N`` drains under a fleet-wide limit of N (``Worker(global_limit=N)``).
 """
 
 from __future__ import annotations
@@ -42,14 +45,22 @@ def main() -> None:
     parser = base_parser(__doc__ or "")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 100])
+    parser.add_argument("--global-limit", type=int, default=None, metavar="N")
     args = parser.parse_args()
     dsn = resolve_dsn(args.dsn)
-    out: dict[str, Any] = {"jobs": args.jobs, "runs": args.runs, "results": {}}
+    out: dict[str, Any] = {
+        "jobs": args.jobs,
+        "runs": args.runs,
+        "global_limit": args.global_limit,
+        "results": {},
+    }
     rows = []
     for concurrency in args.concurrency:
         results = []
         for i in range(args.runs):
-            result = pgq.drain(dsn, args.jobs, concurrency)
+            result = pgq.drain(
+                dsn, args.jobs, concurrency, global_limit=args.global_limit
+            )
             result.pop("marks", None)
             print(
                 f"C={concurrency} run {i + 1}: {result['jobs_per_s']:,.0f} jobs/s (verified)"

@@ -195,6 +195,7 @@ SAMPLES = {
     "concurrency": ["--concurrency", "7"],
     "queues": [],  # the other form of --queue, refused with --queue NAME; see below
     "max_concurrency": ["--max-concurrency", "6"],
+    "global_limit": ["--global-limit", "4"],
     "prefetch": ["--prefetch", "3"],
     "poll_interval": ["--poll-interval", "0.25"],
     "listen": ["--no-listen"],
@@ -224,6 +225,8 @@ async def test_flags_replace_the_workers_options_and_keep_its_handlers(
         assert worker.queue == "q2"
         assert worker._concurrency == 7
         assert worker._max_concurrency == 6
+        assert worker._global_limit == 4
+        assert worker._lanes[0].global_limit == 4
         assert worker._prefetch == 3
         assert worker._poll_interval == 0.25
         assert worker._listen is False

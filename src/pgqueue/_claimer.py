@@ -19,7 +19,7 @@ from pgqueue._runner import job_fields
 from pgqueue._schema import SCHEMA_ERRORS, check_schema
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     import asyncpg
 
@@ -56,6 +56,11 @@ class Claimer:
             held for it (the other queues may claim them).
         schema_checked: set once another claimer has checked the schema;
             with it, this one waits for that instead of checking too.
+        global_limit: the queue's fleet-wide limit, if it has one: claims
+            then take slots of ``pgqueue_slots`` (seeded up to the limit
+            once the schema is checked), never more jobs than free slots.
+        slots: whether the worker needs ``pgqueue_slots`` (one of its
+            queues has a limit): the schema check then requires it.
     """
 
     def __init__(
@@ -71,6 +76,8 @@ class Claimer:
         budget: Budget | None = None,
         on_spare: Callable[[], None] | None = None,
         schema_checked: anyio.Event | None = None,
+        global_limit: int | None = None,
+        slots: bool = False,
     ) -> None:
         self._connection = connection
         self._policy = policy
@@ -82,6 +89,8 @@ class Claimer:
         self._budget = budget
         self._on_spare = on_spare
         self._schema_checked = schema_checked
+        self._global_limit = global_limit
+        self._slots = slots or global_limit is not None
         self._event = asyncio.Event()
         self._until_empty = False
         self.checked = anyio.Event()
@@ -118,9 +127,11 @@ class Claimer:
         """
         self._until_empty = until_empty
         if self._schema_checked is None:
-            await self._check_schema()
+            await self._retrying("schema check", self._check_schema)
         else:
             await self._schema_checked.wait()
+        if self._global_limit is not None:
+            await self._retrying("seeding the queue's slots", self._seed_slots)
         self.checked.set()
         clock = asyncio.get_running_loop().time
         policy, claims, budget = self._policy, self._claims, self._budget
@@ -149,7 +160,8 @@ class Claimer:
             try:
                 rows = await self._claim(limit, bounds)
             except SCHEMA_ERRORS as exc:
-                await check_schema(self._connection)  # says what is missing
+                # Says what is missing.
+                await check_schema(self._connection, slots=self._slots)
                 raise SchemaError(describe(exc)) from exc
             except Exception as exc:
                 failures += 1
@@ -195,9 +207,19 @@ class Claimer:
             budget.reserved += limit
         try:
             with anyio.CancelScope(shield=True):
-                rows = await self._connection.fetch(
-                    _sql.CLAIM, self._queue, limit, run_ats, ids
-                )
+                if self._global_limit is None:
+                    rows = await self._connection.fetch(
+                        _sql.CLAIM, self._queue, limit, run_ats, ids
+                    )
+                else:
+                    rows = await self._connection.fetch(
+                        _sql.CLAIM_LIMITED,
+                        self._queue,
+                        limit,
+                        run_ats,
+                        ids,
+                        self._global_limit,
+                    )
         finally:
             # Given back before the jobs go to the ledger, with no await in
             # between: the slots are never counted twice, nor left uncounted.
@@ -206,17 +228,24 @@ class Claimer:
         return rows
 
     async def _check_schema(self) -> None:
+        await check_schema(self._connection, slots=self._slots)
+
+    async def _seed_slots(self) -> None:
+        await self._connection.fetch(_sql.SEED_SLOTS, self._queue, self._global_limit)
+
+    async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+        """Run ``step`` until it succeeds, retrying transient failures."""
         failures = 0
         while True:
             try:
-                await check_schema(self._connection)
+                await step()
             except Exception as exc:
                 if not is_transient(exc):
                     raise
                 failures += 1
                 log_failure(
                     self._logger,
-                    "schema check failed; retrying",
+                    f"{what} failed; retrying",
                     exc,
                     failures,
                     queue=self._queue,

@@ -18,7 +18,9 @@ __all__ = [
     "ADMIN_INDEXES",
     "CANCEL",
     "CLAIM",
+    "CLAIM_LIMITED",
     "COMPLETE",
+    "COMPLETE_SLOTS",
     "CONTROL_CHANNEL",
     "DASHBOARD_ENQUEUED",
     "DASHBOARD_NEWEST",
@@ -28,6 +30,7 @@ __all__ = [
     "ENQUEUE_MANY_UNIQUE",
     "ENQUEUE_UNIQUE",
     "FINISH",
+    "FINISH_SLOTS",
     "HEAD_OF_LINE",
     "JOB",
     "JOBS_CHANNEL",
@@ -48,12 +51,14 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "REQUIRED_INDEXES",
     "RESCUE",
+    "RESCUE_SLOTS",
     "RETRY",
     "RETRYABLE_IDS",
     "SCHEMA",
     "SCHEMA_CHECK",
     "SCHEMA_DOWN",
     "SCHEMA_UPGRADE",
+    "SEED_SLOTS",
     "STATS",
     "STATS_COMPLETED",
     "STATS_TABLE",
@@ -111,7 +116,50 @@ def _timestamp(value: datetime | None) -> str:
     return value.isoformat()
 
 
-SCHEMA = """
+# What schema v2 adds beside the Go module's table and indexes: the same
+# text in SCHEMA and SCHEMA_UPGRADE, idempotent.
+_ADDED_IN_V2 = """
+-- Our claims of jobs with a priority (COLLATE "C": only they can use it).
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
+    ON pgqueue_jobs (queue, priority, run_at, id)
+    WHERE status = 'pending' COLLATE "C" AND priority <> 0;
+-- One live job per (job_type, unique_key).
+CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
+    ON pgqueue_jobs (job_type, unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
+-- The operations' stats and listings of dead and cancelled jobs (pgqueue.Admin).
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
+    ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
+
+-- Periodic jobs: one row per schedule, its last tick (see PERIODIC_TICK).
+CREATE TABLE IF NOT EXISTS pgqueue_periodic
+(
+    name         TEXT        PRIMARY KEY,
+    schedule     TEXT        NOT NULL,
+    timezone     TEXT        NOT NULL DEFAULT 'UTC',
+    queue        TEXT        NOT NULL,
+    job_type     TEXT        NOT NULL,
+    last_tick    TIMESTAMPTZ,
+    next_tick    TIMESTAMPTZ,
+    last_job_key TEXT,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- Fleet-wide limits: one row per slot of a limited queue, holding the
+-- (job, attempt) that runs in it (Worker's global_limit).
+CREATE TABLE IF NOT EXISTS pgqueue_slots
+(
+    queue   TEXT   NOT NULL,
+    slot    INT    NOT NULL,
+    job_id  BIGINT,
+    attempt INT,
+    PRIMARY KEY (queue, slot)
+) WITH (fillfactor = 50);
+"""
+
+SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS pgqueue_jobs
 (
     id               BIGSERIAL PRIMARY KEY,
@@ -143,41 +191,18 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_claim
     ON pgqueue_jobs (queue, run_at, id) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
     ON pgqueue_jobs (updated_at) WHERE status = 'running';
--- Our claims of jobs with a priority (COLLATE "C": only they can use it).
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
-    ON pgqueue_jobs (queue, priority, run_at, id)
-    WHERE status = 'pending' COLLATE "C" AND priority <> 0;
--- One live job per (job_type, unique_key).
-CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
-    ON pgqueue_jobs (job_type, unique_key)
-    WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
--- The operations' stats and listings of dead and cancelled jobs (pgqueue.Admin).
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
-    ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
-
--- Periodic jobs: one row per schedule, its last tick (see PERIODIC_TICK).
-CREATE TABLE IF NOT EXISTS pgqueue_periodic
-(
-    name         TEXT        PRIMARY KEY,
-    schedule     TEXT        NOT NULL,
-    timezone     TEXT        NOT NULL DEFAULT 'UTC',
-    queue        TEXT        NOT NULL,
-    job_type     TEXT        NOT NULL,
-    last_tick    TIMESTAMPTZ,
-    next_tick    TIMESTAMPTZ,
-    last_job_key TEXT,
-    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
-);
 """
-"""Create the ``pgqueue_jobs`` table and its indexes, and ``pgqueue_periodic`` (apply it in a migration).
+    + _ADDED_IN_V2
+)
+"""Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic`` and ``pgqueue_slots`` (apply it in a migration).
 
 Idempotent on a database without the table or with the current one. On a
 table created by the Go module or an earlier pgqueue, apply
 `SCHEMA_UPGRADE` instead.
 """
 
-SCHEMA_UPGRADE = """
+SCHEMA_UPGRADE = (
+    """
 ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS priority         SMALLINT NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS unique_key       TEXT,
@@ -214,46 +239,27 @@ END $$;
 
 ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_status;
 ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
-
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
-    ON pgqueue_jobs (queue, priority, run_at, id)
-    WHERE status = 'pending' COLLATE "C" AND priority <> 0;
-CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
-    ON pgqueue_jobs (job_type, unique_key)
-    WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
-    ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
-
--- Periodic jobs: one row per schedule, its last tick (see PERIODIC_TICK).
-CREATE TABLE IF NOT EXISTS pgqueue_periodic
-(
-    name         TEXT        PRIMARY KEY,
-    schedule     TEXT        NOT NULL,
-    timezone     TEXT        NOT NULL DEFAULT 'UTC',
-    queue        TEXT        NOT NULL,
-    job_type     TEXT        NOT NULL,
-    last_tick    TIMESTAMPTZ,
-    next_tick    TIMESTAMPTZ,
-    last_job_key TEXT,
-    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
-);
 """
+    + _ADDED_IN_V2
+)
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
 Only adds: columns with constant defaults or none (no table rewrite), the status
 check widened to allow ``cancelled`` (added ``NOT VALID``, then validated,
 which does not block writes), three partial indexes, and the
-``pgqueue_periodic`` table of periodic schedules. Idempotent. Go
+``pgqueue_periodic`` table of periodic schedules and the ``pgqueue_slots``
+table of fleet-wide limits. Idempotent. Go
 producers and workers keep working on the upgraded table. On a large table,
 run each ``VALIDATE`` and ``CREATE INDEX`` in a transaction of its own (or
 build the indexes ``CONCURRENTLY`` first): a migration tool that wraps the
 whole script in one transaction holds the first lock until the end.
 """
 
-SCHEMA_DOWN = (
-    "DROP TABLE IF EXISTS pgqueue_periodic; DROP TABLE IF EXISTS pgqueue_jobs;"
-)
+SCHEMA_DOWN = """
+DROP TABLE IF EXISTS pgqueue_slots;
+DROP TABLE IF EXISTS pgqueue_periodic;
+DROP TABLE IF EXISTS pgqueue_jobs;
+"""
 """Drop everything `SCHEMA` creates."""
 
 # JSON crosses the boundary as text, both ways ($3::text, payload::text):
@@ -465,16 +471,20 @@ _PRIORITY_SCANS = """
           AND p.priority = (6 - b.level)::smallint
           AND p.run_at <= now() AND (p.run_at, p.id) > (b.run_at, b.id)
         ORDER BY p.run_at, p.id
-        LIMIT $2
+        LIMIT {limit}
         FOR UPDATE OF p SKIP LOCKED
     ) AS j
     WHERE b.level {levels}
 """
-CLAIM = f"""
+
+
+def _claim(limit: str) -> str:
+    """The claim's UPDATE of at most ``limit`` jobs (CLAIM's ``$2``, or a limited claim's slots)."""
+    return f"""
 UPDATE pgqueue_jobs
 SET status = 'running', attempts = attempts + 1, updated_at = now()
 WHERE id = ANY(ARRAY(
-    ({_PRIORITY_SCANS.format(levels="<= 5")})
+    ({_PRIORITY_SCANS.format(levels="<= 5", limit=limit)})
     UNION ALL
     (SELECT z.id FROM (
         SELECT id
@@ -482,12 +492,12 @@ WHERE id = ANY(ARRAY(
         WHERE queue = $1 AND status = 'pending' AND priority = 0 AND run_at <= now()
           AND (run_at, id) > (($3::text::timestamptz[])[6], ($4::text::bigint[])[6])
         ORDER BY run_at, id
-        LIMIT $2
+        LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     ) AS z)
     UNION ALL
-    ({_PRIORITY_SCANS.format(levels=">= 7")})
-    LIMIT $2
+    ({_PRIORITY_SCANS.format(levels=">= 7", limit=limit)})
+    LIMIT {limit}
 ))
 RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
     CASE WHEN {_REPRESENTABLE.format("run_at")} THEN run_at END AS run_at,
@@ -497,6 +507,46 @@ RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
          ELSE format('run_at %s, created_at %s', run_at, created_at) END AS unrepresentable,
     priority, unique_key, snoozes, (extract(epoch FROM now()) * 1000000)::int8 AS claimed_at,
     trace_context
+"""
+
+
+CLAIM = _claim("$2")
+
+# CLAIM for a queue with a fleet-wide limit ($5, the worker's global_limit):
+# it first locks up to $2 free slots of the queue below $5 (skipping those
+# another claim or an outcome write holds; a slot taken and committed since
+# the statement's snapshot is re-read as taken, and left), claims no more
+# jobs than it got slots, and writes each job's (id, attempt) into a slot,
+# all in one statement: two claims racing never hold more than the queue's
+# slots between them. A slot stays held until the run's outcome is written
+# (FINISH_SLOTS, COMPLETE_SLOTS) or the run is rescued (RESCUE_SLOTS).
+CLAIM_LIMITED = f"""
+WITH slots AS MATERIALIZED (
+    SELECT slot
+    FROM pgqueue_slots
+    WHERE queue = $1 AND slot < $5 AND job_id IS NULL
+    ORDER BY slot
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), claimed AS ({_claim("(SELECT count(*) FROM slots)")}), held AS (
+    UPDATE pgqueue_slots AS s
+    SET job_id = c.id, attempt = c.attempts
+    FROM (SELECT slot, row_number() OVER (ORDER BY slot) AS n FROM slots) AS f
+    JOIN (SELECT id, attempts, row_number() OVER (ORDER BY id) AS n FROM claimed) AS c
+        ON c.n = f.n
+    WHERE s.queue = $1 AND s.slot = f.slot
+)
+SELECT * FROM claimed
+"""
+
+# Make sure queue $1 has slots 0 to $2 - 1 (a worker with a global_limit of
+# $2, as it starts). Slots are only ever added: a worker claims only slots
+# below its own limit, so with workers that disagree, each keeps to its own
+# limit and the queue runs at most the largest of them.
+SEED_SLOTS = """
+INSERT INTO pgqueue_slots (queue, slot)
+SELECT $1, generate_series(0, $2 - 1)
+ON CONFLICT (queue, slot) DO NOTHING
 """
 
 # One statement writes the outcomes of many runs. Each row is fenced on the
@@ -516,7 +566,7 @@ RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
 _STILL_RUNNING = "j.status NOT IN ('pending', 'completed', 'dead', 'cancelled')"
 _ANNOUNCE_ENDED = """CASE WHEN j.tracked AND j.status IN ('completed', 'dead', 'cancelled')
                   THEN pg_notify('pgqueue_outcomes', j.id::text) END"""
-FINISH = f"""
+_FINISH = f"""
 UPDATE pgqueue_jobs AS j
 SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'snoozed', 'released')
                         THEN 'cancelled'
@@ -537,18 +587,43 @@ SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'sno
 FROM unnest($1::text::bigint[], $2::text::int[], $3::text[], $4::text::float8[], $5::text[], $6::text[])
     AS o(id, attempts, status, delay, error, result)
 WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
-RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}
 """
+FINISH = f"{_FINISH}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
 
 # FINISH for a batch of runs that all completed, a drain's usual batch:
 # the same write without FINISH's per-row cases.
-COMPLETE = f"""
+_COMPLETE = f"""
 UPDATE pgqueue_jobs AS j
 SET status = 'completed', result = o.result::jsonb, completed_at = now(), updated_at = now()
 FROM unnest($1::text::bigint[], $2::text::int[], $3::text[]) AS o(id, attempts, result)
 WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
-RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}
 """
+COMPLETE = f"{_COMPLETE}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
+
+
+def _freeing_slots(update: str) -> str:
+    """An outcome write (FINISH's or COMPLETE's UPDATE) that also frees the slots of the runs it wrote.
+
+    Only the slot of the very (job, attempt) written: an outcome fenced off
+    as stale frees nothing (the rescue that superseded its run freed its
+    slot already).
+    """
+    return f"""
+WITH written AS ({update}RETURNING j.id, o.attempts, j.queue, {_ANNOUNCE_ENDED} AS announced
+), freed AS (
+    UPDATE pgqueue_slots AS s
+    SET job_id = NULL, attempt = NULL
+    FROM written AS w
+    WHERE s.queue = w.queue AND s.job_id = w.id AND s.attempt = w.attempts
+)
+SELECT id, attempts FROM written
+"""
+
+
+# FINISH and COMPLETE for a batch holding runs of a queue with a fleet-wide
+# limit; a worker without one never runs them (nor needs pgqueue_slots).
+FINISH_SLOTS = _freeing_slots(_FINISH)
+COMPLETE_SLOTS = _freeing_slots(_COMPLETE)
 
 # A heartbeat: running rows this worker still holds were seen alive now
 # (fenced like FINISH, and spelled like it for the same plan). Returns the
@@ -570,7 +645,7 @@ SELECT id FROM touched WHERE cancel_requested
 # cancelled. Orphans of the worker's queues ($1, a text[]); each row comes
 # back with its queue and new status. At most $3 rows a statement; rows
 # another session holds (a heartbeat or an outcome being written) are skipped.
-RESCUE = """
+_RESCUE = """
 WITH rescued AS (
     UPDATE pgqueue_jobs
     SET status     = CASE WHEN cancel_requested THEN 'cancelled'
@@ -587,11 +662,37 @@ WITH rescued AS (
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     ))
-    RETURNING id, queue, status, tracked
-)
+    RETURNING id, queue, status, tracked{returning}
+){slots}
 SELECT queue, status, CASE WHEN tracked AND status <> 'pending' THEN pg_notify('pgqueue_outcomes', id::text) END
 FROM rescued
 """
+RESCUE = _RESCUE.format(returning="", slots="")
+
+# RESCUE for a worker with a fleet-wide limit: the slots of the runs it
+# rescues are freed in the same statement. So are slots left held by a run
+# that no longer runs (its row is not running that attempt: a Go worker, or
+# a worker without the limit, rescued or ended it): a claim writes the job
+# and its slot in one statement, and so does every outcome write, so in the
+# statement's snapshot a held slot whose run is not running is orphaned.
+RESCUE_SLOTS = _RESCUE.format(
+    returning=", attempts",
+    slots="""
+, freed AS (
+    UPDATE pgqueue_slots AS s
+    SET job_id = NULL, attempt = NULL
+    FROM rescued AS r
+    WHERE s.queue = r.queue AND s.job_id = r.id AND s.attempt = r.attempts
+), orphaned AS (
+    UPDATE pgqueue_slots AS s
+    SET job_id = NULL, attempt = NULL
+    WHERE s.queue = ANY($1::text[]) AND s.job_id IS NOT NULL
+      AND NOT EXISTS (
+          SELECT FROM pgqueue_jobs AS j
+          WHERE j.id = s.job_id AND j.attempts = s.attempt AND j.status = 'running'
+      )
+)""",
+)
 
 TABLE_EXISTS = "SELECT to_regclass('pgqueue_jobs') IS NOT NULL"
 
@@ -630,7 +731,8 @@ REQUIRED_INDEXES = ("idx_pgqueue_jobs_priority", "idx_pgqueue_jobs_unique")
 """The indexes pgqueue's own statements need (beyond the Go module's)."""
 
 # Whether pgqueue_jobs is visible on the search_path; which of the columns
-# $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'cancelled'.
+# $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'cancelled';
+# whether pgqueue_slots (fleet-wide limits) is visible.
 SCHEMA_CHECK = """
 WITH t AS (SELECT to_regclass('pgqueue_jobs') AS oid)
 SELECT t.oid IS NOT NULL,
@@ -655,7 +757,8 @@ SELECT t.oid IS NOT NULL,
            WHERE conrelid = t.oid AND contype = 'c'
              AND pg_get_constraintdef(oid) LIKE '%status%'
              AND pg_get_constraintdef(oid) NOT LIKE '%cancelled%'
-       )
+       ),
+       to_regclass('pgqueue_slots') IS NOT NULL
 FROM t
 """
 

@@ -43,6 +43,9 @@ class Upkeep:
         fields: the worker's log fields (its queue, or its queues).
         on_swept: called, for each queue a rescue batch found orphans of,
             with how many became each status.
+        slots: whether a queue of the worker has a fleet-wide limit: the
+            rescue sweep then frees the slots of the runs it rescues, and
+            slots whose run no longer runs.
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class Upkeep:
         on_rescued: Callable[[Sequence[str]], None],
         on_cancel_requested: Callable[[int], None],
         on_swept: Callable[[str, Mapping[str, int]], None] | None = None,
+        slots: bool = False,
     ) -> None:
         self._connection = connection
         self._keys = keys
@@ -69,6 +73,7 @@ class Upkeep:
         self._on_rescued = on_rescued
         self._on_cancel_requested = on_cancel_requested
         self._on_swept = on_swept
+        self._rescue = _sql.RESCUE_SLOTS if slots else _sql.RESCUE
 
     async def heartbeats(self) -> None:
         """Refresh ``updated_at`` of every claim not yet durable, every ``rescue_after / 3``.
@@ -140,7 +145,7 @@ class Upkeep:
         swept: dict[str, Counter[str]] = {}
         while True:
             rows = await self._connection.fetch(
-                _sql.RESCUE, self._queues, self._rescue_after, SWEEP_BATCH
+                self._rescue, self._queues, self._rescue_after, SWEEP_BATCH
             )
             batch: dict[str, Counter[str]] = {}
             for row in rows:

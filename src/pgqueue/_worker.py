@@ -143,6 +143,18 @@ class Worker:
             its own free slots and the overall ones, so queues compete for
             the overall slots: when a job ends, the other queues get the
             first look at the slot it freed.
+        global_limit: the most jobs of a queue running at once across every
+            worker and process (a fleet-wide limit), enforced by the
+            database through the ``pgqueue_slots`` table: an int for the
+            one queue, or, with ``queues``, a mapping of some of those
+            queues to their limits (``{"emails": 3}``); ``None`` for no
+            limit. A claim takes a free slot for each job and the slot is
+            held until the run's outcome is written (or the run is
+            rescued, after ``rescue_after``), prefetched jobs included.
+            Each worker claims only slots below its own limit, so workers
+            that disagree keep to their own limits between them (the queue
+            runs at most the largest). Go workers ignore it. At most
+            10,000.
         prefetch: how many jobs to claim beyond ``concurrency`` (for each
             queue, with ``queues``), so the next
             jobs are at hand when handlers finish and a claim's round trip
@@ -189,7 +201,8 @@ class Worker:
         await worker.run()
 
     .. versionchanged:: Unreleased
-       ``queues`` and ``max_concurrency``: several queues per worker.
+       ``queues`` and ``max_concurrency``: several queues per worker;
+       ``global_limit``: fleet-wide limits.
     """
 
     def __init__(
@@ -200,6 +213,7 @@ class Worker:
         concurrency: int = _DEFAULT_CONCURRENCY,
         queues: Mapping[str, int] | None = None,
         max_concurrency: int | None = None,
+        global_limit: int | Mapping[str, int] | None = None,
         prefetch: int = 0,
         poll_interval: float = 5.0,
         listen: bool | str = True,
@@ -243,6 +257,8 @@ class Worker:
             if max_concurrency is None
             else check_int("max_concurrency", max_concurrency)
         )
+        self._global_limit = global_limit
+        limits = _check_global_limit(global_limit, self._queue, specs)
         self._prefetch = check_int("prefetch", prefetch, minimum=0)
         self._poll_interval = check_duration(
             "poll_interval", poll_interval, positive=True
@@ -270,9 +286,10 @@ class Worker:
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: Listener | None = None
         self._lanes = tuple(
-            _Lane(index, name, concurrency, self._prefetch)
+            _Lane(index, name, concurrency, self._prefetch, limits.get(name))
             for index, (name, concurrency) in enumerate(specs.items())
         )
+        self._limited = tuple(lane for lane in self._lanes if lane.global_limit)
         self._by_name = {lane.name: lane for lane in self._lanes}
         self._fields: dict[str, object] = (
             {"queue": self._queue} if queues is None else {"queues": list(specs)}
@@ -582,6 +599,7 @@ class Worker:
             logger=logger,
             fields=self._fields,
             on_written=self._on_written,
+            limited=frozenset(lane.name for lane in self._limited),
         )
         self._runner = JobRunner(
             self._handlers,
@@ -610,6 +628,8 @@ class Worker:
                 budget=budget,
                 on_spare=None if budget is None else partial(self._room_others, lane),
                 schema_checked=None if first is None else first.checked,
+                global_limit=lane.global_limit,
+                slots=bool(self._limited),
             )
             first = first or lane.claimer
             lane.consumers = Consumers(
@@ -638,6 +658,7 @@ class Worker:
             on_rescued=self._on_rescued,
             on_cancel_requested=self._cancel,
             on_swept=self._on_swept if self._observe_rescued else None,
+            slots=bool(self._limited),
         )
         self._listening = anyio.Event()
         if self._listen is False or until_empty:
@@ -860,6 +881,13 @@ class Worker:
                 lane = by_name.get(outcome.job.queue, lanes[0])
                 if lane.policy.retry_written(outcome.delay, now):
                     lane.claimer.nudge()
+        if self._limited:
+            # Slots of a limited queue were freed: its jobs left waiting
+            # for one (a claim that got fewer slots than jobs) may go now.
+            written = {outcome.job.queue for outcome in outcomes}
+            for lane in self._limited:
+                if lane.name in written:
+                    lane.policy.wake()
         for lane in lanes:
             lane.claimer.room()
         if self._observe_written:
@@ -914,10 +942,18 @@ class _Lane:
     running event loop).
     """
 
-    def __init__(self, index: int, name: str, concurrency: int, prefetch: int) -> None:
+    def __init__(
+        self,
+        index: int,
+        name: str,
+        concurrency: int,
+        prefetch: int,
+        global_limit: int | None = None,
+    ) -> None:
         self.index = index
         self.name = name
         self.concurrency = concurrency
+        self.global_limit = global_limit
         capacity = concurrency + prefetch
         self.claims = Claims(capacity, write_allowance=capacity)
         self.policy: ClaimPolicy
@@ -956,6 +992,40 @@ def _check_queues(queues: Mapping[str, int]) -> dict[str, int]:
         check_queue_name(name): check_int(f"concurrency of queue {name!r}", n)
         for name, n in queues.items()
     }
+
+
+MAX_GLOBAL_LIMIT = 10_000
+"""The largest ``global_limit`` (a row of ``pgqueue_slots`` each)."""
+
+
+def _check_global_limit(
+    limit: int | Mapping[str, int] | None, queue: str | None, specs: Mapping[str, int]
+) -> dict[str, int]:
+    """``global_limit`` checked, as each limited queue's limit."""
+    if limit is None:
+        return {}
+    if isinstance(limit, Mapping):
+        given: Mapping[str, int] = limit
+    elif queue is None:
+        msg = (
+            "with queues=, give global_limit as a mapping of queue names "
+            'to limits ({"emails": 3})'
+        )
+        raise TypeError(msg)
+    else:
+        given = {queue: limit}
+    limits = {}
+    for name, n in given.items():
+        if name not in specs:
+            msg = (
+                f"global_limit names queue {name!r}, which this worker does not consume"
+            )
+            raise ValueError(msg)
+        limits[name] = check_int(f"global_limit of queue {name!r}", n)
+        if limits[name] > MAX_GLOBAL_LIMIT:
+            msg = f"global_limit of queue {name!r} must be at most {MAX_GLOBAL_LIMIT}, got {n}"
+            raise ValueError(msg)
+    return limits
 
 
 def _optional_duration(what: str, value: float | None) -> float | None:

@@ -41,6 +41,11 @@ class OutcomeWriter:
     forgets those claims); ``on_written`` is told of each flush's outcomes,
     and of those among them fenced off. Outcomes are written by id, so one
     writer serves every queue of a worker.
+
+    A batch holding a run of a queue in ``limited`` (queues with a
+    fleet-wide limit) is written by the statements that also free the
+    runs' slots; any other batch by the plain ones, which never touch
+    ``pgqueue_slots``.
     """
 
     def __init__(
@@ -51,12 +56,14 @@ class OutcomeWriter:
         logger: Logger,
         fields: Mapping[str, object],
         on_written: Callable[[Sequence[Outcome], Sequence[Outcome]], None],
+        limited: frozenset[str] = frozenset(),
     ) -> None:
         self._connection = connection
         self._settle = settle
         self._on_written = on_written
         self._logger = logger
         self._fields = fields
+        self._limited = limited
         self._buffer: list[Outcome] = []
         # asyncio's event: anyio's looks up the running library on creation.
         self._arrived = asyncio.Event()
@@ -115,11 +122,15 @@ class OutcomeWriter:
         attempts = _sql.array([key[1] for key in keys])
         results = [o.result for o in part]
         statuses = [o.status for o in part]
+        limited = self._limited
+        slots = bool(limited) and any(o.job.queue in limited for o in part)
         if all(status == Status.COMPLETED for status in statuses):
-            rows = await self._connection.fetch(_sql.COMPLETE, ids, attempts, results)
+            rows = await self._connection.fetch(
+                _sql.COMPLETE_SLOTS if slots else _sql.COMPLETE, ids, attempts, results
+            )
         else:
             rows = await self._connection.fetch(
-                _sql.FINISH,
+                _sql.FINISH_SLOTS if slots else _sql.FINISH,
                 ids,
                 attempts,
                 statuses,

@@ -68,6 +68,7 @@ OPTION_FLAGS: dict[str, str] = {
     "concurrency": "--concurrency",
     "queues": "--queue",  # --queue NAME=N, repeated
     "max_concurrency": "--max-concurrency",
+    "global_limit": "--global-limit",  # N, or NAME=N repeated
     "prefetch": "--prefetch",
     "poll_interval": "--poll-interval",
     "listen": "--listen",
@@ -157,6 +158,14 @@ def add_to(commands: Commands) -> None:
         type=_optional_int,
         metavar="N|none",
         help="most jobs running (or prefetched) across every queue",
+    )
+    flag(
+        "global_limit",
+        action=_GlobalLimitAction,
+        metavar="N|NAME=N",
+        help="most jobs of the queue running at once across every worker and "
+        "process; or, repeated as NAME=N, of each queue named "
+        "(--global-limit emails=3); 'none' for no limit",
     )
     flag("prefetch", type=int, metavar="N", help="jobs claimed beyond --concurrency")
     flag(
@@ -298,6 +307,48 @@ class _QueueAction(argparse.Action):
 
 
 _MIXED = "give either one --queue NAME or several --queue NAME=N, not both"
+
+
+class _GlobalLimitAction(argparse.Action):
+    """``--global-limit N`` (the one queue's), ``none``, or ``--global-limit NAME=N`` repeated."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        text = str(values)
+        name, sep, number = text.rpartition("=")
+        given = getattr(namespace, "global_limit", {})
+        if sep and name:
+            if not isinstance(given, dict):
+                raise argparse.ArgumentError(self, _MIXED_LIMITS)
+            if name in given:
+                msg = f"queue {name!r} given twice"
+                raise argparse.ArgumentError(self, msg)
+            given[name] = _whole(self, number)
+            namespace.global_limit = given
+        else:
+            if hasattr(namespace, "global_limit"):
+                raise argparse.ArgumentError(self, _MIXED_LIMITS)
+            namespace.global_limit = (
+                None if text.lower() == "none" else _whole(self, text)
+            )
+
+
+_MIXED_LIMITS = (
+    "give either one --global-limit N or several --global-limit NAME=N, not both"
+)
+
+
+def _whole(action: argparse.Action, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        msg = f"not a whole number: {text!r}"
+        raise argparse.ArgumentError(action, msg) from None
 
 
 def _optional_int(text: str) -> int | None:
@@ -602,9 +653,12 @@ class _Ready(TaskStatus[None]):
             return
         if worker._queues is None:
             logger.info(
-                "worker ready (queue %r, concurrency %d)",
+                "worker ready (queue %r, concurrency %d%s)",
                 worker.queue,
                 worker._concurrency,
+                ""
+                if worker._global_limit is None
+                else f", global_limit {worker._global_limit}",
             )
         else:
             logger.info(
@@ -727,7 +781,7 @@ def child_command(args: argparse.Namespace, index: int) -> list[str]:
             )
         elif name in _ADDED:
             command += [f"{flag}={ref}" for ref in value]
-        elif name == "queues":
+        elif name == "queues" or (name == "global_limit" and isinstance(value, dict)):
             command += [f"{flag}={queue}={n}" for queue, n in value.items()]
         else:
             command.append(f"{flag}={_number(value)}")
