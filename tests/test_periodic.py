@@ -89,8 +89,9 @@ async def ticks_of(pool: asyncpg.Pool, name: str) -> list[datetime]:
     return [_tick(job["unique_key"]) for job in await jobs_of(pool, name)]
 
 
-def _tick(key: str) -> datetime:
-    tick = pgqueue.Job(
+def _keyed_job(key: str | None) -> pgqueue.Job:
+    """A job with this unique key (and nothing else of note)."""
+    return pgqueue.Job(
         id=1,
         queue="q",
         type="t",
@@ -100,7 +101,11 @@ def _tick(key: str) -> datetime:
         run_at=T0,
         created_at=T0,
         unique_key=key,
-    ).tick
+    )
+
+
+def _tick(key: str) -> datetime:
+    tick = _keyed_job(key).tick
     assert tick is not None
     return tick
 
@@ -658,18 +663,7 @@ def test_a_cron_schedule_without_croniter_names_the_extra(
 
 
 def test_the_tick_of_a_job_without_a_periodic_key_is_none() -> None:
-    def job(key: str | None) -> pgqueue.Job:
-        return pgqueue.Job(
-            id=1,
-            queue="q",
-            type="t",
-            payload={},
-            attempts=1,
-            max_attempts=1,
-            run_at=T0,
-            created_at=T0,
-            unique_key=key,
-        )
+    job = _keyed_job
 
     assert job(None).tick is None
     assert job("user-key").tick is None
