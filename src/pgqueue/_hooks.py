@@ -10,22 +10,23 @@ built on them. Nothing here costs a thing when no hook is given.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from pgqueue._job import NewJob
     from pgqueue._log import Logger
     from pgqueue._outcome import Outcome
 
+T = TypeVar("T")
+
 __all__ = [
     "EnqueueEvent",
     "EnqueueHook",
     "Observer",
-    "after_enqueue",
-    "before_enqueue",
     "call_observers",
+    "told",
 ]
 
 
@@ -122,7 +123,7 @@ def call_observers(methods: Sequence[Any], logger: Logger, *args: object) -> Non
             _log_failure(logger, method, exc)
 
 
-def before_enqueue(
+def _before(
     hooks: Sequence[EnqueueHook], event: EnqueueEvent, logger: Logger
 ) -> list[tuple[EnqueueHook, Any]]:
     """Call each hook's `EnqueueHook.before_enqueue`; return those that did not raise, with their states."""
@@ -135,18 +136,35 @@ def before_enqueue(
     return entered
 
 
-def after_enqueue(
+def _after(
     entered: list[tuple[EnqueueHook, Any]],
     event: EnqueueEvent,
     error: BaseException | None,
     logger: Logger,
 ) -> None:
-    """Call `EnqueueHook.after_enqueue` of the hooks `before_enqueue` entered, last first."""
+    """Call `EnqueueHook.after_enqueue` of the hooks `_before` entered, last first."""
     for hook, state in reversed(entered):
         try:
             hook.after_enqueue(event, state, error)
         except Exception as exc:
             _log_failure(logger, hook, exc)
+
+
+async def told(
+    hooks: Sequence[EnqueueHook],
+    event: EnqueueEvent,
+    logger: Logger,
+    call: Callable[[], Awaitable[T]],
+) -> T:
+    """Await ``call()`` with each hook told of ``event`` before and after it."""
+    entered = _before(hooks, event, logger)
+    try:
+        result = await call()
+    except BaseException as exc:
+        _after(entered, event, exc, logger)
+        raise
+    _after(entered, event, None, logger)
+    return result
 
 
 def _log_failure(logger: Logger, hook: object, exc: Exception) -> None:

@@ -20,7 +20,7 @@ from pgqueue._checks import (
     encode_payloads,
 )
 from pgqueue._errors import DuplicateJobError, SchemaError
-from pgqueue._hooks import EnqueueEvent, EnqueueHook, after_enqueue, before_enqueue
+from pgqueue._hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._job import NewJob
 from pgqueue._log import Logger, default_logger
 from pgqueue._schema import SCHEMA_ERRORS, check_schema
@@ -175,14 +175,12 @@ class Queue:
             track=args[5],
         )
         event = EnqueueEvent(self._name, (new_job,), batch=False)
-        entered = before_enqueue(self._hooks, event, self._logger)
-        try:
-            job_id = await self._enqueue(executor, args, key, conflict, event)
-        except BaseException as exc:
-            after_enqueue(entered, event, exc, self._logger)
-            raise
-        after_enqueue(entered, event, None, self._logger)
-        return job_id
+        return await told(
+            self._hooks,
+            event,
+            self._logger,
+            lambda: self._enqueue(executor, args, key, conflict, event),
+        )
 
     async def _enqueue(
         self,
@@ -290,16 +288,12 @@ class Queue:
         if not hooked:
             return await self._enqueue_many(executor, batch, payload_array, conflict)
         event = EnqueueEvent(self._name, new_jobs, batch=True)
-        entered = before_enqueue(self._hooks, event, self._logger)
-        try:
-            ids = await self._enqueue_many(
-                executor, batch, payload_array, conflict, event
-            )
-        except BaseException as exc:
-            after_enqueue(entered, event, exc, self._logger)
-            raise
-        after_enqueue(entered, event, None, self._logger)
-        return ids
+        return await told(
+            self._hooks,
+            event,
+            self._logger,
+            lambda: self._enqueue_many(executor, batch, payload_array, conflict, event),
+        )
 
     async def _enqueue_many(
         self,
