@@ -94,19 +94,29 @@ def drain_child(
     n: int,
     concurrency: int,
     global_limit: int | None = None,
+    prefetch: int | None = None,
 ) -> None:
     """Worker process: drain ``n`` jobs at ``concurrency`` (under ``global_limit``) and report."""
-    asyncio.run(_drain(ChildLink(connection), dsn, n, concurrency, global_limit))
+    asyncio.run(
+        _drain(ChildLink(connection), dsn, n, concurrency, global_limit, prefetch)
+    )
 
 
 async def _drain(
-    link: ChildLink, dsn: str, n: int, concurrency: int, global_limit: int | None
+    link: ChildLink,
+    dsn: str,
+    n: int,
+    concurrency: int,
+    global_limit: int | None,
+    prefetch: int | None,
 ) -> None:
     async with asyncpg.create_pool(dsn, min_size=POOL_MIN, max_size=POOL_MAX) as pool:
         worker = pgqueue.Worker(
             pool,
             concurrency=concurrency,
-            prefetch=PREFETCH_PER_CONCURRENCY * concurrency,
+            prefetch=PREFETCH_PER_CONCURRENCY * concurrency
+            if prefetch is None
+            else prefetch,
             global_limit=global_limit,
         )
         seen: set[int] = set()
@@ -154,8 +164,12 @@ def drain(
     concurrency: int,
     name: str = "drain",
     global_limit: int | None = None,
+    prefetch: int | None = None,
 ) -> dict[str, Any]:
-    """One verified drain of ``n`` jobs in a fresh database; the child's measurements."""
+    """One verified drain of ``n`` jobs in a fresh database; the child's measurements.
+
+    ``prefetch`` defaults to ``PREFETCH_PER_CONCURRENCY * concurrency``.
+    """
     with bench_database(dsn, name) as db:
         run(fill(db, n))
         result = run_child(
@@ -164,6 +178,7 @@ def drain(
             n,
             concurrency,
             global_limit,
+            prefetch,
             database=f"pgq_bench_{name}",
         )
         check_handled(result, n, "pgqueue")

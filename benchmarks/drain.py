@@ -1,9 +1,10 @@
 """Drain N pre-enqueued no-op jobs with one worker process; verify each completed once.
 
 Usage: python -m benchmarks.drain [--jobs 20000] [--concurrency 10 100] [--runs 3]
-                                  [--global-limit N]
+                                  [--global-limit N] [--prefetch P]
 
-``--global-limit N`` drains under a fleet-wide limit of N (``Worker(global_limit=N)``).
+``--global-limit N`` drains under a fleet-wide limit of N (``Worker(global_limit=N)``);
+``--prefetch P`` sets the worker's prefetch (default: as many as ``--concurrency``).
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--global-limit", type=int, default=None, metavar="N")
+    parser.add_argument("--prefetch", type=int, default=None, metavar="P")
     args = parser.parse_args()
     dsn = resolve_dsn(args.dsn)
     out: dict[str, Any] = {
         "jobs": args.jobs,
         "runs": args.runs,
         "global_limit": args.global_limit,
+        "prefetch": args.prefetch,
         "results": {},
     }
     rows = []
@@ -59,7 +62,11 @@ def main() -> None:
         results = []
         for i in range(args.runs):
             result = pgq.drain(
-                dsn, args.jobs, concurrency, global_limit=args.global_limit
+                dsn,
+                args.jobs,
+                concurrency,
+                global_limit=args.global_limit,
+                prefetch=args.prefetch,
             )
             result.pop("marks", None)
             print(

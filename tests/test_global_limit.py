@@ -1,9 +1,10 @@
 """Fleet-wide limits: ``Worker(pool, queue=..., global_limit=N)``.
 
 At most N jobs of a queue run at once across every worker and process,
-enforced by the database (slots of ``pgqueue_slots`` taken in the claim's
-own statement); capacity a crashed worker held comes back through the
-rescue sweep; every way a run ends frees its slot. Against a real server,
+enforced by the database (the queue's running count in ``pgqueue_limits``,
+read and raised in the claim's own statement under the row's lock);
+capacity a crashed worker held comes back through the rescue sweep's
+recount; every way a run ends counts it out. Against a real server,
 with real worker processes; waits are on rows and events, under deadlines.
 """
 
@@ -43,10 +44,40 @@ SELECT coalesce(max(live), 0) FROM (
 
 
 async def slots_in_use(pool: asyncpg.Pool, queue: str) -> int:
+    """The queue's running count (0 without a row)."""
     count: int = await pool.fetchval(
-        "SELECT count(job_id) FROM pgqueue_slots WHERE queue = $1", queue
+        "SELECT coalesce(max(running), 0) FROM pgqueue_limits WHERE queue = $1", queue
     )
     return count
+
+
+async def claim_limited(
+    executor: asyncpg.Pool | asyncpg.Connection, queue: str, n: int, limit: int
+) -> list[asyncpg.Record]:
+    """A limited claim of up to ``n`` jobs under ``limit``; the jobs it took."""
+    rows = await executor.fetch(
+        _sql.CLAIM_LIMITED, queue, n, *_sql.claim_places({}), limit
+    )
+    return [row for row in rows if row["id"] is not None]
+
+
+async def complete_limited(
+    pool: asyncpg.Pool, queue: str, *runs: tuple[int, int]
+) -> None:
+    await pool.fetch(
+        _sql.COMPLETE_LIMITED,
+        _sql.array(run[0] for run in runs),
+        _sql.array(run[1] for run in runs),
+        [None] * len(runs),
+        [queue],
+    )
+
+
+async def recount(pool: asyncpg.Pool, queue: str) -> None:
+    """The rescue sweep's recount of the queue."""
+    async with pool.acquire() as connection, connection.transaction():
+        await connection.fetch(_sql.LOCK_LIMIT, queue)
+        await connection.fetch(_sql.RECOUNT_LIMIT, queue)
 
 
 async def samples(pool: asyncpg.Pool, queue: str) -> list[int]:
@@ -151,7 +182,7 @@ async def test_racing_claims_never_take_more_than_the_free_slots(
     dsn: str, pool: asyncpg.Pool, queue_name: str
 ) -> None:
     await enqueue(pool, queue_name, 200)
-    await pool.execute(_sql.SEED_SLOTS, queue_name, 3)
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
     connections = [
         await asyncpg.connect(dsn, server_settings=_sql.WORKER_SETTINGS)
         for _ in range(6)
@@ -163,15 +194,7 @@ async def test_racing_claims_never_take_more_than_the_free_slots(
             async def claim(
                 connection: asyncpg.Connection, claimed: list[asyncpg.Record]
             ) -> None:
-                claimed.extend(
-                    await connection.fetch(
-                        _sql.CLAIM_LIMITED,
-                        queue_name,
-                        10,
-                        *_sql.claim_places({}),
-                        3,
-                    )
-                )
+                claimed.extend(await claim_limited(connection, queue_name, 10, 3))
 
             async with anyio.create_task_group() as tg:
                 for connection in connections:
@@ -182,11 +205,8 @@ async def test_racing_claims_never_take_more_than_the_free_slots(
                 queue_name,
             )
             assert running_now == len(claimed) == await slots_in_use(pool, queue_name)
-            await pool.fetch(
-                _sql.COMPLETE_SLOTS,
-                _sql.array(r["id"] for r in claimed),
-                _sql.array(r["attempts"] for r in claimed),
-                [None] * len(claimed),
+            await complete_limited(
+                pool, queue_name, *((r["id"], r["attempts"]) for r in claimed)
             )
             assert await slots_in_use(pool, queue_name) == 0
     finally:
@@ -224,7 +244,7 @@ async def test_two_workers_in_one_process_keep_to_the_limit(
 
 
 # --------------------------------------------------------------------------
-# Every way a run ends frees its slot
+# Every way a run ends counts it out
 
 
 async def test_snooze_retry_and_dead_free_their_slots(
@@ -268,7 +288,7 @@ async def test_snooze_retry_and_dead_free_their_slots(
     assert sorted(seen) == ["fail", "permanent", "snooze"]
 
 
-async def test_a_fenced_stale_write_frees_nothing(
+async def test_a_fenced_stale_write_counts_nothing_out(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
     release = anyio.Event()
@@ -286,12 +306,12 @@ async def test_a_fenced_stale_write_frees_nothing(
             await began.wait()
         assert await slots_in_use(pool, queue_name) == 1
         # Another process's rescue sweep takes the run for an orphan: the job is
-        # pending again and its slot free; a claim elsewhere runs attempt 2.
-        await pool.fetch(_sql.RESCUE_SLOTS, [queue_name], 0.0, 1000)
+        # pending again and the recount frees its room; a claim elsewhere runs
+        # attempt 2.
+        await pool.fetch(_sql.RESCUE, [queue_name], 0.0, 1000)
+        await recount(pool, queue_name)
         assert await slots_in_use(pool, queue_name) == 0
-        [again] = await pool.fetch(
-            _sql.CLAIM_LIMITED, queue_name, 5, *_sql.claim_places({}), 2
-        )
+        [again] = await claim_limited(pool, queue_name, 5, 2)
         assert (again["id"], again["attempts"]) == (job_id, 2)
         assert await slots_in_use(pool, queue_name) == 1
         release.set()  # the stale run of attempt 1 ends: its write is fenced off
@@ -300,13 +320,9 @@ async def test_a_fenced_stale_write_frees_nothing(
             return worker.running_jobs == 0 and worker._claims.held == 0
 
         await wait_until(stale_written)
-        # Attempt 2's slot is still held; attempt 1 had none left to free.
-        held = await pool.fetch(
-            "SELECT job_id, attempt FROM pgqueue_slots WHERE queue = $1 AND job_id IS NOT NULL",
-            queue_name,
-        )
-        assert [tuple(r) for r in held] == [(job_id, 2)]
-    await pool.fetch(_sql.COMPLETE_SLOTS, _sql.array([job_id]), _sql.array([2]), [None])
+        # Attempt 2 still counts; attempt 1's write counted nothing out.
+        assert await slots_in_use(pool, queue_name) == 1
+    await complete_limited(pool, queue_name, (job_id, 2))
     assert await slots_in_use(pool, queue_name) == 0
 
 
@@ -339,16 +355,15 @@ async def test_stop_releases_prefetched_jobs_and_their_slots(
     assert await slots_in_use(pool, queue_name) == 0
 
 
-async def test_orphaned_slots_are_freed_by_the_rescue_sweep(
+async def test_the_rescue_sweep_recounts_runs_that_ended_elsewhere(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    # A Go worker (or a worker without the limit) rescued a run whose slot
-    # was left held: the next rescue sweep of a limited worker frees it.
+    # A Go worker (or a worker without the limit, or an edit by hand) ended a
+    # run a limited claim counted: the next rescue sweep of a limited worker
+    # gives its room back.
     await enqueue(pool, queue_name, 1)
-    await pool.execute(_sql.SEED_SLOTS, queue_name, 1)
-    [claimed] = await pool.fetch(
-        _sql.CLAIM_LIMITED, queue_name, 5, *_sql.claim_places({}), 1
-    )
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 1)
+    [claimed] = await claim_limited(pool, queue_name, 5, 1)
     await pool.execute(
         "UPDATE pgqueue_jobs SET status = 'pending' WHERE id = $1", claimed["id"]
     )
@@ -361,15 +376,87 @@ async def test_orphaned_slots_are_freed_by_the_rescue_sweep(
     assert await slots_in_use(pool, queue_name) == 0
 
 
+async def test_a_claim_the_limit_cut_short_is_woken_by_the_write_that_frees_room(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    # Workers elsewhere learn of freed room by a NOTIFY on the jobs channel,
+    # sent only by a write (or a recount) that frees room in a starved queue.
+    await enqueue(pool, queue_name, 3)
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 2)
+    wakeups: list[str] = []
+    woken = anyio.Event()
+
+    def on_notify(*args: Any) -> None:
+        if args[3] == queue_name:
+            wakeups.append(args[3])
+            woken.set()
+
+    listener = await asyncpg.connect(dsn)
+    try:
+        await listener.add_listener(_sql.JOBS_CHANNEL, on_notify)
+        first = await claim_limited(pool, queue_name, 1, 2)  # room left: not starved
+        await complete_limited(pool, queue_name, (first[0]["id"], 1))
+        taken = await claim_limited(pool, queue_name, 5, 2)  # cut short: starved
+        assert len(taken) == 2
+        assert await claim_limited(pool, queue_name, 5, 2) == []
+        assert await pool.fetchval(
+            "SELECT starved FROM pgqueue_limits WHERE queue = $1", queue_name
+        )
+        assert wakeups == []
+        await complete_limited(pool, queue_name, (taken[0]["id"], 1))
+        with anyio.fail_after(5):
+            await woken.wait()
+        assert not await pool.fetchval(
+            "SELECT starved FROM pgqueue_limits WHERE queue = $1", queue_name
+        )
+        assert wakeups == [queue_name]
+        # The recount wakes too, when it frees room in a starved queue.
+        assert len(await claim_limited(pool, queue_name, 5, 2)) == 0  # no job left
+        woken = anyio.Event()
+        await enqueue(pool, queue_name, 2)
+        with anyio.fail_after(5):
+            await woken.wait()  # the enqueue's own wakeup
+        wakeups.clear()
+        woken = anyio.Event()
+        assert len(await claim_limited(pool, queue_name, 5, 2)) == 1  # starved again
+        await pool.execute(
+            "UPDATE pgqueue_jobs SET status = 'completed' WHERE queue = $1 AND id = $2",
+            queue_name,
+            taken[1]["id"],
+        )
+        await recount(pool, queue_name)
+        with anyio.fail_after(5):
+            await woken.wait()
+        assert wakeups == [queue_name]
+    finally:
+        await listener.close()
+
+
+async def test_a_queue_row_deleted_by_hand_is_made_again(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    worker = make_worker(
+        pool, queue_name, concurrency=2, global_limit=1, poll_interval=0.1
+    )
+    async with running(worker):
+        await pool.execute("DELETE FROM pgqueue_limits WHERE queue = $1", queue_name)
+        await enqueue(pool, queue_name, 3)
+        await wait_until(completed(pool, queue_name, 3))
+    assert await pool.fetchval(
+        "SELECT (global_limit, running) FROM pgqueue_limits WHERE queue = $1",
+        queue_name,
+    ) == (1, 0)
+
+
 # --------------------------------------------------------------------------
 # Schema, options, command line
 
 
-async def test_only_a_limited_worker_needs_the_slots_table(
+async def test_only_a_limited_worker_needs_the_limits_table(
     fresh_dsn: str, queue_name: str
 ) -> None:
     async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
-        await pool.execute("DROP TABLE pgqueue_slots")
+        await pool.execute("DROP TABLE pgqueue_limits")
         queue = pgqueue.Queue(pool, name=queue_name)
         await queue.enqueue("t", {})
         done = anyio.Event()
@@ -385,10 +472,10 @@ async def test_only_a_limited_worker_needs_the_slots_table(
         limited = pgqueue.Worker(pool, queue=queue_name, global_limit=2)
         with anyio.fail_after(10), pytest.raises(pgqueue.SchemaError) as raised:
             await limited.run()
-        assert "pgqueue_slots" in str(raised.value)
+        assert "pgqueue_limits" in str(raised.value)
         assert "SCHEMA_UPGRADE" in str(raised.value)
         state = await pgqueue.Admin(pool).schema_state()
-        assert state.missing == ("table pgqueue_slots",)
+        assert state.missing == ("table pgqueue_limits",)
         await pool.execute(pgqueue.SCHEMA_UPGRADE)
         assert (await pgqueue.Admin(pool).schema_state()).kind == "current"
 
@@ -396,35 +483,26 @@ async def test_only_a_limited_worker_needs_the_slots_table(
 async def test_seeding_is_idempotent_and_workers_keep_to_their_own_limit(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    await pool.execute(_sql.SEED_SLOTS, queue_name, 3)
-    await pool.execute(_sql.SEED_SLOTS, queue_name, 3)
-    await pool.execute(_sql.SEED_SLOTS, queue_name, 2)
-    assert (
-        await pool.fetchval(
-            "SELECT count(*) FROM pgqueue_slots WHERE queue = $1", queue_name
-        )
-        == 3
-    )
-    await enqueue(pool, queue_name, 5)
-    # A worker with a limit of 2 takes no slot above it.
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 2)
     rows = await pool.fetch(
-        _sql.CLAIM_LIMITED, queue_name, 5, *_sql.claim_places({}), 2
+        "SELECT global_limit, running FROM pgqueue_limits WHERE queue = $1", queue_name
     )
-    assert len(rows) == 2
-    assert (
-        await pool.fetchval(
-            "SELECT max(slot) FROM pgqueue_slots WHERE queue = $1 AND job_id IS NOT NULL",
-            queue_name,
-        )
-        == 1
-    )
+    assert [tuple(r) for r in rows] == [(2, 0)]  # the last worker's limit, for display
+    await enqueue(pool, queue_name, 5)
+    # A worker with a limit of 2 takes 2, one with 3 one more.
+    assert len(await claim_limited(pool, queue_name, 5, 2)) == 2
+    assert len(await claim_limited(pool, queue_name, 5, 2)) == 0
+    assert len(await claim_limited(pool, queue_name, 5, 3)) == 1
+    assert await slots_in_use(pool, queue_name) == 3
 
 
 def test_global_limit_is_checked(pool: asyncpg.Pool) -> None:
     with pytest.raises(ValueError, match="at least 1"):
         pgqueue.Worker(pool, global_limit=0)
-    with pytest.raises(ValueError, match="at most"):
-        pgqueue.Worker(pool, global_limit=10_001)
+    with pytest.raises(ValueError, match="32-bit"):
+        pgqueue.Worker(pool, global_limit=2**31)
     with pytest.raises(TypeError, match="mapping"):
         pgqueue.Worker(pool, queues={"a": 1, "b": 2}, global_limit=3)
     with pytest.raises(ValueError, match="does not consume"):
@@ -481,6 +559,6 @@ async def test_several_queues_each_with_its_own_limit(
     assert peak[b] > 1
     assert await slots_in_use(pool, a) == 0
     assert (
-        await pool.fetchval("SELECT count(*) FROM pgqueue_slots WHERE queue = $1", b)
+        await pool.fetchval("SELECT count(*) FROM pgqueue_limits WHERE queue = $1", b)
         == 0
     )

@@ -57,9 +57,10 @@ class Claimer:
         schema_checked: set once another claimer has checked the schema;
             with it, this one waits for that instead of checking too.
         global_limit: the queue's fleet-wide limit, if it has one: claims
-            then take slots of ``pgqueue_slots`` (seeded up to the limit
-            once the schema is checked), never more jobs than free slots.
-        slots: whether the worker needs ``pgqueue_slots`` (one of its
+            then count their jobs in the queue's row of ``pgqueue_limits``
+            (made once the schema is checked), and take no more than the
+            limit leaves.
+        slots: whether the worker needs ``pgqueue_limits`` (one of its
             queues has a limit): the schema check then requires it.
     """
 
@@ -77,7 +78,7 @@ class Claimer:
         on_spare: Callable[[], None] | None = None,
         schema_checked: anyio.Event | None = None,
         global_limit: int | None = None,
-        slots: bool = False,
+        limits: bool = False,
     ) -> None:
         self._connection = connection
         self._policy = policy
@@ -90,7 +91,7 @@ class Claimer:
         self._on_spare = on_spare
         self._schema_checked = schema_checked
         self._global_limit = global_limit
-        self._slots = slots or global_limit is not None
+        self._limits = limits or global_limit is not None
         self._event = asyncio.Event()
         self._until_empty = False
         self.checked = anyio.Event()
@@ -105,11 +106,25 @@ class Claimer:
         """A timer changed: look again."""
         self._event.set()
 
-    def room(self) -> None:
-        """Claims ended or settled: claim if jobs may be ready and a claim is worth it."""
-        free = self._claims.free
+    def _free(self) -> int:
+        """How many jobs a claim may take now.
+
+        Under a fleet-wide limit, no more than the limit leaves after this
+        worker's own claims not yet durable (the database counts them
+        until their outcomes are written): a claim for more would come
+        back cut short.
+        """
+        claims = self._claims
+        free = claims.free
         if self._budget is not None:
             free = min(free, self._budget.free)
+        if self._global_limit is not None:
+            free = min(free, self._global_limit - claims.held)
+        return free
+
+    def room(self) -> None:
+        """Claims ended or settled: claim if jobs may be ready and a claim is worth it."""
+        free = self._free()
         if (self._policy.more and free >= self._policy.claim_at) or (
             self._until_empty and self._claims.held == 0
         ):
@@ -131,17 +146,15 @@ class Claimer:
         else:
             await self._schema_checked.wait()
         if self._global_limit is not None:
-            await self._retrying("seeding the queue's slots", self._seed_slots)
+            await self._retrying("recording the queue's limit", self._seed_limit)
         self.checked.set()
         clock = asyncio.get_running_loop().time
-        policy, claims, budget = self._policy, self._claims, self._budget
+        policy, claims = self._policy, self._claims
         empty_since: int | None = None  # settled_count when an empty claim began
         failures = 0
         while True:
             now = clock()
-            free = claims.free
-            if budget is not None:
-                free = min(free, budget.free)
+            free = self._free()
             decision = policy.next_claim(free, now)
             if decision is None:
                 # (free is short of a claim only when the budget is spent:
@@ -158,10 +171,10 @@ class Claimer:
             limit, bounds = decision
             settled_before = claims.settled_count
             try:
-                rows = await self._claim(limit, bounds)
+                rows, allowed = await self._claim(limit, bounds)
             except SCHEMA_ERRORS as exc:
                 # Says what is missing.
-                await check_schema(self._connection, slots=self._slots)
+                await check_schema(self._connection, limits=self._limits)
                 raise SchemaError(describe(exc)) from exc
             except Exception as exc:
                 failures += 1
@@ -191,16 +204,27 @@ class Claimer:
                 self._on_claimed()
             if len(rows) < limit and self._on_spare is not None:
                 self._on_spare()
+            # A claim the fleet-wide limit cut short may have left jobs behind.
+            capped = len(rows) == allowed < limit
             policy.claimed(
-                limit, bounds, len(rows), claimed.last, clock(), claimed.claimed_at
+                limit,
+                bounds,
+                len(rows),
+                claimed.last,
+                clock(),
+                claimed.claimed_at,
+                capped=capped,
             )
-            empty_since = None if rows else settled_before
+            empty_since = None if rows or capped else settled_before
 
     @property
     def _retry_cap(self) -> float:
         return min(self._policy.poll_interval, MAX_RETRY_WAIT)
 
-    async def _claim(self, limit: int, bounds: Bounds) -> list[asyncpg.Record]:
+    async def _claim(
+        self, limit: int, bounds: Bounds
+    ) -> tuple[list[asyncpg.Record], int]:
+        """Claim up to ``limit`` jobs; the rows, and how many the fleet-wide limit allowed."""
         run_ats, ids = _sql.claim_places(bounds)
         budget = self._budget
         if budget is not None:
@@ -211,8 +235,9 @@ class Claimer:
                     rows = await self._connection.fetch(
                         _sql.CLAIM, self._queue, limit, run_ats, ids
                     )
-                else:
-                    rows = await self._connection.fetch(
+                    return rows, limit
+                while not (
+                    rows := await self._connection.fetch(
                         _sql.CLAIM_LIMITED,
                         self._queue,
                         limit,
@@ -220,18 +245,22 @@ class Claimer:
                         ids,
                         self._global_limit,
                     )
+                ):
+                    # The queue's row is gone (deleted by hand): make it again.
+                    await self._seed_limit()
         finally:
             # Given back before the jobs go to the ledger, with no await in
             # between: the slots are never counted twice, nor left uncounted.
             if budget is not None:
                 budget.reserved -= limit
-        return rows
+        allowed: int = rows[0][-1]
+        return ([] if rows[0][0] is None else rows), allowed
 
     async def _check_schema(self) -> None:
-        await check_schema(self._connection, slots=self._slots)
+        await check_schema(self._connection, limits=self._limits)
 
-    async def _seed_slots(self) -> None:
-        await self._connection.fetch(_sql.SEED_SLOTS, self._queue, self._global_limit)
+    async def _seed_limit(self) -> None:
+        await self._connection.fetch(_sql.SEED_LIMIT, self._queue, self._global_limit)
 
     async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` until it succeeds, retrying transient failures."""

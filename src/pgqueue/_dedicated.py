@@ -11,6 +11,8 @@ import anyio
 from pgqueue._errors import ends_session
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
     import asyncpg
 
     from pgqueue._connect import Connect
@@ -56,7 +58,28 @@ class DedicatedConnection:
         row: asyncpg.Record | None = await self._run("fetchrow", query, args)
         return row
 
+    async def transaction(
+        self, statements: Sequence[tuple[str, tuple[object, ...]]]
+    ) -> list[list[asyncpg.Record]]:
+        """Run ``statements`` (query, args) in one transaction; the rows of each."""
+
+        async def run(
+            connection: asyncpg.Connection[Any],
+        ) -> list[list[asyncpg.Record]]:
+            async with connection.transaction():
+                return [
+                    await connection.fetch(query, *args) for query, args in statements
+                ]
+
+        results: list[list[asyncpg.Record]] = await self._run_with(run)
+        return results
+
     async def _run(self, method: str, query: str, args: tuple[object, ...]) -> Any:
+        return await self._run_with(lambda c: getattr(c, method)(query, *args))
+
+    async def _run_with(
+        self, call: Callable[[asyncpg.Connection[Any]], Awaitable[Any]]
+    ) -> Any:
         # asyncio's timeout, not anyio's fail_after: this is every claim's and
         # every outcome write's path, and a cancel scope costs several times
         # as much to set up.
@@ -65,7 +88,7 @@ class DedicatedConnection:
             if connection is None or connection.is_closed():
                 connection = self._connection = await self._connect()
             try:
-                return await getattr(connection, method)(query, *args)
+                return await call(connection)
             except BaseException as exc:
                 if ends_session(exc) or connection.is_closed():
                     self._connection = None

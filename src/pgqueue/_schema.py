@@ -24,10 +24,10 @@ class _Fetches(Protocol):
     async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None: ...
 
 
-async def check_schema(executor: _Fetches, *, slots: bool = False) -> None:
+async def check_schema(executor: _Fetches, *, limits: bool = False) -> None:
     """Raise `SchemaError` naming what ``pgqueue_jobs`` lacks; return if nothing.
 
-    With ``slots`` (a worker with a fleet-wide limit), the ``pgqueue_slots``
+    With ``limits`` (a worker with a fleet-wide limit), the ``pgqueue_limits``
     table is required too.
 
     Raises whatever the database raises when it cannot answer.
@@ -35,32 +35,32 @@ async def check_schema(executor: _Fetches, *, slots: bool = False) -> None:
     row = await executor.fetchrow(
         _sql.SCHEMA_CHECK, list(_sql.REQUIRED_COLUMNS), list(_sql.REQUIRED_INDEXES)
     )
-    error = schema_error(row, slots=slots)
+    error = schema_error(row, limits=limits)
     if error is not None:
         raise error
 
 
 def schema_error(
-    row: asyncpg.Record | None, *, slots: bool = False
+    row: asyncpg.Record | None, *, limits: bool = False
 ) -> SchemaError | None:
     """The `SchemaError` for an answer of `_sql.SCHEMA_CHECK`, or None if nothing is missing.
 
-    The ``pgqueue_slots`` table counts only with ``slots``.
+    The ``pgqueue_limits`` table counts only with ``limits``.
     """
     if row is None or not row[0]:
         return SchemaError(
             "there is no table pgqueue_jobs on the search_path: apply "
             "pgqueue.SCHEMA in a migration (or await pgqueue.install(pool))"
         )
-    missing = missing_pieces(row, slots=slots)
+    missing = missing_pieces(row, limits=limits)
     if not missing:
         return None
     lacking = []
-    if pieces := [piece for piece in missing if piece != _SLOTS_TABLE]:
+    if pieces := [piece for piece in missing if piece != _LIMITS_TABLE]:
         lacking.append(f"pgqueue_jobs lacks {', '.join(pieces)}")
-    if _SLOTS_TABLE in missing:
+    if _LIMITS_TABLE in missing:
         lacking.append(
-            f"there is no {_SLOTS_TABLE} on the search_path (a worker with a global_limit needs it)"
+            f"there is no {_LIMITS_TABLE} on the search_path (a worker with a global_limit needs it)"
         )
     return SchemaError(
         f"{'; '.join(lacking)}: apply pgqueue.SCHEMA_UPGRADE "
@@ -68,18 +68,18 @@ def schema_error(
     )
 
 
-_SLOTS_TABLE = "table pgqueue_slots"
+_LIMITS_TABLE = "table pgqueue_limits"
 
 
-def missing_pieces(row: asyncpg.Record, *, slots: bool = True) -> list[str]:
+def missing_pieces(row: asyncpg.Record, *, limits: bool = True) -> list[str]:
     """What an answer of `_sql.SCHEMA_CHECK` on an existing table says is missing, in order.
 
-    ``slots``: whether a missing ``pgqueue_slots`` table counts.
+    ``limits``: whether a missing ``pgqueue_limits`` table counts.
     """
     missing = [f"column {name}" for name in row[1]]
     missing += [f"index {name}" for name in row[2]]
     if row[3]:
         missing.append("a status check that allows 'cancelled'")
-    if slots and not row[4]:
-        missing.append(_SLOTS_TABLE)
+    if limits and not row[4]:
+        missing.append(_LIMITS_TABLE)
     return missing

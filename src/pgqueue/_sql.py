@@ -20,7 +20,7 @@ __all__ = [
     "CLAIM",
     "CLAIM_LIMITED",
     "COMPLETE",
-    "COMPLETE_SLOTS",
+    "COMPLETE_LIMITED",
     "CONTROL_CHANNEL",
     "DASHBOARD_ENQUEUED",
     "DASHBOARD_NEWEST",
@@ -30,11 +30,12 @@ __all__ = [
     "ENQUEUE_MANY_UNIQUE",
     "ENQUEUE_UNIQUE",
     "FINISH",
-    "FINISH_SLOTS",
+    "FINISH_LIMITED",
     "HEAD_OF_LINE",
     "JOB",
     "JOBS_CHANNEL",
     "JOB_STATUSES",
+    "LOCK_LIMIT",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
     "PERIODIC_LIST",
@@ -48,17 +49,17 @@ __all__ = [
     "PRUNE_BATCH",
     "PRUNE_BATCH_ANY",
     "PUBLISH",
+    "RECOUNT_LIMIT",
     "REQUIRED_COLUMNS",
     "REQUIRED_INDEXES",
     "RESCUE",
-    "RESCUE_SLOTS",
     "RETRY",
     "RETRYABLE_IDS",
     "SCHEMA",
     "SCHEMA_CHECK",
     "SCHEMA_DOWN",
     "SCHEMA_UPGRADE",
-    "SEED_SLOTS",
+    "SEED_LIMIT",
     "STATS",
     "STATS_COMPLETED",
     "STATS_TABLE",
@@ -146,15 +147,14 @@ CREATE TABLE IF NOT EXISTS pgqueue_periodic
     updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
--- Fleet-wide limits: one row per slot of a limited queue, holding the
--- (job, attempt) that runs in it (Worker's global_limit).
-CREATE TABLE IF NOT EXISTS pgqueue_slots
+-- Fleet-wide limits: one row per limited queue, counting its runs of
+-- limited claims (Worker's global_limit; see CLAIM_LIMITED).
+CREATE TABLE IF NOT EXISTS pgqueue_limits
 (
-    queue   TEXT   NOT NULL,
-    slot    INT    NOT NULL,
-    job_id  BIGINT,
-    attempt INT,
-    PRIMARY KEY (queue, slot)
+    queue        TEXT    PRIMARY KEY,
+    global_limit INT     NOT NULL,
+    running      INT     NOT NULL DEFAULT 0,
+    starved      BOOLEAN NOT NULL DEFAULT false
 ) WITH (fillfactor = 50);
 """
 
@@ -194,7 +194,7 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
 """
     + _ADDED_IN_V2
 )
-"""Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic`` and ``pgqueue_slots`` (apply it in a migration).
+"""Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic`` and ``pgqueue_limits`` (apply it in a migration).
 
 Idempotent on a database without the table or with the current one. On a
 table created by the Go module or an earlier pgqueue, apply
@@ -247,7 +247,7 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
 Only adds: columns with constant defaults or none (no table rewrite), the status
 check widened to allow ``cancelled`` (added ``NOT VALID``, then validated,
 which does not block writes), three partial indexes, and the
-``pgqueue_periodic`` table of periodic schedules and the ``pgqueue_slots``
+``pgqueue_periodic`` table of periodic schedules and the ``pgqueue_limits``
 table of fleet-wide limits. Idempotent. Go
 producers and workers keep working on the upgraded table. On a large table,
 run each ``VALIDATE`` and ``CREATE INDEX`` in a transaction of its own (or
@@ -256,7 +256,7 @@ whole script in one transaction holds the first lock until the end.
 """
 
 SCHEMA_DOWN = """
-DROP TABLE IF EXISTS pgqueue_slots;
+DROP TABLE IF EXISTS pgqueue_limits;
 DROP TABLE IF EXISTS pgqueue_periodic;
 DROP TABLE IF EXISTS pgqueue_jobs;
 """
@@ -512,41 +512,38 @@ RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
 
 CLAIM = _claim("$2")
 
-# CLAIM for a queue with a fleet-wide limit ($5, the worker's global_limit):
-# it first locks up to $2 free slots of the queue below $5 (skipping those
-# another claim or an outcome write holds; a slot taken and committed since
-# the statement's snapshot is re-read as taken, and left), claims no more
-# jobs than it got slots, and writes each job's (id, attempt) into a slot,
-# all in one statement: two claims racing never hold more than the queue's
-# slots between them. A slot stays held until the run's outcome is written
-# (FINISH_SLOTS, COMPLETE_SLOTS) or the run is rescued (RESCUE_SLOTS).
+# CLAIM for a queue with a fleet-wide limit ($5, the worker's global_limit).
+# It locks the queue's row of pgqueue_limits first (so limited claims of the
+# queue take turns, and each reads the count the one before it committed),
+# claims at most $5 minus the queue's running count, and adds what it took
+# to the count, all in one statement: racing claims never overshoot. A
+# claim cut short by the limit marks the queue starved; the outcome write
+# that next frees room wakes the queue's workers. Each row also carries
+# how many the limit allowed (`free`); a claim that took nothing returns
+# one row of nulls with it, and no row at all if the queue has no row.
 CLAIM_LIMITED = f"""
-WITH slots AS MATERIALIZED (
-    SELECT slot
-    FROM pgqueue_slots
-    WHERE queue = $1 AND slot < $5 AND job_id IS NULL
-    ORDER BY slot
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), claimed AS ({_claim("(SELECT count(*) FROM slots)")}), held AS (
-    UPDATE pgqueue_slots AS s
-    SET job_id = c.id, attempt = c.attempts
-    FROM (SELECT slot, row_number() OVER (ORDER BY slot) AS n FROM slots) AS f
-    JOIN (SELECT id, attempts, row_number() OVER (ORDER BY id) AS n FROM claimed) AS c
-        ON c.n = f.n
-    WHERE s.queue = $1 AND s.slot = f.slot
+WITH lim AS MATERIALIZED (
+    SELECT GREATEST(LEAST($5 - running, $2), 0) AS free
+    FROM pgqueue_limits
+    WHERE queue = $1
+    FOR UPDATE
+), claimed AS ({_claim("COALESCE((SELECT free FROM lim), 0)")}), counted AS (
+    UPDATE pgqueue_limits AS l
+    SET running = l.running + c.n,
+        starved = l.starved OR (c.n = f.free AND f.free < $2)
+    FROM (SELECT count(*)::int AS n FROM claimed) AS c, lim AS f
+    WHERE l.queue = $1
 )
-SELECT * FROM claimed
+SELECT c.*, f.free FROM lim AS f LEFT JOIN claimed AS c ON true
 """
 
-# Make sure queue $1 has slots 0 to $2 - 1 (a worker with a global_limit of
-# $2, as it starts). Slots are only ever added: a worker claims only slots
-# below its own limit, so with workers that disagree, each keeps to its own
-# limit and the queue runs at most the largest of them.
-SEED_SLOTS = """
-INSERT INTO pgqueue_slots (queue, slot)
-SELECT $1, generate_series(0, $2 - 1)
-ON CONFLICT (queue, slot) DO NOTHING
+# Make sure limited queue $1 has its row (a worker with a global_limit of
+# $2, as it starts). The row records the limit of the worker that started
+# last, for display: each worker claims within its own limit, so with
+# workers that disagree the queue runs at most the largest of them.
+SEED_LIMIT = """
+INSERT INTO pgqueue_limits (queue, global_limit) VALUES ($1, $2)
+ON CONFLICT (queue) DO UPDATE SET global_limit = EXCLUDED.global_limit
 """
 
 # One statement writes the outcomes of many runs. Each row is fenced on the
@@ -601,29 +598,39 @@ WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
 COMPLETE = f"{_COMPLETE}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
 
 
-def _freeing_slots(update: str) -> str:
-    """An outcome write (FINISH's or COMPLETE's UPDATE) that also frees the slots of the runs it wrote.
+def _counting_down(update: str, queues: str) -> str:
+    """An outcome write (FINISH's or COMPLETE's UPDATE) that also counts its runs of limited queues out.
 
-    Only the slot of the very (job, attempt) written: an outcome fenced off
-    as stale frees nothing (the rescue that superseded its run freed its
-    slot already).
+    ``queues`` is the parameter holding the worker's limited queues (a
+    ``text[]``): only their runs were counted in by CLAIM_LIMITED. A run
+    fenced off as stale is not counted out (the rescue sweep recounts its
+    queue). The limits' rows are locked in queue order, after the jobs, so
+    two writers never wait on each other in a cycle; one that frees room in
+    a starved queue wakes its workers (at commit).
     """
     return f"""
 WITH written AS ({update}RETURNING j.id, o.attempts, j.queue, {_ANNOUNCE_ENDED} AS announced
-), freed AS (
-    UPDATE pgqueue_slots AS s
-    SET job_id = NULL, attempt = NULL
-    FROM written AS w
-    WHERE s.queue = w.queue AND s.job_id = w.id AND s.attempt = w.attempts
+), ended AS (
+    SELECT queue, count(*)::int AS n FROM written WHERE queue = ANY({queues}::text[]) GROUP BY queue
+), locked AS (
+    SELECT l.queue, l.starved FROM pgqueue_limits AS l JOIN ended AS e ON e.queue = l.queue
+    ORDER BY l.queue
+    FOR UPDATE OF l
+), counted AS (
+    UPDATE pgqueue_limits AS l
+    SET running = GREATEST(l.running - e.n, 0), starved = false
+    FROM ended AS e, locked AS k
+    WHERE l.queue = e.queue AND k.queue = e.queue
+    RETURNING CASE WHEN k.starved THEN pg_notify('{JOBS_CHANNEL}', l.queue) END
 )
 SELECT id, attempts FROM written
 """
 
 
 # FINISH and COMPLETE for a batch holding runs of a queue with a fleet-wide
-# limit; a worker without one never runs them (nor needs pgqueue_slots).
-FINISH_SLOTS = _freeing_slots(_FINISH)
-COMPLETE_SLOTS = _freeing_slots(_COMPLETE)
+# limit; a worker without one never runs them (nor needs pgqueue_limits).
+FINISH_LIMITED = _counting_down(_FINISH, "$7")
+COMPLETE_LIMITED = _counting_down(_COMPLETE, "$4")
 
 # A heartbeat: running rows this worker still holds were seen alive now
 # (fenced like FINISH, and spelled like it for the same plan). Returns the
@@ -645,7 +652,7 @@ SELECT id FROM touched WHERE cancel_requested
 # cancelled. Orphans of the worker's queues ($1, a text[]); each row comes
 # back with its queue and new status. At most $3 rows a statement; rows
 # another session holds (a heartbeat or an outcome being written) are skipped.
-_RESCUE = """
+RESCUE = """
 WITH rescued AS (
     UPDATE pgqueue_jobs
     SET status     = CASE WHEN cancel_requested THEN 'cancelled'
@@ -662,37 +669,34 @@ WITH rescued AS (
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     ))
-    RETURNING id, queue, status, tracked{returning}
-){slots}
+    RETURNING id, queue, status, tracked
+)
 SELECT queue, status, CASE WHEN tracked AND status <> 'pending' THEN pg_notify('pgqueue_outcomes', id::text) END
 FROM rescued
 """
-RESCUE = _RESCUE.format(returning="", slots="")
 
-# RESCUE for a worker with a fleet-wide limit: the slots of the runs it
-# rescues are freed in the same statement. So are slots left held by a run
-# that no longer runs (its row is not running that attempt: a Go worker, or
-# a worker without the limit, rescued or ended it): a claim writes the job
-# and its slot in one statement, and so does every outcome write, so in the
-# statement's snapshot a held slot whose run is not running is orphaned.
-RESCUE_SLOTS = _RESCUE.format(
-    returning=", attempts",
-    slots="""
-, freed AS (
-    UPDATE pgqueue_slots AS s
-    SET job_id = NULL, attempt = NULL
-    FROM rescued AS r
-    WHERE s.queue = r.queue AND s.job_id = r.id AND s.attempt = r.attempts
-), orphaned AS (
-    UPDATE pgqueue_slots AS s
-    SET job_id = NULL, attempt = NULL
-    WHERE s.queue = ANY($1::text[]) AND s.job_id IS NOT NULL
-      AND NOT EXISTS (
-          SELECT FROM pgqueue_jobs AS j
-          WHERE j.id = s.job_id AND j.attempts = s.attempt AND j.status = 'running'
-      )
-)""",
+# The rescue sweep's recount of a limited queue, in a transaction: lock the
+# queue's row (LOCK_LIMIT), then set its count to the queue's running rows
+# (RECOUNT_LIMIT, with a snapshot taken after the lock, so every limited
+# claim that committed is seen, and none can commit in between). It gives
+# back what crashed workers held once their runs are rescued, and mends a
+# count that runs outside limited claims put off (a Go worker, a worker
+# without the limit, an edit by hand): their runs count until they end. A
+# recount that frees room in a starved queue wakes its workers.
+LOCK_LIMIT = "SELECT FROM pgqueue_limits WHERE queue = $1 FOR UPDATE"
+RECOUNT_LIMIT = f"""
+WITH now_running AS (
+    SELECT count(*)::int AS n FROM pgqueue_jobs WHERE queue = $1 AND status = 'running'
+), before AS (
+    SELECT running, starved FROM pgqueue_limits WHERE queue = $1
 )
+UPDATE pgqueue_limits AS l
+SET running = r.n, starved = b.starved AND r.n >= b.running
+FROM now_running AS r, before AS b
+WHERE l.queue = $1
+RETURNING b.running, r.n,
+    CASE WHEN b.starved AND r.n < b.running THEN pg_notify('{JOBS_CHANNEL}', $1) END
+"""
 
 TABLE_EXISTS = "SELECT to_regclass('pgqueue_jobs') IS NOT NULL"
 
@@ -732,7 +736,7 @@ REQUIRED_INDEXES = ("idx_pgqueue_jobs_priority", "idx_pgqueue_jobs_unique")
 
 # Whether pgqueue_jobs is visible on the search_path; which of the columns
 # $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'cancelled';
-# whether pgqueue_slots (fleet-wide limits) is visible.
+# whether pgqueue_limits (fleet-wide limits) is visible.
 SCHEMA_CHECK = """
 WITH t AS (SELECT to_regclass('pgqueue_jobs') AS oid)
 SELECT t.oid IS NOT NULL,
@@ -758,7 +762,7 @@ SELECT t.oid IS NOT NULL,
              AND pg_get_constraintdef(oid) LIKE '%status%'
              AND pg_get_constraintdef(oid) NOT LIKE '%cancelled%'
        ),
-       to_regclass('pgqueue_slots') IS NOT NULL
+       to_regclass('pgqueue_limits') IS NOT NULL
 FROM t
 """
 

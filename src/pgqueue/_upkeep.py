@@ -43,9 +43,9 @@ class Upkeep:
         fields: the worker's log fields (its queue, or its queues).
         on_swept: called, for each queue a rescue batch found orphans of,
             with how many became each status.
-        slots: whether a queue of the worker has a fleet-wide limit: the
-            rescue sweep then frees the slots of the runs it rescues, and
-            slots whose run no longer runs.
+        limited: the worker's queues with a fleet-wide limit: after each
+            rescue sweep, their running counts are recounted (giving back
+            what crashed workers held).
     """
 
     def __init__(
@@ -61,7 +61,7 @@ class Upkeep:
         on_rescued: Callable[[Sequence[str]], None],
         on_cancel_requested: Callable[[int], None],
         on_swept: Callable[[str, Mapping[str, int]], None] | None = None,
-        slots: bool = False,
+        limited: Sequence[str] = (),
     ) -> None:
         self._connection = connection
         self._keys = keys
@@ -73,7 +73,7 @@ class Upkeep:
         self._on_rescued = on_rescued
         self._on_cancel_requested = on_cancel_requested
         self._on_swept = on_swept
-        self._rescue = _sql.RESCUE_SLOTS if slots else _sql.RESCUE
+        self._limited = list(limited)
 
     async def heartbeats(self) -> None:
         """Refresh ``updated_at`` of every claim not yet durable, every ``rescue_after / 3``.
@@ -109,11 +109,16 @@ class Upkeep:
                     self._on_cancel_requested(row[0])
 
     async def rescue(self) -> None:
-        """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
+        """Put orphaned jobs back (or dead-letter them), at once and then every interval.
+
+        Each sweep then recounts the running jobs of the worker's limited
+        queues.
+        """
         failures = 0
         while True:
             try:
-                swept = await self._rescue_all()
+                self._report(await self._rescue_all())
+                await self._recount()
             except Exception as exc:
                 failures += 1
                 log_failure(
@@ -121,31 +126,32 @@ class Upkeep:
                 )
             else:
                 failures = 0
-                rescued = []
-                for queue, statuses in swept.items():
-                    back = statuses[Status.PENDING]
-                    ended = statuses.total() - back
-                    if back:
-                        rescued.append(queue)
-                        self._logger.warning(
-                            "rescued stuck jobs",
-                            extra={"count": back, "queue": queue},
-                        )
-                    if ended:
-                        self._logger.error(
-                            "ended stuck jobs: dead (attempts used up) or cancelled (by request)",
-                            extra={"count": ended, "queue": queue},
-                        )
-                if rescued:
-                    self._on_rescued(rescued)
             await self._pause(failures)
+
+    def _report(self, swept: Mapping[str, Counter[str]]) -> None:
+        rescued = []
+        for queue, statuses in swept.items():
+            back = statuses[Status.PENDING]
+            ended = statuses.total() - back
+            if back:
+                rescued.append(queue)
+                self._logger.warning(
+                    "rescued stuck jobs", extra={"count": back, "queue": queue}
+                )
+            if ended:
+                self._logger.error(
+                    "ended stuck jobs: dead (attempts used up) or cancelled (by request)",
+                    extra={"count": ended, "queue": queue},
+                )
+        if rescued:
+            self._on_rescued(rescued)
 
     async def _rescue_all(self) -> dict[str, Counter[str]]:
         """Rescue every orphan of the worker's queues; how many became each status, by queue."""
         swept: dict[str, Counter[str]] = {}
         while True:
             rows = await self._connection.fetch(
-                self._rescue, self._queues, self._rescue_after, SWEEP_BATCH
+                _sql.RESCUE, self._queues, self._rescue_after, SWEEP_BATCH
             )
             batch: dict[str, Counter[str]] = {}
             for row in rows:
@@ -156,6 +162,13 @@ class Upkeep:
                     self._on_swept(queue, statuses)
             if len(rows) < SWEEP_BATCH:
                 return swept
+
+    async def _recount(self) -> None:
+        """Recount the running jobs of each limited queue (after the rescue)."""
+        for queue in self._limited:
+            await self._connection.transaction(
+                [(_sql.LOCK_LIMIT, (queue,)), (_sql.RECOUNT_LIMIT, (queue,))]
+            )
 
     async def retention(self, retain: float) -> None:
         """Delete the worker's queues' finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""

@@ -145,16 +145,17 @@ class Worker:
             first look at the slot it freed.
         global_limit: the most jobs of a queue running at once across every
             worker and process (a fleet-wide limit), enforced by the
-            database through the ``pgqueue_slots`` table: an int for the
+            database through the ``pgqueue_limits`` table: an int for the
             one queue, or, with ``queues``, a mapping of some of those
             queues to their limits (``{"emails": 3}``); ``None`` for no
-            limit. A claim takes a free slot for each job and the slot is
-            held until the run's outcome is written (or the run is
-            rescued, after ``rescue_after``), prefetched jobs included.
-            Each worker claims only slots below its own limit, so workers
-            that disagree keep to their own limits between them (the queue
-            runs at most the largest). Go workers ignore it. At most
-            10,000.
+            limit. The queue's row counts its runs: a claim counts in the
+            jobs it takes, prefetched ones included, and each is counted
+            out when its outcome is written (or, for a crashed worker's,
+            by the rescue sweep's recount after ``rescue_after``). Each
+            worker claims within its own limit, so with workers that
+            disagree the queue runs at most the largest. Go workers, and
+            workers without the limit, bypass it (their runs still count
+            until they end).
         prefetch: how many jobs to claim beyond ``concurrency`` (for each
             queue, with ``queues``), so the next
             jobs are at hand when handlers finish and a claim's round trip
@@ -612,6 +613,8 @@ class Worker:
             capacity = lane.claims.capacity
             if budget is not None:
                 capacity = min(capacity, budget.cap)
+            if lane.global_limit is not None:
+                capacity = min(capacity, lane.global_limit)
             lane.policy = ClaimPolicy(
                 # With jobs in hand, wait for a batch worth claiming.
                 claim_at=max(1, min(self._prefetch, capacity // 2)),
@@ -629,7 +632,7 @@ class Worker:
                 on_spare=None if budget is None else partial(self._room_others, lane),
                 schema_checked=None if first is None else first.checked,
                 global_limit=lane.global_limit,
-                slots=bool(self._limited),
+                limits=bool(self._limited),
             )
             first = first or lane.claimer
             lane.consumers = Consumers(
@@ -658,7 +661,7 @@ class Worker:
             on_rescued=self._on_rescued,
             on_cancel_requested=self._cancel,
             on_swept=self._on_swept if self._observe_rescued else None,
-            slots=bool(self._limited),
+            limited=[lane.name for lane in self._limited],
         )
         self._listening = anyio.Event()
         if self._listen is False or until_empty:
@@ -882,8 +885,8 @@ class Worker:
                 if lane.policy.retry_written(outcome.delay, now):
                     lane.claimer.nudge()
         if self._limited:
-            # Slots of a limited queue were freed: its jobs left waiting
-            # for one (a claim that got fewer slots than jobs) may go now.
+            # Room was freed in a limited queue: its jobs left waiting for
+            # it (by a claim the limit cut short) may go now.
             written = {outcome.job.queue for outcome in outcomes}
             for lane in self._limited:
                 if lane.name in written:
@@ -994,10 +997,6 @@ def _check_queues(queues: Mapping[str, int]) -> dict[str, int]:
     }
 
 
-MAX_GLOBAL_LIMIT = 10_000
-"""The largest ``global_limit`` (a row of ``pgqueue_slots`` each)."""
-
-
 def _check_global_limit(
     limit: int | Mapping[str, int] | None, queue: str | None, specs: Mapping[str, int]
 ) -> dict[str, int]:
@@ -1022,9 +1021,6 @@ def _check_global_limit(
             )
             raise ValueError(msg)
         limits[name] = check_int(f"global_limit of queue {name!r}", n)
-        if limits[name] > MAX_GLOBAL_LIMIT:
-            msg = f"global_limit of queue {name!r} must be at most {MAX_GLOBAL_LIMIT}, got {n}"
-            raise ValueError(msg)
     return limits
 
 

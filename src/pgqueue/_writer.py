@@ -43,9 +43,9 @@ class OutcomeWriter:
     writer serves every queue of a worker.
 
     A batch holding a run of a queue in ``limited`` (queues with a
-    fleet-wide limit) is written by the statements that also free the
-    runs' slots; any other batch by the plain ones, which never touch
-    ``pgqueue_slots``.
+    fleet-wide limit) is written by the statements that also count those
+    runs out of their queues' running counts; any other batch by the plain
+    ones, which never touch ``pgqueue_limits``.
     """
 
     def __init__(
@@ -64,6 +64,7 @@ class OutcomeWriter:
         self._logger = logger
         self._fields = fields
         self._limited = limited
+        self._limited_array = sorted(limited)
         self._buffer: list[Outcome] = []
         # asyncio's event: anyio's looks up the running library on creation.
         self._arrived = asyncio.Event()
@@ -123,14 +124,18 @@ class OutcomeWriter:
         results = [o.result for o in part]
         statuses = [o.status for o in part]
         limited = self._limited
-        slots = bool(limited) and any(o.job.queue in limited for o in part)
+        counted = bool(limited) and any(o.job.queue in limited for o in part)
         if all(status == Status.COMPLETED for status in statuses):
-            rows = await self._connection.fetch(
-                _sql.COMPLETE_SLOTS if slots else _sql.COMPLETE, ids, attempts, results
-            )
+            if counted:
+                rows = await self._connection.fetch(
+                    _sql.COMPLETE_LIMITED, ids, attempts, results, self._limited_array
+                )
+            else:
+                rows = await self._connection.fetch(
+                    _sql.COMPLETE, ids, attempts, results
+                )
         else:
-            rows = await self._connection.fetch(
-                _sql.FINISH_SLOTS if slots else _sql.FINISH,
+            args = (
                 ids,
                 attempts,
                 statuses,
@@ -138,6 +143,12 @@ class OutcomeWriter:
                 [o.error for o in part],
                 results,
             )
+            if counted:
+                rows = await self._connection.fetch(
+                    _sql.FINISH_LIMITED, *args, self._limited_array
+                )
+            else:
+                rows = await self._connection.fetch(_sql.FINISH, *args)
         stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
             stale = self._log_stale(part, {(row[0], row[1]) for row in rows})
