@@ -89,7 +89,7 @@ class Upkeep:
         failures = 0
         while True:
             await anyio.sleep(retry_delay(failures, interval) if failures else interval)
-            keys = self._keys()
+            keys = sorted(self._keys())  # in id order, as outcome writes lock rows
             if not keys:
                 continue
             try:

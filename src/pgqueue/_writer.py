@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import operator
 from typing import TYPE_CHECKING
 
 import anyio
@@ -118,6 +119,10 @@ class OutcomeWriter:
                     parts += self._instead_of(part[0], exc)
 
     async def _finish(self, part: list[Outcome]) -> None:
+        # Rows are locked in id order, as the heartbeat locks them: two
+        # statements locking the same rows in different orders deadlock,
+        # and the loser waits deadlock_timeout before it fails.
+        part.sort(key=_KEY)
         keys = [o.key for o in part]
         ids = _sql.array([key[0] for key in keys])
         attempts = _sql.array([key[1] for key in keys])
@@ -190,3 +195,6 @@ class OutcomeWriter:
                 extra={**job_fields(outcome.job), "outcome": outcome.status},
             )
         return stale
+
+
+_KEY = operator.attrgetter("key")
