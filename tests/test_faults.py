@@ -246,7 +246,10 @@ async def test_sigkill_mid_drain_reruns_only_the_jobs_in_flight(
 
     assert set(after) == set(ids), "some jobs never ran"
     twice = {job_id for job_id, attempts in after.items() if len(attempts) > 1}
-    assert twice <= in_flight, "a job that was not in flight ran twice"
+    strays = {
+        job_id: (before.get(job_id), after[job_id]) for job_id in twice - in_flight
+    }
+    assert not strays, f"jobs not in flight ran twice (before, after): {strays}"
     # Jobs the dead worker did not hold ran once; those it held ran once more,
     # as their rescued second attempt, whether or not it had invoked them.
     for job_id, attempts in after.items():
@@ -273,9 +276,13 @@ def private_server() -> Iterator[EmbeddedServer]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("immediate", [False, True], ids=["fast", "immediate"])
+@pytest.mark.parametrize(
+    ("immediate", "shape"),
+    [(False, "one-queue"), (True, "one-queue"), (True, "shared-several-queues")],
+    ids=["fast", "immediate", "immediate-shared-several-queues"],
+)
 async def test_server_restart_mid_drain_recovers_without_help(
-    private_server: EmbeddedServer, immediate: bool
+    private_server: EmbeddedServer, immediate: bool, shape: str
 ) -> None:
     """A restart of PostgreSQL under a draining worker needs no help.
 
@@ -283,9 +290,12 @@ async def test_server_restart_mid_drain_recovers_without_help(
     unwritten WAL is lost, the restart runs recovery). Claims, outcome writes
     and handlers fail while it is down and are retried; the LISTEN connection
     comes back; outcomes lost with the server are recovered by the rescue
-    sweep; the pool hands out working connections.
+    sweep; the pool hands out working connections. The same holds for two
+    workers sharing one set of connections (`pgqueue.Connections`), one of
+    them serving two queues, one of which has a fleet-wide limit.
     """
-    name, total = "restart", 3000
+    total = 3000
+    names = ["restart"] if shape == "one-queue" else ["rs-a", "rs-b", "rs-c"]
     dsn = private_server.dsn
     connection = await asyncpg.connect(dsn)
     try:
@@ -294,51 +304,82 @@ async def test_server_restart_mid_drain_recovers_without_help(
     finally:
         await connection.close()
     logger = InfoLogger()
+    options: dict[str, Any] = {
+        "poll_interval": 0.5,
+        "rescue_after": 2.0,
+        "backoff": short_backoff,
+        "logger": logger,
+    }
     async with (
         Probe(dsn) as probe,
         asyncpg.create_pool(dsn, min_size=2, max_size=8) as pool,
+        pgqueue.Connections(pool, logger=logger) as shared,
     ):
-        await pgqueue.Queue(pool, name=name).enqueue_many(
-            [("work", {"n": n}) for n in range(total)]
-        )
-        worker = pgqueue.Worker(
-            pool,
-            queue=name,
-            concurrency=20,
-            poll_interval=0.5,
-            rescue_after=2.0,
-            backoff=short_backoff,
-            logger=logger,
-        )
+        for name in names:
+            await pgqueue.Queue(pool, name=name).enqueue_many(
+                [("work", {"n": n}) for n in range(total // len(names))]
+            )
+        if shape == "one-queue":
+            workers = [pgqueue.Worker(pool, queue=names[0], concurrency=20, **options)]
+        else:
+            a, b, c = names
+            workers = [
+                pgqueue.Worker(
+                    pool,
+                    queues={a: 10, b: 10},
+                    global_limit={b: 5},
+                    connections=shared,
+                    **options,
+                ),
+                pgqueue.Worker(
+                    pool, queue=c, concurrency=10, connections=shared, **options
+                ),
+            ]
 
         handled = 0
 
-        @worker.handler("work")
         async def work(job: pgqueue.Job) -> None:
             nonlocal handled
             await pool.execute(RECORD, job.id, job.attempts)
             handled += 1
 
-        async with running(worker):
-            await wait_until(listening(worker))
-            old_listener = worker.listener_pid
-            await wait_until(completed_at_least(probe, name, total // 3), within=30)
+        for worker in workers:
+            worker.register("work", work)
+        async with contextlib.AsyncExitStack() as stack:
+            for worker in workers:
+                await stack.enter_async_context(running(worker))
+            for worker in workers:
+                await wait_until(listening(worker))
+            old_listeners = {worker.listener_pid or 0 for worker in workers}
+            await wait_until(
+                completed_at_least(probe, names[0], total // len(names) // 3),
+                within=30,
+            )
             await anyio.to_thread.run_sync(
                 functools.partial(private_server.stop, immediate=immediate)
             )
             assert handled < total, "the drain ended before the server stopped"
             try:
-                # While the server is down the worker finds out, and keeps trying.
+                # While the server is down the workers find out, and keep trying.
                 await logger.wait_for("claim failed")
                 await logger.wait_for("LISTEN connection lost")
             finally:
                 with anyio.CancelScope(shield=True):
                     await anyio.to_thread.run_sync(private_server.start)
-            await wait_until(completed_at_least(probe, name, total), within=40)
-            await wait_until(listening(worker, other_than={old_listener or 0}))
+            for name in names:
+                await wait_until(
+                    completed_at_least(probe, name, total // len(names)), within=40
+                )
+            for worker in workers:
+                await wait_until(listening(worker, other_than=old_listeners))
             await logger.wait_for("LISTEN connection re-established")
-        final = await probe.statuses(name)
+        finals = [await probe.statuses(name) for name in names]
         seen = await invocations(probe)
+        if shape != "one-queue":
+            # The limited queue counted every run out.
+            assert await probe.fetchval(
+                "SELECT running FROM pgqueue_limits WHERE queue = $1", names[1]
+            ) in (0, None)
 
         # The pool survived: all of its connections at once run a statement.
         size = pool.get_max_size()
@@ -358,9 +399,11 @@ async def test_server_restart_mid_drain_recovers_without_help(
                     tg.start_soon(use_one)
         assert answers == [1] * size
 
-    assert final == {"completed": total}, "a job ended other than completed"
-    assert len(seen) == total
-    assert worker.listener_pid is None  # closed on stop
+    assert finals == [{"completed": total // len(names)}] * len(names), (
+        "a job ended other than completed"
+    )
+    assert len(seen) == total // len(names) * len(names)
+    assert all(worker.listener_pid is None for worker in workers)  # closed on stop
 
 
 @pytest.mark.slow

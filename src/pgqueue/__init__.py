@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pgqueue._admin import Admin, JobInfo, QueueStats, ScheduleInfo, SchemaState
 from pgqueue._backoff import Backoff, default_backoff
+from pgqueue._connections import Connections
 from pgqueue._errors import (
     AlreadyStartedError,
     DuplicateJobError,
@@ -41,6 +42,7 @@ __all__ = [
     "Backoff",
     "Callback",
     "Connection",
+    "Connections",
     "DuplicateJobError",
     "EnqueueEvent",
     "EnqueueHook",

@@ -17,10 +17,14 @@ if TYPE_CHECKING:
 
     from pgqueue._connect import Connect
 
-__all__ = ["CLOSE_TIMEOUT", "DedicatedConnection"]
+__all__ = ["CLOSE_TIMEOUT", "STATEMENT_TIMEOUT", "DedicatedConnection"]
 
 CLOSE_TIMEOUT = 2.0
 """Seconds a polite close may take before the connection is dropped."""
+
+STATEMENT_TIMEOUT = 10.0
+"""Seconds any statement on a dedicated connection may take (connecting
+included) before the connection is dropped and replaced."""
 
 
 class DedicatedConnection:

@@ -14,7 +14,7 @@ import anyio
 from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Coroutine, Sequence
 
     import asyncpg
     from anyio.abc import TaskStatus
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pgqueue._connect import Connect
     from pgqueue._log import Logger
 
-__all__ = ["LISTEN_KEEPALIVE", "LISTEN_PROBE_TIMEOUT", "Listener"]
+__all__ = ["LISTEN_KEEPALIVE", "LISTEN_PROBE_TIMEOUT", "Listener", "SharedListener"]
 
 # A silent LISTEN connection is probed after LISTEN_KEEPALIVE seconds and
 # given up when the probe takes LISTEN_PROBE_TIMEOUT: a half-open connection
@@ -62,7 +62,9 @@ class Listener:
         max_delay: float = MAX_RETRY_WAIT,
     ) -> None:
         self._connect = connect
-        self._channels = tuple(channels)
+        self._channels = list(channels)
+        self._connection: asyncpg.Connection[Any] | None = None
+        self._listened: set[str] = set()
         self._on_notify = on_notify
         self._on_connect = on_connect
         self._logger = logger
@@ -95,8 +97,8 @@ class Listener:
             try:
                 lost = anyio.Event()
                 connection.add_termination_listener(_setter(lost))
-                for channel in self._channels:
-                    await connection.add_listener(channel, self._deliver)
+                self._connection = connection
+                await self.listen([])
                 self.pid = connection.get_server_pid()
                 failures = 0
                 if reconnect:
@@ -115,9 +117,24 @@ class Listener:
                 self._log_failure("LISTEN connection lost; reconnecting", exc, failures)
             finally:
                 self.pid = None
+                self._connection = None
+                self._listened = set()
                 connection.terminate()
             reconnect = True
             await anyio.sleep(retry_delay(failures, self._max_delay))
+
+    async def listen(self, channels: Sequence[str]) -> None:
+        """Add ``channels``; LISTEN at once on each new one if the connection is up."""
+        for channel in channels:
+            if channel not in self._channels:
+                self._channels.append(channel)
+        connection = self._connection
+        if connection is None:
+            return  # the next connection LISTENs on every channel
+        for channel in self._channels:
+            if channel not in self._listened:
+                self._listened.add(channel)
+                await connection.add_listener(channel, self._deliver)
 
     async def _watch(
         self, connection: asyncpg.Connection[Any], lost: anyio.Event
@@ -144,3 +161,110 @@ class Listener:
 
 def _setter(event: anyio.Event) -> Callable[[object], None]:
     return lambda _connection: event.set()
+
+
+class SharedListener:
+    """One `Listener` connection for several listeners of a process.
+
+    Each listener (a worker, a subscriber, a tracker given the same
+    `pgqueue.Connections`) gets a `ListenerRoute`, used as it would use a
+    `Listener` of its own: ``await task_group.start(route.run)`` returns once
+    its channels are LISTENed on, its ``on_connect`` is awaited after every
+    (re)connect, and notifications of its channels reach its ``on_notify``.
+    The connection is opened when the first route runs, by ``start`` (which
+    runs the listener in the owner's task group).
+    """
+
+    def __init__(
+        self,
+        connect: Connect,
+        *,
+        logger: Logger,
+        start: Callable[[Callable[[], Coroutine[Any, Any, None]]], object],
+    ) -> None:
+        self._listener = Listener(
+            connect, [], self._deliver, logger=logger, on_connect=self._on_connect
+        )
+        self._start = start
+        self._started = False
+        self._routes: list[ListenerRoute] = []
+
+    @property
+    def pid(self) -> int | None:
+        """The backend pid of the live connection, if any."""
+        return self._listener.pid
+
+    def route(
+        self,
+        channels: Sequence[str],
+        on_notify: Callable[[str, str], None],
+        *,
+        on_connect: Callable[[bool], Awaitable[None]] | None = None,
+    ) -> ListenerRoute:
+        """A listener of ``channels`` on the shared connection."""
+        return ListenerRoute(self, tuple(channels), on_notify, on_connect)
+
+    async def _add(self, route: ListenerRoute) -> None:
+        self._routes.append(route)
+        if not self._started:
+            self._started = True
+            self._start(self._run)
+        await self._listener.listen(route.channels)
+        if self._listener.pid is not None:
+            await route.connected(False)
+
+    def _remove(self, route: ListenerRoute) -> None:
+        # Its channels stay LISTENed on: notifications nobody routes are dropped.
+        self._routes.remove(route)
+
+    async def _run(self) -> None:
+        await self._listener.run()
+
+    async def _on_connect(self, reconnected: bool) -> None:
+        for route in list(self._routes):
+            await route.connected(reconnected)
+
+    def _deliver(self, channel: str, payload: str) -> None:
+        for route in self._routes:
+            if channel in route.channels:
+                route.on_notify(channel, payload)
+
+
+class ListenerRoute:
+    """One listener's share of a `SharedListener` (the interface of a `Listener`)."""
+
+    def __init__(
+        self,
+        shared: SharedListener,
+        channels: tuple[str, ...],
+        on_notify: Callable[[str, str], None],
+        on_connect: Callable[[bool], Awaitable[None]] | None,
+    ) -> None:
+        self._shared = shared
+        self.channels = channels
+        self.on_notify = on_notify
+        self._on_connect = on_connect
+        self._listening = anyio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        """The backend pid of the shared connection while this route listens on it."""
+        return self._shared.pid if self._listening.is_set() else None
+
+    async def connected(self, reconnected: bool) -> None:
+        if self._on_connect is not None:
+            await self._on_connect(reconnected)
+        self._listening.set()
+
+    async def run(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen until cancelled; signals ``task_status`` once listening."""
+        try:
+            await self._shared._add(self)
+            await self._listening.wait()
+            task_status.started()
+            await anyio.sleep_forever()
+        finally:
+            self._listening = anyio.Event()
+            self._shared._remove(self)

@@ -35,8 +35,14 @@ from pgqueue._checks import (
     encode_notify_payload,
 )
 from pgqueue._connect import connect_like
+from pgqueue._connections import Connections, check_connections
 from pgqueue._errors import AlreadyStartedError
-from pgqueue._listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, Listener
+from pgqueue._listener import (
+    LISTEN_KEEPALIVE,
+    LISTEN_PROBE_TIMEOUT,
+    Listener,
+    ListenerRoute,
+)
 from pgqueue._log import Logger, default_logger
 
 if TYPE_CHECKING:
@@ -129,6 +135,9 @@ class Subscriber:
             are not lost while it runs). An exception is logged.
         max_pending: the most received notifications waiting for callbacks
             (10 000 by default); past it, new ones are dropped.
+        connections: a `Connections` shared with the process's workers and
+            trackers: the subscriber then LISTENs on its one LISTEN
+            connection instead of a connection of its own.
 
     Usage::
 
@@ -147,20 +156,23 @@ class Subscriber:
         logger: Logger | None = None,
         on_reconnect: Callable[[], Awaitable[None]] | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
+        connections: Connections | None = None,
     ) -> None:
         if not isinstance(cast("object", dsn_or_pool), str | asyncpg.Pool):
             msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(dsn_or_pool).__name__}"
             raise TypeError(msg)
         if on_reconnect is not None:
             check_callable("on_reconnect", on_reconnect)
+        check_connections(connections)
         self._target = dsn_or_pool
+        self._shared = connections
         self._logger = default_logger(logger)
         self._on_reconnect = on_reconnect
         self._max_pending = check_int("max_pending", max_pending)
         self._callbacks: dict[str, list[Callback]] = {}
         self._state: Literal["new", "running", "stopped"] = "new"
         self._stop_requested = False
-        self._listener: Listener | None = None
+        self._listener: Listener | ListenerRoute | None = None
         self._listener_keepalive = LISTEN_KEEPALIVE
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._unreported = 0
@@ -239,15 +251,20 @@ class Subscriber:
         callbacks = {channel: tuple(fns) for channel, fns in self._callbacks.items()}
         send, receive = anyio.create_memory_object_stream[_Item](self._max_pending)
         self._send = send
-        self._listener = Listener(
-            connect_like(self._target),
-            list(callbacks),
-            self._on_notify,
-            logger=self._logger,
-            on_connect=self._on_connect,
-            keepalive=self._listener_keepalive,
-            probe_timeout=self._listener_probe_timeout,
-        )
+        if self._shared is not None:
+            self._listener = self._shared.route(
+                list(callbacks), self._on_notify, on_connect=self._on_connect
+            )
+        else:
+            self._listener = Listener(
+                connect_like(self._target),
+                list(callbacks),
+                self._on_notify,
+                logger=self._logger,
+                on_connect=self._on_connect,
+                keepalive=self._listener_keepalive,
+                probe_timeout=self._listener_probe_timeout,
+            )
         self._logger.info("subscriber starting", extra={"channels": list(callbacks)})
         started = False
         try:

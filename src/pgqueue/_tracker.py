@@ -39,6 +39,7 @@ import asyncpg
 from pgqueue import _sql
 from pgqueue._checks import check_duration, check_job_id
 from pgqueue._connect import connect_like
+from pgqueue._connections import Connections, check_connections
 from pgqueue._dedicated import DedicatedConnection
 from pgqueue._errors import (
     AlreadyStartedError,
@@ -47,7 +48,7 @@ from pgqueue._errors import (
     TrackerClosedError,
 )
 from pgqueue._job import Status
-from pgqueue._listener import Listener
+from pgqueue._listener import Listener, ListenerRoute
 from pgqueue._log import Logger, default_logger
 from pgqueue._retry import log_failure, retry_delay
 from pgqueue._schema import SCHEMA_ERRORS
@@ -141,11 +142,14 @@ class Tracker:
         *,
         poll_interval: float = POLL_INTERVAL,
         logger: Logger | None = None,
+        connections: Connections | None = None,
     ) -> None:
         if not isinstance(cast("object", dsn_or_pool), str | asyncpg.Pool):
             msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(dsn_or_pool).__name__}"
             raise TypeError(msg)
+        check_connections(connections)
         self._target = dsn_or_pool
+        self._shared = connections
         self._poll_interval = check_duration(
             "poll_interval", poll_interval, positive=True
         )
@@ -153,7 +157,7 @@ class Tracker:
         self._state: Literal["new", "open", "closed"] = "new"
         self._waits: dict[int, _Wait] = {}
         self._marked: set[int] = set()
-        self._listener: Listener | None = None
+        self._listener: Listener | ListenerRoute | None = None
         self._connection: DedicatedConnection | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         # Made on entry: anyio primitives need an event loop.
@@ -177,19 +181,29 @@ class Tracker:
         self._state = "closed"  # unless everything below succeeds
         self._read_needed = anyio.Event()
         self._has_waits = anyio.Event()
-        self._listener = Listener(
-            connect_like(self._target),
-            [OUTCOMES_CHANNEL],
-            self._on_notify,
-            logger=self._logger,
-            on_connect=self._on_connect,
-        )
+        shared = self._shared
+        if shared is not None:
+            self._listener = shared.route(
+                [OUTCOMES_CHANNEL], self._on_notify, on_connect=self._on_connect
+            )
+        else:
+            self._listener = Listener(
+                connect_like(self._target),
+                [OUTCOMES_CHANNEL],
+                self._on_notify,
+                logger=self._logger,
+                on_connect=self._on_connect,
+            )
         if isinstance(self._target, str):
-            self._connection = DedicatedConnection(
-                connect_like(self._target), timeout=STATEMENT_TIMEOUT
+            self._connection = (
+                DedicatedConnection(
+                    connect_like(self._target), timeout=STATEMENT_TIMEOUT
+                )
+                if shared is None
+                else shared.upkeep
             )
         async with contextlib.AsyncExitStack() as stack:
-            if self._connection is not None:
+            if self._connection is not None and shared is None:
                 stack.push_async_callback(self._connection.aclose)
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)

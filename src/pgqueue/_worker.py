@@ -62,12 +62,18 @@ from pgqueue._checks import (
 )
 from pgqueue._claimer import Claimer
 from pgqueue._connect import connect_like
+from pgqueue._connections import Connections
 from pgqueue._consumers import RUNNING_FOR, Consumers
-from pgqueue._dedicated import DedicatedConnection
+from pgqueue._dedicated import STATEMENT_TIMEOUT, DedicatedConnection
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._hooks import Observer, call_observers
 from pgqueue._ledger import Budget, Claims
-from pgqueue._listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, Listener
+from pgqueue._listener import (
+    LISTEN_KEEPALIVE,
+    LISTEN_PROBE_TIMEOUT,
+    Listener,
+    ListenerRoute,
+)
 from pgqueue._log import Logger, default_logger
 from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
 from pgqueue._periodic import Schedules, check_schedule
@@ -109,10 +115,6 @@ _DEFAULT_CONCURRENCY: int = _DefaultInt(2)
 FLUSH_TIMEOUT = 30.0
 """Seconds the final flush may retry against an unreachable database; what is
 left unwritten is recovered by the rescue sweep."""
-
-STATEMENT_TIMEOUT = 10.0
-"""Seconds any statement on the worker's own connections may take (connecting
-included) before the connection is dropped and replaced."""
 
 
 class Worker:
@@ -171,6 +173,11 @@ class Worker:
         listen: wake on NOTIFY over a dedicated connection. ``True`` opens it
             with the pool's connect arguments; a DSN string opens it there
             (useful when the pool goes through PgBouncer); ``False`` polls only.
+        connections: a `Connections` shared with the process's other
+            workers, subscribers and trackers: the worker then claims,
+            writes, heartbeats and LISTENs on them instead of opening four
+            connections of its own (give a LISTEN DSN to them, not to
+            ``listen``).
         backoff: seconds to wait before retrying after a failed attempt. A
             value it returns out of range is clamped (0 to a year); if it
             raises or returns no number, `default_backoff` is used instead.
@@ -218,6 +225,7 @@ class Worker:
         prefetch: int = 0,
         poll_interval: float = 5.0,
         listen: bool | str = True,
+        connections: Connections | None = None,
         backoff: Backoff = default_backoff,
         rescue_after: float = 300.0,
         job_timeout: float | None = None,
@@ -233,6 +241,16 @@ class Worker:
         if not isinstance(cast("object", listen), bool | str):
             msg = f"listen must be a bool or a DSN string, not {type(listen).__name__}"
             raise TypeError(msg)
+        if connections is not None:
+            if not isinstance(cast("object", connections), Connections):
+                msg = f"connections must be a pgqueue.Connections, not {type(connections).__name__}"
+                raise TypeError(msg)
+            if isinstance(listen, str):
+                msg = (
+                    "with connections=, give the LISTEN DSN to Connections(listen=...)"
+                )
+                raise TypeError(msg)
+        self._connections = connections
         self._pool = pool
         # As given (the command line copies a worker through them); the
         # lanes below are what the worker runs.
@@ -285,7 +303,7 @@ class Worker:
         self._statement_timeout = STATEMENT_TIMEOUT
         self._listener_keepalive = LISTEN_KEEPALIVE
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
-        self._listener: Listener | None = None
+        self._listener: Listener | ListenerRoute | None = None
         self._lanes = tuple(
             _Lane(index, name, concurrency, self._prefetch, limits.get(name))
             for index, (name, concurrency) in enumerate(specs.items())
@@ -592,8 +610,13 @@ class Worker:
             )
 
         logger, budget = self._logger, self._budget
-        self._connections = (dedicated(), dedicated(), dedicated())
-        claim_connection, write_connection, upkeep_connection = self._connections
+        shared = self._connections
+        self._dedicated = (
+            (dedicated(), dedicated(), dedicated())
+            if shared is None
+            else (shared.claims, shared.writes, shared.upkeep)
+        )
+        claim_connection, write_connection, upkeep_connection = self._dedicated
         self._writer = OutcomeWriter(
             write_connection,
             self._settle_claims,
@@ -666,6 +689,12 @@ class Worker:
         self._listening = anyio.Event()
         if self._listen is False or until_empty:
             self._listening.set()
+        elif shared is not None:
+            self._listener = shared.route(
+                [_sql.JOBS_CHANNEL, _sql.CONTROL_CHANNEL],
+                self._on_notify,
+                on_connect=self._on_listen,
+            )
         else:
             self._listener = Listener(
                 connect_like(self._pool if self._listen is True else self._listen),
@@ -694,7 +723,7 @@ class Worker:
                         services.start_soon(
                             self._after_check,
                             self._schedules.run,
-                            self._connections[2],  # the upkeep connection
+                            self._dedicated[2],  # the upkeep connection
                             self._default_queue,
                             self._logger,
                         )
@@ -707,8 +736,11 @@ class Worker:
             try:
                 with anyio.CancelScope(shield=True):
                     async with anyio.create_task_group() as closing:
-                        for connection in self._connections:
-                            closing.start_soon(connection.aclose)
+                        if (
+                            self._connections is None
+                        ):  # else the Connections' owner closes them
+                            for connection in self._dedicated:
+                                closing.start_soon(connection.aclose)
                     self._logger.info("worker stopped", extra=self._fields)
             finally:
                 self._finished.set()

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from pgqueue.cli._common import Commands
 
-__all__ = ["OPTION_FLAGS", "add_to", "open_worker", "run"]
+__all__ = ["NO_FLAG", "OPTION_FLAGS", "add_to", "open_worker", "run"]
 
 logger = logging.getLogger("pgqueue.cli")
 
@@ -85,6 +85,10 @@ OPTION_FLAGS: dict[str, str] = {
 flag's parsed value lands under the option's own name (``--queue NAME=N``
 under ``queues``); a test checks that every option of ``Worker.__init__`` is
 here."""
+
+NO_FLAG = frozenset({"connections"})
+"""`Worker` options without a flag: objects your code makes (a worker built
+with ``connections=`` keeps them)."""
 
 _ADDED = frozenset({"middleware", "observers"})
 """Options whose flags add to what the worker has instead of replacing it."""

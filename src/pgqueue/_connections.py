@@ -1,0 +1,146 @@
+"""One set of pgqueue's own connections for a whole process."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Self, cast
+
+import anyio
+import asyncpg
+
+from pgqueue import _sql
+from pgqueue._connect import connect_like
+from pgqueue._dedicated import STATEMENT_TIMEOUT, DedicatedConnection
+from pgqueue._listener import ListenerRoute, SharedListener
+from pgqueue._log import Logger, default_logger
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+    from types import TracebackType
+
+__all__ = ["Connections", "check_connections"]
+
+
+class Connections:
+    """The connections pgqueue opens besides your pool, shared by every part given them.
+
+    Without it, each `Worker` opens four connections of its own (claims,
+    outcome writes, upkeep, LISTEN), each `Subscriber` and `Tracker` one
+    LISTEN connection. Give the same ``Connections`` to all of a process's
+    workers, subscribers and trackers, and the process opens at most four,
+    whatever the number of queues and parts: one LISTEN connection that
+    carries every channel (job wakeups, cancel requests, tracked outcomes,
+    pub/sub), and one connection each for claims, outcome writes and upkeep
+    (heartbeats, sweeps, periodic ticks, a DSN tracker's reads), on which
+    the workers' statements take turns. Each opens on first use and
+    reconnects by itself.
+
+    Usage::
+
+        async with pgqueue.Connections(pool) as connections:
+            emails = pgqueue.Worker(pool, queue="emails", connections=connections)
+            reports = pgqueue.Worker(pool, queue="reports", connections=connections)
+            async with anyio.create_task_group() as tg:
+                await tg.start(emails.run)
+                await tg.start(reports.run)
+
+    Args:
+        dsn_or_pool: where to connect: a DSN, or a pool whose connect
+            arguments (and ``init`` hook) are used; the connections are never
+            taken from nor given back to the pool.
+        listen: a DSN for the LISTEN connection instead (when the pool goes
+            through a transaction pooler, which cannot LISTEN).
+        statement_timeout: seconds a statement on the claim, write or upkeep
+            connection may take before the connection is dropped (a worker's
+            own setting does not apply to shared connections).
+        logger: where the LISTEN connection's failures are logged.
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | asyncpg.Pool[Any],
+        *,
+        listen: str | None = None,
+        statement_timeout: float = STATEMENT_TIMEOUT,
+        logger: Logger | None = None,
+    ) -> None:
+        if not isinstance(cast("object", dsn_or_pool), str | asyncpg.Pool):
+            msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(dsn_or_pool).__name__}"
+            raise TypeError(msg)
+        if listen is not None and not isinstance(cast("object", listen), str):
+            msg = f"listen must be a DSN string, not {type(listen).__name__}"
+            raise TypeError(msg)
+        self._target = dsn_or_pool
+        self._logger = default_logger(logger)
+
+        def dedicated() -> DedicatedConnection:
+            return DedicatedConnection(
+                connect_like(dsn_or_pool, _sql.WORKER_SETTINGS),
+                timeout=statement_timeout,
+            )
+
+        self.claims = dedicated()
+        self.writes = dedicated()
+        self.upkeep = dedicated()
+        self._listen_target = dsn_or_pool if listen is None else listen
+        self._listener: SharedListener | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._entered = False
+
+    @property
+    def listener_pid(self) -> int | None:
+        """The backend pid of the LISTEN connection while it is up."""
+        return None if self._listener is None else self._listener.pid
+
+    def route(
+        self,
+        channels: Sequence[str],
+        on_notify: Callable[[str, str], None],
+        *,
+        on_connect: Callable[[bool], Awaitable[None]] | None = None,
+    ) -> ListenerRoute:
+        """A listener of ``channels`` on the shared LISTEN connection (for pgqueue's parts)."""
+        if self._listener is None:
+            msg = "enter the Connections first: async with pgqueue.Connections(...) as connections"
+            raise RuntimeError(msg)
+        return self._listener.route(channels, on_notify, on_connect=on_connect)
+
+    async def __aenter__(self) -> Self:
+        if self._entered:
+            msg = "these Connections have already been entered; create new ones"
+            raise RuntimeError(msg)
+        self._entered = True
+        async with contextlib.AsyncExitStack() as stack:
+            for connection in (self.claims, self.writes, self.upkeep):
+                stack.push_async_callback(connection.aclose)
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)
+            self._listener = SharedListener(
+                connect_like(self._listen_target),
+                logger=self._logger,
+                start=tg.start_soon,
+            )
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return False
+        return bool(await stack.__aexit__(exc_type, exc, tb))
+
+    def __repr__(self) -> str:
+        state = "open" if self._stack is not None else "closed"
+        return f"Connections(state={state!r})"
+
+
+def check_connections(connections: object) -> None:
+    """Raise TypeError unless ``connections`` is None or a `Connections`."""
+    if connections is not None and not isinstance(connections, Connections):
+        msg = f"connections must be a pgqueue.Connections, not {type(connections).__name__}"
+        raise TypeError(msg)
