@@ -208,7 +208,9 @@ async def test_stats_without_the_slots_table_give_no_slots(fresh_dsn: str) -> No
     connection = await asyncpg.connect(fresh_dsn)
     try:
         await connection.execute("DROP TABLE pgqueue_slots")
-        await pgqueue.Queue(connection, name="a").enqueue("t", {})
+        await connection.execute(
+            "INSERT INTO pgqueue_jobs (queue, job_type) VALUES ('a', 't')"
+        )
         [a] = await pgqueue.Admin(connection).stats()
         assert (a.ready, a.slots_in_use, a.global_limit) == (1, None, None)
     finally:
