@@ -32,7 +32,7 @@ from pgqueue._admin import Admin
 if TYPE_CHECKING:
     from datetime import datetime
 
-    import asyncpg
+    from pgqueue._queue import Connection
 
 __all__ = [
     "RATE_WINDOW",
@@ -136,7 +136,7 @@ class Sampler:
 
     def __init__(
         self,
-        conn: asyncpg.Connection[Any],
+        conn: Connection,
         *,
         queue: str | None,
         window: float = RATE_WINDOW,
@@ -147,7 +147,7 @@ class Sampler:
         self._window = window
         self._samples: deque[_Sample] = deque()
 
-    def use(self, conn: asyncpg.Connection[Any]) -> None:
+    def use(self, conn: Connection) -> None:
         """Read the next frames on ``conn`` (the last one was lost; the caller owns both)."""
         self._conn = conn
         self._admin = Admin(conn)

@@ -25,6 +25,7 @@ __all__ = [
     "DASHBOARD_ENQUEUED",
     "DASHBOARD_NEWEST",
     "DASHBOARD_RUNNING",
+    "DEAD_COUNT",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_UNIQUE",
@@ -1015,6 +1016,16 @@ WHERE status IN ('dead', 'cancelled') AND status = $1
   AND id > $5
 ORDER BY id
 LIMIT $4
+"""
+
+# How many dead jobs of queue $1 and type $2 (when given) there are: what
+# a retry_all of them would take (the web dashboard's confirmation), read
+# through the partial index of dead and cancelled jobs.
+DEAD_COUNT = """
+SELECT count(*)::int8 FROM pgqueue_jobs
+WHERE status IN ('dead', 'cancelled') AND status = 'dead'
+  AND ($1::text IS NULL OR queue = $1)
+  AND ($2::text IS NULL OR job_type = $2)
 """
 
 # PRUNE_BATCH for one queue ($1) or every queue (NULL).
