@@ -29,6 +29,7 @@ from pgqueue._checks import check_duration, check_int, check_name, check_queue_n
 from pgqueue._dashboard import Frame, Sampler
 from pgqueue._errors import DATABASE_ERRORS, SchemaError, describe
 from pgqueue._job import PERIODIC_KEY_PREFIX, periodic_tick
+from pgqueue._schema import SCHEMA_ERRORS, check_schema
 from pgqueue.web import _html
 
 if TYPE_CHECKING:
@@ -349,12 +350,16 @@ class _Dashboard:
             ):
                 return self._frame
             pool = await self.pool()
-            async with pool.acquire() as conn:
-                if self._sampler is None:
-                    self._sampler = Sampler(conn, queue=None)
-                else:
-                    self._sampler.use(conn)
-                self._frame = await self._sampler.frame()
+            try:
+                async with pool.acquire() as conn:
+                    if self._sampler is None:
+                        self._sampler = Sampler(conn, queue=None)
+                    else:
+                        self._sampler.use(conn)
+                    self._frame = await self._sampler.frame()
+            except SCHEMA_ERRORS:
+                await check_schema(pool)  # a SchemaError naming what is missing
+                raise
             self._framed_at = anyio.current_time()
             return self._frame
 
@@ -493,8 +498,6 @@ class _Dashboard:
         ):
             raise HTTPException(403, "actions are only accepted from this site's pages")
         kind = request.headers.get("content-type", "").partition(";")[0].strip()
-        if kind != "application/x-www-form-urlencoded":
-            raise HTTPException(400, "an action is a form")
         body = b""
         async for chunk in request.stream():
             body += chunk
@@ -505,6 +508,8 @@ class _Dashboard:
         except (UnicodeDecodeError, ValueError):
             raise HTTPException(400, "the form cannot be read") from None
         form = {name: values[-1] for name, values in parsed.items()}
+        if kind != "application/x-www-form-urlencoded":
+            form = {}  # only a form of this site's pages carries the token
         if not hmac.compare_digest(form.get("csrf", "").encode(), self._token.encode()):
             raise HTTPException(
                 403, "the form's token is missing or stale: reload the page"
