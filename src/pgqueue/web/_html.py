@@ -209,9 +209,9 @@ def live_part(base: str, frame: Frame) -> str:
         )
         or '<tr><td colspan="5" class="empty">None.</td></tr>'
     )
-    return f"""<div class="scroll">
+    return f"""<p class="meta">Jobs per queue and status (a count of completed jobs marked ~ is an estimate).</p>
+<div class="scroll">
 <table id="queues" class="queues">
-<caption>Jobs per queue and status; the completed count of a large table is an estimate (~).</caption>
 <thead><tr><th scope="col">Queue</th>{heads}</tr></thead>
 <tbody>{rows}</tbody>
 </table>
