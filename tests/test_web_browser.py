@@ -204,7 +204,9 @@ async def test_retry_a_dead_job_from_the_browser(fresh_dsn: str) -> None:
             await expect(page.get_by_role("button", name="Retry all")).to_be_visible()
             await shot(page, "jobs")
             await page.get_by_role("link", name=str(dead), exact=True).click()
-            await expect(page.get_by_role("heading", name=f"Job {dead}")).to_be_visible()
+            await expect(
+                page.get_by_role("heading", name=f"Job {dead}")
+            ).to_be_visible()
             await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
             await shot(page, "job")
             await page.get_by_role("button", name="Retry", exact=True).click()
