@@ -297,6 +297,23 @@ async def test_values_are_escaped(pool: asyncpg.Pool, queue_name: str) -> None:
         )
 
 
+async def test_a_time_python_cannot_represent_is_shown_not_a_500(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    bc = await pool.fetchval(
+        "INSERT INTO pgqueue_jobs (queue, job_type, status, run_at, created_at)"
+        " VALUES ($1, 't', 'dead', '0044-03-15 BC', '12000-01-01') RETURNING id",
+        queue_name,
+    )
+    async with client(create_app(pool)) as c:
+        for path in ("/", f"/jobs?queue={queue_name}&status=dead", f"/jobs/{bc}"):
+            answer = await c.get(path)
+            assert answer.status_code == 200, path
+        text = words((await c.get(f"/jobs/{bc}")).text)
+        assert "Run at -infinity" in text
+        assert "Created infinity" in text
+
+
 async def test_bad_ids_and_filters_are_404_and_400(pool: asyncpg.Pool) -> None:
     async with client(create_app(pool, read_only=False)) as c:
         for path in (

@@ -909,9 +909,24 @@ WHERE status = 'completed' AND ($1::text IS NULL OR queue = $1)
 GROUP BY queue
 """
 
-_JOB_COLUMNS = """
-    id, queue, job_type, status, attempts, max_attempts, priority, run_at, created_at,
-    updated_at, completed_at, last_error, unique_key, snoozes, cancel_requested,
+
+def _readable(column: str) -> str:
+    """``column``, a time Python cannot represent (a BC date, year 10000 on) read as -infinity or infinity.
+
+    asyncpg would fail to decode the whole result (a Go producer may have
+    written such a row): the listings and the dashboard must still show it.
+    """
+    return (
+        f"CASE WHEN {column} < '0001-01-01 00:00:00+00' THEN '-infinity'::timestamptz"
+        f" WHEN {column} > '9999-12-31 23:59:59.999999+00' THEN 'infinity'::timestamptz"
+        f" ELSE {column} END AS {column}"
+    )
+
+
+_JOB_COLUMNS = f"""
+    id, queue, job_type, status, attempts, max_attempts, priority, {_readable("run_at")},
+    {_readable("created_at")}, {_readable("updated_at")}, {_readable("completed_at")},
+    last_error, unique_key, snoozes, cancel_requested,
     payload::text AS payload, result::text AS result
 """
 

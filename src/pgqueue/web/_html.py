@@ -9,7 +9,7 @@ mount's root path (``base``), so the dashboard works under any prefix.
 from __future__ import annotations
 
 import json
-from datetime import UTC
+from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -20,7 +20,6 @@ from pgqueue.cli._common import seconds_text
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
-    from datetime import datetime
 
     from pgqueue._admin import JobInfo, ScheduleInfo
     from pgqueue._dashboard import Frame, QueueLine
@@ -63,6 +62,11 @@ def when(value: datetime | None) -> str:
     """A time element, in UTC to the second; "-" for None."""
     if value is None:
         return "-"
+    if value.year in (1, 9999) and value.replace(tzinfo=None) in (
+        datetime.min,
+        datetime.max,
+    ):
+        return "-infinity" if value.year == 1 else "infinity"  # as asyncpg reads them
     utc = value.astimezone(UTC) if value.tzinfo is not None else value
     shown = utc.strftime("%Y-%m-%d %H:%M:%S UTC")
     return f'<time datetime="{esc(utc.isoformat())}">{esc(shown)}</time>'
