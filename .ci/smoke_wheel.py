@@ -1,7 +1,7 @@
-"""Smoke test of an installed wheel: import, SCHEMA, the CLI's --help, a short drain.
+"""Smoke test of an installed wheel: import, SCHEMA, the CLI's --help, the web app, a short drain.
 
 Run by .ci/run with the Python of a fresh virtualenv that holds only the
-built wheel (and its ``cli`` extra), from outside the checkout, so a file
+built wheel (and its ``cli`` and ``web`` extras), from outside the checkout, so a file
 missing from the wheel fails CI. Needs PGQUEUE_TEST_DSN.
 """
 
@@ -66,6 +66,9 @@ def main() -> None:
     cli = Path(sys.executable).with_name("pgqueue")
     for command in ([str(cli), "--help"], [sys.executable, "-m", "pgqueue", "--help"]):
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    from pgqueue.web import create_app  # the web extra's files are in the wheel
+
+    create_app(os.environ["PGQUEUE_TEST_DSN"])
     asyncio.run(in_a_database_of_its_own(os.environ["PGQUEUE_TEST_DSN"]))
     print(f"wheel smoke test passed: {installed.parent}")
 

@@ -5,6 +5,7 @@ Run it from the repository root (any ASGI server will do)::
     PGQUEUE_DSN=postgresql://postgres@127.0.0.1:5432/test \\
         uvicorn examples.fastapi_app:app --timeout-graceful-shutdown 5
 
+    open http://localhost:8000/pgqueue/            # the queues' dashboard
     curl -N localhost:8000/events                  # every order event, live
     curl -N 'localhost:8000/events?order_id=1'     # one order's, until it ships
     curl -X POST localhost:8000/orders -H 'content-type: application/json' \\
@@ -18,6 +19,11 @@ leaves no job behind). The worker runs in the app's lifespan; its handler marks
 the order shipped and publishes an event in one transaction, so the event goes
 out only if the update commits. One `pgqueue.Subscriber` per process feeds the
 events to every ``GET /events`` client as Server-Sent Events.
+
+``/pgqueue/`` is the dashboard of the queues (`pgqueue.web`, the ``web``
+extra), mounted once the pool is open: read-only, and with no authentication
+of its own, so a real service mounts it behind its own (a dependency or a
+middleware that checks the user).
 
 ``POST /reports`` enqueues a tracked ``build_report`` job and awaits its
 outcome through the process's one `pgqueue.Tracker`: 200 with the report the
@@ -45,6 +51,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
 
 import pgqueue
+import pgqueue.web
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -161,6 +168,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         queue = pgqueue.Queue(pool, name=QUEUE)
         tracker = pgqueue.Tracker(pool)
         services = app.state.services = Services(pool, queue, tracker)
+        # The dashboard borrows the pool; read-only, it shows and changes nothing
+        # more than pgqueue.Admin's reads. Put your authentication in front of it.
+        app.mount("/pgqueue", pgqueue.web.create_app(pool, read_only=True))
         worker = pgqueue.Worker(pool, queue=QUEUE, concurrency=10)
         worker.register("ship_order", functools.partial(ship_order, pool))
         worker.register("build_report", functools.partial(build_report, pool))

@@ -176,7 +176,45 @@ async def test_stats_are_exact_on_a_small_table(fresh_dsn: str) -> None:
             "longest_running": None,
             "oldest_heartbeat": None,
             "completed_estimated": False,
+            "slots_in_use": None,
+            "global_limit": None,
         }
+
+
+async def test_stats_give_the_slots_in_use_of_queues_with_a_fleet_wide_limit(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    held = await queue.enqueue("t", {})
+    await queue.enqueue("t", {})
+    limited = pgqueue.Queue(pool, name=f"{queue.name}-limited")
+    await limited.enqueue("t", {})
+    await pool.execute(_sql.SEED_SLOTS, limited.name, 3)
+    await pool.execute(
+        "UPDATE pgqueue_slots SET job_id = $2, attempt = 1 WHERE queue = $1 AND slot = 1",
+        limited.name,
+        held,
+    )
+    admin = pgqueue.Admin(pool)
+    [plain] = await admin.stats(queue.name)
+    assert (plain.slots_in_use, plain.global_limit) == (None, None)
+    [capped] = await admin.stats(limited.name)
+    assert (capped.slots_in_use, capped.global_limit) == (1, 3)
+    by_name = {s.queue: s for s in await admin.stats()}
+    assert by_name[limited.name].to_json()["slots_in_use"] == 1
+    assert by_name[queue.name].global_limit is None
+
+
+async def test_stats_without_the_slots_table_give_no_slots(fresh_dsn: str) -> None:
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        await connection.execute("DROP TABLE pgqueue_slots")
+        await connection.execute(
+            "INSERT INTO pgqueue_jobs (queue, job_type) VALUES ('a', 't')"
+        )
+        [a] = await pgqueue.Admin(connection).stats()
+        assert (a.ready, a.slots_in_use, a.global_limit) == (1, None, None)
+    finally:
+        await connection.close()
 
 
 async def test_stats_on_a_missing_table_raise_a_schema_error(fresh_dsn: str) -> None:

@@ -207,6 +207,8 @@ async def test_stats_json_matches_the_table(fresh_dsn: str) -> None:
             "longest_running",
             "oldest_heartbeat",
             "completed_estimated",
+            "slots_in_use",
+            "global_limit",
         ]
         q = found[0]
         assert (q["ready"], q["scheduled"], q["dead"], q["completed"]) == (2, 1, 2, 0)

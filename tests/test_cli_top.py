@@ -148,8 +148,11 @@ async def test_once_json_matches_the_database(
             "lag",
             "enqueued_per_second",
             "finished_per_second",
+            "slots_in_use",
+            "global_limit",
         }
         assert q["completed_estimated"] is False
+        assert q["slots_in_use"] is q["global_limit"] is None
         assert {name: q[name] for name in COUNTED} == counts[q["queue"]]
         # The first frame has no previous one to measure rates from.
         assert q["enqueued_per_second"] is None

@@ -241,6 +241,19 @@ async def test_fastapi_app_ships_an_order_and_streams_its_events(
     await assert_shipped(pool, order_id, placed.json()["job_id"])
 
 
+async def test_fastapi_app_mounts_the_read_only_dashboard(
+    dsn: str, pool: asyncpg.Pool
+) -> None:
+    async with fastapi_client(dsn) as (client, _app):
+        page = await client.get("/pgqueue/")
+        assert page.status_code == 200
+        assert "read-only" in page.text
+        assert 'href="/pgqueue/jobs"' in page.text
+        jobs = await client.get("/pgqueue/jobs", params={"queue": "orders"})
+        assert jobs.status_code == 200
+        assert (await client.post("/pgqueue/retry-all")).status_code == 403
+
+
 async def test_fastapi_app_rolls_the_job_back_with_a_failed_order(
     dsn: str, pool: asyncpg.Pool, order_id: int
 ) -> None:

@@ -88,6 +88,14 @@ class QueueStats(_JSONShape):
             was seen alive (claimed or heartbeated): what the rescue sweep
             compares with ``rescue_after``. None when none runs.
         completed_estimated: whether ``completed`` is an estimate.
+        slots_in_use: for a queue with a fleet-wide limit (a worker's
+            ``global_limit``), how many of its slots a run holds now; None
+            for a queue without one.
+        global_limit: for such a queue, how many slots it has (the largest
+            ``global_limit`` its workers started with); None without one.
+
+    .. versionchanged:: 0.1
+        ``slots_in_use`` and ``global_limit``.
     """
 
     queue: str
@@ -101,6 +109,8 @@ class QueueStats(_JSONShape):
     longest_running: float | None
     oldest_heartbeat: float | None
     completed_estimated: bool
+    slots_in_use: int | None = None
+    global_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,7 +261,8 @@ class Admin:
         exact other counts) and ``completed_estimated`` is true. The
         estimate is only as fresh as those statistics, and a queue holding
         only completed jobs is listed only if ``ANALYZE`` saw it among the
-        table's most common queues.
+        table's most common queues. A queue with a fleet-wide limit also
+        gets its slots in use and its limit (read from ``pgqueue_slots``).
 
         Args:
             queue: one queue's stats (always one entry, zeros included),
@@ -277,6 +288,12 @@ class Admin:
                     row[0]: int(row[1])
                     for row in await self._executor.fetch(_sql.STATS_COMPLETED, name)
                 }
+            slots: dict[str, tuple[int, int]] = {}
+            if table["has_slots"]:
+                slots = {
+                    row[0]: (int(row[1]), int(row[2]))
+                    for row in await self._executor.fetch(_sql.STATS_SLOTS, name)
+                }
         for extra in completed.keys() - counts.keys():
             if completed[extra]:
                 counts[extra] = [0, 0, 0, 0, 0, None, None, None]
@@ -293,6 +310,8 @@ class Admin:
                 longest_running=None if longest is None else max(longest, 0.0),
                 oldest_heartbeat=None if heartbeat is None else max(heartbeat, 0.0),
                 completed_estimated=estimated,
+                slots_in_use=slots[queue_name][0] if queue_name in slots else None,
+                global_limit=slots[queue_name][1] if queue_name in slots else None,
             )
             for queue_name, (
                 ready,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 else:
     PayloadT = TypeVar("PayloadT", covariant=True)
 
-__all__ = ["PERIODIC_KEY_PREFIX", "Job", "NewJob", "Status"]
+__all__ = ["PERIODIC_KEY_PREFIX", "Job", "NewJob", "Status", "periodic_tick"]
 
 PERIODIC_KEY_PREFIX = "periodic:"
 """How the unique keys of periodic jobs start: ``periodic:<name>@<tick>``."""
@@ -74,17 +74,21 @@ class Job(Generic[PayloadT]):
 
         .. versionadded:: 0.1
         """
-        key = self.unique_key
-        if key is None or not key.startswith(PERIODIC_KEY_PREFIX):
-            return None
-        _, at, stamp = key.rpartition("@")
-        if not at:
-            return None
-        try:
-            tick = datetime.fromisoformat(stamp)
-        except ValueError:
-            return None
-        return tick if tick.tzinfo is not None else None
+        return periodic_tick(self.unique_key)
+
+
+def periodic_tick(key: str | None) -> datetime | None:
+    """The tick a periodic job's unique key (``periodic:<name>@<tick>``) holds, else None."""
+    if key is None or not key.startswith(PERIODIC_KEY_PREFIX):
+        return None
+    _, at, stamp = key.rpartition("@")
+    if not at:
+        return None
+    try:
+        tick = datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return tick if tick.tzinfo is not None else None
 
 
 def _fix_frozen_slots(cls: type) -> None:

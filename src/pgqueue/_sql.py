@@ -25,6 +25,7 @@ __all__ = [
     "DASHBOARD_ENQUEUED",
     "DASHBOARD_NEWEST",
     "DASHBOARD_RUNNING",
+    "DEAD_COUNT",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_UNIQUE",
@@ -62,6 +63,7 @@ __all__ = [
     "SEED_LIMIT",
     "STATS",
     "STATS_COMPLETED",
+    "STATS_SLOTS",
     "STATS_TABLE",
     "TABLE_EXISTS",
     "TOUCH",
@@ -881,13 +883,25 @@ SELECT size.pages,
             THEN (c.reltuples / c.relpages * size.pages)::int8
             ELSE coalesce(s.n_live_tup, 0)
        END,
-       q.most_common_vals::text::text[], q.most_common_freqs, q.n_distinct
+       q.most_common_vals::text::text[], q.most_common_freqs, q.n_distinct,
+       to_regclass('pgqueue_slots') IS NOT NULL AS has_slots
 FROM size, pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 LEFT JOIN pg_stats AS q
     ON q.schemaname = c.relnamespace::regnamespace::text
    AND q.tablename = c.relname AND q.attname = 'queue'
 WHERE c.oid = 'pgqueue_jobs'::regclass
+"""
+
+# Each queue with a fleet-wide limit: its slots held by a run, and its
+# slots (the largest global_limit a worker of it started with). Run only
+# when STATS_TABLE found pgqueue_slots (a table without schema v2 has none);
+# read through the slots' primary key, a few rows per limited queue.
+STATS_SLOTS = """
+SELECT queue, count(job_id)::int8 AS in_use, count(*)::int8 AS slots
+FROM pgqueue_slots
+WHERE ($1::text IS NULL OR queue = $1)
+GROUP BY queue
 """
 
 # An exact count of completed jobs per queue: a scan of the whole table,
@@ -899,9 +913,24 @@ WHERE status = 'completed' AND ($1::text IS NULL OR queue = $1)
 GROUP BY queue
 """
 
-_JOB_COLUMNS = """
-    id, queue, job_type, status, attempts, max_attempts, priority, run_at, created_at,
-    updated_at, completed_at, last_error, unique_key, snoozes, cancel_requested,
+
+def _readable(column: str) -> str:
+    """``column``, a time Python cannot represent (a BC date, year 10000 on) read as -infinity or infinity.
+
+    asyncpg would fail to decode the whole result (a Go producer may have
+    written such a row): the listings and the dashboard must still show it.
+    """
+    return (
+        f"CASE WHEN {column} < '0001-01-01 00:00:00+00' THEN '-infinity'::timestamptz"
+        f" WHEN {column} > '9999-12-31 23:59:59.999999+00' THEN 'infinity'::timestamptz"
+        f" ELSE {column} END AS {column}"
+    )
+
+
+_JOB_COLUMNS = f"""
+    id, queue, job_type, status, attempts, max_attempts, priority, {_readable("run_at")},
+    {_readable("created_at")}, {_readable("updated_at")}, {_readable("completed_at")},
+    last_error, unique_key, snoozes, cancel_requested,
     payload::text AS payload, result::text AS result
 """
 
@@ -1006,6 +1035,16 @@ WHERE status IN ('dead', 'cancelled') AND status = $1
   AND id > $5
 ORDER BY id
 LIMIT $4
+"""
+
+# How many dead jobs of queue $1 and type $2 (when given) there are: what
+# a retry_all of them would take (the web dashboard's confirmation), read
+# through the partial index of dead and cancelled jobs.
+DEAD_COUNT = """
+SELECT count(*)::int8 FROM pgqueue_jobs
+WHERE status IN ('dead', 'cancelled') AND status = 'dead'
+  AND ($1::text IS NULL OR queue = $1)
+  AND ($2::text IS NULL OR job_type = $2)
 """
 
 # PRUNE_BATCH for one queue ($1) or every queue (NULL).

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "pgqueue.cli.jobs",
     "pgqueue.cli.periodic",
     "pgqueue.cli.top",
+    "pgqueue.cli.web",
 )
 """Modules that add commands."""
 

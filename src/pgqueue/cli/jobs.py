@@ -76,7 +76,8 @@ def _add_stats(commands: Commands) -> None:
         description=(
             "Count each queue's jobs: ready, scheduled, running, completed (an "
             "estimate on a big table, marked ~), dead and cancelled; the lag (how "
-            "long the oldest ready job has waited) and the longest running job."
+            "long the oldest ready job has waited), the longest running job and, "
+            "for a queue with a fleet-wide limit, its slots in use."
         ),
     )
     parser.add_argument("--queue", help="only this queue")
@@ -110,6 +111,7 @@ def _print_stats(found: list[QueueStats]) -> None:
         "cancelled",
         "lag",
         "longest running",
+        "slots",
     ):
         table.add_column(column, justify="left" if column == "queue" else "right")
     for s in found:
@@ -123,6 +125,7 @@ def _print_stats(found: list[QueueStats]) -> None:
             str(s.cancelled),
             seconds_text(s.lag),
             seconds_text(s.longest_running),
+            "-" if s.global_limit is None else f"{s.slots_in_use}/{s.global_limit}",
         )
     if not found:
         console.print("no jobs")

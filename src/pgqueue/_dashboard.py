@@ -1,0 +1,238 @@
+"""Frames of the live dashboards (``pgqueue top``, `pgqueue.web`): counts, rates, jobs.
+
+Each frame reads, in one read-only snapshot: the per-queue counts and lag
+from `pgqueue.Admin.stats`, the newest job id, the jobs enqueued since the
+previous frame (a range of the primary key), the jobs running longest (the
+rescue index) and the latest dead jobs (`pgqueue.Admin.jobs`). Rates come
+from differences between frames over the last `RATE_WINDOW` seconds (at
+least the last interval), so the first frame shows none:
+
+* enqueued per second: the rows whose ids are past the newest id of the
+  window's first frame (each frame counts those past the previous one's);
+* finished per second: those, less the growth of the queue's live jobs
+  (ready, scheduled and running). Every job that left the live states
+  counts: completed, dead or cancelled; dead jobs put back by a retry count
+  against it (it never goes below zero).
+
+Neither depends on the completed count (an estimate on a large table) nor
+on pruning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pgqueue import _sql
+from pgqueue._admin import Admin
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from pgqueue._queue import Connection
+
+__all__ = [
+    "RATE_WINDOW",
+    "TOP",
+    "DeadJob",
+    "Frame",
+    "QueueLine",
+    "RunningJob",
+    "Sampler",
+    "first_line",
+]
+
+TOP = 5
+"""How many longest-running and latest dead jobs a frame shows."""
+
+RATE_WINDOW = 10.0
+"""Seconds over which the rates are averaged (at least one interval)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueLine:
+    """One queue's row of a frame."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    completed: int
+    completed_estimated: bool
+    dead: int
+    cancelled: int
+    lag: float | None
+    """Seconds since the oldest ready job was due; None with none ready."""
+    enqueued_per_second: float | None
+    """None on the first frame."""
+    finished_per_second: float | None
+    """None on the first frame."""
+    slots_in_use: int | None = None
+    """Slots a run holds, for a queue with a fleet-wide limit; else None."""
+    global_limit: int | None = None
+    """The queue's slots, for a queue with a fleet-wide limit; else None."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningJob:
+    """A running job: seconds since it was due, and since it was last heard from."""
+
+    id: int
+    queue: str
+    job_type: str
+    running_for: float | None
+    """Seconds since its ``run_at`` (when this attempt was due)."""
+    heard_from: float | None
+    """Seconds since it was claimed or its worker's last heartbeat."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadJob:
+    """A dead job, when it died, and the first line of its last error."""
+
+    id: int
+    queue: str
+    job_type: str
+    died_at: datetime
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frame:
+    """What one redraw shows."""
+
+    at: datetime
+    """The database's clock when the frame was read."""
+    queues: list[QueueLine]
+    longest_running: list[RunningJob]
+    latest_dead: list[DeadJob]
+
+    def to_json(self) -> dict[str, Any]:
+        """The frame as JSON-ready data with stable keys."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True)
+class _Sample:
+    at: datetime
+    newest: int
+    """The newest id then."""
+    live: dict[str, int]
+    """Ready, scheduled and running jobs per queue then."""
+    enqueued: dict[str, int]
+    """Jobs enqueued per queue since the sample before."""
+
+
+class Sampler:
+    """Reads frames from one connection; remembers recent ones for the rates.
+
+    Rates are averaged over about ``window`` seconds: from the oldest
+    remembered frame that is at most that old (the previous frame, when the
+    interval is longer).
+    """
+
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        queue: str | None,
+        window: float = RATE_WINDOW,
+    ) -> None:
+        self._conn = conn
+        self._admin = Admin(conn)
+        self._queue = queue
+        self._window = window
+        self._samples: deque[_Sample] = deque()
+
+    def use(self, conn: Connection) -> None:
+        """Read the next frames on ``conn`` (the last one was lost; the caller owns both)."""
+        self._conn = conn
+        self._admin = Admin(conn)
+
+    async def frame(self) -> Frame:
+        """Read one frame, in one read-only snapshot."""
+        conn, queue, samples = self._conn, self._queue, self._samples
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            head = await conn.fetchrow(_sql.DASHBOARD_NEWEST)
+            assert head is not None  # an aggregate: always one row
+            newest, at = head["newest"], head["now"]
+            stats = await self._admin.stats(queue=queue)
+            enqueued: dict[str, int] = {}
+            if samples:
+                # Only the rows since the previous frame: each frame reads
+                # each new row once, however long the window.
+                rows = await conn.fetch(
+                    _sql.DASHBOARD_ENQUEUED, samples[-1].newest, newest, queue
+                )
+                enqueued = {row["queue"]: row["enqueued"] for row in rows}
+            running = await conn.fetch(_sql.DASHBOARD_RUNNING, queue, TOP)
+            dead = await self._admin.jobs(queue=queue, status="dead", limit=TOP)
+        live = {s.queue: s.ready + s.scheduled + s.running for s in stats}
+        samples.append(_Sample(at, newest, live, enqueued))
+        while len(samples) > 2 and (at - samples[1].at).total_seconds() >= self._window:
+            samples.popleft()
+        base = samples[0]
+        elapsed = (at - base.at).total_seconds()
+        lines = []
+        for s in stats:
+            enqueued_rate = finished_rate = None
+            if elapsed > 0:
+                new = sum(
+                    sample.enqueued.get(s.queue, 0)
+                    for sample in itertools.islice(samples, 1, None)
+                )
+                finished = new - (live[s.queue] - base.live.get(s.queue, 0))
+                enqueued_rate = new / elapsed
+                finished_rate = max(finished, 0) / elapsed
+            lines.append(
+                QueueLine(
+                    queue=s.queue,
+                    ready=s.ready,
+                    scheduled=s.scheduled,
+                    running=s.running,
+                    completed=s.completed,
+                    completed_estimated=s.completed_estimated,
+                    dead=s.dead,
+                    cancelled=s.cancelled,
+                    lag=s.lag,
+                    enqueued_per_second=enqueued_rate,
+                    finished_per_second=finished_rate,
+                    slots_in_use=s.slots_in_use,
+                    global_limit=s.global_limit,
+                )
+            )
+        return Frame(
+            at=at,
+            queues=lines,
+            longest_running=[
+                RunningJob(
+                    id=row["id"],
+                    queue=row["queue"],
+                    job_type=row["job_type"],
+                    running_for=row["running_for"],
+                    heard_from=row["heard_from"],
+                )
+                for row in running
+            ],
+            latest_dead=[
+                DeadJob(
+                    id=job.id,
+                    queue=job.queue,
+                    job_type=job.job_type,
+                    died_at=job.updated_at,
+                    error=first_line(job.last_error),
+                )
+                for job in dead
+            ],
+        )
+
+
+def first_line(text: str | None) -> str | None:
+    """The first line of ``text``, stripped (None for None)."""
+    if text is None:
+        return None
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""

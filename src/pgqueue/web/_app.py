@@ -1,0 +1,660 @@
+"""The dashboard's ASGI application: routes, input checks, CSRF, security headers.
+
+Every read and action goes through `pgqueue.Admin` (and the frames of
+`pgqueue._dashboard`, shared with ``pgqueue top``); this module only checks
+input, renders pages (`pgqueue.web._html`) and guards the actions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import math
+import secrets
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import asyncpg
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from pgqueue import _sql
+from pgqueue._admin import Admin
+from pgqueue._checks import check_duration, check_int, check_name, check_queue_name
+from pgqueue._dashboard import Frame, Sampler
+from pgqueue._errors import DATABASE_ERRORS, SchemaError, describe
+from pgqueue._job import PERIODIC_KEY_PREFIX, periodic_tick
+from pgqueue._schema import SCHEMA_ERRORS, check_schema
+from pgqueue.web import _html
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+    from starlette.requests import Request
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["create_app"]
+
+FRAME_EVERY = 1.0
+"""Seconds: polls of the queues page closer together than this share one frame."""
+
+MAX_FORM_BYTES = 4096
+"""The largest action form accepted (a token and two names)."""
+
+_ASSETS = ("pgqueue.css", "pgqueue.js")
+_TYPES = {"css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8"}
+
+_CSP = (
+    b"default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
+    b"img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+"""Only the dashboard's own files; no inline script or style; never in a frame."""
+
+_HEADERS = [
+    (b"content-security-policy", _CSP),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+]
+
+_DONE = {
+    "retried": "Retried: the job is pending again, due now.",
+    "duplicate": "Not retried: another job with its unique key is pending or running.",
+    "not_retryable": "Not retried: only dead and cancelled jobs can be retried.",
+    "cancelled": "Cancelled.",
+    "requested": "Cancel requested: its worker cancels the handler.",
+    "finished": "Not cancelled: the job had finished already.",
+}
+"""What an action did, as the page it redirects to says it (``?done=``)."""
+
+_FAILURES: tuple[type[Exception], ...] = (asyncpg.PostgresError, *DATABASE_ERRORS)
+
+
+def create_app(
+    dsn_or_pool: str | asyncpg.Pool[Any],
+    *,
+    read_only: bool = True,
+    show_payloads: bool = True,
+    secret: str | bytes | None = None,
+    poll_interval: float = 2.0,
+    page_size: int = 50,
+) -> Starlette:
+    """Make the dashboard: an ASGI app (Starlette) to mount under a path of yours.
+
+    Pages: ``/`` (queues, live), ``/jobs`` (filters, keyset pages),
+    ``/jobs/ID``, ``/periodic``. It has no authentication of its own: mount
+    it behind yours.
+
+    Args:
+        dsn_or_pool: an asyncpg pool (borrowed, never closed), or a DSN: the
+            app then opens a small pool of its own at its first request and
+            closes it when its lifespan ends (an app mounted in another
+            gets no lifespan of its own: pass a pool there).
+        read_only: show no action buttons, and refuse every action with 403.
+            With False, a dead or cancelled job can be retried (its attempts
+            are kept and ``max_attempts`` raised, as `Admin.retry` does),
+            every dead job of a listing retried, a pending or running job
+            cancelled; each asks for confirmation and is a POST carrying a
+            token derived from ``secret``, from the same origin.
+        show_payloads: False hides jobs' payloads and results (personal data).
+        secret: the key the actions' CSRF token is derived from; give the
+            same one to every process serving the dashboard behind one
+            address. By default a random one of this app.
+        poll_interval: seconds between the queues page's refreshes.
+        page_size: jobs per page of a listing.
+
+    Raises:
+        TypeError, ValueError: a bad argument (nothing is connected).
+
+    .. versionadded:: 0.1
+    """
+    _check_source(dsn_or_pool)
+    interval = check_duration("poll_interval", poll_interval, positive=True)
+    check_int("page_size", page_size)
+    key = _secret(secret)
+    dashboard = _Dashboard(
+        dsn_or_pool,
+        read_only=bool(read_only),
+        show_payloads=bool(show_payloads),
+        token=hmac.new(key, b"pgqueue.web actions", hashlib.sha256).hexdigest(),
+        poll_interval=interval,
+        page_size=page_size,
+    )
+    routes = [
+        Route("/", dashboard.queues),
+        Route("/fragments/queues", dashboard.queues_fragment),
+        Route("/api/frame", dashboard.frame_json),
+        Route("/jobs", dashboard.jobs),
+        Route("/jobs/{job_id}", dashboard.job),
+        Route("/jobs/{job_id}/retry", dashboard.retry, methods=["GET", "POST"]),
+        Route("/jobs/{job_id}/cancel", dashboard.cancel, methods=["GET", "POST"]),
+        Route("/retry-all", dashboard.retry_all, methods=["GET", "POST"]),
+        Route("/periodic", dashboard.periodic),
+        Route("/static/{name}", dashboard.static),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=dashboard.lifespan,
+        exception_handlers={
+            HTTPException: dashboard.http_error,
+            SchemaError: dashboard.unavailable,
+            **dict.fromkeys(_FAILURES, dashboard.unavailable),
+        },
+    )
+    app.add_middleware(_SecurityHeaders)
+    return app
+
+
+def _check_source(value: object) -> None:
+    if isinstance(value, str):
+        check_name("dsn", value)
+    elif not isinstance(value, asyncpg.Pool):
+        msg = (
+            f"dsn_or_pool must be a DSN or an asyncpg pool, not {type(value).__name__}"
+        )
+        raise TypeError(msg)
+
+
+def _secret(value: object) -> bytes:
+    """The key of the actions' token: ``value``'s bytes, or random ones for None."""
+    if value is None:
+        return secrets.token_bytes(32)
+    if isinstance(value, str):
+        value = value.encode()
+    if not isinstance(value, bytes) or not value:
+        msg = "secret must be a non-empty str or bytes, or None"
+        raise TypeError(msg)
+    return value
+
+
+class _SecurityHeaders:
+    """Adds the security headers to every response (CSP, no framing, no sniffing)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def _base(request: Request) -> str:
+    """The mount's path: every link starts with it."""
+    root: str = request.scope.get("root_path", "")
+    return root.rstrip("/")
+
+
+def _job_id(text: str) -> int:
+    """A job id from a path; 404 for anything that cannot be one."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        raise HTTPException(404, f"no job has the id {text[:40]!r}")
+    value = int(text)
+    if not 0 < value < 2**63:
+        raise HTTPException(404, f"no job has the id {value}")
+    return value
+
+
+def _optional(params: Mapping[str, str], name: str) -> str | None:
+    value = params.get(name, "")
+    return value or None
+
+
+class _Dashboard:
+    """One app's state and handlers: its pool, its frames, its token."""
+
+    def __init__(
+        self,
+        source: str | asyncpg.Pool[Any],
+        *,
+        read_only: bool,
+        show_payloads: bool,
+        token: str,
+        poll_interval: float,
+        page_size: int,
+    ) -> None:
+        self._dsn = source if isinstance(source, str) else None
+        self._pool = None if isinstance(source, str) else source
+        self._owned: asyncpg.Pool[Any] | None = None
+        self._opening = anyio.Lock()
+        self.read_only = read_only
+        self.show_payloads = show_payloads
+        self._token = token
+        self._interval = poll_interval
+        self._page_size = page_size
+        self._sampler: Sampler | None = None
+        self._framing = anyio.Lock()
+        self._frame: Frame | None = None
+        self._framed_at = -math.inf
+        self._assets: dict[str, bytes] = {}
+        self._versions: dict[str, str] = {}
+        folder = resources.files("pgqueue.web") / "static"
+        for name in _ASSETS:
+            data = (folder / name).read_bytes()
+            self._assets[name] = data
+            self._versions[name] = hashlib.sha256(data).hexdigest()[:12]
+
+    # --- plumbing ----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        """Close the pool the app opened (a borrowed pool is left open)."""
+        try:
+            yield
+        finally:
+            owned, self._owned = self._owned, None
+            if owned is not None:
+                self._pool = None
+                await owned.close()
+
+    async def pool(self) -> asyncpg.Pool[Any]:
+        """The pool: the one given, or the app's own (opened at first use)."""
+        if self._pool is not None:
+            return self._pool
+        async with self._opening:
+            if self._pool is None:
+                self._owned = self._pool = await asyncpg.create_pool(
+                    self._dsn, min_size=1, max_size=4
+                )
+        return self._pool
+
+    async def admin(self) -> Admin:
+        return Admin(await self.pool())
+
+    def page(
+        self,
+        request: Request,
+        title: str,
+        body: str,
+        *,
+        current: str = "",
+        status_code: int = 200,
+        script: bool = False,
+    ) -> HTMLResponse:
+        html = _html.layout(
+            base=_base(request),
+            title=title,
+            body=body,
+            current=current,
+            read_only=self.read_only,
+            assets=self._versions,
+            script=script,
+        )
+        return HTMLResponse(
+            html, status_code=status_code, headers={"cache-control": "no-store"}
+        )
+
+    async def http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        titles = {
+            400: "Bad request",
+            403: "Forbidden",
+            404: "Not found",
+            405: "Method not allowed",
+        }
+        title = titles.get(exc.status_code, "Error")
+        return self.page(
+            request,
+            title,
+            _html.error_page(_base(request), exc.detail),
+            status_code=exc.status_code,
+        )
+
+    async def unavailable(self, request: Request, exc: Exception) -> Response:
+        """A missing schema or an unreachable database: 503, saying which."""
+        detail = (
+            str(exc) if isinstance(exc, SchemaError) else describe(exc).splitlines()[0]
+        )
+        return self.page(
+            request,
+            "Database unavailable",
+            _html.error_page(_base(request), detail),
+            status_code=503,
+        )
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        data = self._assets.get(name)
+        if data is None:
+            raise HTTPException(404, "no such file")
+        return Response(
+            data,
+            media_type=_TYPES[name.rpartition(".")[2]],
+            headers={"cache-control": "public, max-age=86400"},
+        )
+
+    # --- the queues --------------------------------------------------------------------
+
+    async def frame(self) -> Frame:
+        """The latest frame: read again unless one was read under `FRAME_EVERY` ago.
+
+        Frames are read one at a time (the rates come from their
+        differences), and every open page shares them.
+        """
+        async with self._framing:
+            if (
+                self._frame is not None
+                and anyio.current_time() - self._framed_at < FRAME_EVERY
+            ):
+                return self._frame
+            pool = await self.pool()
+            try:
+                async with pool.acquire() as conn:
+                    if self._sampler is None:
+                        self._sampler = Sampler(conn, queue=None)
+                    else:
+                        self._sampler.use(conn)
+                    self._frame = await self._sampler.frame()
+            except SCHEMA_ERRORS:
+                await check_schema(pool)  # a SchemaError naming what is missing
+                raise
+            self._framed_at = anyio.current_time()
+            return self._frame
+
+    async def queues(self, request: Request) -> Response:
+        frame = await self.frame()
+        body = _html.queues_page(_base(request), frame, interval=self._interval)
+        return self.page(request, "Queues", body, current="/", script=True)
+
+    async def queues_fragment(self, request: Request) -> Response:
+        frame = await self.frame()
+        return HTMLResponse(
+            _html.live_part(_base(request), frame),
+            headers={"cache-control": "no-store"},
+        )
+
+    async def frame_json(self, _request: Request) -> Response:
+        frame = await self.frame()
+        return JSONResponse(
+            _json(frame.to_json()), headers={"cache-control": "no-store"}
+        )
+
+    # --- jobs --------------------------------------------------------------------------
+
+    async def jobs(self, request: Request) -> Response:
+        params = request.query_params
+        queue, status, job_type = self._filters(params)
+        before = None
+        if (text := _optional(params, "before")) is not None:
+            try:
+                before = _job_id(text)
+            except HTTPException:
+                raise HTTPException(400, "before must be a job id") from None
+        admin = await self.admin()
+        found = await admin.jobs(
+            queue=queue,
+            status=status,
+            job_type=job_type,
+            before_id=before,
+            limit=self._page_size + 1,
+        )
+        older = found[self._page_size - 1].id if len(found) > self._page_size else None
+        body = _html.jobs_page(
+            _base(request),
+            found[: self._page_size],
+            queue=queue,
+            status=status,
+            job_type=job_type,
+            before=before,
+            older=older,
+            actions=not self.read_only,
+            message=_DONE.get(params.get("done", "")) or _retried_all(params),
+        )
+        return self.page(request, "Jobs", body, current="/jobs")
+
+    def _filters(
+        self, params: Mapping[str, str]
+    ) -> tuple[str | None, str | None, str | None]:
+        """Queue, status and type of a listing; 400 for one no job can have."""
+        queue, status, job_type = (
+            _optional(params, "queue"),
+            _optional(params, "status"),
+            _optional(params, "type"),
+        )
+        try:
+            if queue is not None:
+                check_queue_name(queue)
+            if job_type is not None:
+                check_name("type", job_type)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        if status is not None and status not in _sql.JOB_STATUSES:
+            raise HTTPException(
+                400, f"status must be one of {', '.join(_sql.JOB_STATUSES)}"
+            )
+        return queue, status, job_type
+
+    async def _job_or_404(self, text: str) -> tuple[Admin, Any]:
+        admin = await self.admin()
+        job_id = _job_id(text)
+        job = await admin.job(job_id)
+        if job is None:
+            raise HTTPException(404, f"no job has the id {job_id}")
+        return admin, job
+
+    async def job(self, request: Request) -> Response:
+        admin, job = await self._job_or_404(request.path_params["job_id"])
+        schedule = tick = None
+        key = job.unique_key
+        if key is not None and key.startswith(PERIODIC_KEY_PREFIX):
+            tick = periodic_tick(key)
+            if tick is not None:
+                name = key[len(PERIODIC_KEY_PREFIX) :].rpartition("@")[0]
+                with contextlib.suppress(SchemaError):
+                    schedule = next(
+                        (s for s in await admin.schedules() if s.name == name), None
+                    )
+        body = _html.job_page(
+            _base(request),
+            job,
+            schedule=schedule,
+            tick=tick,
+            show_payloads=self.show_payloads,
+            actions=not self.read_only,
+            message=_DONE.get(request.query_params.get("done", "")),
+        )
+        return self.page(request, f"Job {job.id}", body, current="/jobs")
+
+    async def periodic(self, request: Request) -> Response:
+        admin = await self.admin()
+        try:
+            schedules = await admin.schedules()
+        except SchemaError:
+            schedules = []
+        body = _html.periodic_page(_base(request), schedules)
+        return self.page(request, "Periodic jobs", body, current="/periodic")
+
+    # --- actions -----------------------------------------------------------------------
+
+    async def _checked_form(self, request: Request) -> dict[str, str]:
+        """The action's form, once it passed the guards; 403 otherwise.
+
+        Actions must be enabled; a browser's request must come from this
+        origin (``Sec-Fetch-Site``, else ``Origin``, when sent); the form
+        must carry this app's token.
+        """
+        if self.read_only:
+            raise HTTPException(403, "this dashboard is read-only")
+        if request.method != "POST":
+            return {}
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site != "same-origin":
+            raise HTTPException(403, "actions are only accepted from this site's pages")
+        origin = request.headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc != request.headers.get(
+            "host"
+        ):
+            raise HTTPException(403, "actions are only accepted from this site's pages")
+        kind = request.headers.get("content-type", "").partition(";")[0].strip()
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                raise HTTPException(400, "the form is too large")
+        try:
+            parsed = parse_qs(body.decode(), max_num_fields=10, strict_parsing=False)
+        except (UnicodeDecodeError, ValueError):
+            raise HTTPException(400, "the form cannot be read") from None
+        form = {name: values[-1] for name, values in parsed.items()}
+        if kind != "application/x-www-form-urlencoded":
+            form = {}  # only a form of this site's pages carries the token
+        if not hmac.compare_digest(form.get("csrf", "").encode(), self._token.encode()):
+            raise HTTPException(
+                403, "the form's token is missing or stale: reload the page"
+            )
+        return form
+
+    def _confirm(
+        self,
+        request: Request,
+        title: str,
+        *,
+        action: str,
+        question: str,
+        explanation: str,
+        verb: str,
+        fields: Mapping[str, str],
+        back: str,
+        back_label: str,
+        danger: bool = False,
+    ) -> Response:
+        body = _html.confirm_page(
+            action_url=action,
+            question=question,
+            explanation=explanation,
+            verb=verb,
+            token=self._token,
+            fields=fields,
+            back_url=back,
+            back_label=back_label,
+            danger=danger,
+        )
+        return self.page(request, title, body, current="/jobs")
+
+    async def retry(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        admin, job = await self._job_or_404(request.path_params["job_id"])
+        base = _base(request)
+        if request.method == "GET":
+            more = job.max_attempts
+            return self._confirm(
+                request,
+                f"Retry job {job.id}",
+                action=f"{base}/jobs/{job.id}/retry",
+                question=f"Retry job {job.id} ({job.job_type}, {job.status})?",
+                explanation=(
+                    f"It goes back to pending, due now, with {more} more attempts: its "
+                    f"attempts stay at {job.attempts} and its max attempts become "
+                    f"{job.attempts + more}."
+                ),
+                verb="Retry",
+                fields={},
+                back=f"{base}/jobs/{job.id}",
+                back_label=f"Back to job {job.id}",
+            )
+        del form
+        done = (await admin.retry(job.id))[job.id]
+        if done == "not_found":
+            raise HTTPException(404, f"no job has the id {job.id}")
+        return RedirectResponse(f"{base}/jobs/{job.id}?done={done}", status_code=303)
+
+    async def cancel(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        admin, job = await self._job_or_404(request.path_params["job_id"])
+        base = _base(request)
+        if request.method == "GET":
+            return self._confirm(
+                request,
+                f"Cancel job {job.id}",
+                action=f"{base}/jobs/{job.id}/cancel",
+                question=f"Cancel job {job.id} ({job.job_type}, {job.status})?",
+                explanation=(
+                    "A pending job is cancelled at once; a running one is asked to "
+                    "stop: its worker cancels the handler and the job ends cancelled."
+                ),
+                verb="Cancel",
+                fields={},
+                back=f"{base}/jobs/{job.id}",
+                back_label=f"Keep job {job.id}",
+                danger=True,
+            )
+        del form
+        done = (await admin.cancel(job.id))[job.id]
+        if done == "not_found":
+            raise HTTPException(404, f"no job has the id {job.id}")
+        return RedirectResponse(f"{base}/jobs/{job.id}?done={done}", status_code=303)
+
+    async def retry_all(self, request: Request) -> Response:
+        form = await self._checked_form(request)
+        params: Mapping[str, str] = (
+            form if request.method == "POST" else request.query_params
+        )
+        queue, _, job_type = self._filters(params)
+        base = _base(request)
+        filters = {"queue": queue, "status": "dead", "type": job_type}
+        listing = _html.link(base, "/jobs", filters).replace("&amp;", "&")
+        admin = await self.admin()
+        if request.method == "GET":
+            count = await _dead_count(await self.pool(), queue, job_type)
+            scope = " and ".join(
+                part
+                for part in (
+                    f"of queue {queue}" if queue else "",
+                    f"of type {job_type}" if job_type else "",
+                )
+                if part
+            )
+            return self._confirm(
+                request,
+                "Retry all dead jobs",
+                action=f"{base}/retry-all",
+                question=f"Retry all {count:,} dead jobs{' ' + scope if scope else ''}?",
+                explanation=(
+                    "Each goes back to pending, due now, with as many more attempts as "
+                    "its max attempts; attempts are kept."
+                ),
+                verb="Retry all",
+                fields={k: v for k, v in (("queue", queue), ("type", job_type)) if v},
+                back=listing,
+                back_label="Back to the dead jobs",
+            )
+        done = await admin.retry_all(queue=queue, job_type=job_type)
+        retried = sum(1 for outcome in done.values() if outcome == "retried")
+        target = _html.link(base, "/jobs", {**filters, "retried": retried})
+        return RedirectResponse(target.replace("&amp;", "&"), status_code=303)
+
+
+def _retried_all(params: Mapping[str, str]) -> str | None:
+    text = params.get("retried", "")
+    if text.isascii() and text.isdigit() and len(text) < 19:
+        return f"Retried {int(text):,} dead jobs."
+    return None
+
+
+async def _dead_count(
+    pool: asyncpg.Pool[Any], queue: str | None, job_type: str | None
+) -> int:
+    count: int = await pool.fetchval(_sql.DEAD_COUNT, queue, job_type)
+    return count
+
+
+def _json(value: Any) -> Any:
+    """Times as ISO 8601 text, for a JSON response."""
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json(v) for v in value]
+    isoformat = getattr(value, "isoformat", None)
+    return isoformat() if callable(isoformat) else value

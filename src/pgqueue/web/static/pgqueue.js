@@ -1,0 +1,55 @@
+// pgqueue.web: redraw the queues page's live part every few seconds.
+// No framework, no network access beyond this dashboard: the server renders
+// (and escapes) the fragment; this script only swaps it in. Without
+// JavaScript the page still works: reload it to refresh.
+(function () {
+  "use strict";
+  var live = document.getElementById("live");
+  var status = document.getElementById("live-status");
+  if (!live || !window.fetch) {
+    return;
+  }
+  var source = live.getAttribute("data-src");
+  var every = Math.max(100, 1000 * parseFloat(live.getAttribute("data-interval") || "2"));
+  var timer = null;
+
+  function say(text) {
+    if (status) {
+      status.textContent = text;
+    }
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    timer = setTimeout(refresh, every);
+  }
+
+  function refresh() {
+    if (document.hidden) {
+      return; // resumed by visibilitychange
+    }
+    fetch(source, { headers: { Accept: "text/html" }, cache: "no-store", credentials: "same-origin" })
+      .then(function (response) {
+        if (!response.ok) {
+          throw new Error("HTTP " + response.status);
+        }
+        return response.text();
+      })
+      .then(function (html) {
+        live.innerHTML = html;
+        live.setAttribute("data-updated", String(Date.now()));
+        say("Updated " + new Date().toLocaleTimeString() + "; every " + every / 1000 + " s.");
+      })
+      .catch(function (error) {
+        say("Not updated (" + error.message + "); trying again.");
+      })
+      .then(schedule);
+  }
+
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden) {
+      refresh();
+    }
+  });
+  schedule();
+})();

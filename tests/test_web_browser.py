@@ -1,0 +1,279 @@
+"""The web dashboard in a real browser: Playwright driving the system's Chromium.
+
+The app is served by uvicorn in the test's own event loop (on a socket bound
+before the browser starts, so nothing waits for the server to come up); a
+`pgqueue.Worker` drains jobs in the same loop. Waits are Playwright's
+assertions (they retry until their timeout), never sleeps.
+
+With ``PGQUEUE_SCREENSHOTS=1`` the pages are saved to docs/screenshots/ (the
+README shows them). Skipped when Playwright or Chromium is missing
+(``apt-get install chromium``; never ``playwright install``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import asyncpg
+import httpx
+import pytest
+
+import pgqueue
+from pgqueue.web import create_app
+from tests.helpers import row
+
+playwright_api = pytest.importorskip(
+    "playwright.async_api", reason="the browser tests need playwright"
+)
+uvicorn = pytest.importorskip("uvicorn", reason="the browser tests need uvicorn")
+
+CHROMIUM = next(
+    (
+        path
+        for path in ("/usr/bin/chromium", shutil.which("chromium"))
+        if path and Path(path).exists()
+    ),
+    None,
+)
+if CHROMIUM is None:
+    pytest.skip(
+        "no Chromium at /usr/bin/chromium (apt-get install chromium)",
+        allow_module_level=True,
+    )
+
+expect = playwright_api.expect
+SCREENSHOTS = (
+    Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+    if os.environ.get("PGQUEUE_SCREENSHOTS") == "1"
+    else None
+)
+WAIT_MS = 10_000
+"""How long an expectation may take to come true (they are usually met in under a second)."""
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from playwright.async_api import Browser, Page
+    from starlette.types import ASGIApp
+
+
+@contextlib.asynccontextmanager
+async def serving(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve ``app`` on a free port of 127.0.0.1 until the block ends; yield its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    with listener:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(server.serve, [listener])
+            try:
+                yield f"http://127.0.0.1:{port}"
+            finally:
+                server.should_exit = True
+
+
+@contextlib.asynccontextmanager
+async def browser() -> AsyncIterator[Browser]:
+    async with playwright_api.async_playwright() as pw:
+        chromium = await pw.chromium.launch(executable_path=CHROMIUM)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+async def shot(page: Page, name: str) -> None:
+    if SCREENSHOTS is not None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+async def seed(pool: asyncpg.Pool) -> dict[str, list[int]]:
+    """A few queues that look like a real service's."""
+    emails = pgqueue.Queue(pool, name="emails")
+    reports = pgqueue.Queue(pool, name="reports")
+    ids = {
+        "emails": await emails.enqueue_many(
+            [("send_welcome_email", {"user_id": n}) for n in range(40)]
+        ),
+        "reports": await reports.enqueue_many(
+            [("build_report", {"month": f"2026-{m:02d}"}) for m in range(1, 13)]
+        ),
+    }
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'completed', attempts = 1, completed_at = now(),"
+        " result = '{\"sent\": true}' WHERE id = ANY($1::bigint[])",
+        ids["emails"][:25],
+    )
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'dead', attempts = 5, max_attempts = 5,"
+        " last_error = 'smtplib.SMTPRecipientsRefused: {''bad@example'': (550, ''no such user'')}'"
+        "  || E'\\nTraceback (most recent call last):\\n  File \"app/mail.py\", line 12'"
+        " WHERE id = ANY($1::bigint[])",
+        ids["emails"][25:28],
+    )
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = 1 WHERE id = ANY($1::bigint[])",
+        ids["reports"][:2],
+    )
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET run_at = now() + interval '6 hours' WHERE id = ANY($1::bigint[])",
+        ids["reports"][8:],
+    )
+    await pool.execute(
+        "INSERT INTO pgqueue_periodic (name, schedule, queue, job_type, last_tick, next_tick)"
+        " VALUES ('monthly-report', '0 6 1 * *', 'reports', 'build_report',"
+        "         date_trunc('month', now()) + interval '6 hours',"
+        "         date_trunc('month', now()) + interval '1 month 6 hours'),"
+        "        ('digest', '@every 3600s', 'emails', 'send_digest',"
+        "         date_trunc('hour', now()), date_trunc('hour', now()) + interval '1 hour')"
+    )
+    return ids
+
+
+def cell(page: Page, queue: str, field: str) -> Any:
+    return page.locator(f'tr[data-queue="{queue}"] [data-field="{field}"]')
+
+
+async def test_queues_page_shows_the_counts_and_follows_a_worker_live(
+    fresh_dsn: str,
+) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=6) as pool:
+        await seed(pool)
+        app = create_app(pool, poll_interval=0.3)
+        async with serving(app) as url, browser() as chromium:
+            page = await chromium.new_page(viewport={"width": 1280, "height": 800})
+            await page.goto(f"{url}/")
+            await expect(page.get_by_role("heading", name="Queues")).to_be_visible()
+            counts = {
+                field: await cell(page, "emails", field).inner_text()
+                for field in ("ready", "completed", "dead")
+            }
+            assert counts == {"ready": "12", "completed": "25", "dead": "3"}
+            assert await cell(page, "reports", "running").inner_text() == "2"
+            assert await cell(page, "reports", "scheduled").inner_text() == "4"
+            await shot(page, "queues")
+            phone = await chromium.new_page(
+                viewport={"width": 390, "height": 844}, device_scale_factor=2
+            )
+            await phone.goto(f"{url}/")
+            await shot(phone, "queues-phone")
+            await phone.close()
+
+            # A marker the page keeps only if it is never reloaded.
+            await page.evaluate("window.notReloaded = true")
+            worker = pgqueue.Worker(pool, queue="emails", concurrency=4)
+
+            @worker.handler("send_welcome_email")
+            async def send(job: pgqueue.Job) -> None:
+                return None
+
+            with anyio.fail_after(20):
+                await worker.run(until_empty=True)
+            await expect(cell(page, "emails", "ready")).to_have_text(
+                "0", timeout=WAIT_MS
+            )
+            await expect(cell(page, "emails", "completed")).to_have_text(
+                "37", timeout=WAIT_MS
+            )
+            await expect(cell(page, "emails", "finished_per_second")).not_to_have_text(
+                "-", timeout=WAIT_MS
+            )
+            assert await page.evaluate("window.notReloaded") is True
+            await expect(page.locator("#live-status")).to_contain_text("Updated")
+
+
+async def test_retry_a_dead_job_from_the_browser(fresh_dsn: str) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
+        ids = await seed(pool)
+        dead = ids["emails"][25]
+        app = create_app(pool, read_only=False)
+        async with serving(app) as url, browser() as chromium:
+            page = await chromium.new_page(viewport={"width": 1280, "height": 800})
+            await page.goto(f"{url}/")
+            await cell(page, "emails", "dead").get_by_role("link").click()
+            await expect(page.get_by_role("heading", name="Jobs")).to_be_visible()
+            await expect(page.locator("#jobs tbody tr")).to_have_count(3)
+            await expect(page.get_by_role("button", name="Retry all")).to_be_visible()
+            await shot(page, "jobs")
+            await page.get_by_role("link", name=str(dead), exact=True).click()
+            await expect(
+                page.get_by_role("heading", name=f"Job {dead}")
+            ).to_be_visible()
+            await expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+            await shot(page, "job")
+            await page.get_by_role("button", name="Retry", exact=True).click()
+            await expect(
+                page.get_by_role("heading", name=f"Retry job {dead}")
+            ).to_be_visible()
+            assert (await row(pool, dead))["status"] == "dead"  # nothing done yet
+            await shot(page, "confirm")
+            await page.get_by_role("button", name="Retry", exact=True).click()
+            await expect(page.get_by_role("status")).to_contain_text("Retried")
+            await expect(page.get_by_role("button", name="Cancel")).to_be_visible()
+        retried = await row(pool, dead)
+        assert retried["status"] == "pending"
+        assert retried["attempts"] == 5  # never reset
+        assert retried["max_attempts"] == 10
+
+
+async def test_cancel_a_pending_job_from_the_browser(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    job_id = await queue.enqueue("t", {"n": 1})
+    async with (
+        serving(create_app(pool, read_only=False)) as url,
+        browser() as chromium,
+    ):
+        page = await chromium.new_page()
+        await page.goto(f"{url}/jobs/{job_id}")
+        await expect(page.get_by_role("button", name="Retry")).to_have_count(0)
+        await page.get_by_role("button", name="Cancel", exact=True).click()
+        await expect(
+            page.get_by_role("heading", name=f"Cancel job {job_id}")
+        ).to_be_visible()
+        await page.get_by_role("button", name="Cancel", exact=True).click()
+        await expect(page.get_by_role("status")).to_have_text("Cancelled.")
+    assert (await row(pool, job_id))["status"] == "cancelled"
+
+
+async def test_read_only_has_no_action_buttons_and_refuses_a_forged_post(
+    fresh_dsn: str,
+) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
+        ids = await seed(pool)
+        dead, pending = ids["emails"][25], ids["emails"][30]
+        async with serving(create_app(pool)) as url, browser() as chromium:
+            page = await chromium.new_page(viewport={"width": 1280, "height": 800})
+            await page.goto(f"{url}/periodic")
+            await expect(page.locator("#periodic tbody tr")).to_have_count(2)
+            await shot(page, "periodic")
+            for path in (
+                f"/jobs/{dead}",
+                f"/jobs/{pending}",
+                "/jobs?queue=emails&status=dead",
+            ):
+                await page.goto(url + path)
+                for verb in ("Retry", "Cancel", "Retry all"):
+                    await expect(
+                        page.get_by_role("button", name=verb, exact=True)
+                    ).to_have_count(0)
+            # A POST from the page itself (same origin), and one from outside.
+            status = await page.evaluate(
+                """path => fetch(path, {method: "POST", body: new URLSearchParams({csrf: "x"})})
+                       .then(response => response.status)""",
+                f"/jobs/{dead}/retry",
+            )
+            assert status == 403
+            async with httpx.AsyncClient(base_url=url) as c:
+                forged = await c.post(f"/jobs/{pending}/cancel", data={"csrf": "x"})
+                assert forged.status_code == 403
+        assert (await row(pool, dead))["status"] == "dead"
+        assert (await row(pool, pending))["status"] == "pending"

@@ -1,0 +1,131 @@
+"""The web dashboard's queries stay on indexes on a table full of completed jobs.
+
+The table of tests/test_admin_plans.py (200,000 completed rows of two queues,
+and pending, running, dead and cancelled ones). Two checks:
+
+* ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement a page runs, with each
+  filter the listing offers (queue, status, type, a keyset cursor), shows no
+  sequential scan of ``pgqueue_jobs``, with the default plans and with
+  generic ones;
+* every page, requested through the app on a one-connection pool, adds no
+  sequential scan to ``pg_stat_user_tables`` (whatever statement it runs).
+
+No index was added for the dashboard: it reads through the primary key,
+the claim and rescue indexes, and the partial index of dead and cancelled
+jobs that `pgqueue.Admin` uses.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import httpx
+import pytest
+
+from pgqueue import _sql
+from pgqueue.web import create_app
+from tests.helpers import explain_analyze
+from tests.test_admin_plans import FILL, _check_indexed
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def big_table(fresh_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        for statement in FILL:
+            await connection.execute(statement)
+        await connection.execute(
+            "UPDATE pgqueue_jobs SET job_type = 'report' WHERE id % 1000 = 0"
+        )
+        await connection.execute(
+            "INSERT INTO pgqueue_periodic (name, schedule, queue, job_type)"
+            " VALUES ('nightly', '0 3 * * *', 'a', 'noop')"
+        )
+        await connection.execute("SELECT pg_stat_force_next_flush()")
+        await connection.execute("VACUUM ANALYZE pgqueue_jobs")
+        yield connection
+    finally:
+        await connection.close()
+
+
+@pytest.mark.parametrize("mode", ["auto", "force_generic_plan"])
+async def test_every_statement_of_the_pages_uses_an_index(
+    big_table: asyncpg.Connection, mode: str
+) -> None:
+    await big_table.execute(f"SET plan_cache_mode = {mode}")
+    middle = await big_table.fetchval("SELECT max(id) / 2 FROM pgqueue_jobs")
+    newest = await big_table.fetchval(_sql.DASHBOARD_NEWEST)
+    # The queues page's frame (statements of Admin.stats are in test_admin_plans).
+    statements: list[tuple[str, tuple[Any, ...]]] = [
+        (_sql.DASHBOARD_NEWEST, ()),
+        (_sql.DASHBOARD_ENQUEUED, (newest - 100, newest, None)),
+        (_sql.DASHBOARD_RUNNING, (None, 5)),
+        (_sql.JOB, (middle,)),
+    ]
+    # The listing: every status, with and without a queue, a type, a cursor.
+    for status, queue, job_type, before in itertools.product(
+        (None, *_sql.JOB_STATUSES), (None, "a"), (None, "report"), (None, middle)
+    ):
+        statements.append((_sql.jobs_query(status), (queue, job_type, before, 51)))
+    # Retry all: its confirmation's count, and the ids it retries.
+    for queue, job_type in itertools.product((None, "a"), (None, "report")):
+        statements.append((_sql.DEAD_COUNT, (queue, job_type)))
+        statements.append((_sql.RETRYABLE_IDS, ("dead", queue, job_type, 1000, 0)))
+    for sql, args in statements:
+        plan = await explain_analyze(big_table, sql, *args)
+        try:
+            _check_indexed(plan)
+        except AssertionError as exc:
+            raise AssertionError(f"{sql.strip()[:200]} {args}: {exc}") from None
+
+
+async def test_no_page_scans_the_table(
+    fresh_dsn: str, big_table: asyncpg.Connection
+) -> None:
+    dead = await big_table.fetchval(
+        "SELECT max(id) FROM pgqueue_jobs WHERE status = 'dead'"
+    )
+    middle = await big_table.fetchval("SELECT max(id) / 2 FROM pgqueue_jobs")
+    pages = [
+        "/",
+        "/fragments/queues",
+        "/fragments/queues",
+        "/jobs",
+        "/jobs?queue=a",
+        "/jobs?type=report",
+        f"/jobs?before={middle}",
+        f"/jobs?queue=b&status=completed&type=report&before={middle}",
+        "/jobs?status=dead&queue=a",
+        "/jobs?status=ready",
+        "/jobs?status=running",
+        f"/jobs/{dead}",
+        f"/jobs/{dead}/retry",
+        "/retry-all?queue=a&type=report",
+        "/periodic",
+    ]
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=1) as pool:
+        app = create_app(pool, read_only=False)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            for path in pages:
+                await pool.execute("SELECT pg_stat_force_next_flush()")
+                before = await _seq_scans(big_table)
+                answer = await c.get(path)
+                assert answer.status_code == 200, path
+                await pool.execute("SELECT pg_stat_force_next_flush()")
+                await pool.execute("SELECT 1")  # flushes at the end of this one
+                assert await _seq_scans(big_table) == before, path
+
+
+async def _seq_scans(connection: asyncpg.Connection) -> int:
+    scans: int = await connection.fetchval(
+        "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'pgqueue_jobs'"
+    )
+    return scans
