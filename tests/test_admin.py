@@ -184,15 +184,13 @@ async def test_stats_are_exact_on_a_small_table(fresh_dsn: str) -> None:
 async def test_stats_give_the_slots_in_use_of_queues_with_a_fleet_wide_limit(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
-    held = await queue.enqueue("t", {})
+    await queue.enqueue("t", {})
     await queue.enqueue("t", {})
     limited = pgqueue.Queue(pool, name=f"{queue.name}-limited")
     await limited.enqueue("t", {})
-    await pool.execute(_sql.SEED_SLOTS, limited.name, 3)
+    await pool.execute(_sql.SEED_LIMIT, limited.name, 3)
     await pool.execute(
-        "UPDATE pgqueue_slots SET job_id = $2, attempt = 1 WHERE queue = $1 AND slot = 1",
-        limited.name,
-        held,
+        "UPDATE pgqueue_limits SET running = 1 WHERE queue = $1", limited.name
     )
     admin = pgqueue.Admin(pool)
     [plain] = await admin.stats(queue.name)
@@ -204,10 +202,10 @@ async def test_stats_give_the_slots_in_use_of_queues_with_a_fleet_wide_limit(
     assert by_name[queue.name].global_limit is None
 
 
-async def test_stats_without_the_slots_table_give_no_slots(fresh_dsn: str) -> None:
+async def test_stats_without_the_limits_table_give_no_slots(fresh_dsn: str) -> None:
     connection = await asyncpg.connect(fresh_dsn)
     try:
-        await connection.execute("DROP TABLE pgqueue_slots")
+        await connection.execute("DROP TABLE pgqueue_limits")
         await connection.execute(
             "INSERT INTO pgqueue_jobs (queue, job_type) VALUES ('a', 't')"
         )

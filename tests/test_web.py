@@ -110,12 +110,10 @@ async def test_queues_page_counts_each_status_and_lag(
 ) -> None:
     await seed(pool, queue_name)
     limited = f"{queue_name}-limited"
-    held = await pgqueue.Queue(pool, name=limited).enqueue("t", {})
-    await pool.execute(_sql.SEED_SLOTS, limited, 4)
+    await pgqueue.Queue(pool, name=limited).enqueue("t", {})
+    await pool.execute(_sql.SEED_LIMIT, limited, 4)
     await pool.execute(
-        "UPDATE pgqueue_slots SET job_id = $2, attempt = 1 WHERE queue = $1 AND slot = 0",
-        limited,
-        held,
+        "UPDATE pgqueue_limits SET running = 1 WHERE queue = $1", limited
     )
     async with client(create_app(pool)) as c:
         page = await c.get("/")

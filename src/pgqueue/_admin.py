@@ -262,7 +262,7 @@ class Admin:
         estimate is only as fresh as those statistics, and a queue holding
         only completed jobs is listed only if ``ANALYZE`` saw it among the
         table's most common queues. A queue with a fleet-wide limit also
-        gets its slots in use and its limit (read from ``pgqueue_slots``).
+        gets its slots in use and its limit (read from ``pgqueue_limits``).
 
         Args:
             queue: one queue's stats (always one entry, zeros included),
@@ -289,10 +289,10 @@ class Admin:
                     for row in await self._executor.fetch(_sql.STATS_COMPLETED, name)
                 }
             slots: dict[str, tuple[int, int]] = {}
-            if table["has_slots"]:
+            if table["has_limits"]:
                 slots = {
                     row[0]: (int(row[1]), int(row[2]))
-                    for row in await self._executor.fetch(_sql.STATS_SLOTS, name)
+                    for row in await self._executor.fetch(_sql.STATS_LIMITS, name)
                 }
         for extra in completed.keys() - counts.keys():
             if completed[extra]:

@@ -63,7 +63,7 @@ __all__ = [
     "SEED_LIMIT",
     "STATS",
     "STATS_COMPLETED",
-    "STATS_SLOTS",
+    "STATS_LIMITS",
     "STATS_TABLE",
     "TABLE_EXISTS",
     "TOUCH",
@@ -884,7 +884,7 @@ SELECT size.pages,
             ELSE coalesce(s.n_live_tup, 0)
        END,
        q.most_common_vals::text::text[], q.most_common_freqs, q.n_distinct,
-       to_regclass('pgqueue_slots') IS NOT NULL AS has_slots
+       to_regclass('pgqueue_limits') IS NOT NULL AS has_limits
 FROM size, pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 LEFT JOIN pg_stats AS q
@@ -893,15 +893,14 @@ LEFT JOIN pg_stats AS q
 WHERE c.oid = 'pgqueue_jobs'::regclass
 """
 
-# Each queue with a fleet-wide limit: its slots held by a run, and its
-# slots (the largest global_limit a worker of it started with). Run only
-# when STATS_TABLE found pgqueue_slots (a table without schema v2 has none);
-# read through the slots' primary key, a few rows per limited queue.
-STATS_SLOTS = """
-SELECT queue, count(job_id)::int8 AS in_use, count(*)::int8 AS slots
-FROM pgqueue_slots
+# Each queue with a fleet-wide limit: its running count (slots in use) and
+# the limit of the worker that started last. Run only when STATS_TABLE
+# found pgqueue_limits (a table without schema v2 has none); one row per
+# limited queue.
+STATS_LIMITS = """
+SELECT queue, running::int8 AS in_use, global_limit::int8
+FROM pgqueue_limits
 WHERE ($1::text IS NULL OR queue = $1)
-GROUP BY queue
 """
 
 # An exact count of completed jobs per queue: a scan of the whole table,
