@@ -19,6 +19,7 @@ import asyncpg
 from pgqueue._errors import DATABASE_ERRORS, describe
 
 __all__ = [
+    "CONNECT_ERRORS",
     "EXIT_ERROR",
     "EXIT_OK",
     "EXIT_STOP_TIMEOUT",
@@ -26,6 +27,7 @@ __all__ = [
     "Commands",
     "Run",
     "UsageError",
+    "cannot_connect",
     "connect",
     "dsn_of",
     "duration",
@@ -55,6 +57,23 @@ Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 class UsageError(Exception):
     """Bad input; its message is printed on one line and the exit code is 2."""
+
+
+CONNECT_ERRORS = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    ValueError,
+)
+"""What connecting can raise for a reason the user can fix (a bad DSN, a server down)."""
+
+
+def cannot_connect(exc: BaseException, where: str = "") -> UsageError:
+    """The `UsageError` for a failed connection: ``cannot connect{where}: <first line>``."""
+    text = str(exc).strip()
+    reason = text.splitlines()[0] if text else type(exc).__name__
+    return UsageError(f"cannot connect{where}: {reason}")
 
 
 def dsn_of(args: argparse.Namespace) -> str | None:
@@ -89,18 +108,8 @@ async def connect(
         conn: asyncpg.Connection[Any] = await asyncpg.connect(
             dsn, timeout=connect_timeout
         )
-    except (
-        OSError,
-        TimeoutError,
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-        ValueError,
-    ) as exc:
-        reason = (
-            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        )
-        msg = f"cannot connect to {_where(dsn)}: {reason}"
-        raise UsageError(msg) from exc
+    except CONNECT_ERRORS as exc:
+        raise cannot_connect(exc, f" to {_where(dsn)}") from exc
     try:
         yield conn
     finally:

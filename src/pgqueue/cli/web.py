@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from pgqueue._schema import check_schema
-from pgqueue.cli._common import EXIT_OK, UsageError, dsn_of, reports_database_errors
+from pgqueue.cli._common import (
+    CONNECT_ERRORS,
+    EXIT_OK,
+    UsageError,
+    cannot_connect,
+    dsn_of,
+    reports_database_errors,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -121,16 +128,6 @@ async def _open_pool(dsn: str | None) -> asyncpg.Pool[Any]:
         pool: asyncpg.Pool[Any] = await asyncpg.create_pool(
             dsn, min_size=1, max_size=4, timeout=10
         )
-    except (
-        OSError,
-        TimeoutError,
-        asyncpg.PostgresError,
-        asyncpg.InterfaceError,
-        ValueError,
-    ) as exc:
-        reason = (
-            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        )
-        msg = f"cannot connect: {reason}"
-        raise UsageError(msg) from exc
+    except CONNECT_ERRORS as exc:
+        raise cannot_connect(exc) from exc
     return pool
