@@ -19,7 +19,7 @@ Task tree (what runs where, and what stops what)::
             │                      ledger when the claim policy says so
             └── consumers          ``concurrency`` tasks running handlers
 
-Each queue of the worker is a lane (`_Lane`): its own ledger (its capacity),
+Each queue of the worker is a lane (`pgqueue._lanes.Lane`): its own ledger (its capacity),
 claim policy (its poll timer and place in line), claimer and consumers. A
 worker of several queues runs one claimer per lane in the claim scope (their
 claims take turns on the one claim connection; the first one checks the
@@ -67,7 +67,8 @@ from pgqueue._consumers import RUNNING_FOR, Consumers
 from pgqueue._dedicated import STATEMENT_TIMEOUT, DedicatedConnection
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._hooks import Observer, call_observers
-from pgqueue._ledger import Budget, Claims
+from pgqueue._lanes import Lane, check_global_limit, check_queues
+from pgqueue._ledger import Budget
 from pgqueue._listener import (
     LISTEN_KEEPALIVE,
     LISTEN_PROBE_TIMEOUT,
@@ -270,14 +271,14 @@ class Worker:
                 )
                 raise TypeError(msg)
             self._queue = self._concurrency = None
-            self._queues = specs = _check_queues(queues)
+            self._queues = specs = check_queues(queues)
         self._max_concurrency = (
             None
             if max_concurrency is None
             else check_int("max_concurrency", max_concurrency)
         )
         self._global_limit = global_limit
-        limits = _check_global_limit(global_limit, self._queue, specs)
+        limits = check_global_limit(global_limit, self._queue, specs)
         self._prefetch = check_int("prefetch", prefetch, minimum=0)
         self._poll_interval = check_duration(
             "poll_interval", poll_interval, positive=True
@@ -305,7 +306,7 @@ class Worker:
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: Listener | ListenerRoute | None = None
         self._lanes = tuple(
-            _Lane(index, name, concurrency, self._prefetch, limits.get(name))
+            Lane(index, name, concurrency, self._prefetch, limits.get(name))
             for index, (name, concurrency) in enumerate(specs.items())
         )
         self._limited = tuple(lane for lane in self._lanes if lane.global_limit)
@@ -785,7 +786,7 @@ class Worker:
         failure: Exception | None = None
         async with anyio.create_task_group() as claiming:
 
-            async def claim(lane: _Lane) -> None:
+            async def claim(lane: Lane) -> None:
                 nonlocal failure
                 try:
                     await lane.claimer.run(until_empty=until_empty)
@@ -893,14 +894,14 @@ class Worker:
             keys += lane.claims.keys()
         return keys
 
-    def _room_after(self, lane: _Lane) -> None:
+    def _room_after(self, lane: Lane) -> None:
         """A job of ``lane`` ended under the overall cap: the other lanes look first, then it."""
         lanes = self._lanes
         count = len(lanes)
         for step in range(1, count + 1):
             lanes[(lane.index + step) % count].claimer.room()
 
-    def _room_others(self, lane: _Lane) -> None:
+    def _room_others(self, lane: Lane) -> None:
         """``lane`` left overall slots unused: the other lanes may claim them."""
         for other in self._lanes:
             if other is not lane:
@@ -969,37 +970,6 @@ class Worker:
         return f"Worker(queue={self._queue!r}, concurrency={self._concurrency}, state={self._state!r})"
 
 
-class _Lane:
-    """One queue of a worker: its ledger, claim policy, claimer and consumers.
-
-    Its capacity is its ``concurrency`` plus the worker's ``prefetch``; the
-    policy, claimer and consumers are made in `Worker.run` (they need a
-    running event loop).
-    """
-
-    def __init__(
-        self,
-        index: int,
-        name: str,
-        concurrency: int,
-        prefetch: int,
-        global_limit: int | None = None,
-    ) -> None:
-        self.index = index
-        self.name = name
-        self.concurrency = concurrency
-        self.global_limit = global_limit
-        capacity = concurrency + prefetch
-        self.claims = Claims(capacity, write_allowance=capacity)
-        self.policy: ClaimPolicy
-        self.claimer: Claimer
-        self.consumers: Consumers
-
-    def claimed(self) -> None:
-        """The claimer put jobs in the ledger: a consumer takes them."""
-        self.consumers.wake()
-
-
 # Outcomes that put the job back to run after their delay.
 _DELAYED = frozenset({"pending", SNOOZED})
 
@@ -1013,47 +983,6 @@ def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any
             check_callable(f"observer {name}", method)
             methods.append(method)
     return methods
-
-
-def _check_queues(queues: Mapping[str, int]) -> dict[str, int]:
-    """``queues`` checked: a non-empty mapping of queue names to concurrencies."""
-    if not isinstance(cast("object", queues), Mapping):
-        msg = f"queues must be a mapping of queue names to concurrencies, not {type(queues).__name__}"
-        raise TypeError(msg)
-    if not queues:
-        msg = "queues must name at least one queue"
-        raise ValueError(msg)
-    return {
-        check_queue_name(name): check_int(f"concurrency of queue {name!r}", n)
-        for name, n in queues.items()
-    }
-
-
-def _check_global_limit(
-    limit: int | Mapping[str, int] | None, queue: str | None, specs: Mapping[str, int]
-) -> dict[str, int]:
-    """``global_limit`` checked, as each limited queue's limit."""
-    if limit is None:
-        return {}
-    if isinstance(limit, Mapping):
-        given: Mapping[str, int] = limit
-    elif queue is None:
-        msg = (
-            "with queues=, give global_limit as a mapping of queue names "
-            'to limits ({"emails": 3})'
-        )
-        raise TypeError(msg)
-    else:
-        given = {queue: limit}
-    limits = {}
-    for name, n in given.items():
-        if name not in specs:
-            msg = (
-                f"global_limit names queue {name!r}, which this worker does not consume"
-            )
-            raise ValueError(msg)
-        limits[name] = check_int(f"global_limit of queue {name!r}", n)
-    return limits
 
 
 def _optional_duration(what: str, value: float | None) -> float | None:
