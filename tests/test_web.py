@@ -223,6 +223,49 @@ async def test_jobs_listing_pages_by_keyset(
         assert ">Newest</a>" in last.text
 
 
+def page_link(page: str, label: str) -> str | None:
+    """The href of the listing's ``label`` link (Newest, Newer, Older), if shown."""
+    found = re.search(rf'<a href="([^"]+)"[^>]*>{label}</a>', page)
+    return unescape(found[1]) if found else None
+
+
+async def test_jobs_listing_goes_back_newer_by_keyset(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    ids = await pgqueue.Queue(pool, name=queue_name).enqueue_many([("t", {})] * 8)
+    newest_first = sorted(ids, reverse=True)
+    async with client(create_app(pool, page_size=3)) as c:
+        first = (await c.get(f"/jobs?queue={queue_name}")).text
+        assert listed_ids(first) == newest_first[:3]
+        assert page_link(first, "Newer") is None
+        assert page_link(first, "Newest") is None
+        older = page_link(first, "Older")
+        assert older is not None
+        middle = (await c.get(older)).text
+        assert listed_ids(middle) == newest_first[3:6]
+        older = page_link(middle, "Older")
+        assert older is not None
+        last = (await c.get(older)).text
+        assert listed_ids(last) == newest_first[6:]
+        assert page_link(last, "Older") is None
+
+        newer = page_link(last, "Newer")
+        assert newer is not None
+        assert f"after={newest_first[6]}" in newer  # a keyset cursor, never an offset
+        assert f"queue={queue_name}" in newer
+        again = (await c.get(newer)).text
+        assert listed_ids(again) == listed_ids(middle)
+        assert page_link(again, "Older") == page_link(middle, "Older")
+        assert page_link(again, "Newest") == f"/jobs?queue={queue_name}"
+        # Up once more: the first page's jobs, with nothing newer.
+        newer = page_link(again, "Newer")
+        assert newer is not None
+        top = (await c.get(newer)).text
+        assert listed_ids(top) == listed_ids(first)
+        assert page_link(top, "Newer") is None
+        assert page_link(top, "Older") == page_link(first, "Older")
+
+
 async def test_job_page_shows_every_field(pool: asyncpg.Pool, queue_name: str) -> None:
     ids = await seed(pool, queue_name)
     dead, done = ids["dead"][0], ids["completed"][0]
@@ -337,6 +380,9 @@ async def test_bad_ids_and_filters_are_404_and_400(pool: asyncpg.Pool) -> None:
             "before=abc",
             "before=0",
             "before=-5",
+            "after=abc",
+            "after=0",
+            "before=5&after=3",
             f"queue={'x' * 2000}",
         ):
             answer = await c.get(f"/jobs?{query}")

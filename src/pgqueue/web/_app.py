@@ -243,6 +243,17 @@ def _optional(params: Mapping[str, str], name: str) -> str | None:
     return value or None
 
 
+def _cursor(params: Mapping[str, str], name: str) -> int | None:
+    """A listing's ``before`` or ``after``: a job id, or None; 400 otherwise."""
+    text = _optional(params, name)
+    if text is None:
+        return None
+    try:
+        return _job_id(text)
+    except HTTPException:
+        raise HTTPException(400, f"{name} must be a job id") from None
+
+
 class _Dashboard:
     """One app's state and handlers: its pool, its frames, its token."""
 
@@ -419,28 +430,36 @@ class _Dashboard:
     async def jobs(self, request: Request) -> Response:
         params = request.query_params
         queue, status, job_type = self._filters(params)
-        before = None
-        if (text := _optional(params, "before")) is not None:
-            try:
-                before = _job_id(text)
-            except HTTPException:
-                raise HTTPException(400, "before must be a job id") from None
+        before, after = _cursor(params, "before"), _cursor(params, "after")
+        if before is not None and after is not None:
+            raise HTTPException(400, "give before or after, not both")
         admin = await self.admin()
+        size = self._page_size
         found = await admin.jobs(
             queue=queue,
             status=status,
             job_type=job_type,
             before_id=before,
-            limit=self._page_size + 1,
+            after_id=after,
+            limit=size + 1,
         )
-        older = found[self._page_size - 1].id if len(found) > self._page_size else None
+        more = len(found) > size  # one more row, past the page's far end
+        if after is None:
+            shown = found[:size]
+            newer = shown[0].id if before is not None and shown else None
+            older = shown[-1].id if more else None
+        else:
+            shown = found[-size:]
+            newer = shown[0].id if more else None
+            older = shown[-1].id if shown else None
         body = _html.jobs_page(
             _base(request),
-            found[: self._page_size],
+            shown,
             queue=queue,
             status=status,
             job_type=job_type,
-            before=before,
+            first=before is None and after is None,
+            newer=newer,
             older=older,
             actions=not self.read_only,
             message=_DONE.get(params.get("done", "")) or _retried_all(params),
