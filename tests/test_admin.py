@@ -71,6 +71,8 @@ BAD_CALLS = [
     ("jobs", (), {"limit": 0}),
     ("jobs", (), {"limit": "5"}),
     ("jobs", (), {"before_id": 0}),
+    ("jobs", (), {"after_id": 0}),
+    ("jobs", (), {"before_id": 2, "after_id": 1}),
     ("jobs", (), {"job_type": ""}),
     ("job", ("1",), {}),
     ("job", (-1,), {}),
@@ -247,6 +249,10 @@ async def test_jobs_lists_newest_first_by_keyset_and_filters(
     assert [j.id for j in page] == [scheduled, ids[4]]
     page = await admin.jobs(queue=queue.name, limit=2, before_id=page[-1].id)
     assert [j.id for j in page] == [ids[3], ids[2]]
+    page = await admin.jobs(queue=queue.name, limit=2, after_id=page[0].id)
+    assert [j.id for j in page] == [scheduled, ids[4]]
+    page = await admin.jobs(queue=queue.name, limit=2, after_id=ids[0])
+    assert [j.id for j in page] == [ids[2], ids[1]]
 
     def listed(found: list[pgqueue.JobInfo]) -> list[int]:
         return [j.id for j in found]

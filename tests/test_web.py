@@ -223,6 +223,49 @@ async def test_jobs_listing_pages_by_keyset(
         assert ">Newest</a>" in last.text
 
 
+def page_link(page: str, label: str) -> str | None:
+    """The href of the listing's ``label`` link (Newest, Newer, Older), if shown."""
+    found = re.search(rf'<a href="([^"]+)"[^>]*>{label}</a>', page)
+    return unescape(found[1]) if found else None
+
+
+async def test_jobs_listing_goes_back_newer_by_keyset(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    ids = await pgqueue.Queue(pool, name=queue_name).enqueue_many([("t", {})] * 8)
+    newest_first = sorted(ids, reverse=True)
+    async with client(create_app(pool, page_size=3)) as c:
+        first = (await c.get(f"/jobs?queue={queue_name}")).text
+        assert listed_ids(first) == newest_first[:3]
+        assert page_link(first, "Newer") is None
+        assert page_link(first, "Newest") is None
+        older = page_link(first, "Older")
+        assert older is not None
+        middle = (await c.get(older)).text
+        assert listed_ids(middle) == newest_first[3:6]
+        older = page_link(middle, "Older")
+        assert older is not None
+        last = (await c.get(older)).text
+        assert listed_ids(last) == newest_first[6:]
+        assert page_link(last, "Older") is None
+
+        newer = page_link(last, "Newer")
+        assert newer is not None
+        assert f"after={newest_first[6]}" in newer  # a keyset cursor, never an offset
+        assert f"queue={queue_name}" in newer
+        again = (await c.get(newer)).text
+        assert listed_ids(again) == listed_ids(middle)
+        assert page_link(again, "Older") == page_link(middle, "Older")
+        assert page_link(again, "Newest") == f"/jobs?queue={queue_name}"
+        # Up once more: the first page's jobs, with nothing newer.
+        newer = page_link(again, "Newer")
+        assert newer is not None
+        top = (await c.get(newer)).text
+        assert listed_ids(top) == listed_ids(first)
+        assert page_link(top, "Newer") is None
+        assert page_link(top, "Older") == page_link(first, "Older")
+
+
 async def test_job_page_shows_every_field(pool: asyncpg.Pool, queue_name: str) -> None:
     ids = await seed(pool, queue_name)
     dead, done = ids["dead"][0], ids["completed"][0]
@@ -337,6 +380,9 @@ async def test_bad_ids_and_filters_are_404_and_400(pool: asyncpg.Pool) -> None:
             "before=abc",
             "before=0",
             "before=-5",
+            "after=abc",
+            "after=0",
+            "before=5&after=3",
             f"queue={'x' * 2000}",
         ):
             answer = await c.get(f"/jobs?{query}")
@@ -490,6 +536,42 @@ async def test_actions_refuse_forged_requests(
     assert (await row(pool, dead))["status"] == "pending"
 
 
+async def test_a_trusted_origin_may_act_with_the_token(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    ids = await seed(pool, queue_name)
+    dead = ids["dead"][0]
+    path = f"/jobs/{dead}/retry"
+    proxied = {"origin": "https://ops.example.com", "sec-fetch-site": "same-origin"}
+    async with client(create_app(pool, read_only=False)) as c:
+        token = token_of((await c.get(path)).text)
+        # Behind a proxy that rewrites Host, the Origin is foreign to the app.
+        answer = await c.post(path, data={"csrf": token}, headers=proxied)
+        assert answer.status_code == 403
+    assert (await row(pool, dead))["status"] == "dead"
+    app = create_app(
+        pool,
+        read_only=False,
+        trusted_origins=["https://OPS.example.com:443", "http://10.0.0.5:8080"],
+    )
+    async with client(app) as c:
+        token = token_of((await c.get(path)).text)
+        refused: list[dict[str, Any]] = [
+            {"data": {}, "headers": proxied},
+            {"data": {"csrf": "0" * 64}, "headers": proxied},
+            {"data": {"csrf": token}, "headers": {"origin": "https://evil.example"}},
+            {"data": {"csrf": token}, "headers": {"origin": "http://ops.example.com"}},
+        ]
+        for request in refused:
+            answer = await c.post(path, **request)
+            assert answer.status_code == 403, request
+        assert (await row(pool, dead))["status"] == "dead"
+        done = await c.post(path, data={"csrf": token}, headers=proxied)
+        assert done.status_code == 303
+        assert done.headers["location"] == f"/jobs/{dead}?done=retried"
+    assert (await row(pool, dead))["status"] == "pending"
+
+
 async def test_show_payloads_false_hides_payloads_and_results(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
@@ -564,6 +646,11 @@ def test_create_app_checks_its_arguments(pool: asyncpg.Pool) -> None:
         create_app(pool, page_size=0)
     with pytest.raises(TypeError, match="secret"):
         create_app(pool, secret=b"")
+    for origin in ("ops.example.com", "https://ops.example.com/", "null", ""):
+        with pytest.raises(ValueError, match="trusted_origins"):
+            create_app("postgresql://nowhere.invalid/db", trusted_origins=[origin])
+    with pytest.raises(TypeError, match="trusted_origins"):
+        create_app(pool, trusted_origins="https://ops.example.com")
 
 
 async def test_a_missing_schema_is_a_503_naming_the_fix(fresh_dsn: str) -> None:
@@ -579,31 +666,55 @@ async def test_a_missing_schema_is_a_503_naming_the_fix(fresh_dsn: str) -> None:
 # --- pgqueue web -----------------------------------------------------------------------
 
 
-async def test_pgqueue_web_serves_read_only_on_localhost(
-    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
-) -> None:
-    job_id = await queue.enqueue("t", {})
+@contextlib.asynccontextmanager
+async def serving(dsn: str, *options: str) -> AsyncIterator[tuple[str, str]]:
+    """``pgqueue web`` on a free port: its address and the line it printed."""
     command = [sys.executable, "-m", "pgqueue", "web", "--dsn", dsn, "--port", "0"]
-    process = await anyio.open_process(command, stdout=subprocess.PIPE)
+    process = await anyio.open_process([*command, *options], stdout=subprocess.PIPE)
     try:
         assert process.stdout is not None
         with anyio.fail_after(20):
             line = b""
             while not line.endswith(b"\n"):
                 line += await process.stdout.receive(1)
-        found = re.search(r"http://127\.0\.0\.1:(\d+)/ \(read-only\)", line.decode())
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/", line.decode())
         assert found, line
-        url = f"http://127.0.0.1:{found[1]}"
+        yield f"http://127.0.0.1:{found[1]}", line.decode()
+    finally:
+        process.send_signal(signal.SIGINT)
+        with anyio.fail_after(10):
+            await process.wait()
+
+
+async def test_pgqueue_web_serves_read_only_on_localhost(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    job_id = await queue.enqueue("t", {})
+    async with serving(dsn) as (url, line):
+        assert "(read-only)" in line
         async with httpx.AsyncClient(base_url=url) as c:
             page = await c.get("/")
             assert page.status_code == 200
             assert queue.name in page.text
             assert (await c.post(f"/jobs/{job_id}/cancel")).status_code == 403
-    finally:
-        process.send_signal(signal.SIGINT)
-        with anyio.fail_after(10):
-            await process.wait()
     assert (await row(pool, job_id))["status"] == "pending"
+
+
+async def test_pgqueue_web_accepts_actions_from_a_trusted_origin(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    job_id = await queue.enqueue("t", {})
+    options = ["--allow-actions", "--trusted-origin", "https://ops.example.com"]
+    async with serving(dsn, *options) as (url, line):
+        assert "(actions enabled)" in line
+        path = f"/jobs/{job_id}/cancel"
+        async with httpx.AsyncClient(base_url=url) as c:
+            form = {"csrf": token_of((await c.get(path)).text)}
+            evil = {"origin": "https://evil.example"}
+            assert (await c.post(path, data=form, headers=evil)).status_code == 403
+            ops = {"origin": "https://ops.example.com"}
+            assert (await c.post(path, data=form, headers=ops)).status_code == 303
+    assert (await row(pool, job_id))["status"] == "cancelled"
 
 
 def test_pgqueue_web_says_why_it_cannot_listen() -> None:
@@ -615,3 +726,11 @@ def test_pgqueue_web_says_why_it_cannot_listen() -> None:
     )
     assert taken.returncode == 2
     assert "--port must be from 0 to 65535" in taken.stderr
+    untrusted = subprocess.run(
+        [sys.executable, "-m", "pgqueue", "web", "--trusted-origin", "ops.example.com"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert untrusted.returncode == 2
+    assert "'ops.example.com' is not an origin" in untrusted.stderr

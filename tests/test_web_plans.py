@@ -4,7 +4,7 @@ The table of tests/test_admin_plans.py (200,000 completed rows of two queues,
 and pending, running, dead and cancelled ones). Two checks:
 
 * ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement a page runs, with each
-  filter the listing offers (queue, status, type, a keyset cursor), shows no
+  filter the listing offers (queue, status, type, a keyset cursor either way), shows no
   sequential scan of ``pgqueue_jobs``, with the default plans and with
   generic ones;
 * every page, requested through the app on a one-connection pool, adds no
@@ -74,6 +74,9 @@ async def test_every_statement_of_the_pages_uses_an_index(
         (None, *_sql.JOB_STATUSES), (None, "a"), (None, "report"), (None, middle)
     ):
         statements.append((_sql.jobs_query(status), (queue, job_type, before, 51)))
+        if before is not None:  # a Newer page, back up from the same cursor
+            newer = _sql.jobs_query(status, newer=True)
+            statements.append((newer, (queue, job_type, before, 51)))
     # Retry all: its confirmation's count, and the ids it retries.
     for queue, job_type in itertools.product((None, "a"), (None, "report")):
         statements.append((_sql.DEAD_COUNT, (queue, job_type)))
@@ -102,6 +105,9 @@ async def test_no_page_scans_the_table(
         "/jobs?type=report",
         f"/jobs?before={middle}",
         f"/jobs?queue=b&status=completed&type=report&before={middle}",
+        f"/jobs?after={middle}",
+        f"/jobs?queue=b&status=completed&type=report&after={middle}",
+        f"/jobs?status=dead&after={middle}",
         "/jobs?status=dead&queue=a",
         "/jobs?status=ready",
         "/jobs?status=running",

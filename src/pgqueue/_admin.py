@@ -333,11 +333,13 @@ class Admin:
         job_type: str | None = None,
         limit: int = 50,
         before_id: int | None = None,
+        after_id: int | None = None,
     ) -> list[JobInfo]:
         """List jobs, newest (highest id) first.
 
         Pages with ``before_id``: pass the last id of a page to get the
-        next one (never an offset, so a page costs the same however deep).
+        next one (never an offset, so a page costs the same however deep);
+        ``after_id``, the first id of a page, goes back to the one before.
         A listing by status goes through that status's partial index where
         there is one (pending, ready, scheduled, running, dead, cancelled).
 
@@ -349,10 +351,13 @@ class Admin:
             job_type: only jobs of this type.
             limit: at most this many jobs.
             before_id: only jobs with a smaller id.
+            after_id: only jobs with a greater id: the ``limit`` lowest of
+                them (still listed newest first).
 
         Raises:
             TypeError, ValueError: an unknown status, a limit below 1, an
-                id that is not a positive int, an empty or NUL-holding name.
+                id that is not a positive int, both ``before_id`` and
+                ``after_id``, an empty or NUL-holding name.
             SchemaError: the table is missing or lacks a column.
         """
         name = None if queue is None else check_queue_name(queue)
@@ -364,10 +369,21 @@ class Admin:
         kind = None if job_type is None else check_name("job type", job_type)
         count = check_int("limit", limit)
         before = None if before_id is None else check_job_id(before_id)
+        after = None if after_id is None else check_job_id(after_id)
+        if before is not None and after is not None:
+            msg = "give before_id or after_id, not both"
+            raise ValueError(msg)
+        newer = after is not None
         async with self._schema_checked():
             rows = await self._executor.fetch(
-                _sql.jobs_query(status), name, kind, before, count
+                _sql.jobs_query(status, newer=newer),
+                name,
+                kind,
+                after if newer else before,
+                count,
             )
+        if newer:
+            rows.reverse()
         return [_job_info(row) for row in rows]
 
     async def job(self, job_id: int) -> JobInfo | None:

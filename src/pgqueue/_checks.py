@@ -8,6 +8,7 @@ import re
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from pgqueue._errors import PayloadTooLargeError
 from pgqueue._typed import to_json_value
@@ -28,6 +29,7 @@ __all__ = [
     "check_max_attempts",
     "check_name",
     "check_on_conflict",
+    "check_origin",
     "check_priority",
     "check_queue_name",
     "check_run_at",
@@ -373,6 +375,46 @@ def check_on_conflict(value: object) -> str:
         msg = f'on_conflict must be "return" or "raise", not {value!r}'
         raise ValueError(msg)
     return str(value)
+
+
+def check_origin(value: object) -> str:
+    """Return ``value`` as a browser's ``Origin`` header would say it, if it is an origin.
+
+    An origin is ``http`` or ``https``, ``://``, a host and an optional port:
+    no user, path (not even ``/``), query or fragment. The scheme and host
+    are lowercased and a default port (80, 443) is dropped.
+    """
+    text = check_name("an origin", value)
+    parts = urlsplit(text)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = 0
+    if (
+        scheme not in _DEFAULT_PORTS
+        or not parts.hostname
+        or port == 0
+        or "@" in parts.netloc
+        or parts.netloc.endswith(":")
+        or text.partition("://")[2] != parts.netloc
+        or not text.isascii()
+        or any(c.isspace() for c in text)
+    ):
+        msg = (
+            f"{text!r} is not an origin: scheme://host[:port], "
+            "as https://ops.example.com or http://10.0.0.5:8080"
+        )
+        raise ValueError(msg)
+    host = parts.netloc.lower()
+    if port is not None:
+        host = host.rpartition(":")[0]
+    if port is None or port == _DEFAULT_PORTS[scheme]:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def check_job_id(value: object) -> int:

@@ -967,10 +967,29 @@ JOB_STATUSES = tuple(status for status in _STATUS_FILTERS if status is not None)
 """What `jobs_query` accepts: the five statuses, ``ready`` and ``scheduled``."""
 
 
-def jobs_query(status: str | None) -> str:
-    """The listing of jobs of ``status`` (one of `JOB_STATUSES`, or None for any)."""
+# The page just newer: oldest first, at most $4 jobs above id $3 (always
+# given, so that the primary key is read from it on), of queue $1 and type
+# $2 when given; the caller reverses them. Orders as `_JOBS` does.
+_NEWER_JOBS = f"""
+SELECT {_JOB_COLUMNS}
+FROM pgqueue_jobs
+WHERE {{status}}
+  AND ($1::text IS NULL OR queue = $1)
+  AND ($2::text IS NULL OR job_type = $2)
+  AND id > $3::int8
+ORDER BY {{order}}
+LIMIT $4
+"""
+
+
+def jobs_query(status: str | None, *, newer: bool = False) -> str:
+    """The listing of jobs of ``status`` (one of `JOB_STATUSES`, or None for any).
+
+    With ``newer``, the jobs just above a cursor, oldest first (`_NEWER_JOBS`).
+    """
     order = "id" if status in (None, "completed") else "id + 0"
-    return _JOBS.format(status=_STATUS_FILTERS[status], order=order)
+    template = _NEWER_JOBS if newer else _JOBS
+    return template.format(status=_STATUS_FILTERS[status], order=order)
 
 
 # Put dead and cancelled jobs $1 back to pending, due now, with $2 more

@@ -6,6 +6,7 @@ otherwise. Both need the ``web`` extra.
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import socket
 import sys
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from pgqueue._checks import check_origin
 from pgqueue._schema import check_schema
 from pgqueue.cli._common import (
     CONNECT_ERRORS,
@@ -24,8 +26,6 @@ from pgqueue.cli._common import (
 )
 
 if TYPE_CHECKING:
-    import argparse
-
     from pgqueue.cli._common import Commands
 
 __all__ = ["add_to"]
@@ -61,7 +61,25 @@ def add_to(commands: Commands) -> None:
         action="store_true",
         help="show no payloads or results (they may hold personal data)",
     )
+    parser.add_argument(
+        "--trusted-origin",
+        action="append",
+        default=[],
+        type=_origin,
+        metavar="ORIGIN",
+        help=(
+            "also accept actions from pages of this origin (scheme://host[:port]), "
+            "for a proxy that rewrites the Host header; repeatable"
+        ),
+    )
     parser.set_defaults(run=reports_database_errors(run))
+
+
+def _origin(text: str) -> str:
+    try:
+        return check_origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _loopback(host: str) -> bool:
@@ -101,6 +119,7 @@ async def run(args: argparse.Namespace) -> int:
                 pool,
                 read_only=not args.allow_actions,
                 show_payloads=not args.hide_payloads,
+                trusted_origins=args.trusted_origin,
             )
             port = listener.getsockname()[1]
             shown = f"[{args.host}]" if ":" in args.host else args.host

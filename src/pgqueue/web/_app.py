@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import math
 import secrets
+from collections.abc import Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
@@ -25,7 +26,13 @@ from starlette.routing import Route
 
 from pgqueue import _sql
 from pgqueue._admin import Admin
-from pgqueue._checks import check_duration, check_int, check_name, check_queue_name
+from pgqueue._checks import (
+    check_duration,
+    check_int,
+    check_name,
+    check_origin,
+    check_queue_name,
+)
 from pgqueue._dashboard import Frame, Sampler
 from pgqueue._errors import DATABASE_ERRORS, SchemaError, describe
 from pgqueue._job import PERIODIC_KEY_PREFIX, periodic_tick
@@ -33,7 +40,7 @@ from pgqueue._schema import SCHEMA_ERRORS, check_schema
 from pgqueue.web import _html
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Mapping, Sequence
 
     from starlette.requests import Request
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -83,6 +90,7 @@ def create_app(
     secret: str | bytes | None = None,
     poll_interval: float = 2.0,
     page_size: int = 50,
+    trusted_origins: Sequence[str] = (),
 ) -> Starlette:
     """Make the dashboard: an ASGI app (Starlette) to mount under a path of yours.
 
@@ -100,13 +108,19 @@ def create_app(
             are kept and ``max_attempts`` raised, as `Admin.retry` does),
             every dead job of a listing retried, a pending or running job
             cancelled; each asks for confirmation and is a POST carrying a
-            token derived from ``secret``, from the same origin.
+            token derived from ``secret``, from the same origin (or a
+            trusted one).
         show_payloads: False hides jobs' payloads and results (personal data).
         secret: the key the actions' CSRF token is derived from; give the
             same one to every process serving the dashboard behind one
             address. By default a random one of this app.
         poll_interval: seconds between the queues page's refreshes.
         page_size: jobs per page of a listing.
+        trusted_origins: origins (``scheme://host[:port]``) whose pages may
+            also send actions, for a proxy that rewrites the ``Host``
+            header: a POST whose ``Origin`` differs from its ``Host`` is
+            refused unless its origin is one of these. The token is still
+            required.
 
     Raises:
         TypeError, ValueError: a bad argument (nothing is connected).
@@ -117,6 +131,7 @@ def create_app(
     interval = check_duration("poll_interval", poll_interval, positive=True)
     check_int("page_size", page_size)
     key = _secret(secret)
+    origins = _origins(trusted_origins)
     dashboard = _Dashboard(
         dsn_or_pool,
         read_only=bool(read_only),
@@ -124,6 +139,7 @@ def create_app(
         token=hmac.new(key, b"pgqueue.web actions", hashlib.sha256).hexdigest(),
         poll_interval=interval,
         page_size=page_size,
+        trusted_origins=origins,
     )
     routes = [
         Route("/", dashboard.queues),
@@ -172,6 +188,21 @@ def _secret(value: object) -> bytes:
     return value
 
 
+def _origins(values: object) -> frozenset[str]:
+    """The trusted origins, as browsers send them; ValueError for one that is not."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        msg = f"trusted_origins must be a sequence of origins, not {type(values).__name__}"
+        raise TypeError(msg)
+    found = set()
+    for value in values:
+        try:
+            found.add(check_origin(value))
+        except ValueError as exc:
+            msg = f"trusted_origins: {exc}"
+            raise ValueError(msg) from None
+    return frozenset(found)
+
+
 class _SecurityHeaders:
     """Adds the security headers to every response (CSP, no framing, no sniffing)."""
 
@@ -212,6 +243,17 @@ def _optional(params: Mapping[str, str], name: str) -> str | None:
     return value or None
 
 
+def _cursor(params: Mapping[str, str], name: str) -> int | None:
+    """A listing's ``before`` or ``after``: a job id, or None; 400 otherwise."""
+    text = _optional(params, name)
+    if text is None:
+        return None
+    try:
+        return _job_id(text)
+    except HTTPException:
+        raise HTTPException(400, f"{name} must be a job id") from None
+
+
 class _Dashboard:
     """One app's state and handlers: its pool, its frames, its token."""
 
@@ -224,6 +266,7 @@ class _Dashboard:
         token: str,
         poll_interval: float,
         page_size: int,
+        trusted_origins: frozenset[str],
     ) -> None:
         self._dsn = source if isinstance(source, str) else None
         self._pool = None if isinstance(source, str) else source
@@ -234,6 +277,7 @@ class _Dashboard:
         self._token = token
         self._interval = poll_interval
         self._page_size = page_size
+        self._origins = trusted_origins
         self._sampler: Sampler | None = None
         self._framing = anyio.Lock()
         self._frame: Frame | None = None
@@ -386,28 +430,36 @@ class _Dashboard:
     async def jobs(self, request: Request) -> Response:
         params = request.query_params
         queue, status, job_type = self._filters(params)
-        before = None
-        if (text := _optional(params, "before")) is not None:
-            try:
-                before = _job_id(text)
-            except HTTPException:
-                raise HTTPException(400, "before must be a job id") from None
+        before, after = _cursor(params, "before"), _cursor(params, "after")
+        if before is not None and after is not None:
+            raise HTTPException(400, "give before or after, not both")
         admin = await self.admin()
+        size = self._page_size
         found = await admin.jobs(
             queue=queue,
             status=status,
             job_type=job_type,
             before_id=before,
-            limit=self._page_size + 1,
+            after_id=after,
+            limit=size + 1,
         )
-        older = found[self._page_size - 1].id if len(found) > self._page_size else None
+        more = len(found) > size  # one more row, past the page's far end
+        if after is None:
+            shown = found[:size]
+            newer = shown[0].id if before is not None and shown else None
+            older = shown[-1].id if more else None
+        else:
+            shown = found[-size:]
+            newer = shown[0].id if more else None
+            older = shown[-1].id if shown else None
         body = _html.jobs_page(
             _base(request),
-            found[: self._page_size],
+            shown,
             queue=queue,
             status=status,
             job_type=job_type,
-            before=before,
+            first=before is None and after is None,
+            newer=newer,
             older=older,
             actions=not self.read_only,
             message=_DONE.get(params.get("done", "")) or _retried_all(params),
@@ -482,7 +534,8 @@ class _Dashboard:
         """The action's form, once it passed the guards; 403 otherwise.
 
         Actions must be enabled; a browser's request must come from this
-        origin (``Sec-Fetch-Site``, else ``Origin``, when sent); the form
+        origin or a trusted one (``Sec-Fetch-Site``, else ``Origin``, when
+        sent); the form
         must carry this app's token.
         """
         if self.read_only:
@@ -493,8 +546,8 @@ class _Dashboard:
         if site is not None and site != "same-origin":
             raise HTTPException(403, "actions are only accepted from this site's pages")
         origin = request.headers.get("origin")
-        if origin is not None and urlsplit(origin).netloc != request.headers.get(
-            "host"
+        if origin is not None and not self._same_or_trusted(
+            origin, request.headers.get("host")
         ):
             raise HTTPException(403, "actions are only accepted from this site's pages")
         kind = request.headers.get("content-type", "").partition(";")[0].strip()
@@ -515,6 +568,15 @@ class _Dashboard:
                 403, "the form's token is missing or stale: reload the page"
             )
         return form
+
+    def _same_or_trusted(self, origin: str, host: str | None) -> bool:
+        """Whether ``origin`` is this site's (``host``) or one of the trusted ones."""
+        if urlsplit(origin).netloc == host:
+            return True
+        try:
+            return check_origin(origin) in self._origins
+        except ValueError:
+            return False
 
     def _confirm(
         self,

@@ -263,12 +263,17 @@ def jobs_page(
     queue: str | None,
     status: str | None,
     job_type: str | None,
-    before: int | None,
+    first: bool,
+    newer: int | None,
     older: int | None,
     actions: bool,
     message: str | None,
 ) -> str:
-    """The listing's body: the filter form, the jobs, the pages."""
+    """The listing's body: the filter form, the jobs, the pages.
+
+    ``newer`` and ``older`` are the cursors of the pages either side
+    (``after`` and ``before``), None where there is none.
+    """
     options = ['<option value="">any</option>'] + [
         f'<option value="{s}"{" selected" if s == status else ""}>{s}</option>'
         for s in JOB_STATUSES
@@ -313,8 +318,12 @@ def jobs_page(
     )
     filters = {"queue": queue, "status": status, "type": job_type}
     pages = []
-    if before is not None:
+    if not first:
         pages.append(f'<a href="{link(base, "/jobs", filters)}">Newest</a>')
+    if newer is not None:
+        pages.append(
+            f'<a href="{link(base, "/jobs", {**filters, "after": newer})}" rel="prev">Newer</a>'
+        )
     if older is not None:
         pages.append(
             f'<a href="{link(base, "/jobs", {**filters, "before": older})}" rel="next">Older</a>'
