@@ -73,6 +73,17 @@ async def test_every_statement_of_the_pages_uses_an_index(
     for status, queue, job_type, before in itertools.product(
         (None, *_sql.JOB_STATUSES), (None, "a"), (None, "report"), (None, middle)
     ):
+        if (
+            mode == "force_generic_plan"
+            and job_type is not None
+            and status in (None, "completed")
+        ):
+            # No index serves a type among every job: either plan reads rows
+            # until 51 match (1 in 1,000 here), and a generic plan, which
+            # cannot know the type is rare, picks between a walk of the
+            # primary key and a scan by a sample's estimates (both were
+            # seen). The README states what such a listing costs.
+            continue
         statements.append((_sql.jobs_query(status), (queue, job_type, before, 51)))
         if before is not None:  # a Newer page, back up from the same cursor
             newer = _sql.jobs_query(status, newer=True)
