@@ -246,3 +246,32 @@ async def test_connections_must_be_entered_and_given_rightly(
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_dsn_tracker_reads_on_the_shared_upkeep_connection(
+    dsn: str, pool: asyncpg.Pool, queue_name: str, app_name: str
+) -> None:
+    # A tracker given a DSN reads outcomes on a connection of pgqueue's own:
+    # with Connections, the shared upkeep connection; a LISTEN DSN of its own
+    # carries the LISTEN connection.
+    shared_dsn = with_application_name(dsn, app_name)
+    async with pgqueue.Connections(shared_dsn, listen=shared_dsn) as shared:
+        worker = pgqueue.Worker(
+            pool, queue=queue_name, poll_interval=NO_POLL, connections=shared
+        )
+
+        @worker.handler("echo")
+        async def echo(job: pgqueue.Job) -> int:
+            return job.id
+
+        async with (
+            running(worker),
+            pgqueue.Tracker(shared_dsn, connections=shared) as tracker,
+        ):
+            job_id = await pgqueue.Queue(pool, name=queue_name).enqueue(
+                "echo", {}, track=True
+            )
+            with anyio.fail_after(10):
+                outcome = await tracker.wait(job_id)
+            assert outcome.result == job_id
+            assert await sessions(pool, app_name) == 4
