@@ -10,6 +10,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import asyncpg
+
 from pgqueue._errors import PayloadTooLargeError
 from pgqueue._typed import to_json_value
 
@@ -426,6 +428,13 @@ def check_job_id(value: object) -> int:
         msg = f"a job id must be a positive 64-bit integer, got {value}"
         raise ValueError(msg)
     return value
+
+
+def check_dsn_or_pool(value: object) -> None:
+    """Raise TypeError unless ``value`` is a DSN string or an asyncpg pool."""
+    if not isinstance(value, str | asyncpg.Pool):
+        msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(value).__name__}"
+        raise TypeError(msg)
 
 
 def check_callable(what: str, value: object) -> None:

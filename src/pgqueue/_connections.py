@@ -6,17 +6,18 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Self, cast
 
 import anyio
-import asyncpg
 
-from pgqueue import _sql
+from pgqueue._checks import check_dsn_or_pool
 from pgqueue._connect import connect_like
-from pgqueue._dedicated import STATEMENT_TIMEOUT, DedicatedConnection
+from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._listener import ListenerRoute, SharedListener
 from pgqueue._log import Logger, default_logger
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
     from types import TracebackType
+
+    import asyncpg
 
 __all__ = ["Connections", "check_connections"]
 
@@ -64,24 +65,14 @@ class Connections:
         statement_timeout: float = STATEMENT_TIMEOUT,
         logger: Logger | None = None,
     ) -> None:
-        if not isinstance(cast("object", dsn_or_pool), str | asyncpg.Pool):
-            msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(dsn_or_pool).__name__}"
-            raise TypeError(msg)
+        check_dsn_or_pool(dsn_or_pool)
         if listen is not None and not isinstance(cast("object", listen), str):
             msg = f"listen must be a DSN string, not {type(listen).__name__}"
             raise TypeError(msg)
-        self._target = dsn_or_pool
         self._logger = default_logger(logger)
-
-        def dedicated() -> DedicatedConnection:
-            return DedicatedConnection(
-                connect_like(dsn_or_pool, _sql.WORKER_SETTINGS),
-                timeout=statement_timeout,
-            )
-
-        self.claims = dedicated()
-        self.writes = dedicated()
-        self.upkeep = dedicated()
+        self.claims, self.writes, self.upkeep = worker_connections(
+            dsn_or_pool, timeout=statement_timeout
+        )
         self._listen_target = dsn_or_pool if listen is None else listen
         self._listener: SharedListener | None = None
         self._stack: contextlib.AsyncExitStack | None = None

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from pgqueue import _sql
+from pgqueue._connect import connect_like
 from pgqueue._errors import ends_session
 
 if TYPE_CHECKING:
@@ -17,7 +19,12 @@ if TYPE_CHECKING:
 
     from pgqueue._connect import Connect
 
-__all__ = ["CLOSE_TIMEOUT", "STATEMENT_TIMEOUT", "DedicatedConnection"]
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "STATEMENT_TIMEOUT",
+    "DedicatedConnection",
+    "worker_connections",
+]
 
 CLOSE_TIMEOUT = 2.0
 """Seconds a polite close may take before the connection is dropped."""
@@ -109,3 +116,16 @@ class DedicatedConnection:
                 await connection.close()
         if not connection.is_closed():
             connection.terminate()
+
+
+def worker_connections(
+    pool_or_dsn: asyncpg.Pool[Any] | str, *, timeout: float
+) -> tuple[DedicatedConnection, DedicatedConnection, DedicatedConnection]:
+    """A worker's claim, outcome-write and upkeep connections (opened on first use)."""
+
+    def dedicated() -> DedicatedConnection:
+        return DedicatedConnection(
+            connect_like(pool_or_dsn, _sql.WORKER_SETTINGS), timeout=timeout
+        )
+
+    return dedicated(), dedicated(), dedicated()

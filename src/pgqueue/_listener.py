@@ -208,7 +208,7 @@ class SharedListener:
         self._routes.append(route)
         if not self._started:
             self._started = True
-            self._start(self._run)
+            self._start(self._listener.run)
         await self._listener.listen(route.channels)
         if self._listener.pid is not None:
             await route.connected(False)
@@ -216,9 +216,6 @@ class SharedListener:
     def _remove(self, route: ListenerRoute) -> None:
         # Its channels stay LISTENed on: notifications nobody routes are dropped.
         self._routes.remove(route)
-
-    async def _run(self) -> None:
-        await self._listener.run()
 
     async def _on_connect(self, reconnected: bool) -> None:
         for route in list(self._routes):

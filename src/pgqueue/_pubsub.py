@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import anyio
-import asyncpg
 
 from pgqueue import _sql
 from pgqueue._checks import (
     check_callable,
     check_channel,
+    check_dsn_or_pool,
     check_int,
     encode_notify_payload,
 )
@@ -46,6 +46,7 @@ from pgqueue._listener import (
 from pgqueue._log import Logger, default_logger
 
 if TYPE_CHECKING:
+    import asyncpg
     from anyio.abc import TaskStatus
     from anyio.streams.memory import (
         MemoryObjectReceiveStream,
@@ -158,9 +159,7 @@ class Subscriber:
         max_pending: int = DEFAULT_MAX_PENDING,
         connections: Connections | None = None,
     ) -> None:
-        if not isinstance(cast("object", dsn_or_pool), str | asyncpg.Pool):
-            msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(dsn_or_pool).__name__}"
-            raise TypeError(msg)
+        check_dsn_or_pool(dsn_or_pool)
         if on_reconnect is not None:
             check_callable("on_reconnect", on_reconnect)
         check_connections(connections)

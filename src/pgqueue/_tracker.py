@@ -34,10 +34,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 import anyio
-import asyncpg
 
 from pgqueue import _sql
-from pgqueue._checks import check_duration, check_job_id
+from pgqueue._checks import check_dsn_or_pool, check_duration, check_job_id
 from pgqueue._connect import connect_like
 from pgqueue._connections import Connections, check_connections
 from pgqueue._dedicated import DedicatedConnection
@@ -57,6 +56,8 @@ from pgqueue._sql import OUTCOMES_CHANNEL
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
     from types import TracebackType
+
+    import asyncpg
 
 __all__ = ["JobOutcome", "Tracker"]
 
@@ -144,9 +145,7 @@ class Tracker:
         logger: Logger | None = None,
         connections: Connections | None = None,
     ) -> None:
-        if not isinstance(cast("object", dsn_or_pool), str | asyncpg.Pool):
-            msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(dsn_or_pool).__name__}"
-            raise TypeError(msg)
+        check_dsn_or_pool(dsn_or_pool)
         check_connections(connections)
         self._target = dsn_or_pool
         self._shared = connections

@@ -64,7 +64,7 @@ from pgqueue._claimer import Claimer
 from pgqueue._connect import connect_like
 from pgqueue._connections import Connections
 from pgqueue._consumers import RUNNING_FOR, Consumers
-from pgqueue._dedicated import STATEMENT_TIMEOUT, DedicatedConnection
+from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._hooks import Observer, call_observers
 from pgqueue._lanes import Lane, check_global_limit, check_queues
@@ -603,17 +603,10 @@ class Worker:
 
     def _build(self, *, until_empty: bool) -> None:
         """Make the worker's parts; they need a running event loop."""
-
-        def dedicated() -> DedicatedConnection:
-            return DedicatedConnection(
-                connect_like(self._pool, _sql.WORKER_SETTINGS),
-                timeout=self._statement_timeout,
-            )
-
         logger, budget = self._logger, self._budget
         shared = self._connections
         self._dedicated = (
-            (dedicated(), dedicated(), dedicated())
+            worker_connections(self._pool, timeout=self._statement_timeout)
             if shared is None
             else (shared.claims, shared.writes, shared.upkeep)
         )

@@ -27,6 +27,7 @@ from starlette.routing import Route
 from pgqueue import _sql
 from pgqueue._admin import Admin
 from pgqueue._checks import (
+    check_dsn_or_pool,
     check_duration,
     check_int,
     check_name,
@@ -167,13 +168,9 @@ def create_app(
 
 
 def _check_source(value: object) -> None:
+    check_dsn_or_pool(value)
     if isinstance(value, str):
         check_name("dsn", value)
-    elif not isinstance(value, asyncpg.Pool):
-        msg = (
-            f"dsn_or_pool must be a DSN or an asyncpg pool, not {type(value).__name__}"
-        )
-        raise TypeError(msg)
 
 
 def _secret(value: object) -> bytes:
