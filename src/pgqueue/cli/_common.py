@@ -9,7 +9,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 from urllib.parse import parse_qs, urlsplit
@@ -34,6 +34,7 @@ __all__ = [
     "job_id",
     "positive_int",
     "print_json",
+    "print_table",
     "reports_database_errors",
     "rich_console",
     "seconds_text",
@@ -140,6 +141,28 @@ def rich_console() -> Any:
         msg = "this command renders with rich: pip install 'pgqueue-asyncio[cli]'"
         raise UsageError(msg) from exc
     return Console()
+
+
+def print_table(
+    columns: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    empty: str,
+    right: Collection[str] = (),
+) -> None:
+    """Print ``rows`` under ``columns`` with rich (``right``: columns aligned right), or ``empty``."""
+    console = rich_console()
+    if not rows:
+        console.print(empty)
+        return
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False)
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 _DURATION = re.compile(r"(?P<number>\d+(?:\.\d*)?|\.\d+)(?P<unit>[smhd]?)")

@@ -18,6 +18,7 @@ import anyio
 
 from pgqueue._admin import Admin, JobInfo, QueueStats
 from pgqueue._checks import check_channel
+from pgqueue._dashboard import first_line
 from pgqueue._queue import Queue
 from pgqueue._sql import JOB_STATUSES
 from pgqueue.cli._common import (
@@ -29,6 +30,7 @@ from pgqueue.cli._common import (
     job_id,
     positive_int,
     print_json,
+    print_table,
     reports_database_errors,
     rich_console,
     seconds_text,
@@ -97,11 +99,7 @@ async def stats(args: argparse.Namespace) -> int:
 
 
 def _print_stats(found: list[QueueStats]) -> None:
-    from rich.table import Table
-
-    console = rich_console()
-    table = Table(box=None, pad_edge=False)
-    for column in (
+    columns = (
         "queue",
         "ready",
         "scheduled",
@@ -112,10 +110,9 @@ def _print_stats(found: list[QueueStats]) -> None:
         "lag",
         "longest running",
         "slots",
-    ):
-        table.add_column(column, justify="left" if column == "queue" else "right")
-    for s in found:
-        table.add_row(
+    )
+    rows = [
+        (
             s.queue,
             str(s.ready),
             str(s.scheduled),
@@ -127,10 +124,9 @@ def _print_stats(found: list[QueueStats]) -> None:
             seconds_text(s.longest_running),
             "-" if s.global_limit is None else f"{s.slots_in_use}/{s.global_limit}",
         )
-    if not found:
-        console.print("no jobs")
-        return
-    console.print(table)
+        for s in found
+    ]
+    print_table(columns, rows, empty="no jobs", right=columns[1:])
 
 
 # --- jobs list / show ------------------------------------------------------------------
@@ -190,17 +186,8 @@ async def list_jobs(args: argparse.Namespace) -> int:
     if args.json:
         print_json([job.to_json() for job in found])
         return EXIT_OK
-    from rich.table import Table
-
-    console = rich_console()
-    if not found:
-        console.print("no jobs")
-        return EXIT_OK
-    table = Table(box=None, pad_edge=False)
-    for column in ("id", "queue", "type", "status", "attempts", "run_at", "last error"):
-        table.add_column(column, justify="right" if column == "id" else "left")
-    for job in found:
-        table.add_row(
+    rows = [
+        (
             str(job.id),
             job.queue,
             job.job_type,
@@ -209,7 +196,14 @@ async def list_jobs(args: argparse.Namespace) -> int:
             _time(job.run_at),
             _first_line(job.last_error),
         )
-    console.print(table)
+        for job in found
+    ]
+    print_table(
+        ("id", "queue", "type", "status", "attempts", "run_at", "last error"),
+        rows,
+        empty="no jobs",
+        right=("id",),
+    )
     return EXIT_OK
 
 
@@ -248,9 +242,7 @@ def _time(value: datetime | None) -> str:
 
 
 def _first_line(text: str | None) -> str:
-    if not text:
-        return ""
-    line = text.splitlines()[0] if text.strip() else text
+    line = first_line(text) or ""
     return line if len(line) <= _ERROR_WIDTH else line[: _ERROR_WIDTH - 1] + "…"
 
 

@@ -15,8 +15,8 @@ from pgqueue.cli._common import (
     UsageError,
     connect,
     print_json,
+    print_table,
     reports_database_errors,
-    rich_console,
 )
 
 if TYPE_CHECKING:
@@ -71,28 +71,24 @@ async def list_schedules(args: argparse.Namespace) -> int:
     if args.json:
         print_json([schedule.to_json() for schedule in found])
         return EXIT_OK
-    from rich.table import Table
-
-    console = rich_console()
-    if not found:
-        console.print("no schedules")
-        return EXIT_OK
-    table = Table(box=None, pad_edge=False)
-    for column in ("name", "schedule", "last tick", "next tick", "queue", "type"):
-        table.add_column(column)
-    for schedule in found:
-        spelled = schedule.schedule
-        if schedule.timezone != "UTC":
-            spelled += f" ({schedule.timezone})"
-        table.add_row(
+    rows = [
+        (
             schedule.name,
-            spelled,
+            schedule.schedule
+            if schedule.timezone == "UTC"
+            else f"{schedule.schedule} ({schedule.timezone})",
             _time(schedule.last_tick),
             _time(schedule.next_tick),
             schedule.queue,
             schedule.job_type,
         )
-    console.print(table)
+        for schedule in found
+    ]
+    print_table(
+        ("name", "schedule", "last tick", "next tick", "queue", "type"),
+        rows,
+        empty="no schedules",
+    )
     return EXIT_OK
 
 
