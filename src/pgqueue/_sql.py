@@ -936,21 +936,23 @@ _JOB_COLUMNS = f"""
 JOB = f"SELECT {_JOB_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
 
 # Newest first, at most $4 jobs below id $3 (keyset pagination), of queue
-# $1 and type $2 when given. The status is part of the statement's text
-# (see `jobs_query`) so that the planner can use the partial index that
-# serves it even with a generic plan. For those statuses the order is
-# spelled "id + 0", which no index provides: the planner then reads the
-# status's rows through its partial index and sorts them, rather than
-# walking the primary key backwards through every completed row in the
-# hope of meeting a few (with no such row, it would walk the whole table).
+# $1 and type $2 when given; or, for the page just newer, oldest first, at
+# most $4 jobs above id $3 (always given, so that the primary key is read
+# from it on; the caller reverses them). The status is part of the
+# statement's text (see `jobs_query`) so that the planner can use the
+# partial index that serves it even with a generic plan. For those statuses
+# the order is spelled "id + 0", which no index provides: the planner then
+# reads the status's rows through its partial index and sorts them, rather
+# than walking the primary key through every completed row in the hope of
+# meeting a few (with no such row, it would walk the whole table).
 _JOBS = f"""
 SELECT {_JOB_COLUMNS}
 FROM pgqueue_jobs
 WHERE {{status}}
   AND ($1::text IS NULL OR queue = $1)
   AND ($2::text IS NULL OR job_type = $2)
-  AND ($3::int8 IS NULL OR id < $3)
-ORDER BY {{order}} DESC
+  AND {{cursor}}
+ORDER BY {{order}}{{direction}}
 LIMIT $4
 """
 _STATUS_FILTERS = {
@@ -967,29 +969,17 @@ JOB_STATUSES = tuple(status for status in _STATUS_FILTERS if status is not None)
 """What `jobs_query` accepts: the five statuses, ``ready`` and ``scheduled``."""
 
 
-# The page just newer: oldest first, at most $4 jobs above id $3 (always
-# given, so that the primary key is read from it on), of queue $1 and type
-# $2 when given; the caller reverses them. Orders as `_JOBS` does.
-_NEWER_JOBS = f"""
-SELECT {_JOB_COLUMNS}
-FROM pgqueue_jobs
-WHERE {{status}}
-  AND ($1::text IS NULL OR queue = $1)
-  AND ($2::text IS NULL OR job_type = $2)
-  AND id > $3::int8
-ORDER BY {{order}}
-LIMIT $4
-"""
-
-
 def jobs_query(status: str | None, *, newer: bool = False) -> str:
     """The listing of jobs of ``status`` (one of `JOB_STATUSES`, or None for any).
 
-    With ``newer``, the jobs just above a cursor, oldest first (`_NEWER_JOBS`).
+    With ``newer``, the jobs just above a cursor, oldest first.
     """
-    order = "id" if status in (None, "completed") else "id + 0"
-    template = _NEWER_JOBS if newer else _JOBS
-    return template.format(status=_STATUS_FILTERS[status], order=order)
+    return _JOBS.format(
+        status=_STATUS_FILTERS[status],
+        order="id" if status in (None, "completed") else "id + 0",
+        cursor="id > $3::int8" if newer else "($3::int8 IS NULL OR id < $3)",
+        direction="" if newer else " DESC",
+    )
 
 
 # Put dead and cancelled jobs $1 back to pending, due now, with $2 more
