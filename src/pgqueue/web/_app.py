@@ -167,6 +167,13 @@ def create_app(
     return app
 
 
+def _acted(base: str, job_id: int, done: str) -> Response:
+    """Back to the job after an action on it, saying what was done; 404 if it is gone."""
+    if done == "not_found":
+        raise HTTPException(404, f"no job has the id {job_id}")
+    return RedirectResponse(f"{base}/jobs/{job_id}?done={done}", status_code=303)
+
+
 def _check_source(value: object) -> None:
     check_dsn_or_pool(value)
     if isinstance(value, str):
@@ -624,10 +631,7 @@ class _Dashboard:
                 back_label=f"Back to job {job.id}",
             )
         del form
-        done = (await admin.retry(job.id))[job.id]
-        if done == "not_found":
-            raise HTTPException(404, f"no job has the id {job.id}")
-        return RedirectResponse(f"{base}/jobs/{job.id}?done={done}", status_code=303)
+        return _acted(base, job.id, (await admin.retry(job.id))[job.id])
 
     async def cancel(self, request: Request) -> Response:
         form = await self._checked_form(request)
@@ -650,10 +654,7 @@ class _Dashboard:
                 danger=True,
             )
         del form
-        done = (await admin.cancel(job.id))[job.id]
-        if done == "not_found":
-            raise HTTPException(404, f"no job has the id {job.id}")
-        return RedirectResponse(f"{base}/jobs/{job.id}?done={done}", status_code=303)
+        return _acted(base, job.id, (await admin.cancel(job.id))[job.id])
 
     async def retry_all(self, request: Request) -> Response:
         form = await self._checked_form(request)
