@@ -128,18 +128,11 @@ class OutcomeWriter:
         attempts = _sql.array([key[1] for key in keys])
         results = [o.result for o in part]
         statuses = [o.status for o in part]
-        limited = self._limited
-        counted = bool(limited) and any(o.job.queue in limited for o in part)
+        args: tuple[object, ...]
         if all(status == Status.COMPLETED for status in statuses):
-            if counted:
-                rows = await self._connection.fetch(
-                    _sql.COMPLETE_LIMITED, ids, attempts, results, self._limited_array
-                )
-            else:
-                rows = await self._connection.fetch(
-                    _sql.COMPLETE, ids, attempts, results
-                )
+            query, args = _sql.COMPLETE, (ids, attempts, results)
         else:
+            query = _sql.FINISH
             args = (
                 ids,
                 attempts,
@@ -148,12 +141,11 @@ class OutcomeWriter:
                 [o.error for o in part],
                 results,
             )
-            if counted:
-                rows = await self._connection.fetch(
-                    _sql.FINISH_LIMITED, *args, self._limited_array
-                )
-            else:
-                rows = await self._connection.fetch(_sql.FINISH, *args)
+        limited = self._limited
+        if limited and any(o.job.queue in limited for o in part):
+            query = _COUNTING_DOWN[query]
+            args = (*args, self._limited_array)
+        rows = await self._connection.fetch(query, *args)
         stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
             stale = self._log_stale(part, {(row[0], row[1]) for row in rows})
@@ -198,3 +190,10 @@ class OutcomeWriter:
 
 
 _KEY = operator.attrgetter("key")
+
+# Each outcome write, and the same write that also counts runs of limited
+# queues out.
+_COUNTING_DOWN = {
+    _sql.COMPLETE: _sql.COMPLETE_LIMITED,
+    _sql.FINISH: _sql.FINISH_LIMITED,
+}
