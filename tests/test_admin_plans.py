@@ -80,18 +80,25 @@ def _check_indexed(plan: dict[str, Any]) -> set[str]:
     return used
 
 
+async def fill(
+    connection: asyncpg.Connection, *more: str, analyze: str = "ANALYZE"
+) -> None:
+    """Fill the table (FILL, then ``more``) and ``analyze`` it."""
+    for statement in (*FILL, *more):
+        await connection.execute(statement)
+    if connection.get_server_version() >= (15, 0):
+        # A backend reports its inserts at most once a second: counts
+        # still pending when ANALYZE sets n_live_tup would be added on
+        # top of it later, doubling the table's live rows.
+        await connection.execute("SELECT pg_stat_force_next_flush()")
+    await connection.execute(f"{analyze} pgqueue_jobs")
+
+
 @pytest.fixture
 async def big_table(fresh_dsn: str) -> Any:
     connection = await asyncpg.connect(fresh_dsn)
     try:
-        for statement in FILL:
-            await connection.execute(statement)
-        if connection.get_server_version() >= (15, 0):
-            # A backend reports its inserts at most once a second: counts
-            # still pending when ANALYZE sets n_live_tup would be added on
-            # top of it later, doubling the table's live rows.
-            await connection.execute("SELECT pg_stat_force_next_flush()")
-        await connection.execute("ANALYZE pgqueue_jobs")
+        await fill(connection)
         yield connection
     finally:
         await connection.close()

@@ -27,7 +27,7 @@ import pytest
 from pgqueue import _sql
 from pgqueue.web import create_app
 from tests.helpers import explain_analyze
-from tests.test_admin_plans import FILL, _check_indexed
+from tests.test_admin_plans import _check_indexed, fill
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -39,17 +39,13 @@ pytestmark = pytest.mark.slow
 async def big_table(fresh_dsn: str) -> AsyncIterator[asyncpg.Connection]:
     connection = await asyncpg.connect(fresh_dsn)
     try:
-        for statement in FILL:
-            await connection.execute(statement)
-        await connection.execute(
-            "UPDATE pgqueue_jobs SET job_type = 'report' WHERE id % 1000 = 0"
-        )
-        await connection.execute(
+        await fill(
+            connection,
+            "UPDATE pgqueue_jobs SET job_type = 'report' WHERE id % 1000 = 0",
             "INSERT INTO pgqueue_periodic (name, schedule, queue, job_type)"
-            " VALUES ('nightly', '0 3 * * *', 'a', 'noop')"
+            " VALUES ('nightly', '0 3 * * *', 'a', 'noop')",
+            analyze="VACUUM ANALYZE",
         )
-        await connection.execute("SELECT pg_stat_force_next_flush()")
-        await connection.execute("VACUUM ANALYZE pgqueue_jobs")
         yield connection
     finally:
         await connection.close()
