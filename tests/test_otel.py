@@ -45,6 +45,20 @@ async def drain(worker: pgqueue.Worker) -> None:
         await worker.run(until_empty=True)
 
 
+async def run_noops(
+    pool: asyncpg.Pool, queue: str, tracing: Tracing, exporter: InMemorySpanExporter
+) -> list[ReadableSpan]:
+    """Run the queue's jobs of type ``t`` (doing nothing) under tracing; their spans."""
+    worker = pgqueue.Worker(pool, queue=queue, middleware=[tracing.middleware])
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        return None
+
+    await drain(worker)
+    return spans(exporter, f"process {queue}")
+
+
 def spans(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
     return [span for span in exporter.get_finished_spans() if span.name == name]
 
@@ -145,14 +159,7 @@ async def test_one_producer_span_for_a_batch_linked_from_every_run(
         json.dumps({"traceparent": traceparent(send)}, separators=(",", ":"))
     }
 
-    worker = pgqueue.Worker(pool, queue=queue_name, middleware=[tracing.middleware])
-
-    @worker.handler("t")
-    async def handle(_job: pgqueue.Job) -> None:
-        return None
-
-    await drain(worker)
-    processed = spans(exporter, f"process {queue_name}")
+    processed = await run_noops(pool, queue_name, tracing, exporter)
     assert sorted(message_id(span) for span in processed) == sorted(
         str(job_id) for job_id in ids
     )
@@ -216,14 +223,7 @@ async def test_a_go_producers_job_gets_a_span_without_a_link(
         " VALUES ($1, 't', 'not json') RETURNING id",
         queue_name,
     )
-    worker = pgqueue.Worker(pool, queue=queue_name, middleware=[tracing.middleware])
-
-    @worker.handler("t")
-    async def handle(_job: pgqueue.Job) -> None:
-        return None
-
-    await drain(worker)
-    processed = spans(exporter, f"process {queue_name}")
+    processed = await run_noops(pool, queue_name, tracing, exporter)
     assert sorted(message_id(span) for span in processed) == sorted(
         [str(job_id), str(not_ours)]
     )
