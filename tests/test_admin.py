@@ -191,8 +191,12 @@ async def test_stats_give_the_slots_in_use_of_queues_with_a_fleet_wide_limit(
     limited = pgqueue.Queue(pool, name=f"{queue.name}-limited")
     await limited.enqueue("t", {})
     await pool.execute(_sql.SEED_LIMIT, limited.name, 3)
+    # One worker's lease holds a slot; an expired one counts for nothing.
     await pool.execute(
-        "UPDATE pgqueue_limits SET running = 1 WHERE queue = $1", limited.name
+        "INSERT INTO pgqueue_leases (queue, worker, slots, wanted, expires_at)"
+        " VALUES ($1, 'a', 1, 3, now() + interval '1 minute'),"
+        " ($1, 'b', 2, 3, now() - interval '1 second')",
+        limited.name,
     )
     admin = pgqueue.Admin(pool)
     [plain] = await admin.stats(queue.name)
@@ -207,7 +211,7 @@ async def test_stats_give_the_slots_in_use_of_queues_with_a_fleet_wide_limit(
 async def test_stats_without_the_limits_table_give_no_slots(fresh_dsn: str) -> None:
     connection = await asyncpg.connect(fresh_dsn)
     try:
-        await connection.execute("DROP TABLE pgqueue_limits")
+        await connection.execute("DROP TABLE pgqueue_limits, pgqueue_leases")
         await connection.execute(
             "INSERT INTO pgqueue_jobs (queue, job_type) VALUES ('a', 't')"
         )

@@ -1,10 +1,11 @@
 """Fleet-wide limits: ``Worker(pool, queue=..., global_limit=N)``.
 
-At most N jobs of a queue run at once across every worker and process,
-enforced by the database (the queue's running count in ``pgqueue_limits``,
-read and raised in the claim's own statement under the row's lock);
-capacity a crashed worker held comes back through the rescue sweep's
-recount; every way a run ends counts it out. Against a real server,
+At most N jobs of a queue run at once across every worker and process:
+the database splits the limit among the workers' leases
+(``pgqueue_leases``, taken in turn under the queue's row lock in
+``pgqueue_limits``), whose sum never exceeds it, each at most a fair share;
+a worker runs jobs within its lease. A crashed worker's lease runs out
+after ``rescue_after``; a stopped one gives it back. Against a real server,
 with real worker processes; waits are on rows and events, under deadlines.
 """
 
@@ -44,40 +45,46 @@ SELECT coalesce(max(live), 0) FROM (
 
 
 async def slots_in_use(pool: asyncpg.Pool, queue: str) -> int:
-    """The queue's running count (0 without a row)."""
+    """The slots the queue's unexpired leases hold."""
     count: int = await pool.fetchval(
-        "SELECT coalesce(max(running), 0) FROM pgqueue_limits WHERE queue = $1", queue
+        "SELECT coalesce(sum(slots), 0) FROM pgqueue_leases"
+        " WHERE queue = $1 AND expires_at >= now()",
+        queue,
     )
     return count
 
 
-async def claim_limited(
-    executor: asyncpg.Pool | asyncpg.Connection, queue: str, n: int, limit: int
-) -> list[asyncpg.Record]:
-    """A limited claim of up to ``n`` jobs under ``limit``; the jobs it took."""
-    rows = await executor.fetch(
-        _sql.CLAIM_LIMITED, queue, n, *_sql.claim_places({}), limit
+async def lease(
+    executor: asyncpg.Pool | asyncpg.Connection,
+    queue: str,
+    worker: str,
+    *,
+    limit: int = 3,
+    wanted: int = 10,
+    held: int = 0,
+    ttl: float = 60.0,
+) -> int:
+    """Take or renew ``worker``'s lease of ``queue``, as a worker does; the slots it may fill."""
+    async with contextlib.AsyncExitStack() as stack:
+        connection = (
+            executor
+            if isinstance(executor, asyncpg.Connection)
+            else await stack.enter_async_context(executor.acquire())
+        )
+        async with connection.transaction():
+            assert await connection.fetchval(_sql.LOCK_LIMIT, queue)
+            slots: int = await connection.fetchval(
+                _sql.LEASE, queue, worker, limit, wanted, held, ttl
+            )
+    return slots
+
+
+async def recorded(pool: asyncpg.Pool, queue: str) -> dict[str, int]:
+    """The slots each worker's lease records."""
+    rows = await pool.fetch(
+        "SELECT worker, slots FROM pgqueue_leases WHERE queue = $1", queue
     )
-    return [row for row in rows if row["id"] is not None]
-
-
-async def complete_limited(
-    pool: asyncpg.Pool, queue: str, *runs: tuple[int, int]
-) -> None:
-    await pool.fetch(
-        _sql.COMPLETE_LIMITED,
-        _sql.array(run[0] for run in runs),
-        _sql.array(run[1] for run in runs),
-        [None] * len(runs),
-        [queue],
-    )
-
-
-async def recount(pool: asyncpg.Pool, queue: str) -> None:
-    """The rescue sweep's recount of the queue."""
-    async with pool.acquire() as connection, connection.transaction():
-        await connection.fetch(_sql.LOCK_LIMIT, queue)
-        await connection.fetch(_sql.RECOUNT_LIMIT, queue)
+    return {row[0]: row[1] for row in rows}
 
 
 async def samples(pool: asyncpg.Pool, queue: str) -> list[int]:
@@ -138,7 +145,7 @@ async def test_slots_of_a_killed_worker_come_back_after_rescue_after(
     dsn: str, pool: asyncpg.Pool, queue_name: str
 ) -> None:
     hung = await enqueue(pool, queue_name, 3, hang=True)
-    flags = ["--concurrency", "10", "--global-limit", "3", "--rescue-after", "1"]
+    flags = ["--concurrency", "10", "--global-limit", "3", "--rescue-after", "2"]
     async with started(dsn, queue_name, LIMITED, *flags) as child:
         await child.wait_for("worker ready")
 
@@ -150,19 +157,24 @@ async def test_slots_of_a_killed_worker_come_back_after_rescue_after(
         child.process.kill()
         assert await child.exit_code() == -signal.SIGKILL
     rest = await enqueue(pool, queue_name, 5)
+    # The dead worker's lease holds every slot until it runs out.
+    left = await pool.fetchval(
+        "SELECT extract(epoch FROM max(expires_at) - now())::float8"
+        " FROM pgqueue_leases WHERE queue = $1",
+        queue_name,
+    )
     worker = make_worker(
         pool,
         queue_name,
         concurrency=10,
         global_limit=3,
-        rescue_after=1.0,
+        rescue_after=2.0,
         poll_interval=0.1,
     )
     async with running(worker):
-        # Every slot is held by the dead worker's runs until they are rescued.
-        with anyio.move_on_after(0.4):
-            await wait_until(lambda: _ran(pool, queue_name, 4), within=1)
-            pytest.fail("a job ran while the killed worker's runs held every slot")
+        with anyio.move_on_after(left - 0.3):
+            await wait_until(lambda: _ran(pool, queue_name, 4), within=left)
+            pytest.fail("a job ran while the killed worker's lease held every slot")
         await wait_until(completed(pool, queue_name, 8), within=15)
     assert await statuses(pool, queue_name) == {"completed": 8}
     ran = await samples(pool, queue_name)
@@ -175,87 +187,153 @@ async def _ran(pool: asyncpg.Pool, queue: str, n: int) -> bool:
 
 
 # --------------------------------------------------------------------------
-# Racing claims, in-process
+# Leases, in SQL
 
 
-async def test_racing_claims_never_take_more_than_the_free_slots(
+async def test_racing_leases_never_grant_more_than_the_limit(
     dsn: str, pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    await enqueue(pool, queue_name, 200)
     await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
     connections = [
         await asyncpg.connect(dsn, server_settings=_sql.WORKER_SETTINGS)
         for _ in range(6)
     ]
     try:
-        for _ in range(15):
-            claimed: list[asyncpg.Record] = []
+        for round_ in range(10):
+            granted: list[int] = []
 
-            async def claim(
-                connection: asyncpg.Connection, claimed: list[asyncpg.Record]
+            async def take(
+                connection: asyncpg.Connection, worker: str, granted: list[int]
             ) -> None:
-                claimed.extend(await claim_limited(connection, queue_name, 10, 3))
+                granted.append(await lease(connection, queue_name, worker))
 
             async with anyio.create_task_group() as tg:
-                for connection in connections:
-                    tg.start_soon(claim, connection, claimed)
-            assert 1 <= len(claimed) <= 3
-            running_now = await pool.fetchval(
-                "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1 AND status = 'running'",
-                queue_name,
+                for n, connection in enumerate(connections):
+                    tg.start_soon(take, connection, f"w{round_}-{n}", granted)
+            assert sum(granted) == 3
+            assert sum((await recorded(pool, queue_name)).values()) == 3
+            await pool.execute(
+                "DELETE FROM pgqueue_leases WHERE queue = $1", queue_name
             )
-            assert running_now == len(claimed) == await slots_in_use(pool, queue_name)
-            await complete_limited(
-                pool, queue_name, *((r["id"], r["attempts"]) for r in claimed)
-            )
-            assert await slots_in_use(pool, queue_name) == 0
     finally:
         for connection in connections:
             await connection.close()
 
 
-async def test_two_workers_in_one_process_keep_to_the_limit(
+async def test_a_lease_shrinks_to_its_fair_share_once_its_jobs_end(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
+    assert await lease(pool, queue_name, "a") == 3  # alone: the whole limit
+    assert await lease(pool, queue_name, "b") == 0  # a holds it all
+    # a renews while its 3 jobs run: its share is now 2 (3 between two), but
+    # its lease keeps the slots of the jobs still running.
+    assert await lease(pool, queue_name, "a", held=3) == 2
+    assert await recorded(pool, queue_name) == {"a": 3, "b": 0}
+    assert await lease(pool, queue_name, "b") == 0
+    # Once a runs no more than its share, the rest goes to b.
+    assert await lease(pool, queue_name, "a", held=2) == 2
+    assert await recorded(pool, queue_name) == {"a": 2, "b": 0}
+    assert await lease(pool, queue_name, "b") == 1
+    assert await recorded(pool, queue_name) == {"a": 2, "b": 1}
+    # A worker that wants fewer than its share leaves the rest to others.
+    assert await lease(pool, queue_name, "c", wanted=1) == 0
+    assert await lease(pool, queue_name, "a", wanted=1, held=2) == 1
+    assert await lease(pool, queue_name, "a", wanted=1, held=1) == 1
+    assert await lease(pool, queue_name, "c", wanted=1) == 1
+    assert sum((await recorded(pool, queue_name)).values()) == 3
+
+
+async def test_an_expired_lease_counts_for_nothing_and_is_deleted(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
+    assert await lease(pool, queue_name, "gone", ttl=0.05) == 3
+    assert await lease(pool, queue_name, "b") == 0
+
+    async def expired() -> bool:
+        return await slots_in_use(pool, queue_name) == 0
+
+    await wait_until(expired)
+    assert await lease(pool, queue_name, "b") == 3
+    assert await recorded(pool, queue_name) == {"b": 3}
+
+
+async def test_seeding_is_idempotent_and_workers_keep_to_their_own_limit(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
+    await pool.execute(_sql.SEED_LIMIT, queue_name, 2)
+    rows = await pool.fetch(
+        "SELECT global_limit FROM pgqueue_limits WHERE queue = $1", queue_name
+    )
+    assert [tuple(r) for r in rows] == [(2,)]  # the last worker's limit, for display
+    # A worker with a limit of 2 leases 2; one with 3 gets one more.
+    assert await lease(pool, queue_name, "a", limit=2, wanted=2) == 2
+    assert await lease(pool, queue_name, "b", limit=2, wanted=2) == 0
+    assert await lease(pool, queue_name, "c", limit=3, wanted=2) == 1
+    assert await slots_in_use(pool, queue_name) == 3
+
+
+# --------------------------------------------------------------------------
+# Workers in one process
+
+
+async def test_two_workers_in_one_process_keep_to_the_limit_and_share_it(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
     await pool.execute(SAMPLES)
     live = peak = 0
+    ran: dict[int, int] = {0: 0, 1: 0}
 
-    async def handler(_job: pgqueue.Job) -> None:
-        nonlocal live, peak
-        live += 1
-        peak = max(peak, live)
-        try:
-            await anyio.sleep(0.005)
-        finally:
-            live -= 1
+    def handler(n: int) -> Any:
+        async def run(_job: pgqueue.Job) -> None:
+            nonlocal live, peak
+            live += 1
+            ran[n] += 1
+            peak = max(peak, live)
+            try:
+                await anyio.sleep(0.01)
+            finally:
+                live -= 1
+
+        return run
 
     workers = []
-    for _ in range(2):
+    for n in range(2):
         worker = pgqueue.Worker(
             pool, queue=queue_name, concurrency=10, global_limit=3, poll_interval=0.05
         )
-        worker.register("sample", handler)
+        worker.register("sample", handler(n))
         workers.append(worker)
-    await enqueue(pool, queue_name, 120)
-    async with running(workers[0]), running(workers[1]):
-        await wait_until(completed(pool, queue_name, 120), within=30)
+    await enqueue(pool, queue_name, 300)
+    async with running(workers[0]):
+        # The first worker leases the whole limit; the second gets a share
+        # once the first renews.
+        await wait_until(lambda: _slots(pool, queue_name, 3))
+        async with running(workers[1]):
+            await wait_until(completed(pool, queue_name, 300), within=30)
     assert 1 <= peak <= 3
+    assert ran[1] > 0
+    assert sum(ran.values()) == 300
     assert await slots_in_use(pool, queue_name) == 0
 
 
-# --------------------------------------------------------------------------
-# Every way a run ends counts it out
+async def _slots(pool: asyncpg.Pool, queue: str, n: int) -> bool:
+    return await slots_in_use(pool, queue) == n
 
 
-async def test_snooze_retry_and_dead_free_their_slots(
+async def test_every_way_a_run_ends_frees_its_slot(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
     queue = pgqueue.Queue(pool, name=queue_name)
     worker = pgqueue.Worker(
         pool, queue=queue_name, concurrency=5, global_limit=2, backoff=lambda _: 60.0
     )
-    ended = anyio.Event()
     seen: list[str] = []
+    both = anyio.Event()
+    holding = 0
 
     @worker.handler("snooze")
     async def snooze(_job: pgqueue.Job) -> None:
@@ -270,9 +348,16 @@ async def test_snooze_retry_and_dead_free_their_slots(
     @worker.handler("permanent")
     async def permanent(_job: pgqueue.Job) -> None:
         seen.append("permanent")
-        if len(seen) == 3:
-            ended.set()
         raise pgqueue.Permanent("no")
+
+    @worker.handler("hold")
+    async def hold(_job: pgqueue.Job) -> None:
+        nonlocal holding
+        holding += 1
+        if holding == 2:
+            both.set()
+        with anyio.fail_after(10):
+            await both.wait()
 
     async with running(worker):
         await queue.enqueue("snooze", {})
@@ -284,49 +369,13 @@ async def test_snooze_retry_and_dead_free_their_slots(
             return counts == {"pending": 2, "dead": 1}
 
         await wait_until(written)
-        assert await slots_in_use(pool, queue_name) == 0
+        # Both slots are free: two jobs that wait for each other both run.
+        await queue.enqueue_many([("hold", {})] * 2)
+        await wait_until(completed(pool, queue_name, 2))
     assert sorted(seen) == ["fail", "permanent", "snooze"]
 
 
-async def test_a_fenced_stale_write_counts_nothing_out(
-    pool: asyncpg.Pool, queue_name: str
-) -> None:
-    release = anyio.Event()
-    began = anyio.Event()
-    worker = pgqueue.Worker(pool, queue=queue_name, concurrency=2, global_limit=2)
-
-    @worker.handler("slow")
-    async def slow(_job: pgqueue.Job) -> None:
-        began.set()
-        await release.wait()
-
-    async with running(worker):
-        job_id = await pgqueue.Queue(pool, name=queue_name).enqueue("slow", {})
-        with anyio.fail_after(10):
-            await began.wait()
-        assert await slots_in_use(pool, queue_name) == 1
-        # Another process's rescue sweep takes the run for an orphan: the job is
-        # pending again and the recount frees its room; a claim elsewhere runs
-        # attempt 2.
-        await pool.fetch(_sql.RESCUE, [queue_name], 0.0, 1000)
-        await recount(pool, queue_name)
-        assert await slots_in_use(pool, queue_name) == 0
-        [again] = await claim_limited(pool, queue_name, 5, 2)
-        assert (again["id"], again["attempts"]) == (job_id, 2)
-        assert await slots_in_use(pool, queue_name) == 1
-        release.set()  # the stale run of attempt 1 ends: its write is fenced off
-
-        async def stale_written() -> bool:
-            return worker.running_jobs == 0 and worker._claims.held == 0
-
-        await wait_until(stale_written)
-        # Attempt 2 still counts; attempt 1's write counted nothing out.
-        assert await slots_in_use(pool, queue_name) == 1
-    await complete_limited(pool, queue_name, (job_id, 2))
-    assert await slots_in_use(pool, queue_name) == 0
-
-
-async def test_stop_releases_prefetched_jobs_and_their_slots(
+async def test_stop_releases_prefetched_jobs_and_the_lease(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
     began = anyio.Event()
@@ -339,113 +388,86 @@ async def test_stop_releases_prefetched_jobs_and_their_slots(
         began.set()
         await anyio.sleep_forever()
 
-    await pgqueue.Queue(pool, name=queue_name).enqueue_many([("slow", {})] * 4)
+    await pgqueue.Queue(pool, name=queue_name).enqueue_many([("slow", {})] * 6)
     async with anyio.create_task_group() as tg:
         await tg.start(worker.run)
         with anyio.fail_after(10):
             await began.wait()
 
         async def all_claimed() -> bool:
-            return await slots_in_use(pool, queue_name) == 4
+            return (await statuses(pool, queue_name)).get("running") == 4
 
+        # The lease is its capacity (1 + 3 prefetched), and it fills it.
         await wait_until(all_claimed)
+        assert await slots_in_use(pool, queue_name) == 4
         with pytest.raises(TimeoutError):
             await worker.stop(timeout=0.2)
-    assert await statuses(pool, queue_name) == {"pending": 4}
-    assert await slots_in_use(pool, queue_name) == 0
-
-
-async def test_the_rescue_sweep_recounts_runs_that_ended_elsewhere(
-    pool: asyncpg.Pool, queue_name: str
-) -> None:
-    # A Go worker (or a worker without the limit, or an edit by hand) ended a
-    # run a limited claim counted: the next rescue sweep of a limited worker
-    # gives its room back.
-    await enqueue(pool, queue_name, 1)
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 1)
-    [claimed] = await claim_limited(pool, queue_name, 5, 1)
-    await pool.execute(
-        "UPDATE pgqueue_jobs SET status = 'pending' WHERE id = $1", claimed["id"]
-    )
-    assert await slots_in_use(pool, queue_name) == 1
-    worker = make_worker(
-        pool, queue_name, concurrency=2, global_limit=1, poll_interval=0.1
-    )
-    async with running(worker):
-        await wait_until(completed(pool, queue_name, 1))
-    assert await slots_in_use(pool, queue_name) == 0
-
-
-async def test_a_claim_the_limit_cut_short_is_woken_by_the_write_that_frees_room(
-    dsn: str, pool: asyncpg.Pool, queue_name: str
-) -> None:
-    # Workers elsewhere learn of freed room by a NOTIFY on the jobs channel,
-    # sent only by a write (or a recount) that frees room in a starved queue.
-    await enqueue(pool, queue_name, 3)
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 2)
-    wakeups: list[str] = []
-    woken = anyio.Event()
-
-    def on_notify(*args: Any) -> None:
-        if args[3] == queue_name:
-            wakeups.append(args[3])
-            woken.set()
-
-    listener = await asyncpg.connect(dsn)
-    try:
-        await listener.add_listener(_sql.JOBS_CHANNEL, on_notify)
-        first = await claim_limited(pool, queue_name, 1, 2)  # room left: not starved
-        await complete_limited(pool, queue_name, (first[0]["id"], 1))
-        taken = await claim_limited(pool, queue_name, 5, 2)  # cut short: starved
-        assert len(taken) == 2
-        assert await claim_limited(pool, queue_name, 5, 2) == []
-        assert await pool.fetchval(
-            "SELECT starved FROM pgqueue_limits WHERE queue = $1", queue_name
-        )
-        assert wakeups == []
-        await complete_limited(pool, queue_name, (taken[0]["id"], 1))
-        with anyio.fail_after(5):
-            await woken.wait()
-        assert not await pool.fetchval(
-            "SELECT starved FROM pgqueue_limits WHERE queue = $1", queue_name
-        )
-        assert wakeups == [queue_name]
-        # The recount wakes too, when it frees room in a starved queue.
-        assert len(await claim_limited(pool, queue_name, 5, 2)) == 0  # no job left
-        woken = anyio.Event()
-        await enqueue(pool, queue_name, 2)
-        with anyio.fail_after(5):
-            await woken.wait()  # the enqueue's own wakeup
-        wakeups.clear()
-        woken = anyio.Event()
-        assert len(await claim_limited(pool, queue_name, 5, 2)) == 1  # starved again
-        await pool.execute(
-            "UPDATE pgqueue_jobs SET status = 'completed' WHERE queue = $1 AND id = $2",
-            queue_name,
-            taken[1]["id"],
-        )
-        await recount(pool, queue_name)
-        with anyio.fail_after(5):
-            await woken.wait()
-        assert wakeups == [queue_name]
-    finally:
-        await listener.close()
+    assert await statuses(pool, queue_name) == {"pending": 6}
+    assert await recorded(pool, queue_name) == {}
 
 
 async def test_a_queue_row_deleted_by_hand_is_made_again(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
     worker = make_worker(
-        pool, queue_name, concurrency=2, global_limit=1, poll_interval=0.1
+        pool, queue_name, concurrency=2, global_limit=1, poll_interval=0.05
     )
     async with running(worker):
         await pool.execute("DELETE FROM pgqueue_limits WHERE queue = $1", queue_name)
+
+        async def seeded_again() -> bool:
+            return bool(
+                await pool.fetchval(
+                    "SELECT count(*) FROM pgqueue_limits WHERE queue = $1", queue_name
+                )
+            )
+
+        await wait_until(seeded_again)
         await enqueue(pool, queue_name, 3)
         await wait_until(completed(pool, queue_name, 3))
-    assert await pool.fetchval(
-        "SELECT (global_limit, running) FROM pgqueue_limits WHERE queue = $1",
+    assert (
+        await pool.fetchval(
+            "SELECT global_limit FROM pgqueue_limits WHERE queue = $1", queue_name
+        )
+        == 1
+    )
+
+
+async def test_a_lease_not_renewed_stops_the_claims(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    # The lease holds rescue_after from its renewal's sending: past that, the
+    # worker starts no job of the queue until a renewal gets through.
+    worker = make_worker(
+        pool,
         queue_name,
-    ) == (1, 0)
+        concurrency=2,
+        global_limit=2,
+        rescue_after=0.5,
+        poll_interval=0.05,
+    )
+    await pool.execute(SAMPLES)
+    async with running(worker):
+        [lane] = worker._lanes
+        lease = lane.claimer._lease
+        assert lease is not None
+        assert lease.free(anyio.current_time()) == 2
+        assert lease.free(anyio.current_time() + 0.5) == 0
+        # Renewals fail while the queue's row is locked by another session.
+        async with pool.acquire() as connection, connection.transaction():
+            await connection.execute(
+                "SELECT FROM pgqueue_limits WHERE queue = $1 FOR UPDATE", queue_name
+            )
+            await wait_until(lambda: _no_room(lease))
+            await enqueue(pool, queue_name, 2)
+            with anyio.move_on_after(0.3):
+                await wait_until(lambda: _ran(pool, queue_name, 1), within=1)
+                pytest.fail("a job ran under a lease that had run out")
+        await wait_until(completed(pool, queue_name, 2))
+
+
+async def _no_room(lease: Any) -> bool:
+    return lease.free(anyio.current_time()) == 0
 
 
 # --------------------------------------------------------------------------
@@ -456,7 +478,7 @@ async def test_only_a_limited_worker_needs_the_limits_table(
     fresh_dsn: str, queue_name: str
 ) -> None:
     async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
-        await pool.execute("DROP TABLE pgqueue_limits")
+        await pool.execute("DROP TABLE pgqueue_limits, pgqueue_leases")
         queue = pgqueue.Queue(pool, name=queue_name)
         await queue.enqueue("t", {})
         done = anyio.Event()
@@ -475,27 +497,9 @@ async def test_only_a_limited_worker_needs_the_limits_table(
         assert "pgqueue_limits" in str(raised.value)
         assert "SCHEMA_UPGRADE" in str(raised.value)
         state = await pgqueue.Admin(pool).schema_state()
-        assert state.missing == ("table pgqueue_limits",)
+        assert state.missing == ("tables pgqueue_limits and pgqueue_leases",)
         await pool.execute(pgqueue.SCHEMA_UPGRADE)
         assert (await pgqueue.Admin(pool).schema_state()).kind == "current"
-
-
-async def test_seeding_is_idempotent_and_workers_keep_to_their_own_limit(
-    pool: asyncpg.Pool, queue_name: str
-) -> None:
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 2)
-    rows = await pool.fetch(
-        "SELECT global_limit, running FROM pgqueue_limits WHERE queue = $1", queue_name
-    )
-    assert [tuple(r) for r in rows] == [(2, 0)]  # the last worker's limit, for display
-    await enqueue(pool, queue_name, 5)
-    # A worker with a limit of 2 takes 2, one with 3 one more.
-    assert len(await claim_limited(pool, queue_name, 5, 2)) == 2
-    assert len(await claim_limited(pool, queue_name, 5, 2)) == 0
-    assert len(await claim_limited(pool, queue_name, 5, 3)) == 1
-    assert await slots_in_use(pool, queue_name) == 3
 
 
 def test_global_limit_is_checked(pool: asyncpg.Pool) -> None:
@@ -562,3 +566,4 @@ async def test_several_queues_each_with_its_own_limit(
         await pool.fetchval("SELECT count(*) FROM pgqueue_limits WHERE queue = $1", b)
         == 0
     )
+    assert await recorded(pool, b) == {}

@@ -112,8 +112,12 @@ async def test_queues_page_counts_each_status_and_lag(
     limited = f"{queue_name}-limited"
     await pgqueue.Queue(pool, name=limited).enqueue("t", {})
     await pool.execute(_sql.SEED_LIMIT, limited, 4)
+    # One worker's lease holds a slot; an expired one counts for nothing.
     await pool.execute(
-        "UPDATE pgqueue_limits SET running = 1 WHERE queue = $1", limited
+        "INSERT INTO pgqueue_leases (queue, worker, slots, wanted, expires_at)"
+        " VALUES ($1, 'a', 1, 3, now() + interval '1 minute'),"
+        " ($1, 'b', 2, 3, now() - interval '1 second')",
+        limited,
     )
     async with client(create_app(pool)) as c:
         page = await c.get("/")

@@ -89,8 +89,9 @@ class QueueStats(_JSONShape):
             compares with ``rescue_after``. None when none runs.
         completed_estimated: whether ``completed`` is an estimate.
         slots_in_use: for a queue with a fleet-wide limit (a worker's
-            ``global_limit``), how many of its slots a run holds now; None
-            for a queue without one.
+            ``global_limit``), how many of its slots its workers' leases
+            hold now (their jobs run within them); None for a queue
+            without one.
         global_limit: for such a queue, how many slots it has (the largest
             ``global_limit`` its workers started with); None without one.
 
@@ -262,7 +263,7 @@ class Admin:
         estimate is only as fresh as those statistics, and a queue holding
         only completed jobs is listed only if ``ANALYZE`` saw it among the
         table's most common queues. A queue with a fleet-wide limit also
-        gets its slots in use and its limit (read from ``pgqueue_limits``).
+        gets its slots in use and its limit (read from ``pgqueue_limits`` and ``pgqueue_leases``).
 
         Args:
             queue: one queue's stats (always one entry, zeros included),

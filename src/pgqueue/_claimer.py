@@ -13,6 +13,7 @@ import anyio
 from pgqueue import _sql
 from pgqueue._errors import SchemaError, describe, is_transient
 from pgqueue._job import Job, Status, claimed_job
+from pgqueue._lease import take
 from pgqueue._outcome import Outcome
 from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
 from pgqueue._runner import job_fields
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     import asyncpg
 
     from pgqueue._dedicated import DedicatedConnection
+    from pgqueue._lease import Lease
     from pgqueue._ledger import Budget, Claims
     from pgqueue._log import Logger
     from pgqueue._policy import Bounds, ClaimPolicy
@@ -56,12 +58,12 @@ class Claimer:
             held for it (the other queues may claim them).
         schema_checked: set once another claimer has checked the schema;
             with it, this one waits for that instead of checking too.
-        global_limit: the queue's fleet-wide limit, if it has one: claims
-            then count their jobs in the queue's row of ``pgqueue_limits``
-            (made once the schema is checked), and take no more than the
-            limit leaves.
-        slots: whether the worker needs ``pgqueue_limits`` (one of its
-            queues has a limit): the schema check then requires it.
+        lease: the worker's lease of the queue's slots, if the queue has a
+            fleet-wide limit: taken before the first claim, and claims take
+            no more than it leaves.
+        limits: whether the worker needs the fleet-wide limits' tables (one
+            of its queues has a limit): the schema check then requires them.
+        worker: the worker's id, for its leases.
     """
 
     def __init__(
@@ -77,8 +79,9 @@ class Claimer:
         budget: Budget | None = None,
         on_spare: Callable[[], None] | None = None,
         schema_checked: anyio.Event | None = None,
-        global_limit: int | None = None,
+        lease: Lease | None = None,
         limits: bool = False,
+        worker: str = "",
     ) -> None:
         self._connection = connection
         self._policy = policy
@@ -90,8 +93,9 @@ class Claimer:
         self._budget = budget
         self._on_spare = on_spare
         self._schema_checked = schema_checked
-        self._global_limit = global_limit
-        self._limits = limits or global_limit is not None
+        self._lease = lease
+        self._limits = limits or lease is not None
+        self._worker = worker
         self._event = asyncio.Event()
         self._until_empty = False
         self.checked = anyio.Event()
@@ -109,17 +113,13 @@ class Claimer:
     def _free(self) -> int:
         """How many jobs a claim may take now.
 
-        Under a fleet-wide limit, no more than the limit leaves after this
-        worker's own claims not yet durable (the database counts them
-        until their outcomes are written): a claim for more would come
-        back cut short.
+        Under a fleet-wide limit, no more than the worker's lease leaves.
         """
-        claims = self._claims
-        free = claims.free
+        free = self._claims.free
         if self._budget is not None:
             free = min(free, self._budget.free)
-        if self._global_limit is not None:
-            free = min(free, self._global_limit - claims.held)
+        if self._lease is not None:
+            free = min(free, self._lease.free(anyio.current_time()))
         return free
 
     def room(self) -> None:
@@ -145,8 +145,10 @@ class Claimer:
             await self._retrying("schema check", self._check_schema)
         else:
             await self._schema_checked.wait()
-        if self._global_limit is not None:
-            await self._retrying("recording the queue's limit", self._seed_limit)
+        if self._lease is not None:
+            await self._retrying(
+                "taking a lease of the queue's slots", self._take_lease
+            )
         self.checked.set()
         clock = asyncio.get_running_loop().time
         policy, claims = self._policy, self._claims
@@ -171,7 +173,7 @@ class Claimer:
             limit, bounds = decision
             settled_before = claims.settled_count
             try:
-                rows, allowed = await self._claim(limit, bounds)
+                rows = await self._claim(limit, bounds)
             except SCHEMA_ERRORS as exc:
                 # Says what is missing.
                 await check_schema(self._connection, limits=self._limits)
@@ -204,63 +206,43 @@ class Claimer:
                 self._on_claimed()
             if len(rows) < limit and self._on_spare is not None:
                 self._on_spare()
-            # A claim the fleet-wide limit cut short may have left jobs behind.
-            capped = len(rows) == allowed < limit
             policy.claimed(
-                limit,
-                bounds,
-                len(rows),
-                claimed.last,
-                clock(),
-                claimed.claimed_at,
-                capped=capped,
+                limit, bounds, len(rows), claimed.last, clock(), claimed.claimed_at
             )
-            empty_since = None if rows or capped else settled_before
+            empty_since = None if rows else settled_before
 
     @property
     def _retry_cap(self) -> float:
         return min(self._policy.poll_interval, MAX_RETRY_WAIT)
 
-    async def _claim(
-        self, limit: int, bounds: Bounds
-    ) -> tuple[list[asyncpg.Record], int]:
-        """Claim up to ``limit`` jobs; the rows, and how many the fleet-wide limit allowed."""
+    async def _claim(self, limit: int, bounds: Bounds) -> list[asyncpg.Record]:
+        """Claim up to ``limit`` jobs."""
         run_ats, ids = _sql.claim_places(bounds)
-        budget = self._budget
+        budget, lease = self._budget, self._lease
         if budget is not None:
             budget.reserved += limit
+        if lease is not None:
+            lease.claiming = limit
         try:
             with anyio.CancelScope(shield=True):
-                if self._global_limit is None:
-                    rows = await self._connection.fetch(
-                        _sql.CLAIM, self._queue, limit, run_ats, ids
-                    )
-                    return rows, limit
-                while not (
-                    rows := await self._connection.fetch(
-                        _sql.CLAIM_LIMITED,
-                        self._queue,
-                        limit,
-                        run_ats,
-                        ids,
-                        self._global_limit,
-                    )
-                ):
-                    # The queue's row is gone (deleted by hand): make it again.
-                    await self._seed_limit()
+                rows = await self._connection.fetch(
+                    _sql.CLAIM, self._queue, limit, run_ats, ids
+                )
         finally:
             # Given back before the jobs go to the ledger, with no await in
             # between: the slots are never counted twice, nor left uncounted.
             if budget is not None:
                 budget.reserved -= limit
-        allowed: int = rows[0][-1]
-        return ([] if rows[0][0] is None else rows), allowed
+            if lease is not None:
+                lease.claiming = 0
+        return rows
 
     async def _check_schema(self) -> None:
         await check_schema(self._connection, limits=self._limits)
 
-    async def _seed_limit(self) -> None:
-        await self._connection.fetch(_sql.SEED_LIMIT, self._queue, self._global_limit)
+    async def _take_lease(self) -> None:
+        assert self._lease is not None
+        await take(self._connection, self._lease, self._worker)
 
     async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` until it succeeds, retrying transient failures."""

@@ -70,17 +70,28 @@ class DedicatedConnection:
         return row
 
     async def transaction(
-        self, statements: Sequence[tuple[str, tuple[object, ...]]]
+        self,
+        statements: Sequence[tuple[str, tuple[object, ...]]],
+        *,
+        stop_if_empty: bool = False,
     ) -> list[list[asyncpg.Record]]:
-        """Run ``statements`` (query, args) in one transaction; the rows of each."""
+        """Run ``statements`` (query, args) in one transaction; the rows of each.
+
+        With ``stop_if_empty``, a statement that returns no row is the last
+        one run (the transaction still commits).
+        """
 
         async def run(
             connection: asyncpg.Connection[Any],
         ) -> list[list[asyncpg.Record]]:
+            results = []
             async with connection.transaction():
-                return [
-                    await connection.fetch(query, *args) for query, args in statements
-                ]
+                for query, args in statements:
+                    rows = await connection.fetch(query, *args)
+                    results.append(rows)
+                    if stop_if_empty and not rows:
+                        break
+            return results
 
         results: list[list[asyncpg.Record]] = await self._run_with(run)
         return results

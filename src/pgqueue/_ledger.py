@@ -58,6 +58,11 @@ class Claims:
         )
 
     @property
+    def active(self) -> int:
+        """Claims ready or running (their handlers not yet ended)."""
+        return len(self.ready) + self.running
+
+    @property
     def held(self) -> int:
         """Claims whose outcome is not yet durable."""
         return len(self._held)

@@ -119,8 +119,6 @@ class ClaimPolicy:
         last: Bounds,
         now: float,
         claimed_at: datetime | None = None,
-        *,
-        capped: bool = False,
     ) -> None:
         """Take note of a claim of ``limit`` from ``bounds`` that returned ``got`` jobs.
 
@@ -133,19 +131,8 @@ class ClaimPolicy:
         negative priority, each claim would walk the whole backlog to find
         no job of priority 0), until a wakeup says a job may have committed
         since; after a wakeup during the claim, they start at their heads.
-
-        A claim ``capped`` by a fleet-wide limit (it took all the limit
-        allowed, short of ``limit``) is read as a full one, but the next claim waits for
-        a wakeup (room freed, by this worker's writes or by others') or the
-        poll: a claim now would find no room.
         """
         self._poll_due = now + self.poll_interval
-        if capped:
-            woken = self._woken
-            if got and last:
-                self.claimed(got, bounds, got, last, now, claimed_at)
-            self.more = woken
-            return
         full = got == limit
         if not full or not last:
             # A short claim from past a head has yet to look behind its place

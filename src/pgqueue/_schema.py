@@ -28,7 +28,7 @@ async def check_schema(executor: _Fetches, *, limits: bool = False) -> None:
     """Raise `SchemaError` naming what ``pgqueue_jobs`` lacks; return if nothing.
 
     With ``limits`` (a worker with a fleet-wide limit), the ``pgqueue_limits``
-    table is required too.
+    and ``pgqueue_leases`` tables are required too.
 
     Raises whatever the database raises when it cannot answer.
     """
@@ -45,7 +45,7 @@ def schema_error(
 ) -> SchemaError | None:
     """The `SchemaError` for an answer of `_sql.SCHEMA_CHECK`, or None if nothing is missing.
 
-    The ``pgqueue_limits`` table counts only with ``limits``.
+    The limits' tables count only with ``limits``.
     """
     if row is None or not row[0]:
         return SchemaError(
@@ -60,7 +60,7 @@ def schema_error(
         lacking.append(f"pgqueue_jobs lacks {', '.join(pieces)}")
     if _LIMITS_TABLE in missing:
         lacking.append(
-            f"there is no {_LIMITS_TABLE} on the search_path (a worker with a global_limit needs it)"
+            f"the {_LIMITS_TABLE} are not both on the search_path (a worker with a global_limit needs them)"
         )
     return SchemaError(
         f"{'; '.join(lacking)}: apply pgqueue.SCHEMA_UPGRADE "
@@ -68,13 +68,13 @@ def schema_error(
     )
 
 
-_LIMITS_TABLE = "table pgqueue_limits"
+_LIMITS_TABLE = "tables pgqueue_limits and pgqueue_leases"
 
 
 def missing_pieces(row: asyncpg.Record, *, limits: bool = True) -> list[str]:
     """What an answer of `_sql.SCHEMA_CHECK` on an existing table says is missing, in order.
 
-    ``limits``: whether a missing ``pgqueue_limits`` table counts.
+    ``limits``: whether missing limits' tables count.
     """
     missing = [f"column {name}" for name in row[1]]
     missing += [f"index {name}" for name in row[2]]

@@ -18,9 +18,7 @@ __all__ = [
     "ADMIN_INDEXES",
     "CANCEL",
     "CLAIM",
-    "CLAIM_LIMITED",
     "COMPLETE",
-    "COMPLETE_LIMITED",
     "CONTROL_CHANNEL",
     "DASHBOARD_ENQUEUED",
     "DASHBOARD_NEWEST",
@@ -31,11 +29,11 @@ __all__ = [
     "ENQUEUE_MANY_UNIQUE",
     "ENQUEUE_UNIQUE",
     "FINISH",
-    "FINISH_LIMITED",
     "HEAD_OF_LINE",
     "JOB",
     "JOBS_CHANNEL",
     "JOB_STATUSES",
+    "LEASE",
     "LOCK_LIMIT",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
@@ -50,7 +48,7 @@ __all__ = [
     "PRUNE_BATCH",
     "PRUNE_BATCH_ANY",
     "PUBLISH",
-    "RECOUNT_LIMIT",
+    "RELEASE_LEASES",
     "REQUIRED_COLUMNS",
     "REQUIRED_INDEXES",
     "RESCUE",
@@ -149,15 +147,25 @@ CREATE TABLE IF NOT EXISTS pgqueue_periodic
     updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
--- Fleet-wide limits: one row per limited queue, counting its runs of
--- limited claims (Worker's global_limit; see CLAIM_LIMITED).
+-- Fleet-wide limits: one row per limited queue, its limit, locked while a
+-- lease of the queue is taken or renewed (see LEASE).
 CREATE TABLE IF NOT EXISTS pgqueue_limits
 (
-    queue        TEXT    PRIMARY KEY,
-    global_limit INT     NOT NULL,
-    running      INT     NOT NULL DEFAULT 0,
-    starved      BOOLEAN NOT NULL DEFAULT false
-) WITH (fillfactor = 50);
+    queue        TEXT PRIMARY KEY,
+    global_limit INT  NOT NULL
+);
+
+-- Each worker's lease of a limited queue's slots: the jobs of the queue it
+-- may run at once until expires_at, and how many it would like.
+CREATE TABLE IF NOT EXISTS pgqueue_leases
+(
+    queue      TEXT        NOT NULL,
+    worker     TEXT        NOT NULL,
+    slots      INT         NOT NULL,
+    wanted     INT         NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (queue, worker)
+);
 """
 
 SCHEMA = (
@@ -196,7 +204,7 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
 """
     + _ADDED_IN_V2
 )
-"""Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic`` and ``pgqueue_limits`` (apply it in a migration).
+"""Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic``, ``pgqueue_limits`` and ``pgqueue_leases`` (apply it in a migration).
 
 Idempotent on a database without the table or with the current one. On a
 table created by the Go module or an earlier pgqueue, apply
@@ -250,7 +258,7 @@ Only adds: columns with constant defaults or none (no table rewrite), the status
 check widened to allow ``cancelled`` (added ``NOT VALID``, then validated,
 which does not block writes), three partial indexes, and the
 ``pgqueue_periodic`` table of periodic schedules and the ``pgqueue_limits``
-table of fleet-wide limits. Idempotent. Go
+and ``pgqueue_leases`` tables of fleet-wide limits. Idempotent. Go
 producers and workers keep working on the upgraded table. On a large table,
 run each ``VALIDATE`` and ``CREATE INDEX`` in a transaction of its own (or
 build the indexes ``CONCURRENTLY`` first): a migration tool that wraps the
@@ -258,6 +266,7 @@ whole script in one transaction holds the first lock until the end.
 """
 
 SCHEMA_DOWN = """
+DROP TABLE IF EXISTS pgqueue_leases;
 DROP TABLE IF EXISTS pgqueue_limits;
 DROP TABLE IF EXISTS pgqueue_periodic;
 DROP TABLE IF EXISTS pgqueue_jobs;
@@ -514,39 +523,51 @@ RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
 
 CLAIM = _claim("$2")
 
-# CLAIM for a queue with a fleet-wide limit ($5, the worker's global_limit).
-# It locks the queue's row of pgqueue_limits first (so limited claims of the
-# queue take turns, and each reads the count the one before it committed),
-# claims at most $5 minus the queue's running count, and adds what it took
-# to the count, all in one statement: racing claims never overshoot. A
-# claim cut short by the limit marks the queue starved; the outcome write
-# that next frees room wakes the queue's workers. Each row also carries
-# how many the limit allowed (`free`); a claim that took nothing returns
-# one row of nulls with it, and no row at all if the queue has no row.
-CLAIM_LIMITED = f"""
-WITH lim AS MATERIALIZED (
-    SELECT GREATEST(LEAST($5 - running, $2), 0) AS free
-    FROM pgqueue_limits
-    WHERE queue = $1
-    FOR UPDATE
-), claimed AS ({_claim("COALESCE((SELECT free FROM lim), 0)")}), counted AS (
-    UPDATE pgqueue_limits AS l
-    SET running = l.running + c.n,
-        starved = l.starved OR (c.n = f.free AND f.free < $2)
-    FROM (SELECT count(*)::int AS n FROM claimed) AS c, lim AS f
-    WHERE l.queue = $1
-)
-SELECT c.*, f.free FROM lim AS f LEFT JOIN claimed AS c ON true
-"""
-
 # Make sure limited queue $1 has its row (a worker with a global_limit of
 # $2, as it starts). The row records the limit of the worker that started
-# last, for display: each worker claims within its own limit, so with
+# last, for display: each worker leases within its own limit, so with
 # workers that disagree the queue runs at most the largest of them.
 SEED_LIMIT = """
 INSERT INTO pgqueue_limits (queue, global_limit) VALUES ($1, $2)
 ON CONFLICT (queue) DO UPDATE SET global_limit = EXCLUDED.global_limit
 """
+
+# A worker's lease of a limited queue's slots is taken or renewed in a
+# transaction: lock the queue's row (LOCK_LIMIT; no row: seed it), then
+# LEASE, whose snapshot, taken after the lock, sees every lease of the
+# queue committed before (one statement would read the leases as they were
+# before it waited for the lock). So leases of a queue are taken in turn.
+LOCK_LIMIT = "SELECT true FROM pgqueue_limits WHERE queue = $1 FOR UPDATE"
+
+# Worker $2 (its own limit $3) would like $4 slots of queue $1, and may hold
+# up to $5 of them while this runs (its jobs running, or its old lease if
+# larger), for $6 seconds. It gets what the limit leaves after the others'
+# unexpired leases, at most its fair share (the limit divided among the
+# workers that want slots) and what it wants; the lease records at least
+# $5, since those runs are not stopped. Returns the slots it may fill.
+# Expired leases are deleted.
+LEASE = """
+WITH expired AS (
+    DELETE FROM pgqueue_leases WHERE queue = $1 AND worker <> $2 AND expires_at < now()
+), others AS (
+    SELECT coalesce(sum(slots), 0)::int AS held, count(*) FILTER (WHERE wanted > 0)::int AS wanting
+    FROM pgqueue_leases
+    WHERE queue = $1 AND worker <> $2 AND expires_at >= now()
+), granted AS MATERIALIZED (
+    SELECT LEAST($4::int, GREATEST($3::int - o.held, 0),
+                 ceil($3::int / (o.wanting + 1)::numeric)::int) AS slots
+    FROM others AS o
+)
+INSERT INTO pgqueue_leases AS l (queue, worker, slots, wanted, expires_at)
+SELECT $1, $2, GREATEST(g.slots, $5::int), $4::int, now() + make_interval(secs => $6::float8)
+FROM granted AS g
+ON CONFLICT (queue, worker) DO UPDATE
+SET slots = EXCLUDED.slots, wanted = EXCLUDED.wanted, expires_at = EXCLUDED.expires_at
+RETURNING (SELECT slots FROM granted)
+"""
+
+# A worker gives its leases back as it stops ($1, its id).
+RELEASE_LEASES = "DELETE FROM pgqueue_leases WHERE worker = $1"
 
 # One statement writes the outcomes of many runs. Each row is fenced on the
 # attempt it claimed: a run that was rescued and superseded matches nothing.
@@ -600,40 +621,6 @@ WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
 COMPLETE = f"{_COMPLETE}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
 
 
-def _counting_down(update: str, queues: str) -> str:
-    """An outcome write (FINISH's or COMPLETE's UPDATE) that also counts its runs of limited queues out.
-
-    ``queues`` is the parameter holding the worker's limited queues (a
-    ``text[]``): only their runs were counted in by CLAIM_LIMITED. A run
-    fenced off as stale is not counted out (the rescue sweep recounts its
-    queue). The limits' rows are locked in queue order, after the jobs, so
-    two writers never wait on each other in a cycle; one that frees room in
-    a starved queue wakes its workers (at commit).
-    """
-    return f"""
-WITH written AS ({update}RETURNING j.id, o.attempts, j.queue, {_ANNOUNCE_ENDED} AS announced
-), ended AS (
-    SELECT queue, count(*)::int AS n FROM written WHERE queue = ANY({queues}::text[]) GROUP BY queue
-), locked AS (
-    SELECT l.queue, l.starved FROM pgqueue_limits AS l JOIN ended AS e ON e.queue = l.queue
-    ORDER BY l.queue
-    FOR UPDATE OF l
-), counted AS (
-    UPDATE pgqueue_limits AS l
-    SET running = GREATEST(l.running - e.n, 0), starved = false
-    FROM ended AS e, locked AS k
-    WHERE l.queue = e.queue AND k.queue = e.queue
-    RETURNING CASE WHEN k.starved THEN pg_notify('{JOBS_CHANNEL}', l.queue) END
-)
-SELECT id, attempts FROM written
-"""
-
-
-# FINISH and COMPLETE for a batch holding runs of a queue with a fleet-wide
-# limit; a worker without one never runs them (nor needs pgqueue_limits).
-FINISH_LIMITED = _counting_down(_FINISH, "$7")
-COMPLETE_LIMITED = _counting_down(_COMPLETE, "$4")
-
 # A heartbeat: running rows this worker still holds were seen alive now
 # (fenced like FINISH, and spelled like it for the same plan). Returns the
 # ids of those whose cancel was requested.
@@ -675,29 +662,6 @@ WITH rescued AS (
 )
 SELECT queue, status, CASE WHEN tracked AND status <> 'pending' THEN pg_notify('pgqueue_outcomes', id::text) END
 FROM rescued
-"""
-
-# The rescue sweep's recount of a limited queue, in a transaction: lock the
-# queue's row (LOCK_LIMIT), then set its count to the queue's running rows
-# (RECOUNT_LIMIT, with a snapshot taken after the lock, so every limited
-# claim that committed is seen, and none can commit in between). It gives
-# back what crashed workers held once their runs are rescued, and mends a
-# count that runs outside limited claims put off (a Go worker, a worker
-# without the limit, an edit by hand): their runs count until they end. A
-# recount that frees room in a starved queue wakes its workers.
-LOCK_LIMIT = "SELECT FROM pgqueue_limits WHERE queue = $1 FOR UPDATE"
-RECOUNT_LIMIT = f"""
-WITH now_running AS (
-    SELECT count(*)::int AS n FROM pgqueue_jobs WHERE queue = $1 AND status = 'running'
-), before AS (
-    SELECT running, starved FROM pgqueue_limits WHERE queue = $1
-)
-UPDATE pgqueue_limits AS l
-SET running = r.n, starved = b.starved AND r.n >= b.running
-FROM now_running AS r, before AS b
-WHERE l.queue = $1
-RETURNING b.running, r.n,
-    CASE WHEN b.starved AND r.n < b.running THEN pg_notify('{JOBS_CHANNEL}', $1) END
 """
 
 TABLE_EXISTS = "SELECT to_regclass('pgqueue_jobs') IS NOT NULL"
@@ -764,7 +728,7 @@ SELECT t.oid IS NOT NULL,
              AND pg_get_constraintdef(oid) LIKE '%status%'
              AND pg_get_constraintdef(oid) NOT LIKE '%cancelled%'
        ),
-       to_regclass('pgqueue_limits') IS NOT NULL
+       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL
 FROM t
 """
 
@@ -884,7 +848,7 @@ SELECT size.pages,
             ELSE coalesce(s.n_live_tup, 0)
        END,
        q.most_common_vals::text::text[], q.most_common_freqs, q.n_distinct,
-       to_regclass('pgqueue_limits') IS NOT NULL AS has_limits
+       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits
 FROM size, pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 LEFT JOIN pg_stats AS q
@@ -893,14 +857,17 @@ LEFT JOIN pg_stats AS q
 WHERE c.oid = 'pgqueue_jobs'::regclass
 """
 
-# Each queue with a fleet-wide limit: its running count (slots in use) and
-# the limit of the worker that started last. Run only when STATS_TABLE
+# Each queue with a fleet-wide limit: the slots its workers' unexpired
+# leases hold (slots in use) and the limit of the worker that started last. Run only when STATS_TABLE
 # found pgqueue_limits (a table without schema v2 has none); one row per
 # limited queue.
 STATS_LIMITS = """
-SELECT queue, running::int8 AS in_use, global_limit::int8
-FROM pgqueue_limits
-WHERE ($1::text IS NULL OR queue = $1)
+SELECT l.queue,
+       (SELECT coalesce(sum(e.slots), 0) FROM pgqueue_leases AS e
+        WHERE e.queue = l.queue AND e.expires_at >= now())::int8 AS in_use,
+       l.global_limit::int8
+FROM pgqueue_limits AS l
+WHERE ($1::text IS NULL OR l.queue = $1)
 """
 
 # An exact count of completed jobs per queue: a scan of the whole table,

@@ -43,9 +43,6 @@ class Upkeep:
         fields: the worker's log fields (its queue, or its queues).
         on_swept: called, for each queue a rescue batch found orphans of,
             with how many became each status.
-        limited: the worker's queues with a fleet-wide limit: after each
-            rescue sweep, their running counts are recounted (giving back
-            what crashed workers held).
     """
 
     def __init__(
@@ -61,7 +58,6 @@ class Upkeep:
         on_rescued: Callable[[Sequence[str]], None],
         on_cancel_requested: Callable[[int], None],
         on_swept: Callable[[str, Mapping[str, int]], None] | None = None,
-        limited: Sequence[str] = (),
     ) -> None:
         self._connection = connection
         self._keys = keys
@@ -73,7 +69,6 @@ class Upkeep:
         self._on_rescued = on_rescued
         self._on_cancel_requested = on_cancel_requested
         self._on_swept = on_swept
-        self._limited = list(limited)
 
     async def heartbeats(self) -> None:
         """Refresh ``updated_at`` of every claim not yet durable, every ``rescue_after / 3``.
@@ -109,16 +104,11 @@ class Upkeep:
                     self._on_cancel_requested(row[0])
 
     async def rescue(self) -> None:
-        """Put orphaned jobs back (or dead-letter them), at once and then every interval.
-
-        Each sweep then recounts the running jobs of the worker's limited
-        queues.
-        """
+        """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
         failures = 0
         while True:
             try:
                 self._report(await self._rescue_all())
-                await self._recount()
             except Exception as exc:
                 failures += 1
                 log_failure(
@@ -162,13 +152,6 @@ class Upkeep:
                     self._on_swept(queue, statuses)
             if len(rows) < SWEEP_BATCH:
                 return swept
-
-    async def _recount(self) -> None:
-        """Recount the running jobs of each limited queue (after the rescue)."""
-        for queue in self._limited:
-            await self._connection.transaction(
-                [(_sql.LOCK_LIMIT, (queue,)), (_sql.RECOUNT_LIMIT, (queue,))]
-            )
 
     async def retention(self, retain: float) -> None:
         """Delete the worker's queues' finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""

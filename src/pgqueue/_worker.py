@@ -68,6 +68,7 @@ from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._hooks import Observer, call_observers
 from pgqueue._lanes import Lane, check_global_limit, check_queues
+from pgqueue._lease import Lease, LeaseKeeper, worker_id
 from pgqueue._ledger import Budget
 from pgqueue._listener import (
     LISTEN_KEEPALIVE,
@@ -81,7 +82,7 @@ from pgqueue._periodic import Schedules, check_schedule
 from pgqueue._policy import ClaimPolicy
 from pgqueue._runner import Handler, JobRunner
 from pgqueue._typed import typed_handler
-from pgqueue._upkeep import Upkeep
+from pgqueue._upkeep import HEARTBEATS_PER_RESCUE, Upkeep
 from pgqueue._writer import OutcomeWriter
 
 if TYPE_CHECKING:
@@ -147,18 +148,19 @@ class Worker:
             the overall slots: when a job ends, the other queues get the
             first look at the slot it freed.
         global_limit: the most jobs of a queue running at once across every
-            worker and process (a fleet-wide limit), enforced by the
-            database through the ``pgqueue_limits`` table: an int for the
-            one queue, or, with ``queues``, a mapping of some of those
-            queues to their limits (``{"emails": 3}``); ``None`` for no
-            limit. The queue's row counts its runs: a claim counts in the
-            jobs it takes, prefetched ones included, and each is counted
-            out when its outcome is written (or, for a crashed worker's,
-            by the rescue sweep's recount after ``rescue_after``). Each
-            worker claims within its own limit, so with workers that
-            disagree the queue runs at most the largest. Go workers, and
-            workers without the limit, bypass it (their runs still count
-            until they end).
+            worker and process (a fleet-wide limit): an int for the one
+            queue, or, with ``queues``, a mapping of some of those queues to
+            their limits (``{"emails": 3}``); ``None`` for no limit. The
+            database splits the limit among the queue's workers as leases
+            (``pgqueue_leases``, renewed every ``poll_interval``; their sum
+            never exceeds the limit), each at most a fair share of it; a
+            worker fills its lease with jobs ready or running, prefetched
+            ones included, and a slot is free again when its handler ends.
+            A worker that stops gives its lease back; a crashed worker's
+            lease runs out after ``rescue_after``. Each worker leases within
+            its own limit, so with workers that disagree the queue runs at
+            most the largest. Go workers, and workers without the limit,
+            bypass it and are not counted.
         prefetch: how many jobs to claim beyond ``concurrency`` (for each
             queue, with ``queues``), so the next
             jobs are at hand when handlers finish and a claim's round trip
@@ -327,6 +329,7 @@ class Worker:
         self._finished: anyio.Event
         self._claim_scope: anyio.CancelScope
         self._jobs_scope: anyio.CancelScope | None = None
+        self._keeper: LeaseKeeper | None = None
 
     @property
     def queue(self) -> str:
@@ -617,7 +620,6 @@ class Worker:
             logger=logger,
             fields=self._fields,
             on_written=self._on_written,
-            limited=frozenset(lane.name for lane in self._limited),
         )
         self._runner = JobRunner(
             self._handlers,
@@ -626,12 +628,23 @@ class Worker:
             logger=logger,
         )
         first: Claimer | None = None
+        worker = worker_id()
+        leases: list[Lease] = []
         for lane in self._lanes:
             capacity = lane.claims.capacity
             if budget is not None:
                 capacity = min(capacity, budget.cap)
+            lease = None
             if lane.global_limit is not None:
                 capacity = min(capacity, lane.global_limit)
+                lease = Lease(
+                    lane.name,
+                    limit=lane.global_limit,
+                    wanted=capacity,
+                    ttl=self._rescue_after,
+                    claims=lane.claims,
+                )
+                leases.append(lease)
             lane.policy = ClaimPolicy(
                 # With jobs in hand, wait for a batch worth claiming.
                 claim_at=max(1, min(self._prefetch, capacity // 2)),
@@ -648,8 +661,9 @@ class Worker:
                 budget=budget,
                 on_spare=None if budget is None else partial(self._room_others, lane),
                 schema_checked=None if first is None else first.checked,
-                global_limit=lane.global_limit,
+                lease=lease,
                 limits=bool(self._limited),
+                worker=worker,
             )
             first = first or lane.claimer
             lane.consumers = Consumers(
@@ -678,7 +692,21 @@ class Worker:
             on_rescued=self._on_rescued,
             on_cancel_requested=self._cancel,
             on_swept=self._on_swept if self._observe_rescued else None,
-            limited=[lane.name for lane in self._limited],
+        )
+        self._keeper = (
+            LeaseKeeper(
+                upkeep_connection,
+                leases,
+                worker=worker,
+                interval=min(
+                    self._poll_interval, self._rescue_after / HEARTBEATS_PER_RESCUE
+                ),
+                logger=logger,
+                fields=self._fields,
+                on_room=self._on_lease_room,
+            )
+            if leases
+            else None
         )
         self._listening = anyio.Event()
         if self._listen is False or until_empty:
@@ -709,6 +737,8 @@ class Worker:
                         services.start_soon(self._listener.run)
                     services.start_soon(self._after_check, self._upkeep.heartbeats)
                     services.start_soon(self._after_check, self._upkeep.rescue)
+                    if self._keeper is not None:
+                        services.start_soon(self._after_check, self._keeper.run)
                     if self._retain is not None:
                         services.start_soon(
                             self._after_check, self._upkeep.retention, self._retain
@@ -726,6 +756,8 @@ class Worker:
                     finally:
                         await self._settle()
                         services.cancel_scope.cancel()
+                if self._keeper is not None:
+                    await self._keeper.release()
         finally:
             try:
                 with anyio.CancelScope(shield=True):
@@ -910,13 +942,6 @@ class Worker:
                 lane = by_name.get(outcome.job.queue, lanes[0])
                 if lane.policy.retry_written(outcome.delay, now):
                     lane.claimer.nudge()
-        if self._limited:
-            # Room was freed in a limited queue: its jobs left waiting for
-            # it (by a claim the limit cut short) may go now.
-            written = {outcome.job.queue for outcome in outcomes}
-            for lane in self._limited:
-                if lane.name in written:
-                    lane.policy.wake()
         for lane in lanes:
             lane.claimer.room()
         if self._observe_written:
@@ -927,6 +952,10 @@ class Worker:
 
     def _on_swept(self, queue: str, statuses: Mapping[str, int]) -> None:
         call_observers(self._observe_rescued, self._logger, queue, statuses)
+
+    def _on_lease_room(self, queue: str) -> None:
+        # Jobs left waiting for room in the lease may go now.
+        self._by_name[queue].claimer.wake()
 
     def _on_rescued(self, queues: Sequence[str]) -> None:
         for name in queues:

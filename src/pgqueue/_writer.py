@@ -42,11 +42,6 @@ class OutcomeWriter:
     forgets those claims); ``on_written`` is told of each flush's outcomes,
     and of those among them fenced off. Outcomes are written by id, so one
     writer serves every queue of a worker.
-
-    A batch holding a run of a queue in ``limited`` (queues with a
-    fleet-wide limit) is written by the statements that also count those
-    runs out of their queues' running counts; any other batch by the plain
-    ones, which never touch ``pgqueue_limits``.
     """
 
     def __init__(
@@ -57,15 +52,12 @@ class OutcomeWriter:
         logger: Logger,
         fields: Mapping[str, object],
         on_written: Callable[[Sequence[Outcome], Sequence[Outcome]], None],
-        limited: frozenset[str] = frozenset(),
     ) -> None:
         self._connection = connection
         self._settle = settle
         self._on_written = on_written
         self._logger = logger
         self._fields = fields
-        self._limited = limited
-        self._limited_array = sorted(limited)
         self._buffer: list[Outcome] = []
         # asyncio's event: anyio's looks up the running library on creation.
         self._arrived = asyncio.Event()
@@ -141,10 +133,6 @@ class OutcomeWriter:
                 [o.error for o in part],
                 results,
             )
-        limited = self._limited
-        if limited and any(o.job.queue in limited for o in part):
-            query = _COUNTING_DOWN[query]
-            args = (*args, self._limited_array)
         rows = await self._connection.fetch(query, *args)
         stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
@@ -190,10 +178,3 @@ class OutcomeWriter:
 
 
 _KEY = operator.attrgetter("key")
-
-# Each outcome write, and the same write that also counts runs of limited
-# queues out.
-_COUNTING_DOWN = {
-    _sql.COMPLETE: _sql.COMPLETE_LIMITED,
-    _sql.FINISH: _sql.FINISH_LIMITED,
-}

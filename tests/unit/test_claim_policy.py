@@ -163,35 +163,3 @@ def test_a_wakeup_during_a_short_claim_is_not_lost() -> None:
     assert p.next_claim(free=10, now=0.1) == (10, HEADS)
     p.claimed(10, HEADS, got=0, last={}, now=0.1)
     assert p.next_claim(free=10, now=0.2) is None
-
-
-def test_a_claim_the_limit_cut_short_waits_for_room_and_keeps_its_place() -> None:
-    # The fleet-wide limit allowed 4 of 10: jobs may be left, but a claim now
-    # would find no room; a wakeup (room freed) claims on past the last job.
-    p = policy()
-    p.next_claim(free=10, now=0.0)
-    p.claimed(10, HEADS, got=4, last={0: PLACE}, now=0.0, claimed_at=AT, capped=True)
-    assert p.next_claim(free=6, now=0.1) is None
-    assert p.wait(now=0.1) == POLL - 0.1
-    p.wake()
-    assert p.next_claim(free=6, now=0.2) == (6, {0: PLACE})
-
-
-def test_a_claim_the_limit_allowed_nothing_keeps_the_places_it_had() -> None:
-    p = policy()
-    p.next_claim(free=10, now=0.0)
-    p.claimed(10, HEADS, got=10, last={0: PLACE}, now=0.0, claimed_at=AT)
-    after = {**ABOVE_ZERO, 0: PLACE}
-    assert p.next_claim(free=10, now=0.1) == (10, after)
-    p.claimed(10, after, got=0, last={}, now=0.1, capped=True)
-    assert p.next_claim(free=10, now=0.2) is None
-    p.wake()  # the priorities passed at AT go back to their heads
-    assert p.next_claim(free=10, now=0.3) == (10, {0: PLACE})
-
-
-def test_room_freed_during_a_capped_claim_claims_again_at_once() -> None:
-    p = policy()
-    p.next_claim(free=10, now=0.0)
-    p.wake()  # a write freed room while the claim ran
-    p.claimed(10, HEADS, got=0, last={}, now=0.0, capped=True)
-    assert p.next_claim(free=10, now=0.1) == (10, HEADS)

@@ -1,0 +1,197 @@
+"""Fleet-wide limits: each worker's lease of a limited queue's slots."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import uuid
+from typing import TYPE_CHECKING
+
+import anyio
+
+from pgqueue import _sql
+from pgqueue._retry import log_failure
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from pgqueue._dedicated import DedicatedConnection
+    from pgqueue._ledger import Claims
+    from pgqueue._log import Logger
+
+__all__ = ["Lease", "LeaseKeeper", "take", "worker_id"]
+
+
+class Lease:
+    """The slots of a queue with a fleet-wide limit that this worker may fill.
+
+    The database splits the queue's ``global_limit`` among its workers'
+    leases (`_sql.LEASE`), whose sum never exceeds it. Within its lease a
+    worker claims on its own: a claim takes no more than the lease leaves
+    after the worker's jobs ready or running, and touches no shared row. A
+    slot is free again once its handler has ended, before the outcome is
+    written.
+
+    A lease holds for ``ttl`` seconds from when its renewal was sent. Past
+    that with no renewal (the database out of reach), the worker claims
+    nothing more from the queue, and other workers may take its slots after
+    ``ttl``: the worker's ``rescue_after``, after which they would take its
+    jobs' rows too.
+
+    Args:
+        queue: the limited queue.
+        limit: the worker's ``global_limit`` for it.
+        wanted: the most slots the worker could fill (its capacity for the
+            queue): the lease asks for that, within a fair share.
+        ttl: how long a lease holds, in seconds.
+        claims: the worker's ledger of the queue (its jobs ready or running
+            fill the lease).
+    """
+
+    def __init__(
+        self,
+        queue: str,
+        *,
+        limit: int,
+        wanted: int,
+        ttl: float,
+        claims: Claims,
+    ) -> None:
+        self.queue = queue
+        self.limit = limit
+        self.wanted = wanted
+        self.ttl = ttl
+        self._claims = claims
+        self.slots = 0
+        """The slots granted by the last renewal."""
+        self.claiming = 0
+        """Slots taken by a claim in flight."""
+        self._valid_until = -math.inf
+
+    @property
+    def taken(self) -> bool:
+        """Whether the lease was ever granted (the claimer takes it first)."""
+        return self._valid_until > -math.inf
+
+    def free(self, now: float) -> int:
+        """How many more jobs the lease allows now (none once it has run out)."""
+        if now >= self._valid_until:
+            return 0
+        return max(self.slots - self._claims.active, 0)
+
+    def held(self) -> int:
+        """The most slots the worker may fill while a renewal is in flight.
+
+        Its jobs may not stop, and a claim may fill the slots it has: the
+        lease records at least this many, so that the slots of a lease that
+        shrinks go to others only once its jobs have ended.
+        """
+        return max(self._claims.active + self.claiming, self.slots)
+
+    def renewed(self, slots: int, sent_at: float) -> bool:
+        """The database granted ``slots`` to a renewal sent at ``sent_at``; whether room grew."""
+        grew = slots > self.slots or (slots > 0 and sent_at >= self._valid_until)
+        self.slots = slots
+        self._valid_until = sent_at + self.ttl
+        return grew
+
+
+async def take(connection: DedicatedConnection, lease: Lease, worker: str) -> bool:
+    """Take or renew ``lease`` for ``worker``; whether room grew.
+
+    Makes the queue's row of ``pgqueue_limits`` if it is missing (the
+    worker's first lease, or a row deleted by hand).
+    """
+    sent_at = anyio.current_time()
+    while True:
+        results = await connection.transaction(
+            [
+                (_sql.LOCK_LIMIT, (lease.queue,)),
+                (
+                    _sql.LEASE,
+                    (
+                        lease.queue,
+                        worker,
+                        lease.limit,
+                        lease.wanted,
+                        lease.held(),
+                        lease.ttl,
+                    ),
+                ),
+            ],
+            stop_if_empty=True,
+        )
+        if results[0]:
+            return lease.renewed(results[1][0][0], sent_at)
+        await connection.fetch(_sql.SEED_LIMIT, lease.queue, lease.limit)
+
+
+def worker_id() -> str:
+    """A name for this worker's leases: its host, process and a random part."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+class LeaseKeeper:
+    """Renew a worker's leases every ``interval``, and give them back as it stops.
+
+    A renewal that frees room wakes the queue's claimer (``on_room``).
+
+    Args:
+        connection: the worker's upkeep connection.
+        leases: the worker's leases, one per limited queue.
+        worker: the worker's id (`worker_id`).
+        interval: seconds between renewals: how soon a lease follows a
+            change in the workers wanting slots.
+        on_room: called with a queue's name when its lease grew.
+    """
+
+    def __init__(
+        self,
+        connection: DedicatedConnection,
+        leases: Sequence[Lease],
+        *,
+        worker: str,
+        interval: float,
+        logger: Logger,
+        fields: Mapping[str, object],
+        on_room: Callable[[str], None],
+    ) -> None:
+        self._connection = connection
+        self._leases = tuple(leases)
+        self.worker = worker
+        self._interval = interval
+        self._logger = logger
+        self._fields = fields
+        self._on_room = on_room
+
+    async def run(self) -> None:
+        """Renew every lease each interval, until cancelled."""
+        failures = 0
+        while True:
+            await anyio.sleep(self._interval)
+            try:
+                for lease in self._leases:
+                    if lease.taken and await take(self._connection, lease, self.worker):
+                        self._on_room(lease.queue)
+            except Exception as exc:
+                failures += 1
+                log_failure(
+                    self._logger,
+                    "lease renewal failed",
+                    exc,
+                    failures,
+                    **self._fields,
+                )
+            else:
+                failures = 0
+
+    async def release(self) -> None:
+        """Give every lease back (the worker has stopped: none of its jobs runs)."""
+        try:
+            await self._connection.fetch(_sql.RELEASE_LEASES, self.worker)
+        except Exception as exc:
+            # Its leases run out on their own.
+            log_failure(
+                self._logger, "giving leases back failed", exc, 1, **self._fields
+            )
