@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import asyncpg
@@ -26,6 +26,9 @@ from pgqueue.cli import worker as cli_worker
 from tests.cli_apps.limited import SAMPLES, make_worker
 from tests.helpers import running, wait_until
 from tests.test_cli_worker import started, statuses
+
+if TYPE_CHECKING:
+    from pgqueue._lease import Lease
 
 LIMITED = "tests.cli_apps.limited:worker"
 
@@ -466,7 +469,7 @@ async def test_a_lease_not_renewed_stops_the_claims(
         await wait_until(completed(pool, queue_name, 2))
 
 
-async def _no_room(lease: Any) -> bool:
+async def _no_room(lease: Lease) -> bool:
     return lease.free(anyio.current_time()) == 0
 
 

@@ -138,8 +138,9 @@ async def assert_untouched(bouncer: PgBouncer, before: State) -> None:
     assert changed == {}, "session state left on server connections, by backend pid"
 
 
+@pytest.mark.parametrize("global_limit", [None, 3], ids=["unlimited", "limited"])
 async def test_worker_leaves_no_session_state(
-    bouncer: PgBouncer, pool: asyncpg.Pool, queue_name: str
+    bouncer: PgBouncer, pool: asyncpg.Pool, queue_name: str, global_limit: int | None
 ) -> None:
     before = await baseline(bouncer)
     ids = await pgqueue.Queue(pool, name=queue_name).enqueue_many(
@@ -147,8 +148,13 @@ async def test_worker_leaves_no_session_state(
     )
     runs: Counter[int] = Counter()
     async with bounced_pool(bouncer) as bounced:
+        # A fleet-wide limit's leases are taken in transactions, as a pooler needs.
         worker = pgqueue.Worker(
-            bounced, queue=queue_name, listen=False, poll_interval=0.05
+            bounced,
+            queue=queue_name,
+            listen=False,
+            poll_interval=0.05,
+            global_limit=global_limit,
         )
 
         @worker.handler("t")
@@ -159,6 +165,10 @@ async def test_worker_leaves_no_session_state(
             await worker.run(until_empty=True)
     assert runs == dict.fromkeys(ids, 1)
     assert [r["status"] for r in await rows(pool, queue_name)] == ["completed"] * 10
+    leases = await pool.fetchval(
+        "SELECT count(*) FROM pgqueue_leases WHERE queue = $1", queue_name
+    )
+    assert leases == 0  # given back as it stopped
     await assert_untouched(bouncer, before)
 
 

@@ -13,10 +13,10 @@ def lease(claims: Claims, ttl: float = 10.0) -> Lease:
 
 def test_a_lease_allows_nothing_until_it_is_granted() -> None:
     held = lease(Claims(capacity=4, write_allowance=4))
-    assert not held.taken
+    before = held.taken
     assert held.free(0.0) == 0
     assert held.renewed(3, sent_at=1.0)
-    assert held.taken
+    assert (before, held.taken) == (False, True)
     assert held.free(1.5) == 3
 
 

@@ -79,7 +79,7 @@ def _add_stats(commands: Commands) -> None:
             "Count each queue's jobs: ready, scheduled, running, completed (an "
             "estimate on a big table, marked ~), dead and cancelled; the lag (how "
             "long the oldest ready job has waited), the longest running job and, "
-            "for a queue with a fleet-wide limit, its slots in use."
+            "for a queue with a fleet-wide limit, the slots its workers lease."
         ),
     )
     parser.add_argument("--queue", help="only this queue")

@@ -188,7 +188,7 @@ def live_part(base: str, frame: Frame) -> str:
             '<abbr title="age of the oldest ready job">Lag</abbr>',
             '<abbr title="jobs enqueued per second, last 10 s">In/s</abbr>',
             '<abbr title="jobs finished per second, last 10 s">Done/s</abbr>',
-            '<abbr title="slots in use of the fleet-wide limit">Slots</abbr>',
+            '<abbr title="slots of the fleet-wide limit leased by workers">Slots</abbr>',
         )
     )
     rows = "".join(_queue_row(base, q) for q in frame.queues) or (
