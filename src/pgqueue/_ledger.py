@@ -51,11 +51,11 @@ class Claims:
     @property
     def free(self) -> int:
         """How many more jobs may be claimed now."""
-        writing = len(self._held) - len(self.ready) - self.running
-        over = writing - self._allowance
-        return (
-            self.capacity - len(self.ready) - self.running - (over if over > 0 else 0)
-        )
+        active = len(self.ready) + self.running
+        over = (
+            len(self._held) - active - self._allowance
+        )  # writing beyond the allowance
+        return self.capacity - active - (over if over > 0 else 0)
 
     @property
     def active(self) -> int:
@@ -70,7 +70,7 @@ class Claims:
     @property
     def writing(self) -> int:
         """Claims whose outcome waits to be written."""
-        return len(self._held) - len(self.ready) - self.running
+        return len(self._held) - self.active
 
     def keys(self) -> list[Key]:
         """Every claim not yet durable: the rows to heartbeat."""
@@ -141,5 +141,5 @@ class Budget:
         """How many more jobs the worker's queues may claim between them now."""
         used = self.reserved
         for claims in self._ledgers:
-            used += len(claims.ready) + claims.running
+            used += claims.active
         return self.cap - used
