@@ -63,7 +63,6 @@ class Claimer:
             no more than it leaves.
         limits: whether the worker needs the fleet-wide limits' tables (one
             of its queues has a limit): the schema check then requires them.
-        worker: the worker's id, for its leases.
     """
 
     def __init__(
@@ -81,7 +80,6 @@ class Claimer:
         schema_checked: anyio.Event | None = None,
         lease: Lease | None = None,
         limits: bool = False,
-        worker: str = "",
     ) -> None:
         self._connection = connection
         self._policy = policy
@@ -95,7 +93,6 @@ class Claimer:
         self._schema_checked = schema_checked
         self._lease = lease
         self._limits = limits or lease is not None
-        self._worker = worker
         self._event = asyncio.Event()
         self._until_empty = False
         self.checked = anyio.Event()
@@ -242,7 +239,7 @@ class Claimer:
 
     async def _take_lease(self) -> None:
         assert self._lease is not None
-        await take(self._connection, self._lease, self._worker)
+        await take(self._connection, self._lease)
 
     async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` until it succeeds, retrying transient failures."""

@@ -41,6 +41,7 @@ class Lease:
 
     Args:
         queue: the limited queue.
+        worker: the worker's id (`worker_id`), which names its leases.
         limit: the worker's ``global_limit`` for it.
         wanted: the most slots the worker could fill (its capacity for the
             queue): the lease asks for that, within a fair share.
@@ -52,6 +53,7 @@ class Lease:
     def __init__(
         self,
         queue: str,
+        worker: str,
         *,
         limit: int,
         wanted: int,
@@ -59,6 +61,7 @@ class Lease:
         claims: Claims,
     ) -> None:
         self.queue = queue
+        self.worker = worker
         self.limit = limit
         self.wanted = wanted
         self.ttl = ttl
@@ -97,8 +100,8 @@ class Lease:
         return grew
 
 
-async def take(connection: DedicatedConnection, lease: Lease, worker: str) -> bool:
-    """Take or renew ``lease`` for ``worker``; whether room grew.
+async def take(connection: DedicatedConnection, lease: Lease) -> bool:
+    """Take or renew ``lease``; whether room grew.
 
     Makes the queue's row of ``pgqueue_limits`` if it is missing (the
     worker's first lease, or a row deleted by hand).
@@ -112,7 +115,7 @@ async def take(connection: DedicatedConnection, lease: Lease, worker: str) -> bo
                     _sql.LEASE,
                     (
                         lease.queue,
-                        worker,
+                        lease.worker,
                         lease.limit,
                         lease.wanted,
                         lease.held(),
@@ -172,7 +175,7 @@ class LeaseKeeper:
             await anyio.sleep(self._interval)
             try:
                 for lease in self._leases:
-                    if lease.taken and await take(self._connection, lease, self.worker):
+                    if lease.taken and await take(self._connection, lease):
                         self._on_room(lease.queue)
             except Exception as exc:
                 failures += 1

@@ -639,6 +639,7 @@ class Worker:
                 capacity = min(capacity, lane.global_limit)
                 lease = Lease(
                     lane.name,
+                    worker,
                     limit=lane.global_limit,
                     wanted=capacity,
                     ttl=self._rescue_after,
@@ -663,7 +664,6 @@ class Worker:
                 schema_checked=None if first is None else first.checked,
                 lease=lease,
                 limits=bool(self._limited),
-                worker=worker,
             )
             first = first or lane.claimer
             lane.consumers = Consumers(

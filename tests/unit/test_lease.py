@@ -8,7 +8,7 @@ from tests.unit.test_ledger import job
 
 
 def lease(claims: Claims, ttl: float = 10.0) -> Lease:
-    return Lease("q", limit=5, wanted=4, ttl=ttl, claims=claims)
+    return Lease("q", "w", limit=5, wanted=4, ttl=ttl, claims=claims)
 
 
 def test_a_lease_allows_nothing_until_it_is_granted() -> None:
