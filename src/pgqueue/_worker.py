@@ -540,15 +540,9 @@ class Worker:
         self._claim_scope = anyio.CancelScope()
         if self._stop_requested:
             self._claim_scope.cancel()
-        self._build(until_empty=until_empty)
-        self._logger.info(
-            "worker starting",
-            extra={"queue": self._queue, "concurrency": self._concurrency}
-            if self._queues is None
-            else {"queues": self.queues, "max_concurrency": self._max_concurrency},
-        )
         started = False
         try:
+            self._start(until_empty=until_empty)
             async with anyio.create_task_group() as host:
                 host.start_soon(self._supervise, until_empty)
                 try:
@@ -564,6 +558,8 @@ class Worker:
                     raise
         finally:
             self._state = "stopped"
+            # Set by the supervisor when it ran; not when the start-up failed.
+            self._finished.set()
         if self._fatal is not None:
             raise self._fatal
         if not started:
@@ -603,6 +599,16 @@ class Worker:
         await self._finished.wait()
         msg = f"worker did not drain within {bound:g} s; {cut_off} job(s) returned to pending"
         raise TimeoutError(msg)
+
+    def _start(self, *, until_empty: bool) -> None:
+        """Build the worker's parts and say it starts (what may fail before the supervisor runs)."""
+        self._build(until_empty=until_empty)
+        self._logger.info(
+            "worker starting",
+            extra={"queue": self._queue, "concurrency": self._concurrency}
+            if self._queues is None
+            else {"queues": self.queues, "max_concurrency": self._max_concurrency},
+        )
 
     def _build(self, *, until_empty: bool) -> None:
         """Make the worker's parts; they need a running event loop."""
