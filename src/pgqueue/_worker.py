@@ -8,6 +8,8 @@ Task tree (what runs where, and what stops what)::
         ├── services task group    cancelled last, after the outcomes settle
         │   ├── outcome writer     batches fenced outcome writes
         │   ├── listener           LISTEN pgqueue_jobs; wakes the claimer
+        │   ├── cancel hints       reads the rows a control NOTIFY names
+        │   │                      (a hint: the row decides), batched
         │   ├── heartbeats         refresh updated_at of every held claim
         │   ├── rescue sweep       at start, then every max(poll, rescue_after/2)
         │   ├── retention sweep    only with retain=
@@ -64,6 +66,7 @@ from pgqueue._claimer import Claimer
 from pgqueue._connect import connect_like
 from pgqueue._connections import Connections
 from pgqueue._consumers import RUNNING_FOR, Consumers
+from pgqueue._control import CancelHints, read_cancel_requested
 from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._hooks import Observer, call_observers
@@ -714,6 +717,13 @@ class Worker:
             if leases
             else None
         )
+        self._hints = CancelHints(
+            read_cancel_requested(upkeep_connection),
+            holds=self._holds,
+            cancel=self._cancel,
+            logger=logger,
+            fields=self._fields,
+        )
         self._listening = anyio.Event()
         if self._listen is False or until_empty:
             self._listening.set()
@@ -741,6 +751,7 @@ class Worker:
                     services.start_soon(self._writer.run)
                     if self._listener is not None:
                         services.start_soon(self._listener.run)
+                        services.start_soon(self._after_check, self._hints.run)
                     services.start_soon(self._after_check, self._upkeep.heartbeats)
                     services.start_soon(self._after_check, self._upkeep.rescue)
                     if self._keeper is not None:
@@ -975,8 +986,14 @@ class Worker:
             lane = self._by_name.get(payload)
             if lane is not None:
                 lane.claimer.wake()
-        elif payload.isdigit():  # the control channel: a cancel request
-            self._cancel(int(payload))
+        else:  # the control channel: a hint of a cancel request
+            self._hints.hint(payload)
+
+    def _holds(self, job_id: int) -> bool:
+        """Whether this worker runs ``job_id``, or holds it claimed and not started."""
+        return self._runner.running(job_id) or any(
+            job.id == job_id for lane in self._lanes for job in lane.claims.ready
+        )
 
     def _cancel(self, job_id: int) -> None:
         """Cancel the run of ``job_id`` if this worker holds the job."""
