@@ -7,6 +7,7 @@ cancels a job only when its row says its cancel was requested.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ import asyncpg
 
 import pgqueue
 from pgqueue import _sql
-from tests.helpers import RecordingLogger, running, wait_for_row
+from tests.helpers import RecordingLogger, plan_nodes, running, wait_for_row
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -180,3 +181,39 @@ async def test_repeated_notifies_naming_a_running_job_do_not_cancel_it(
         release.set()
         stored = await wait_for_row(pool, job_id, status="completed")
     assert stored["result"] == "done" or stored["result"] == '"done"'
+
+
+async def test_the_read_of_cancel_requests_goes_through_the_primary_key(
+    fresh_dsn: str,
+) -> None:
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        await connection.execute(
+            "INSERT INTO pgqueue_jobs (queue, job_type)"
+            " SELECT 'q', 't' FROM generate_series(1, 20000)"
+        )
+        await connection.execute(
+            "UPDATE pgqueue_jobs SET status = 'running', attempts = 1,"
+            " cancel_requested = id % 1000 = 0 WHERE id % 100 = 0"
+        )
+        await connection.execute("ANALYZE pgqueue_jobs")
+        held = _sql.array([1000, 1100, 2000, 20001])
+        async with connection.transaction():
+            # Planned as the worker's connections plan it: generically.
+            for name, value in _sql.WORKER_SETTINGS.items():
+                await connection.execute(f"SET LOCAL {name} = {value}")
+            requested = await connection.fetch(_sql.CANCEL_REQUESTED, held)
+            await connection.execute("PREPARE requested AS " + _sql.CANCEL_REQUESTED)
+            raw = await connection.fetchval(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE requested('{held}')"
+            )
+            await connection.execute("DEALLOCATE requested")
+    finally:
+        await connection.close()
+    assert sorted(r["id"] for r in requested) == [1000, 2000]
+    scans = [
+        (node["Node Type"], node.get("Index Name"))
+        for node in plan_nodes(json.loads(raw)[0]["Plan"])
+        if node.get("Relation Name") == "pgqueue_jobs"
+    ]
+    assert scans == [("Index Scan", "pgqueue_jobs_pkey")]

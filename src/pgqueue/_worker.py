@@ -571,7 +571,8 @@ class Worker:
     async def stop(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the drain's own bound
         """Stop claiming, wait for in-flight handlers, write their outcomes, close.
 
-        Safe to call more than once, and before or without `run`. Called
+        Safe to call more than once, before or without `run`, and after
+        `run` ended however it ended (a failed start included). Called
         from inside one of this worker's handlers (or a task it started),
         it asks the worker to stop and returns at once: the drain waits for
         that handler.
