@@ -55,6 +55,10 @@ class JobRunner:
         self._running: dict[int, asyncio.Task[Any]] = {}
         self._cancelled: set[int] = set()
 
+    def running(self, job_id: int) -> bool:
+        """Whether a handler of job ``job_id`` is running here."""
+        return job_id in self._running
+
     def cancel(self, job_id: int, *, ready: bool = False) -> bool:
         """Cancel the run of job ``job_id`` if it is running here; return whether it was.
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ADMIN_INDEXES",
     "CANCEL",
+    "CANCEL_REQUESTED",
     "CLAIM",
     "COMPLETE",
     "CONTROL_CHANNEL",
@@ -77,7 +78,8 @@ JOBS_CHANNEL = "pgqueue_jobs"
 """Wakeups: the queue's name, when a job may have become ready (as the Go module)."""
 
 CONTROL_CHANNEL = "pgqueue_control"
-"""Cancel requests: the id of a running job whose cancel was requested."""
+"""Cancel requests: the id of a running job whose cancel was requested. Any
+role may NOTIFY here, so a worker takes the id as a hint (see CANCEL_REQUESTED)."""
 
 OUTCOMES_CHANNEL = "pgqueue_outcomes"
 """The id of a tracked job that has ended (completed, dead or cancelled)."""
@@ -385,6 +387,13 @@ SELECT w.id,
        CASE WHEN c.was = 'running' THEN pg_notify('pgqueue_control', w.id::text)
             WHEN c.was = 'pending' AND c.tracked THEN pg_notify('pgqueue_outcomes', w.id::text) END
 FROM wanted AS w LEFT JOIN found AS f ON f.id = w.id LEFT JOIN changed AS c ON c.id = w.id
+"""
+
+# Which of the jobs $1 have had their cancel requested (`Queue.cancel` of a
+# running job): what a worker reads before it acts on a control NOTIFY,
+# since anyone who can connect can send one.
+CANCEL_REQUESTED = """
+SELECT id FROM pgqueue_jobs WHERE id = ANY($1::text::bigint[]) AND cancel_requested
 """
 
 PRUNE = """

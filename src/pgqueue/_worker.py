@@ -8,6 +8,8 @@ Task tree (what runs where, and what stops what)::
         ├── services task group    cancelled last, after the outcomes settle
         │   ├── outcome writer     batches fenced outcome writes
         │   ├── listener           LISTEN pgqueue_jobs; wakes the claimer
+        │   ├── cancel hints       reads the rows a control NOTIFY names
+        │   │                      (a hint: the row decides), batched
         │   ├── heartbeats         refresh updated_at of every held claim
         │   ├── rescue sweep       at start, then every max(poll, rescue_after/2)
         │   ├── retention sweep    only with retain=
@@ -64,6 +66,7 @@ from pgqueue._claimer import Claimer
 from pgqueue._connect import connect_like
 from pgqueue._connections import Connections
 from pgqueue._consumers import RUNNING_FOR, Consumers
+from pgqueue._control import CancelHints, read_cancel_requested
 from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._hooks import Observer, call_observers
@@ -540,15 +543,9 @@ class Worker:
         self._claim_scope = anyio.CancelScope()
         if self._stop_requested:
             self._claim_scope.cancel()
-        self._build(until_empty=until_empty)
-        self._logger.info(
-            "worker starting",
-            extra={"queue": self._queue, "concurrency": self._concurrency}
-            if self._queues is None
-            else {"queues": self.queues, "max_concurrency": self._max_concurrency},
-        )
         started = False
         try:
+            self._start(until_empty=until_empty)
             async with anyio.create_task_group() as host:
                 host.start_soon(self._supervise, until_empty)
                 try:
@@ -564,6 +561,8 @@ class Worker:
                     raise
         finally:
             self._state = "stopped"
+            # Set by the supervisor when it ran; not when the start-up failed.
+            self._finished.set()
         if self._fatal is not None:
             raise self._fatal
         if not started:
@@ -572,7 +571,8 @@ class Worker:
     async def stop(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the drain's own bound
         """Stop claiming, wait for in-flight handlers, write their outcomes, close.
 
-        Safe to call more than once, and before or without `run`. Called
+        Safe to call more than once, before or without `run`, and after
+        `run` ended however it ended (a failed start included). Called
         from inside one of this worker's handlers (or a task it started),
         it asks the worker to stop and returns at once: the drain waits for
         that handler.
@@ -603,6 +603,16 @@ class Worker:
         await self._finished.wait()
         msg = f"worker did not drain within {bound:g} s; {cut_off} job(s) returned to pending"
         raise TimeoutError(msg)
+
+    def _start(self, *, until_empty: bool) -> None:
+        """Build the worker's parts and say it starts (what may fail before the supervisor runs)."""
+        self._build(until_empty=until_empty)
+        self._logger.info(
+            "worker starting",
+            extra={"queue": self._queue, "concurrency": self._concurrency}
+            if self._queues is None
+            else {"queues": self.queues, "max_concurrency": self._max_concurrency},
+        )
 
     def _build(self, *, until_empty: bool) -> None:
         """Make the worker's parts; they need a running event loop."""
@@ -708,6 +718,13 @@ class Worker:
             if leases
             else None
         )
+        self._hints = CancelHints(
+            read_cancel_requested(upkeep_connection),
+            holds=self._holds,
+            cancel=self._cancel,
+            logger=logger,
+            fields=self._fields,
+        )
         self._listening = anyio.Event()
         if self._listen is False or until_empty:
             self._listening.set()
@@ -735,6 +752,7 @@ class Worker:
                     services.start_soon(self._writer.run)
                     if self._listener is not None:
                         services.start_soon(self._listener.run)
+                        services.start_soon(self._after_check, self._hints.run)
                     services.start_soon(self._after_check, self._upkeep.heartbeats)
                     services.start_soon(self._after_check, self._upkeep.rescue)
                     if self._keeper is not None:
@@ -969,8 +987,14 @@ class Worker:
             lane = self._by_name.get(payload)
             if lane is not None:
                 lane.claimer.wake()
-        elif payload.isdigit():  # the control channel: a cancel request
-            self._cancel(int(payload))
+        else:  # the control channel: a hint of a cancel request
+            self._hints.hint(payload)
+
+    def _holds(self, job_id: int) -> bool:
+        """Whether this worker runs ``job_id``, or holds it claimed and not started."""
+        return self._runner.running(job_id) or any(
+            job.id == job_id for lane in self._lanes for job in lane.claims.ready
+        )
 
     def _cancel(self, job_id: int) -> None:
         """Cancel the run of ``job_id`` if this worker holds the job."""
