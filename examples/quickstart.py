@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 import uuid
 
@@ -64,12 +65,22 @@ async def demo(pool: asyncpg.Pool[asyncpg.Record], name: str) -> None:
         jobs = [("resize_image", {"n": n}) for n in range(JOBS)]
         await pgqueue.Queue(pool, name=name).enqueue_many(jobs)
         tg.start_soon(worker.run)
+        # On a terminal, one line redrawn in place; in a pipe or a log, a
+        # plain line a second (a carriage return would garble the log).
+        terminal, printed = sys.stdout.isatty(), start
         while not all_done.is_set():
             with anyio.move_on_after(0.1):
                 await all_done.wait()
-            rate = done / (time.monotonic() - start)
+            now = time.monotonic()
+            rate = done / (now - start)
             progress = f"{done:5}/{JOBS} jobs done, {rate:4.0f}/s, {retried} retried"
-            print(f"\r{progress}", end="", flush=True)
+            if terminal:
+                print(f"\r{progress}", end="", flush=True)
+            elif now - printed >= 1 or all_done.is_set():
+                print(progress.lstrip(), flush=True)
+                printed = now
+        if terminal:
+            print()
         elapsed = time.monotonic() - start
         await worker.stop()  # in-flight jobs finish, every outcome is written
 
@@ -79,7 +90,7 @@ async def demo(pool: asyncpg.Pool[asyncpg.Record], name: str) -> None:
                 await pgqueue.publish(pool, name, f"hello {n}")
             await all_received.wait()
         subscriber.stop()
-    print(f"\n{JOBS} jobs in {elapsed:.2f} s ({JOBS / elapsed:.0f} jobs/s), ", end="")
+    print(f"{JOBS} jobs in {elapsed:.2f} s ({JOBS / elapsed:.0f} jobs/s), ", end="")
     print(f"{retried} failed on purpose and were retried")
     print(f"{len(received)} pub/sub messages received: {', '.join(received)}")
 

@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import pty
 import re
 import signal
 import subprocess
@@ -47,6 +48,7 @@ QUICKSTART_SUMMARY = re.compile(
     re.MULTILINE,
 )
 QUICKSTART_MESSAGES = "3 pub/sub messages received: hello 0, hello 1, hello 2"
+QUICKSTART_PROGRESS = re.compile(r" *[0-9]+/5000 jobs done, +[0-9]+/s, [0-9]+ retried")
 
 
 def load_example(name: str) -> ModuleType:
@@ -88,7 +90,12 @@ async def run_example(
 
 
 def output(result: subprocess.CompletedProcess[bytes]) -> str:
-    return result.stdout.decode().replace("\r", "\n")
+    """The example's stdout, a pipe: whole lines only, as a log collector keeps them."""
+    text = result.stdout.decode()
+    assert "\r" not in text, text
+    assert "\x1b" not in text, text
+    assert text.endswith("\n"), text
+    return text
 
 
 def embedded_wheel_installed() -> bool:
@@ -115,13 +122,59 @@ async def test_quickstart_on_a_given_server_touches_only_its_own_rows(
     result = await run_example("quickstart.py", dsn)
     assert result.returncode == 0, result.stderr.decode()
     text = output(result)
-    assert "5000/5000 jobs done" in text
+    progress = [line for line in text.splitlines() if "jobs done" in line]
+    assert progress, text
+    assert all(QUICKSTART_PROGRESS.fullmatch(line) for line in progress), progress
+    assert progress[-1].startswith("5000/5000 jobs done")
     assert QUICKSTART_SUMMARY.search(text), text
     assert QUICKSTART_MESSAGES in text
     assert await row(pool, theirs) == before
     assert not await pool.fetchval(
         "SELECT count(*) FROM pgqueue_jobs WHERE queue LIKE 'quickstart%'"
     )
+
+
+def read_until_closed(fd: int) -> bytes:
+    """Read a pty's main side until every holder of its other side has closed it."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def test_quickstart_on_a_terminal_redraws_one_progress_line(dsn: str) -> None:
+    main, other = pty.openpty()
+    try:
+        with anyio.fail_after(30):
+            process = await anyio.open_process(
+                example_command("quickstart.py"),
+                stdin=subprocess.DEVNULL,
+                stdout=other,
+                stderr=other,
+                env=example_env(dsn),
+            )
+            os.close(other)
+            other = -1
+            data = await anyio.to_thread.run_sync(read_until_closed, main)
+            assert await process.wait() == 0, data
+    finally:
+        os.close(main)
+        if other != -1:
+            os.close(other)
+    # The terminal turns each "\n" into "\r\n"; a bare "\r" redraws.
+    lines = data.decode().split("\r\n")
+    [redrawn] = [line for line in lines if "jobs done" in line]
+    frames = redrawn.split("\r")
+    assert frames[0] == ""
+    assert all(QUICKSTART_PROGRESS.fullmatch(frame) for frame in frames[1:]), frames
+    assert frames[-1].lstrip().startswith("5000/5000 jobs done")
+    assert any(QUICKSTART_SUMMARY.fullmatch(line) for line in lines), lines
 
 
 @pytest.mark.skipif(

@@ -80,3 +80,10 @@ __all__ = [
 ]
 
 __version__ = "0.1.0.dev0"
+
+
+def __dir__() -> list[str]:
+    """The public names: ``__all__``, ``__version__`` and public submodules once imported."""
+    from pgqueue._public import public_names  # only when asked
+
+    return public_names(globals(), [*__all__, "__version__"])

@@ -5,13 +5,12 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Self, cast
 
-import anyio
-
 from pgqueue._checks import check_dsn_or_pool
 from pgqueue._connect import connect_like
 from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._listener import ListenerRoute, SharedListener
 from pgqueue._log import Logger, default_logger
+from pgqueue._taskgroup import BlockTaskGroup
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +33,9 @@ class Connections:
     pub/sub), and one connection each for claims, outcome writes and upkeep
     (heartbeats, sweeps, periodic ticks, a DSN tracker's reads), on which
     the workers' statements take turns. Each opens on first use and
-    reconnects by itself.
+    reconnects by itself. An exception raised in the ``async with`` block
+    leaves it as itself; an ``ExceptionGroup`` leaves only when the shared
+    LISTEN task failed too (a ``logger`` that raises, say).
 
     Usage::
 
@@ -104,7 +105,7 @@ class Connections:
         async with contextlib.AsyncExitStack() as stack:
             for connection in (self.claims, self.writes, self.upkeep):
                 stack.push_async_callback(connection.aclose)
-            tg = await stack.enter_async_context(anyio.create_task_group())
+            tg = await stack.enter_async_context(BlockTaskGroup())
             stack.callback(tg.cancel_scope.cancel)
             self._listener = SharedListener(
                 connect_like(self._listen_target),

@@ -44,6 +44,7 @@ from pgqueue._listener import (
     ListenerRoute,
 )
 from pgqueue._log import Logger, default_logger
+from pgqueue._taskgroup import BlockTaskGroup
 
 if TYPE_CHECKING:
     import asyncpg
@@ -238,6 +239,10 @@ class Subscriber:
 
         Raises:
             AlreadyStartedError: ``run()`` was called before.
+            BaseException: one a callback raised that is not an
+                ``Exception`` (``KeyboardInterrupt``, ``SystemExit``), as
+                itself; an ``ExceptionGroup`` only when the subscriber's
+                background task failed too.
         """
         if self._state != "new":
             msg = "this subscriber has already been started; create a new Subscriber"
@@ -268,7 +273,7 @@ class Subscriber:
         started = False
         try:
             with self._scope, send, receive:
-                async with anyio.create_task_group() as tg:
+                async with BlockTaskGroup() as tg:
                     await tg.start(self._listener.run)
                     task_status.started()
                     started = True

@@ -743,6 +743,12 @@ FROM t
 
 PUBLISH = "SELECT pg_notify($1, $2)"
 
+# Who and what the test run's server is (pgqueue.testing's pytest plugin
+# prints it): never the password, which the server does not know anyway.
+SERVER_IDENTITY = (
+    "SELECT current_user, current_database(), current_setting('server_version')"
+)
+
 # Startup parameters of the worker's own connections. The statements above
 # are written to plan well without their parameters' values, and a claim of
 # ten jobs costs less to run than to re-plan: custom plans (chosen by

@@ -52,6 +52,7 @@ from pgqueue._log import Logger, default_logger
 from pgqueue._retry import log_failure, retry_delay
 from pgqueue._schema import SCHEMA_ERRORS
 from pgqueue._sql import OUTCOMES_CHANNEL
+from pgqueue._taskgroup import BlockTaskGroup
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -120,7 +121,10 @@ class Tracker:
 
     Leaving the context closes the tracker's connections (a pool is borrowed,
     never closed); waits still pending in other tasks raise
-    `TrackerClosedError`.
+    `TrackerClosedError`. An exception raised in the block (``wait``'s
+    ``TimeoutError`` included) leaves it as itself; only when one of the
+    tracker's background tasks failed too (a ``logger`` that raises, say)
+    does an ``ExceptionGroup`` leave, holding theirs and the block's.
 
     Constructing a tracker does no I/O.
 
@@ -204,7 +208,7 @@ class Tracker:
         async with contextlib.AsyncExitStack() as stack:
             if self._connection is not None and shared is None:
                 stack.push_async_callback(self._connection.aclose)
-            tg = await stack.enter_async_context(anyio.create_task_group())
+            tg = await stack.enter_async_context(BlockTaskGroup())
             stack.callback(tg.cancel_scope.cancel)
             await tg.start(self._listener.run)
             tg.start_soon(self._read)

