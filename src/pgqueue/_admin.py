@@ -313,6 +313,12 @@ def _job_info(row: asyncpg.Record) -> JobInfo:
     )
 
 
+_SCALARS = tuple(
+    field.name for field in dataclasses.fields(JobSummary) if field.name != "error_line"
+)
+"""The columns a summary and a preview share."""
+
+
 def _cut(text: str | None, size: int) -> tuple[str | None, bool]:
     """``text``'s first ``size`` characters, and whether it had more."""
     if text is None or len(text) <= size:
@@ -334,11 +340,6 @@ def _job_preview(row: asyncpg.Record, size: int) -> JobPreview:
         last_error=error,
         last_error_truncated=error_cut,
     )
-
-
-_SCALARS = tuple(
-    field.name for field in dataclasses.fields(JobSummary) if field.name != "error_line"
-)
 
 
 class Admin:
@@ -454,7 +455,10 @@ class Admin:
         before_id: int | None = None,
         after_id: int | None = None,
     ) -> list[JobInfo]:
-        """List jobs, newest (highest id) first.
+        """List jobs, newest (highest id) first, every column read and decoded.
+
+        `job_summaries` lists the same jobs without reading their payloads
+        and results, for a listing whose jobs may be large.
 
         Pages with ``before_id``: pass the last id of a page to get the
         next one (never an offset, so a page costs the same however deep);
