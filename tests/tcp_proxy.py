@@ -67,6 +67,8 @@ class TcpProxy:
         """How many connections the proxy has accepted."""
         self.frozen_by_pattern = 0
         """How many connections a `freeze` pattern froze."""
+        self.received = 0
+        """How many bytes the target sent to clients (through the proxy)."""
         self._pairs: set[_Pair] = set()
         self._scope = anyio.CancelScope()
         self._listening = anyio.CancelScope()
@@ -167,6 +169,8 @@ class TcpProxy:
                     pair.frozen = True
                     self.frozen_by_pattern += 1
                 if not pair.frozen:
+                    if not from_client:
+                        self.received += len(chunk)
                     await sink.send(chunk)
         if not pair.frozen:
             pair.scope.cancel()  # one end closed: close the other, as TCP would

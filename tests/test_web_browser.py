@@ -13,11 +13,14 @@ README shows them). Skipped when Playwright or Chromium is missing
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import anyio
 import asyncpg
@@ -277,3 +280,189 @@ async def test_read_only_has_no_action_buttons_and_refuses_a_forged_post(
                 assert forged.status_code == 403
         assert (await row(pool, dead))["status"] == "dead"
         assert (await row(pool, pending))["status"] == "pending"
+
+
+# --- hostile values --------------------------------------------------------------------
+
+HOSTILE_QUEUE = "q\"'><img src=x onerror=window.__pwned=1>"
+HOSTILE_TYPE = "</script><script>window.__pwned=2</script>"
+HOSTILE_KEY = 'javascript:window.__pwned=3//" onmouseover="window.__pwned=4'
+HOSTILE_ERROR = (
+    '<svg onload=window.__pwned=5>\'"><iframe srcdoc="<script>parent.__pwned=6</script>">'
+    "\n</pre><a href=javascript:window.__pwned=7>click</a>"
+)
+HOSTILE_SCHEDULE = "<b onmouseover=window.__pwned=8>nightly</b>"
+HOSTILE_PAYLOAD = {
+    "html": "<img src=x onerror=window.__pwned=9>",
+    "link": "javascript:window.__pwned=10",
+    "quote": "\"'><script>window.__pwned=11</script>",
+}
+HOSTILE_RESULT = ["</pre><script>window.__pwned=12</script>", "</textarea>&amp;"]
+
+# Whatever the page holds: no script but the dashboard's own, no element a
+# value could have smuggled in, no event handler attribute, and no link or
+# form that leaves the dashboard's paths.
+INJECTED = """() => {
+    const found = [];
+    for (const el of document.querySelectorAll("*")) {
+        for (const attr of el.attributes) {
+            if (attr.name.startsWith("on")) found.push(el.tagName + " " + attr.name);
+        }
+    }
+    for (const el of document.querySelectorAll("img, svg, iframe, object, embed, b")) {
+        found.push(el.tagName);
+    }
+    for (const script of document.scripts) {
+        if (!script.getAttribute("src")?.startsWith("/static/pgqueue.js")) found.push("script");
+    }
+    for (const a of document.querySelectorAll("a[href]")) {
+        const href = a.getAttribute("href");
+        if (!href.startsWith("/") && href !== "#main") found.push("a " + href);
+    }
+    for (const form of document.querySelectorAll("form")) {
+        if (!form.getAttribute("action").startsWith("/")) found.push("form");
+    }
+    if (window.__pwned !== undefined) found.push("pwned " + window.__pwned);
+    return found;
+}"""
+
+
+async def test_hostile_values_show_as_text_and_run_nothing(fresh_dsn: str) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
+        dead, running = [
+            await pool.fetchval(
+                "INSERT INTO pgqueue_jobs (queue, job_type, status, attempts, unique_key,"
+                "                          payload, result, last_error)"
+                " VALUES ($1, $2, $3, 1, $4, $5::jsonb, $6::jsonb, $7) RETURNING id",
+                HOSTILE_QUEUE,
+                HOSTILE_TYPE,
+                status,
+                HOSTILE_KEY if status == "dead" else None,
+                json.dumps(HOSTILE_PAYLOAD),
+                json.dumps(HOSTILE_RESULT),
+                HOSTILE_ERROR,
+            )
+            for status in ("dead", "running")
+        ]
+        await pool.execute(
+            "INSERT INTO pgqueue_periodic (name, schedule, queue, job_type, last_tick, next_tick)"
+            " VALUES ($1, '0 3 * * *', $2, $3, now(), now() + interval '1 day')",
+            HOSTILE_SCHEDULE,
+            HOSTILE_QUEUE,
+            HOSTILE_TYPE,
+        )
+        filters = urlencode({"queue": HOSTILE_QUEUE, "type": HOSTILE_TYPE})
+        paths = [
+            "/",
+            "/jobs",
+            f"/jobs?{filters}&status=dead",
+            f"/jobs/{dead}",
+            f"/jobs/{dead}/retry",
+            f"/jobs/{running}",
+            f"/jobs/{running}/cancel",
+            f"/retry-all?{filters}",
+            "/periodic",
+        ]
+        app = create_app(pool, read_only=False, poll_interval=0.3)
+        async with serving(app) as url, browser() as chromium:
+            page = await chromium.new_page(viewport={"width": 1280, "height": 800})
+            dialogs: list[str] = []
+            page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+            for path in paths:
+                await page.goto(url + path)
+                await expect(page.locator("h1")).to_be_visible()
+                assert await page.evaluate(INJECTED) == [], path
+                await page.hover("main")
+            assert dialogs == []
+
+            # The live part of the queues page, redrawn from the fragment.
+            await page.goto(f"{url}/")
+            await expect(page.locator("#live")).to_have_attribute(
+                "data-updated", re.compile(r"\d+"), timeout=WAIT_MS
+            )
+            assert await page.evaluate(INJECTED) == []
+            queue_cell = page.locator("#queues tbody th[data-field=queue]")
+            await expect(queue_cell).to_have_text(HOSTILE_QUEUE)
+            running_row = page.get_by_role("row").filter(has_text=str(running))
+            await expect(running_row.locator("td").nth(2)).to_have_text(HOSTILE_TYPE)
+
+            # Every field of the job, as text.
+            await page.goto(f"{url}/jobs/{dead}")
+            facts = page.locator("dl.facts dd")
+            await expect(facts.nth(0)).to_have_text(HOSTILE_QUEUE)
+            await expect(facts.nth(1)).to_have_text(HOSTILE_TYPE)
+            await expect(facts.nth(5)).to_have_text(HOSTILE_KEY)
+            shown = page.locator("main pre")
+            payload = json.loads(await shown.nth(0).inner_text())
+            assert payload == HOSTILE_PAYLOAD
+            assert json.loads(await shown.nth(1).inner_text()) == HOSTILE_RESULT
+            await expect(shown.nth(2)).to_have_text(HOSTILE_ERROR)
+
+            # The listing and the periodic schedules.
+            await page.goto(f"{url}/jobs?{filters}&status=dead")
+            cells = page.locator(f'#jobs tr[data-id="{dead}"] td')
+            await expect(cells.nth(1)).to_have_text(HOSTILE_QUEUE)
+            await expect(cells.nth(2)).to_have_text(HOSTILE_TYPE)
+            await expect(cells.nth(6)).to_have_text(HOSTILE_ERROR.splitlines()[0])
+            await expect(page.get_by_role("textbox", name="Queue")).to_have_value(
+                HOSTILE_QUEUE
+            )
+            await page.goto(f"{url}/periodic")
+            await expect(page.locator("#periodic tbody th")).to_have_text(
+                HOSTILE_SCHEDULE
+            )
+            await page.goto(f"{url}/retry-all?{filters}")
+            await expect(page.locator("p.question")).to_have_text(
+                f"Retry all 1 dead jobs of queue {HOSTILE_QUEUE} and of type {HOSTILE_TYPE}?"
+            )
+            assert await page.evaluate("window.__pwned") is None
+        assert (await row(pool, dead))["status"] == "dead"
+
+
+# The left edge of each character of the first "dead" after the value in a
+# confirmation's question: left to right unless something reordered them.
+EDGES = """question => {
+    const walker = document.createTreeWalker(question, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        const at = node.data.indexOf("dead");
+        if (at < 0) continue;
+        const edges = [];
+        for (let i = 0; i < 4; i++) {
+            const range = document.createRange();
+            range.setStart(node, at + i);
+            range.setEnd(node, at + i + 1);
+            edges.push(range.getBoundingClientRect().left);
+        }
+        return edges;
+    }
+    return null;
+}"""
+
+
+async def test_a_right_to_left_override_in_a_type_reorders_nothing_around_it(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    job_id = await queue.enqueue("invoice\u202efdp.exe", {})
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'dead', last_error = $2 WHERE id = $1",
+        job_id,
+        "\u202eerror",
+    )
+    async with (
+        serving(create_app(pool, read_only=False)) as url,
+        browser() as chromium,
+    ):
+        page = await chromium.new_page()
+        await page.goto(f"{url}/jobs/{job_id}/retry")
+        question = page.locator("p.question")
+        await expect(question).to_contain_text("Retry job")
+        edges = await question.evaluate(EDGES)
+        assert edges is not None
+        assert edges == sorted(edges), edges  # "dead" reads left to right
+        assert len(set(edges)) == 4
+        # The override is shown, not obeyed, wherever the type appears.
+        for path in (f"/jobs/{job_id}", f"/jobs?queue={queue.name}", "/"):
+            await page.goto(url + path)
+            text = await page.locator("main").inner_text()
+            assert "\u202e" not in text, path
+            assert "invoiceU+202Efdp.exe" in text, path

@@ -3,9 +3,10 @@
 The table of tests/test_admin_plans.py (200,000 completed rows of two queues,
 and pending, running, dead and cancelled ones). Two checks:
 
-* ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement a page runs, with each
-  filter the listing offers (queue, status, type, a keyset cursor either way), shows no
-  sequential scan of ``pgqueue_jobs``, with the default plans and with
+* ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement a page runs (the
+  listings' summaries, a job's preview and summary), with each filter the
+  listing offers (queue, status, type, a keyset cursor either way), shows
+  no sequential scan of ``pgqueue_jobs``, with the default plans and with
   generic ones;
 * every page, requested through the app on a one-connection pool, adds no
   sequential scan to ``pg_stat_user_tables`` (whatever statement it runs).
@@ -64,6 +65,8 @@ async def test_every_statement_of_the_pages_uses_an_index(
         (_sql.DASHBOARD_ENQUEUED, (newest - 100, newest, None)),
         (_sql.DASHBOARD_RUNNING, (None, 5)),
         (_sql.JOB, (middle,)),
+        (_sql.JOB_PREVIEW, (middle, 50_000)),
+        (_sql.JOB_SUMMARY, (middle,)),
     ]
     # The listing: every status, with and without a queue, a type, a cursor.
     for status, queue, job_type, before in itertools.product(
@@ -80,10 +83,13 @@ async def test_every_statement_of_the_pages_uses_an_index(
             # primary key and a scan by a sample's estimates (both were
             # seen). The README states what such a listing costs.
             continue
-        statements.append((_sql.jobs_query(status), (queue, job_type, before, 51)))
-        if before is not None:  # a Newer page, back up from the same cursor
-            newer = _sql.jobs_query(status, newer=True)
-            statements.append((newer, (queue, job_type, before, 51)))
+        # The pages list summaries (Admin.job_summaries); Admin.jobs reads
+        # the same rows with every column.
+        for query in (_sql.jobs_query, _sql.job_summaries_query):
+            args = (queue, job_type, before, 51)
+            statements.append((query(status), args))
+            if before is not None:  # a Newer page, back up from the same cursor
+                statements.append((query(status, newer=True), args))
     # Retry all: its confirmation's count, and the ids it retries.
     for queue, job_type in itertools.product((None, "a"), (None, "report")):
         statements.append((_sql.DEAD_COUNT, (queue, job_type)))

@@ -6,7 +6,15 @@ same ``pgqueue_jobs`` table, same semantics, built on asyncpg and anyio.
 
 from __future__ import annotations
 
-from pgqueue._admin import Admin, JobInfo, QueueStats, ScheduleInfo, SchemaState
+from pgqueue._admin import (
+    Admin,
+    JobInfo,
+    JobPreview,
+    JobSummary,
+    QueueStats,
+    ScheduleInfo,
+    SchemaState,
+)
 from pgqueue._backoff import Backoff, default_backoff
 from pgqueue._connections import Connections
 from pgqueue._errors import (
@@ -52,6 +60,8 @@ __all__ = [
     "JobInfo",
     "JobNotFoundError",
     "JobOutcome",
+    "JobPreview",
+    "JobSummary",
     "Logger",
     "Middleware",
     "NewJob",

@@ -27,12 +27,23 @@ from pgqueue._log import Logger, default_logger
 from pgqueue._schema import SCHEMA_ERRORS, check_schema, missing_pieces
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable
     from datetime import datetime
 
     from pgqueue._queue import Executor
 
-__all__ = ["Admin", "JobInfo", "QueueStats", "ScheduleInfo", "SchemaState"]
+__all__ = [
+    "Admin",
+    "JobInfo",
+    "JobPreview",
+    "JobSummary",
+    "QueueStats",
+    "ScheduleInfo",
+    "SchemaState",
+]
+
+PREVIEW_CHARS = 50_000
+"""How many characters of a payload, result and error `Admin.job_preview` reads by default."""
 
 EXACT_COMPLETED_PAGES = 1280
 """Up to this many pages (10 MB), `Admin.stats` counts completed jobs exactly."""
@@ -143,6 +154,85 @@ class JobInfo(_JSONShape):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobSummary(_JSONShape):
+    """A job without its payload and result, from `Admin.job_summaries`.
+
+    What a listing shows, at a cost that does not grow with the job's
+    payload, result or error: the fields of `JobInfo` but those three, and
+    ``error_line``.
+
+    Attributes:
+        error_line: the first line of ``last_error`` (past leading blank
+            space), cut to its first 300 characters in the database; None
+            when the job has no error. For a completed job, it is the error
+            of an earlier attempt.
+
+    .. versionadded:: 0.1
+    """
+
+    id: int
+    queue: str
+    job_type: str
+    status: str
+    attempts: int
+    max_attempts: int
+    priority: int
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    unique_key: str | None
+    snoozes: int
+    cancel_requested: bool
+    error_line: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobPreview(_JSONShape):
+    """A job with its payload, result and last error cut short, from `Admin.job_preview`.
+
+    The fields of `JobInfo`, but ``payload`` and ``result`` are JSON text
+    (not decoded: a cut one is no longer JSON), and these three are cut to
+    the ``max_chars`` first characters in the database, so reading a job of
+    any size costs a bounded read.
+
+    Attributes:
+        payload: the payload's JSON text, at most ``max_chars`` characters.
+        payload_truncated: whether ``payload`` was cut.
+        result: the result's JSON text, at most ``max_chars`` characters,
+            or None.
+        result_truncated: whether ``result`` was cut.
+        last_error: the last error, at most ``max_chars`` characters, or
+            None. For a completed job, it is the error of an earlier
+            attempt.
+        last_error_truncated: whether ``last_error`` was cut.
+
+    .. versionadded:: 0.1
+    """
+
+    id: int
+    queue: str
+    job_type: str
+    status: str
+    attempts: int
+    max_attempts: int
+    priority: int
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+    unique_key: str | None
+    snoozes: int
+    cancel_requested: bool
+    payload: str
+    payload_truncated: bool
+    result: str | None
+    result_truncated: bool
+    last_error: str | None
+    last_error_truncated: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleInfo(_JSONShape):
     """A periodic schedule's row, from `Admin.schedules`.
 
@@ -220,6 +310,35 @@ def _job_info(row: asyncpg.Record) -> JobInfo:
         cancel_requested=row["cancel_requested"],
         payload=json.loads(row["payload"]),
         result=None if result is None else json.loads(result),
+    )
+
+
+_SCALARS = tuple(
+    field.name for field in dataclasses.fields(JobSummary) if field.name != "error_line"
+)
+"""The columns a summary and a preview share."""
+
+
+def _cut(text: str | None, size: int) -> tuple[str | None, bool]:
+    """``text``'s first ``size`` characters, and whether it had more."""
+    if text is None or len(text) <= size:
+        return text, False
+    return text[:size], True
+
+
+def _job_preview(row: asyncpg.Record, size: int) -> JobPreview:
+    scalars = {name: row[name] for name in _SCALARS}
+    payload, payload_cut = _cut(row["payload"], size)
+    result, result_cut = _cut(row["result"], size)
+    error, error_cut = _cut(row["last_error"], size)
+    return JobPreview(
+        **scalars,
+        payload=payload or "",
+        payload_truncated=payload_cut,
+        result=result,
+        result_truncated=result_cut,
+        last_error=error,
+        last_error_truncated=error_cut,
     )
 
 
@@ -336,7 +455,10 @@ class Admin:
         before_id: int | None = None,
         after_id: int | None = None,
     ) -> list[JobInfo]:
-        """List jobs, newest (highest id) first.
+        """List jobs, newest (highest id) first, every column read and decoded.
+
+        `job_summaries` lists the same jobs without reading their payloads
+        and results, for a listing whose jobs may be large.
 
         Pages with ``before_id``: pass the last id of a page to get the
         next one (never an offset, so a page costs the same however deep);
@@ -361,6 +483,57 @@ class Admin:
                 ``after_id``, an empty or NUL-holding name.
             SchemaError: the table is missing or lacks a column.
         """
+        rows = await self._listing(
+            _sql.jobs_query, queue, status, job_type, limit, before_id, after_id
+        )
+        return [_job_info(row) for row in rows]
+
+    async def job_summaries(
+        self,
+        *,
+        queue: str | None = None,
+        status: str | None = None,
+        job_type: str | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+        after_id: int | None = None,
+    ) -> list[JobSummary]:
+        """List jobs as `jobs` does, without their payloads and results.
+
+        The same filters, order, pages and indexes as `jobs`, but each job
+        is a `JobSummary`: no payload or result is read, and of the last
+        error only the first line, cut to 300 characters in the database.
+        A page costs the same whatever size the jobs' payloads, results and
+        errors are: what a dashboard should list.
+
+        Raises:
+            TypeError, ValueError: as `jobs`.
+            SchemaError: the table is missing or lacks a column.
+
+        .. versionadded:: 0.1
+        """
+        rows = await self._listing(
+            _sql.job_summaries_query,
+            queue,
+            status,
+            job_type,
+            limit,
+            before_id,
+            after_id,
+        )
+        return [JobSummary(**dict(row)) for row in rows]
+
+    async def _listing(
+        self,
+        query: Callable[..., str],
+        queue: str | None,
+        status: str | None,
+        job_type: str | None,
+        limit: int,
+        before_id: int | None,
+        after_id: int | None,
+    ) -> list[asyncpg.Record]:
+        """Check a listing's arguments, then run it (newest first)."""
         name = None if queue is None else check_queue_name(queue)
         if status is not None and status not in _sql.JOB_STATUSES:
             msg = (
@@ -377,7 +550,7 @@ class Admin:
         newer = after is not None
         async with self._schema_checked():
             rows = await self._executor.fetch(
-                _sql.jobs_query(status, newer=newer),
+                query(status, newer=newer),
                 name,
                 kind,
                 after if newer else before,
@@ -385,7 +558,7 @@ class Admin:
             )
         if newer:
             rows.reverse()
-        return [_job_info(row) for row in rows]
+        return rows
 
     async def job(self, job_id: int) -> JobInfo | None:
         """One job, or None if no job has that id.
@@ -398,6 +571,44 @@ class Admin:
         async with self._schema_checked():
             row = await self._executor.fetchrow(_sql.JOB, checked)
         return None if row is None else _job_info(row)
+
+    async def job_summary(self, job_id: int) -> JobSummary | None:
+        """One job without its payload and result, or None if no job has that id.
+
+        Raises:
+            TypeError, ValueError: an id that is not a positive int.
+            SchemaError: the table is missing or lacks a column.
+
+        .. versionadded:: 0.1
+        """
+        checked = check_job_id(job_id)
+        async with self._schema_checked():
+            row = await self._executor.fetchrow(_sql.JOB_SUMMARY, checked)
+        return None if row is None else JobSummary(**dict(row))
+
+    async def job_preview(
+        self, job_id: int, *, max_chars: int = PREVIEW_CHARS
+    ) -> JobPreview | None:
+        """One job with its payload, result and last error cut short; None if no job has that id.
+
+        Each of the three is cut to its first ``max_chars`` characters in
+        the database (the payload and result as JSON text), so however
+        large they are, at most about ``3 * max_chars`` characters are
+        read; the ``*_truncated`` fields say which were cut. Use `job` for
+        the whole decoded values.
+
+        Raises:
+            TypeError, ValueError: an id that is not a positive int, or
+                ``max_chars`` below 1.
+            SchemaError: the table is missing or lacks a column.
+
+        .. versionadded:: 0.1
+        """
+        checked = check_job_id(job_id)
+        size = check_int("max_chars", max_chars)
+        async with self._schema_checked():
+            row = await self._executor.fetchrow(_sql.JOB_PREVIEW, checked, size)
+        return None if row is None else _job_preview(row, size)
 
     async def retry(self, *job_ids: int, attempts: int | None = None) -> dict[int, str]:
         """Put dead and cancelled jobs back in line, due now; return what became of each id.

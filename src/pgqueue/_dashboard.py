@@ -3,7 +3,7 @@
 Each frame reads, in one read-only snapshot: the per-queue counts and lag
 from `pgqueue.Admin.stats`, the newest job id, the jobs enqueued since the
 previous frame (a range of the primary key), the jobs running longest (the
-rescue index) and the latest dead jobs (`pgqueue.Admin.jobs`). Rates come
+rescue index) and the latest dead jobs (`pgqueue.Admin.job_summaries`). Rates come
 from differences between frames over the last `RATE_WINDOW` seconds (at
 least the last interval), so the first frame shows none:
 
@@ -91,7 +91,7 @@ class RunningJob:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeadJob:
-    """A dead job, when it died, and the first line of its last error."""
+    """A dead job, when it died, and the first line of its last error (300 characters at most)."""
 
     id: int
     queue: str
@@ -169,7 +169,9 @@ class Sampler:
                 )
                 enqueued = {row["queue"]: row["enqueued"] for row in rows}
             running = await conn.fetch(_sql.DASHBOARD_RUNNING, queue, TOP)
-            dead = await self._admin.jobs(queue=queue, status="dead", limit=TOP)
+            dead = await self._admin.job_summaries(
+                queue=queue, status="dead", limit=TOP
+            )
         live = {s.queue: s.ready + s.scheduled + s.running for s in stats}
         samples.append(_Sample(at, newest, live, enqueued))
         while len(samples) > 2 and (at - samples[1].at).total_seconds() >= self._window:
@@ -223,7 +225,7 @@ class Sampler:
                     queue=job.queue,
                     job_type=job.job_type,
                     died_at=job.updated_at,
-                    error=first_line(job.last_error),
+                    error=job.error_line,
                 )
                 for job in dead
             ],

@@ -29,11 +29,14 @@ __all__ = [
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_UNIQUE",
     "ENQUEUE_UNIQUE",
+    "ERROR_LINE_CHARS",
     "FINISH",
     "HEAD_OF_LINE",
     "JOB",
     "JOBS_CHANNEL",
+    "JOB_PREVIEW",
     "JOB_STATUSES",
+    "JOB_SUMMARY",
     "LEASE",
     "LOCK_LIMIT",
     "OUTCOMES",
@@ -70,6 +73,7 @@ __all__ = [
     "array",
     "booleans",
     "claim_places",
+    "job_summaries_query",
     "jobs_query",
     "timestamps",
 ]
@@ -917,6 +921,38 @@ _JOB_COLUMNS = f"""
 
 JOB = f"SELECT {_JOB_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
 
+ERROR_LINE_CHARS = 300
+"""The most characters of an error's first line a summary carries."""
+
+_SCALAR_COLUMNS = f"""
+    id, queue, job_type, status, attempts, max_attempts, priority, {_readable("run_at")},
+    {_readable("created_at")}, {_readable("updated_at")}, {_readable("completed_at")},
+    unique_key, snoozes, cancel_requested"""
+
+# A job without its payload and result, and only the first line of its
+# last error (past leading blank space, with no carriage return), cut to
+# ERROR_LINE_CHARS characters: what a listing shows. The error is sliced
+# before it is split, so a huge error costs no more than its head to read.
+_SUMMARY_COLUMNS = f"""{_SCALAR_COLUMNS},
+    left(rtrim(split_part(ltrim(substr(last_error, 1, 4096), E' \\t\\r\\n'), E'\\n', 1), E'\\r'),
+         {ERROR_LINE_CHARS}) AS error_line
+"""
+
+# One job's summary (the dashboard's confirmation pages).
+JOB_SUMMARY = f"SELECT {_SUMMARY_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
+
+# One job with its payload and result as JSON text, and its last error,
+# each cut to $2 + 1 characters in the database (one more than shown, which
+# says it was cut), so a job of any size costs a bounded read.
+JOB_PREVIEW = f"""
+SELECT {_SCALAR_COLUMNS},
+       substr(payload::text, 1, c.chars) AS payload,
+       substr(result::text, 1, c.chars) AS result,
+       substr(last_error, 1, c.chars) AS last_error
+FROM pgqueue_jobs, (SELECT least($2::int8 + 1, 2147483647)::int AS chars) AS c
+WHERE id = $1
+"""
+
 # Newest first, at most $4 jobs below id $3 (keyset pagination), of queue
 # $1 and type $2 when given; or, for the page just newer, oldest first, at
 # most $4 jobs above id $3 (always given, so that the primary key is read
@@ -927,14 +963,14 @@ JOB = f"SELECT {_JOB_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
 # reads the status's rows through its partial index and sorts them, rather
 # than walking the primary key through every completed row in the hope of
 # meeting a few (with no such row, it would walk the whole table).
-_JOBS = f"""
-SELECT {_JOB_COLUMNS}
+_JOBS = """
+SELECT {columns}
 FROM pgqueue_jobs
-WHERE {{status}}
+WHERE {status}
   AND ($1::text IS NULL OR queue = $1)
   AND ($2::text IS NULL OR job_type = $2)
-  AND {{cursor}}
-ORDER BY {{order}}{{direction}}
+  AND {cursor}
+ORDER BY {order}{direction}
 LIMIT $4
 """
 _STATUS_FILTERS = {
@@ -956,12 +992,22 @@ def jobs_query(status: str | None, *, newer: bool = False) -> str:
 
     With ``newer``, the jobs just above a cursor, oldest first.
     """
+    return _listing(_JOB_COLUMNS, status, newer=newer)
+
+
+def _listing(columns: str, status: str | None, *, newer: bool) -> str:
     return _JOBS.format(
+        columns=columns,
         status=_STATUS_FILTERS[status],
         order="id" if status in (None, "completed") else "id + 0",
         cursor="id > $3::int8" if newer else "($3::int8 IS NULL OR id < $3)",
         direction="" if newer else " DESC",
     )
+
+
+def job_summaries_query(status: str | None, *, newer: bool = False) -> str:
+    """`jobs_query`, reading summaries: no payload or result, an error's first line."""
+    return _listing(_SUMMARY_COLUMNS, status, newer=newer)
 
 
 # Put dead and cancelled jobs $1 back to pending, due now, with $2 more

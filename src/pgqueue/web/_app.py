@@ -2,7 +2,8 @@
 
 Every read and action goes through `pgqueue.Admin` (and the frames of
 `pgqueue._dashboard`, shared with ``pgqueue top``); this module only checks
-input, renders pages (`pgqueue.web._html`) and guards the actions.
+input, renders pages (templates, through `pgqueue.web._html`) and guards the
+actions.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from pgqueue import _sql
-from pgqueue._admin import Admin
+from pgqueue._admin import PREVIEW_CHARS, Admin, JobSummary
 from pgqueue._checks import (
     check_dsn_or_pool,
     check_duration,
@@ -39,6 +40,7 @@ from pgqueue._errors import DATABASE_ERRORS, SchemaError, describe
 from pgqueue._job import PERIODIC_KEY_PREFIX, periodic_tick
 from pgqueue._schema import SCHEMA_ERRORS, check_schema
 from pgqueue.web import _html
+from pgqueue.web._html import Value
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
@@ -324,21 +326,24 @@ class _Dashboard:
     def page(
         self,
         request: Request,
-        title: str,
-        body: str,
+        template: str,
         *,
+        title: str,
         current: str = "",
         status_code: int = 200,
         script: bool = False,
+        **context: Any,
     ) -> HTMLResponse:
-        html = _html.layout(
+        """A whole page: ``template`` (which extends base.html) with ``context``."""
+        html = _html.render(
+            template,
             base=_base(request),
             title=title,
-            body=body,
             current=current,
             read_only=self.read_only,
             assets=self._versions,
             script=script,
+            **context,
         )
         return HTMLResponse(
             html, status_code=status_code, headers={"cache-control": "no-store"}
@@ -355,8 +360,9 @@ class _Dashboard:
         title = titles.get(exc.status_code, "Error")
         return self.page(
             request,
-            title,
-            _html.error_page(_base(request), exc.detail),
+            "error.html",
+            title=title,
+            detail=exc.detail,
             status_code=exc.status_code,
         )
 
@@ -367,8 +373,9 @@ class _Dashboard:
         )
         return self.page(
             request,
-            "Database unavailable",
-            _html.error_page(_base(request), detail),
+            "error.html",
+            title="Database unavailable",
+            detail=detail,
             status_code=503,
         )
 
@@ -413,13 +420,20 @@ class _Dashboard:
 
     async def queues(self, request: Request) -> Response:
         frame = await self.frame()
-        body = _html.queues_page(_base(request), frame, interval=self._interval)
-        return self.page(request, "Queues", body, current="/", script=True)
+        return self.page(
+            request,
+            "queues.html",
+            title="Queues",
+            current="/",
+            script=True,
+            frame=frame,
+            interval=self._interval,
+        )
 
     async def queues_fragment(self, request: Request) -> Response:
         frame = await self.frame()
         return HTMLResponse(
-            _html.live_part(_base(request), frame),
+            _html.render("live.html", base=_base(request), frame=frame),
             headers={"cache-control": "no-store"},
         )
 
@@ -439,7 +453,7 @@ class _Dashboard:
             raise HTTPException(400, "give before or after, not both")
         admin = await self.admin()
         size = self._page_size
-        found = await admin.jobs(
+        found = await admin.job_summaries(
             queue=queue,
             status=status,
             job_type=job_type,
@@ -456,9 +470,13 @@ class _Dashboard:
             shown = found[-size:]
             newer = shown[0].id if more else None
             older = shown[-1].id if shown else None
-        body = _html.jobs_page(
-            _base(request),
-            shown,
+        return self.page(
+            request,
+            "jobs.html",
+            title="Jobs",
+            current="/jobs",
+            jobs=shown,
+            statuses=_sql.JOB_STATUSES,
             queue=queue,
             status=status,
             job_type=job_type,
@@ -468,7 +486,6 @@ class _Dashboard:
             actions=not self.read_only,
             message=_DONE.get(params.get("done", "")) or _retried_all(params),
         )
-        return self.page(request, "Jobs", body, current="/jobs")
 
     def _filters(
         self, params: Mapping[str, str]
@@ -492,17 +509,24 @@ class _Dashboard:
             )
         return queue, status, job_type
 
-    async def _job_or_404(self, text: str) -> tuple[Admin, Any]:
+    async def _job_or_404(self, text: str) -> tuple[Admin, JobSummary]:
+        """The job of a path (no payload, result or whole error read); 404 if none."""
         admin = await self.admin()
         job_id = _job_id(text)
-        job = await admin.job(job_id)
+        job = await admin.job_summary(job_id)
         if job is None:
             raise HTTPException(404, f"no job has the id {job_id}")
         return admin, job
 
     async def job(self, request: Request) -> Response:
-        admin, job = await self._job_or_404(request.path_params["job_id"])
-        schedule = tick = None
+        admin = await self.admin()
+        job_id = _job_id(request.path_params["job_id"])
+        # Payload, result and error are cut in the database: a page of any
+        # job stays small.
+        job = await admin.job_preview(job_id, max_chars=PREVIEW_CHARS)
+        if job is None:
+            raise HTTPException(404, f"no job has the id {job_id}")
+        schedule = tick = name = None
         key = job.unique_key
         if key is not None and key.startswith(PERIODIC_KEY_PREFIX):
             tick = periodic_tick(key)
@@ -512,16 +536,20 @@ class _Dashboard:
                     schedule = next(
                         (s for s in await admin.schedules() if s.name == name), None
                     )
-        body = _html.job_page(
-            _base(request),
-            job,
+        return self.page(
+            request,
+            "job.html",
+            title=f"Job {job.id}",
+            current="/jobs",
+            job=job,
+            limit=PREVIEW_CHARS,
             schedule=schedule,
+            schedule_name=name,
             tick=tick,
             show_payloads=self.show_payloads,
             actions=not self.read_only,
             message=_DONE.get(request.query_params.get("done", "")),
         )
-        return self.page(request, f"Job {job.id}", body, current="/jobs")
 
     async def periodic(self, request: Request) -> Response:
         admin = await self.admin()
@@ -529,8 +557,13 @@ class _Dashboard:
             schedules = await admin.schedules()
         except SchemaError:
             schedules = []
-        body = _html.periodic_page(_base(request), schedules)
-        return self.page(request, "Periodic jobs", body, current="/periodic")
+        return self.page(
+            request,
+            "periodic.html",
+            title="Periodic jobs",
+            current="/periodic",
+            schedules=schedules,
+        )
 
     # --- actions -----------------------------------------------------------------------
 
@@ -588,7 +621,7 @@ class _Dashboard:
         title: str,
         *,
         action: str,
-        question: str,
+        question: Sequence[str | Value],
         explanation: str,
         verb: str,
         fields: Mapping[str, str],
@@ -596,7 +629,11 @@ class _Dashboard:
         back_label: str,
         danger: bool = False,
     ) -> Response:
-        body = _html.confirm_page(
+        return self.page(
+            request,
+            "confirm.html",
+            title=title,
+            current="/jobs",
             action_url=action,
             question=question,
             explanation=explanation,
@@ -607,7 +644,6 @@ class _Dashboard:
             back_label=back_label,
             danger=danger,
         )
-        return self.page(request, title, body, current="/jobs")
 
     async def retry(self, request: Request) -> Response:
         form = await self._checked_form(request)
@@ -619,7 +655,11 @@ class _Dashboard:
                 request,
                 f"Retry job {job.id}",
                 action=f"{base}/jobs/{job.id}/retry",
-                question=f"Retry job {job.id} ({job.job_type}, {job.status})?",
+                question=(
+                    f"Retry job {job.id} (",
+                    Value(job.job_type),
+                    f", {job.status})?",
+                ),
                 explanation=(
                     f"It goes back to pending, due now, with {more} more attempts: its "
                     f"attempts stay at {job.attempts} and its max attempts become "
@@ -642,7 +682,11 @@ class _Dashboard:
                 request,
                 f"Cancel job {job.id}",
                 action=f"{base}/jobs/{job.id}/cancel",
-                question=f"Cancel job {job.id} ({job.job_type}, {job.status})?",
+                question=(
+                    f"Cancel job {job.id} (",
+                    Value(job.job_type),
+                    f", {job.status})?",
+                ),
                 explanation=(
                     "A pending job is cancelled at once; a running one is asked to "
                     "stop: its worker cancels the handler and the job ends cancelled."
@@ -664,23 +708,20 @@ class _Dashboard:
         queue, _, job_type = self._filters(params)
         base = _base(request)
         filters = {"queue": queue, "status": "dead", "type": job_type}
-        listing = _html.link(base, "/jobs", filters).replace("&amp;", "&")
+        listing = _html.url(base, "/jobs", filters)
         admin = await self.admin()
         if request.method == "GET":
             count = await _dead_count(await self.pool(), queue, job_type)
-            scope = " and ".join(
-                part
-                for part in (
-                    f"of queue {queue}" if queue else "",
-                    f"of type {job_type}" if job_type else "",
-                )
-                if part
-            )
+            question: list[str | Value] = [f"Retry all {count:,} dead jobs"]
+            if queue:
+                question += [" of queue ", Value(queue)]
+            if job_type:
+                question += [" and" if queue else "", " of type ", Value(job_type)]
             return self._confirm(
                 request,
                 "Retry all dead jobs",
                 action=f"{base}/retry-all",
-                question=f"Retry all {count:,} dead jobs{' ' + scope if scope else ''}?",
+                question=[*question, "?"],
                 explanation=(
                     "Each goes back to pending, due now, with as many more attempts as "
                     "its max attempts; attempts are kept."
@@ -692,8 +733,8 @@ class _Dashboard:
             )
         done = await admin.retry_all(queue=queue, job_type=job_type)
         retried = sum(1 for outcome in done.values() if outcome == "retried")
-        target = _html.link(base, "/jobs", {**filters, "retried": retried})
-        return RedirectResponse(target.replace("&amp;", "&"), status_code=303)
+        target = _html.url(base, "/jobs", {**filters, "retried": retried})
+        return RedirectResponse(target, status_code=303)
 
 
 def _retried_all(params: Mapping[str, str]) -> str | None:
