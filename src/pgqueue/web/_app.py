@@ -135,6 +135,10 @@ def create_app(
         TypeError, ValueError: a bad argument (nothing is connected).
 
     .. versionadded:: 0.1
+
+    .. versionchanged:: Unreleased
+       ``allowed_hosts`` (loopback names by default); tokens bound to their
+       action and an hour; ``secret`` of at least 16 bytes; only a POST acts.
     """
     _check_source(dsn_or_pool)
     interval = check_duration("poll_interval", poll_interval, positive=True)
