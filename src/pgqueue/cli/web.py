@@ -44,7 +44,9 @@ def add_to(commands: Commands) -> None:
         description=(
             "Serve the dashboard: queues (live), jobs, a job, periodic schedules. "
             "It has no authentication: it listens on 127.0.0.1 by default and is "
-            "read-only unless --allow-actions. Ctrl-C stops it."
+            "read-only unless --allow-actions. Ctrl-C stops it. The actions' tokens "
+            "are keyed by PGQUEUE_WEB_SECRET (at least 16 bytes; random by default): "
+            "give every process behind one address the same one."
         ),
     )
     parser.add_argument(

@@ -176,6 +176,7 @@ def check_allowed_hosts(values: Sequence[str] | None) -> AllowedHosts:
     if isinstance(values, str | bytes) or not isinstance(values, Iterable):
         msg = f"allowed_hosts must be a sequence of hosts, not {type(values).__name__}"
         raise TypeError(msg)
+    values = list(values)
     entries = []
     for value in values:
         try:
