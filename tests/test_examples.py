@@ -255,7 +255,7 @@ async def fastapi_client(dsn: str) -> AsyncIterator[tuple[httpx.AsyncClient, Any
     async with (
         LifespanManager(app, startup_timeout=15, shutdown_timeout=15) as manager,
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=manager.app), base_url="http://orders"
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://localhost"
         ) as client,
     ):
         yield client, app

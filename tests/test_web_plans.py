@@ -132,7 +132,9 @@ async def test_no_page_scans_the_table(
     async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=1) as pool:
         app = create_app(pool, read_only=False)
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://localhost"
+        ) as c:
             for path in pages:
                 await pool.execute("SELECT pg_stat_force_next_flush()")
                 before = await _seq_scans(big_table)

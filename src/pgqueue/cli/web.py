@@ -1,13 +1,16 @@
 """``pgqueue web``: serve the browser dashboard (`pgqueue.web`) with uvicorn.
 
 Read-only unless ``--allow-actions``; on 127.0.0.1 unless ``--host`` says
-otherwise. Both need the ``web`` extra.
+otherwise, answering only to the names of the address it listens on (and
+``--allowed-host``). Both need the ``web`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import logging
+import os
 import socket
 import sys
 from typing import TYPE_CHECKING, Any
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["add_to"]
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
 
 def add_to(commands: Commands) -> None:
     """Add ``pgqueue web``."""
@@ -39,7 +44,9 @@ def add_to(commands: Commands) -> None:
         description=(
             "Serve the dashboard: queues (live), jobs, a job, periodic schedules. "
             "It has no authentication: it listens on 127.0.0.1 by default and is "
-            "read-only unless --allow-actions. Ctrl-C stops it."
+            "read-only unless --allow-actions. Ctrl-C stops it. The actions' tokens "
+            "are keyed by PGQUEUE_WEB_SECRET (at least 16 bytes; random by default): "
+            "give every process behind one address the same one."
         ),
     )
     parser.add_argument(
@@ -72,6 +79,19 @@ def add_to(commands: Commands) -> None:
             "for a proxy that rewrites the Host header; repeatable"
         ),
     )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        type=_allowed_host,
+        metavar="HOST",
+        help=(
+            "also answer requests for this host name (a proxy's public name; "
+            "with :PORT for that port only); others get 400, against DNS "
+            "rebinding. Default: the --host address with --port, and on "
+            "loopback 127.0.0.1, localhost and [::1]; '*' answers any; repeatable"
+        ),
+    )
     parser.set_defaults(run=reports_database_errors(run))
 
 
@@ -80,6 +100,37 @@ def _origin(text: str) -> str:
         return check_origin(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _allowed_host(text: str) -> str:
+    try:
+        from pgqueue.web._guard import check_allowed_host  # the web extra
+    except ModuleNotFoundError:
+        return text  # run() says the extra is missing
+    try:
+        return check_allowed_host(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def allowed_hosts(host: str, port: int, extra: list[str]) -> list[str]:
+    """The hosts ``pgqueue web --host HOST --port PORT`` answers to.
+
+    The address it listens on with its port (for a loopback address, each of
+    this machine's names), and the ``--allowed-host`` ones.
+    """
+    names = ["127.0.0.1", "localhost", "[::1]"] if _loopback(host) else []
+    shown = f"[{host}]" if ":" in host else host.lower()
+    if shown not in names:
+        names.append(shown)
+    return [f"{name}:{port}" for name in names] + extra
+
+
+def _unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False
 
 
 def _loopback(host: str) -> bool:
@@ -103,6 +154,9 @@ async def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port < 65536:
         msg = f"--port must be from 0 to 65535, not {args.port}"
         raise UsageError(msg)
+    secret = _secret()
+    # The dashboard's warnings (a database it cannot reach) go to stderr.
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT, stream=sys.stderr)
     try:
         listener = socket.create_server(
             (args.host, args.port),
@@ -115,19 +169,17 @@ async def run(args: argparse.Namespace) -> int:
         pool = await _open_pool(dsn_of(args))
         try:
             await check_schema(pool)
+            port = listener.getsockname()[1]
             app = create_app(
                 pool,
                 read_only=not args.allow_actions,
                 show_payloads=not args.hide_payloads,
+                secret=secret,
                 trusted_origins=args.trusted_origin,
+                allowed_hosts=allowed_hosts(args.host, port, args.allowed_host),
             )
-            port = listener.getsockname()[1]
             shown = f"[{args.host}]" if ":" in args.host else args.host
-            mode = "actions enabled" if args.allow_actions else "read-only"
-            print(
-                f"pgqueue web: http://{shown}:{port}/ ({mode}); Ctrl-C stops",
-                flush=True,
-            )
+            # Warnings first: the address line says it is ready.
             if not _loopback(args.host):
                 print(
                     "pgqueue web: listening beyond this machine with no authentication: "
@@ -135,11 +187,36 @@ async def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
+            if _unspecified(args.host) and not args.allowed_host:
+                print(
+                    f"pgqueue web: it answers only requests for {shown}:{port}: name "
+                    "the host names its users type with --allowed-host",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            mode = "actions enabled" if args.allow_actions else "read-only"
+            print(
+                f"pgqueue web: http://{shown}:{port}/ ({mode}); Ctrl-C stops",
+                flush=True,
+            )
             config = uvicorn.Config(app, log_level="warning", lifespan="off")
             await uvicorn.Server(config).serve(sockets=[listener])
         finally:
             await pool.close()
     return EXIT_OK
+
+
+def _secret() -> str | None:
+    """``PGQUEUE_WEB_SECRET``: the actions' key, shared by every process behind one address."""
+    from pgqueue.web._guard import check_secret
+
+    secret = os.environ.get("PGQUEUE_WEB_SECRET") or None
+    try:
+        check_secret(secret)
+    except ValueError as exc:
+        msg = f"PGQUEUE_WEB_SECRET: {exc}"
+        raise UsageError(msg) from None
+    return secret
 
 
 async def _open_pool(dsn: str | None) -> asyncpg.Pool[Any]:

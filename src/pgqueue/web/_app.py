@@ -1,27 +1,25 @@
-"""The dashboard's ASGI application: routes, input checks, CSRF, security headers.
+"""The dashboard's ASGI application: routes, input checks, pages, actions.
 
 Every read and action goes through `pgqueue.Admin` (and the frames of
 `pgqueue._dashboard`, shared with ``pgqueue top``); this module only checks
-input, renders pages (templates, through `pgqueue.web._html`) and guards the
-actions.
+input, renders pages (templates, through `pgqueue.web._html`) and wires in
+the guards of `pgqueue.web._guard` (allowed hosts, security headers, action
+tokens).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
+import logging
 import math
-import secrets
-from collections.abc import Iterable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import asyncpg
-from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
@@ -32,7 +30,6 @@ from pgqueue._checks import (
     check_duration,
     check_int,
     check_name,
-    check_origin,
     check_queue_name,
 )
 from pgqueue._dashboard import Frame, Sampler
@@ -40,37 +37,27 @@ from pgqueue._errors import DATABASE_ERRORS, SchemaError, describe
 from pgqueue._job import PERIODIC_KEY_PREFIX, periodic_tick
 from pgqueue._schema import SCHEMA_ERRORS, check_schema
 from pgqueue.web import _html
+from pgqueue.web._guard import (
+    ActionGuard,
+    GuardedStarlette,
+    HostGuard,
+    check_allowed_hosts,
+)
 from pgqueue.web._html import Value
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
 
+    from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["create_app"]
 
 FRAME_EVERY = 1.0
 """Seconds: polls of the queues page closer together than this share one frame."""
 
-MAX_FORM_BYTES = 4096
-"""The largest action form accepted (a token and two names)."""
-
 _ASSETS = ("pgqueue.css", "pgqueue.js")
 _TYPES = {"css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8"}
-
-_CSP = (
-    b"default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
-    b"img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-"""Only the dashboard's own files; no inline script or style; never in a frame."""
-
-_HEADERS = [
-    (b"content-security-policy", _CSP),
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"same-origin"),
-]
 
 _DONE = {
     "retried": "Retried: the job is pending again, due now.",
@@ -84,6 +71,17 @@ _DONE = {
 
 _FAILURES: tuple[type[Exception], ...] = (asyncpg.PostgresError, *DATABASE_ERRORS)
 
+logger = logging.getLogger("pgqueue.web")
+
+_UNREACHABLE = (
+    "The database cannot be reached, or refused the dashboard's query. "
+    "The server's log says why."
+)
+_SCHEMA_MISSING = (
+    "The database lacks pgqueue's table, or parts of it: apply pgqueue.SCHEMA (or "
+    "pgqueue.SCHEMA_UPGRADE) in a migration. The server's log says what is missing."
+)
+
 
 def create_app(
     dsn_or_pool: str | asyncpg.Pool[Any],
@@ -94,6 +92,7 @@ def create_app(
     poll_interval: float = 2.0,
     page_size: int = 50,
     trusted_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """Make the dashboard: an ASGI app (Starlette) to mount under a path of yours.
 
@@ -110,13 +109,15 @@ def create_app(
             With False, a dead or cancelled job can be retried (its attempts
             are kept and ``max_attempts`` raised, as `Admin.retry` does),
             every dead job of a listing retried, a pending or running job
-            cancelled; each asks for confirmation and is a POST carrying a
-            token derived from ``secret``, from the same origin (or a
-            trusted one).
+            cancelled; each asks for confirmation (GET or HEAD, which change
+            nothing) and only a POST acts, carrying the confirmation page's
+            token, from the same origin (scheme, host and port) or a trusted
+            one.
         show_payloads: False hides jobs' payloads and results (personal data).
-        secret: the key the actions' CSRF token is derived from; give the
-            same one to every process serving the dashboard behind one
-            address. By default a random one of this app.
+        secret: the key of the actions' CSRF tokens, at least 16 bytes; give
+            the same one to every process serving the dashboard behind one
+            address. By default a random one of this app. A token is good
+            for one action (its job, or its listing's filters) for an hour.
         poll_interval: seconds between the queues page's refreshes.
         page_size: jobs per page of a listing.
         trusted_origins: origins (``scheme://host[:port]``) whose pages may
@@ -124,25 +125,36 @@ def create_app(
             header: a POST whose ``Origin`` differs from its ``Host`` is
             refused unless its origin is one of these. The token is still
             required.
+        allowed_hosts: the ``Host`` headers answered (others get 400, against
+            DNS rebinding): names or addresses, each with a port or for
+            any port, as ``["ops.example.com", "10.0.0.5:8080"]``. None:
+            this machine's names only (``127.0.0.1``, ``localhost``,
+            ``[::1]``); mounted in a service, pass its names. ``["*"]``
+            answers any host (say, behind a proxy that checks it) and logs
+            a warning.
 
     Raises:
         TypeError, ValueError: a bad argument (nothing is connected).
 
     .. versionadded:: 0.1
+
+    .. versionchanged:: Unreleased
+       ``allowed_hosts`` (loopback names by default); tokens bound to their
+       action and an hour; ``secret`` of at least 16 bytes; only a POST acts.
     """
     _check_source(dsn_or_pool)
     interval = check_duration("poll_interval", poll_interval, positive=True)
     check_int("page_size", page_size)
-    key = _secret(secret)
-    origins = _origins(trusted_origins)
+    hosts = check_allowed_hosts(allowed_hosts)
+    guard = ActionGuard(
+        read_only=bool(read_only), secret=secret, trusted_origins=trusted_origins
+    )
     dashboard = _Dashboard(
         dsn_or_pool,
-        read_only=bool(read_only),
         show_payloads=bool(show_payloads),
-        token=hmac.new(key, b"pgqueue.web actions", hashlib.sha256).hexdigest(),
+        guard=guard,
         poll_interval=interval,
         page_size=page_size,
-        trusted_origins=origins,
     )
     routes = [
         Route("/", dashboard.queues),
@@ -156,8 +168,9 @@ def create_app(
         Route("/periodic", dashboard.periodic),
         Route("/static/{name}", dashboard.static),
     ]
-    app = Starlette(
+    return GuardedStarlette(
         routes=routes,
+        middleware=[Middleware(HostGuard, hosts=hosts)],
         lifespan=dashboard.lifespan,
         exception_handlers={
             HTTPException: dashboard.http_error,
@@ -165,8 +178,6 @@ def create_app(
             **dict.fromkeys(_FAILURES, dashboard.unavailable),
         },
     )
-    app.add_middleware(_SecurityHeaders)
-    return app
 
 
 def _acted(base: str, job_id: int, done: str) -> Response:
@@ -180,52 +191,6 @@ def _check_source(value: object) -> None:
     check_dsn_or_pool(value)
     if isinstance(value, str):
         check_name("dsn", value)
-
-
-def _secret(value: object) -> bytes:
-    """The key of the actions' token: ``value``'s bytes, or random ones for None."""
-    if value is None:
-        return secrets.token_bytes(32)
-    if isinstance(value, str):
-        value = value.encode()
-    if not isinstance(value, bytes) or not value:
-        msg = "secret must be a non-empty str or bytes, or None"
-        raise TypeError(msg)
-    return value
-
-
-def _origins(values: object) -> frozenset[str]:
-    """The trusted origins, as browsers send them; ValueError for one that is not."""
-    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
-        msg = f"trusted_origins must be a sequence of origins, not {type(values).__name__}"
-        raise TypeError(msg)
-    found = set()
-    for value in values:
-        try:
-            found.add(check_origin(value))
-        except ValueError as exc:
-            msg = f"trusted_origins: {exc}"
-            raise ValueError(msg) from None
-    return frozenset(found)
-
-
-class _SecurityHeaders:
-    """Adds the security headers to every response (CSP, no framing, no sniffing)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *_HEADERS]
-            await send(message)
-
-        await self.app(scope, receive, sending)
 
 
 def _base(request: Request) -> str:
@@ -261,29 +226,26 @@ def _cursor(params: Mapping[str, str], name: str) -> int | None:
 
 
 class _Dashboard:
-    """One app's state and handlers: its pool, its frames, its token."""
+    """One app's state and handlers: its pool, its frames, its action guard."""
 
     def __init__(
         self,
         source: str | asyncpg.Pool[Any],
         *,
-        read_only: bool,
         show_payloads: bool,
-        token: str,
+        guard: ActionGuard,
         poll_interval: float,
         page_size: int,
-        trusted_origins: frozenset[str],
     ) -> None:
         self._dsn = source if isinstance(source, str) else None
         self._pool = None if isinstance(source, str) else source
         self._owned: asyncpg.Pool[Any] | None = None
         self._opening = anyio.Lock()
-        self.read_only = read_only
+        self.read_only = guard.read_only
         self.show_payloads = show_payloads
-        self._token = token
+        self._guard = guard
         self._interval = poll_interval
         self._page_size = page_size
-        self._origins = trusted_origins
         self._sampler: Sampler | None = None
         self._framing = anyio.Lock()
         self._frame: Frame | None = None
@@ -358,19 +320,31 @@ class _Dashboard:
             405: "Method not allowed",
         }
         title = titles.get(exc.status_code, "Error")
-        return self.page(
+        response = self.page(
             request,
             "error.html",
             title=title,
             detail=exc.detail,
             status_code=exc.status_code,
         )
+        response.headers.update(exc.headers or {})  # a 405's Allow
+        return response
 
     async def unavailable(self, request: Request, exc: Exception) -> Response:
-        """A missing schema or an unreachable database: 503, saying which."""
-        detail = (
-            str(exc) if isinstance(exc, SchemaError) else describe(exc).splitlines()[0]
+        """A missing schema or an unreachable database: 503, the detail in the log.
+
+        Viewers see no host, port or database name, only what to do.
+        """
+        logger.warning(
+            "dashboard: %s %s: database unavailable: %s",
+            request.method,
+            request.url.path,
+            describe(exc),
         )
+        detail = _SCHEMA_MISSING if isinstance(exc, SchemaError) else _UNREACHABLE
+        summary = getattr(exc, "summary", None)
+        if isinstance(exc, SchemaError) and isinstance(summary, str):
+            detail = summary
         return self.page(
             request,
             "error.html",
@@ -567,60 +541,13 @@ class _Dashboard:
 
     # --- actions -----------------------------------------------------------------------
 
-    async def _checked_form(self, request: Request) -> dict[str, str]:
-        """The action's form, once it passed the guards; 403 otherwise.
-
-        Actions must be enabled; a browser's request must come from this
-        origin or a trusted one (``Sec-Fetch-Site``, else ``Origin``, when
-        sent); the form
-        must carry this app's token.
-        """
-        if self.read_only:
-            raise HTTPException(403, "this dashboard is read-only")
-        if request.method != "POST":
-            return {}
-        site = request.headers.get("sec-fetch-site")
-        if site is not None and site != "same-origin":
-            raise HTTPException(403, "actions are only accepted from this site's pages")
-        origin = request.headers.get("origin")
-        if origin is not None and not self._same_or_trusted(
-            origin, request.headers.get("host")
-        ):
-            raise HTTPException(403, "actions are only accepted from this site's pages")
-        kind = request.headers.get("content-type", "").partition(";")[0].strip()
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                raise HTTPException(400, "the form is too large")
-        try:
-            parsed = parse_qs(body.decode(), max_num_fields=10, strict_parsing=False)
-        except (UnicodeDecodeError, ValueError):
-            raise HTTPException(400, "the form cannot be read") from None
-        form = {name: values[-1] for name, values in parsed.items()}
-        if kind != "application/x-www-form-urlencoded":
-            form = {}  # only a form of this site's pages carries the token
-        if not hmac.compare_digest(form.get("csrf", "").encode(), self._token.encode()):
-            raise HTTPException(
-                403, "the form's token is missing or stale: reload the page"
-            )
-        return form
-
-    def _same_or_trusted(self, origin: str, host: str | None) -> bool:
-        """Whether ``origin`` is this site's (``host``) or one of the trusted ones."""
-        if urlsplit(origin).netloc == host:
-            return True
-        try:
-            return check_origin(origin) in self._origins
-        except ValueError:
-            return False
-
     def _confirm(
         self,
         request: Request,
         title: str,
         *,
         action: str,
+        token: str,
         question: Sequence[str | Value],
         explanation: str,
         verb: str,
@@ -638,7 +565,7 @@ class _Dashboard:
             question=question,
             explanation=explanation,
             verb=verb,
-            token=self._token,
+            token=token,
             fields=fields,
             back_url=back,
             back_label=back_label,
@@ -646,15 +573,17 @@ class _Dashboard:
         )
 
     async def retry(self, request: Request) -> Response:
-        form = await self._checked_form(request)
+        asks = self._guard.asks(request)
         admin, job = await self._job_or_404(request.path_params["job_id"])
         base = _base(request)
-        if request.method == "GET":
+        action = f"/jobs/{job.id}/retry"
+        if asks:
             more = job.max_attempts
             return self._confirm(
                 request,
                 f"Retry job {job.id}",
-                action=f"{base}/jobs/{job.id}/retry",
+                action=base + action,
+                token=self._guard.token(action),
                 question=(
                     f"Retry job {job.id} (",
                     Value(job.job_type),
@@ -670,18 +599,20 @@ class _Dashboard:
                 back=f"{base}/jobs/{job.id}",
                 back_label=f"Back to job {job.id}",
             )
-        del form
+        await self._guard.form(request, action)
         return _acted(base, job.id, (await admin.retry(job.id))[job.id])
 
     async def cancel(self, request: Request) -> Response:
-        form = await self._checked_form(request)
+        asks = self._guard.asks(request)
         admin, job = await self._job_or_404(request.path_params["job_id"])
         base = _base(request)
-        if request.method == "GET":
+        action = f"/jobs/{job.id}/cancel"
+        if asks:
             return self._confirm(
                 request,
                 f"Cancel job {job.id}",
-                action=f"{base}/jobs/{job.id}/cancel",
+                action=base + action,
+                token=self._guard.token(action),
                 question=(
                     f"Cancel job {job.id} (",
                     Value(job.job_type),
@@ -697,20 +628,23 @@ class _Dashboard:
                 back_label=f"Keep job {job.id}",
                 danger=True,
             )
-        del form
+        await self._guard.form(request, action)
         return _acted(base, job.id, (await admin.cancel(job.id))[job.id])
 
     async def retry_all(self, request: Request) -> Response:
-        form = await self._checked_form(request)
+        asks = self._guard.asks(request)
+        action, bound = "/retry-all", ("queue", "type")
         params: Mapping[str, str] = (
-            form if request.method == "POST" else request.query_params
+            request.query_params
+            if asks
+            else await self._guard.form(request, action, bound)
         )
         queue, _, job_type = self._filters(params)
         base = _base(request)
         filters = {"queue": queue, "status": "dead", "type": job_type}
         listing = _html.url(base, "/jobs", filters)
         admin = await self.admin()
-        if request.method == "GET":
+        if asks:
             count = await _dead_count(await self.pool(), queue, job_type)
             question: list[str | Value] = [f"Retry all {count:,} dead jobs"]
             if queue:
@@ -720,7 +654,10 @@ class _Dashboard:
             return self._confirm(
                 request,
                 "Retry all dead jobs",
-                action=f"{base}/retry-all",
+                action=base + action,
+                token=self._guard.token(
+                    action, {"queue": queue or "", "type": job_type or ""}
+                ),
                 question=[*question, "?"],
                 explanation=(
                     "Each goes back to pending, due now, with as many more attempts as "
