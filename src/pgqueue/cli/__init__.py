@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from pgqueue._errors import SchemaError
-from pgqueue.cli._common import EXIT_ERROR, EXIT_USAGE, UsageError
+from pgqueue.cli._common import EXIT_ERROR, EXIT_USAGE, UsageError, printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -77,10 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = asyncio.run(args.run(args))
     except UsageError as exc:
-        print(f"pgqueue: {exc}", file=sys.stderr)
+        print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except SchemaError as exc:
-        print(f"pgqueue: {exc}", file=sys.stderr)
+        print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

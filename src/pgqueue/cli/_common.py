@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import math
 import os
 import re
@@ -25,6 +26,7 @@ __all__ = [
     "EXIT_STOP_TIMEOUT",
     "EXIT_USAGE",
     "Commands",
+    "PrintableFormatter",
     "Run",
     "UsageError",
     "cannot_connect",
@@ -35,9 +37,11 @@ __all__ = [
     "positive_int",
     "print_json",
     "print_table",
+    "printable",
     "reports_database_errors",
     "rich_console",
     "seconds_text",
+    "text_log_handler",
 ]
 
 EXIT_OK = 0
@@ -117,9 +121,75 @@ async def connect(
         await conn.close()
 
 
+# Characters a terminal acts on rather than shows: C0 controls but tab, DEL,
+# C1 controls, and the bidi controls that reorder what follows them.
+_CONTROLS = [
+    *(chr(code) for code in range(0x20) if code != 0x09),
+    *(chr(code) for code in range(0x7F, 0xA0)),
+    *(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))),
+]
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+_PRINTABLE = str.maketrans(
+    {
+        char: _NAMED.get(char)
+        or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+        for char in _CONTROLS
+    }
+)
+_KEEP_NEWLINES = str.maketrans({**_PRINTABLE, ord("\n"): "\n"})
+# In JSON text these characters can only stand inside strings, where an
+# escape means the same character: the document decodes to the same values.
+_JSON_SAFE = str.maketrans(
+    {char: f"\\u{ord(char):04x}" for char in _CONTROLS if ord(char) >= 0x20}
+)
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """``text`` with the characters a terminal would act on shown escaped.
+
+    C0 controls but tab, DEL, C1 controls and bidi controls become ``\\x1b``,
+    ``\\n``, ``\\u202e`` and the like, so that a job's field can neither move
+    the cursor, set the title or the clipboard, nor forge a line of output.
+    ``newlines`` keeps line feeds (a traceback's lines).
+    """
+    return text.translate(_KEEP_NEWLINES if newlines else _PRINTABLE)
+
+
+class PrintableFormatter(logging.Formatter):
+    """A `logging.Formatter` whose lines show control characters escaped (`printable`).
+
+    The message is one line whatever it holds; a traceback keeps its line feeds.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The line, with the message made `printable`."""
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        """The traceback, `printable` but for its line feeds."""
+        return printable(super().formatException(ei), newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        """The stack, `printable` but for its line feeds."""
+        return printable(super().formatStack(stack_info), newlines=True)
+
+
+def text_log_handler(fmt: str) -> logging.Handler:
+    """A handler writing ``fmt`` lines on stderr through a `PrintableFormatter`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter(fmt))
+    return handler
+
+
 def print_json(value: Any) -> None:
-    """Print ``value`` as one JSON document (stable keys, ISO times) on stdout."""
-    json.dump(value, sys.stdout, default=_json_default, ensure_ascii=False)
+    """Print ``value`` as one JSON document (stable keys, ISO times) on stdout.
+
+    The values are exact; DEL, C1 and bidi controls are written as ``\\u``
+    escapes (JSON escapes the C0 ones), so the text is safe on a terminal.
+    """
+    text = json.dumps(value, default=_json_default, ensure_ascii=False)
+    sys.stdout.write(text.translate(_JSON_SAFE))
     sys.stdout.write("\n")
 
 
@@ -150,18 +220,22 @@ def print_table(
     empty: str,
     right: Collection[str] = (),
 ) -> None:
-    """Print ``rows`` under ``columns`` with rich (``right``: columns aligned right), or ``empty``."""
+    """Print ``rows`` under ``columns`` with rich (``right``: columns aligned right), or ``empty``.
+
+    Cells are plain text, never markup, and shown `printable`.
+    """
     console = rich_console()
     if not rows:
-        console.print(empty)
+        console.print(empty, markup=False, highlight=False)
         return
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, pad_edge=False)
     for column in columns:
         table.add_column(column, justify="right" if column in right else "left")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(printable(cell)) for cell in row))
     console.print(table)
 
 
@@ -219,7 +293,8 @@ def reports_database_errors(run: Run) -> Run:
         try:
             return await run(args)
         except _DATABASE_ERRORS as exc:
-            print(f"pgqueue: {describe(exc).splitlines()[0]}", file=sys.stderr)
+            line = describe(exc).splitlines()[0]
+            print(f"pgqueue: {printable(line)}", file=sys.stderr)
             return EXIT_ERROR
 
     return reporting

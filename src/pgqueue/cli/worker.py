@@ -50,6 +50,8 @@ from pgqueue.cli._common import (
     EXIT_OK,
     EXIT_STOP_TIMEOUT,
     UsageError,
+    printable,
+    text_log_handler,
 )
 
 if TYPE_CHECKING:
@@ -431,7 +433,9 @@ def resolve(reference: str, what: str = "MODULE:ATTR") -> Any:
 
 def _describe(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return printable(
+        f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    )
 
 
 def _kind(obj: object) -> str:
@@ -578,7 +582,7 @@ async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """The body of ``pgqueue worker``: one worker here, or ``--processes`` children."""
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    logging.basicConfig(level=args.log_level, handlers=[text_log_handler(LOG_FORMAT)])
     if args.processes > 1:
         return await run_processes(args)
     return await run_one(args)
@@ -727,7 +731,7 @@ async def drive(
             try:
                 await worker.run(until_empty=burst, task_status=_Ready(worker))
             except SchemaError as exc:
-                print(f"pgqueue: {exc}", file=sys.stderr)
+                print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
                 code = EXIT_ERROR
             except SystemExit as exc:
                 if exc.code not in (None, 0):
