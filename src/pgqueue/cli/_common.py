@@ -13,10 +13,10 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
-from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 
+from pgqueue._connect import check_dsn, target
 from pgqueue._errors import DATABASE_ERRORS, describe
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "dsn_of",
     "duration",
     "job_id",
+    "place",
     "positive_int",
     "print_json",
     "print_table",
@@ -74,11 +75,11 @@ CONNECT_ERRORS = (
 """What connecting can raise for a reason the user can fix (a bad DSN, a server down)."""
 
 
-def cannot_connect(exc: BaseException, where: str = "") -> UsageError:
-    """The `UsageError` for a failed connection: ``cannot connect{where}: <first line>``."""
+def cannot_connect(exc: BaseException, dsn: str | None) -> UsageError:
+    """The `UsageError` for a failed connection: ``cannot connect to <place>: <first line>``."""
     text = str(exc).strip()
     reason = text.splitlines()[0] if text else type(exc).__name__
-    return UsageError(f"cannot connect{where}: {reason}")
+    return UsageError(f"cannot connect to {place(dsn)}: {reason}")
 
 
 def dsn_of(args: argparse.Namespace) -> str | None:
@@ -87,20 +88,22 @@ def dsn_of(args: argparse.Namespace) -> str | None:
     return dsn or None
 
 
-def _where(dsn: str | None) -> str:
-    """The host and port a connection goes to, for an error message."""
-    env_host = os.environ.get("PGHOST", "localhost")
-    env_port = os.environ.get("PGPORT", "5432")
+def place(dsn: str | None) -> str:
+    """Where a connection goes, ``user@host:port/database`` (no password), for a message.
+
+    Raises:
+        UsageError: a DSN that cannot be parsed (saying to percent-encode the
+            password, and quoting nothing of it).
+    """
     if dsn is None:
-        return f"{env_host}:{env_port} (from the PG* environment)"
+        return (
+            f"{target()} (no --dsn or PGQUEUE_DSN: libpq's PG* variables and defaults)"
+        )
     try:
-        parts = urlsplit(dsn)
-        query = parse_qs(parts.query)
-        host = parts.hostname or query.get("host", [env_host])[0]
-        port = parts.port or query.get("port", [env_port])[0]
-    except ValueError:
-        return "the server of the DSN"
-    return f"{host}:{port}"
+        check_dsn(dsn)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return target(dsn)
 
 
 @asynccontextmanager
@@ -109,12 +112,13 @@ async def connect(
 ) -> AsyncIterator[asyncpg.Connection[Any]]:
     """One connection from ``--dsn``/``PGQUEUE_DSN``/``PG*``; `UsageError` if it fails."""
     dsn = dsn_of(args)
+    place(dsn)  # a DSN asyncpg would misread fails here, quoting nothing of it
     try:
         conn: asyncpg.Connection[Any] = await asyncpg.connect(
             dsn, timeout=connect_timeout
         )
     except CONNECT_ERRORS as exc:
-        raise cannot_connect(exc, f" to {_where(dsn)}") from exc
+        raise cannot_connect(exc, dsn) from exc
     try:
         yield conn
     finally:
