@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING
 
 from pgqueue import _sql
 from pgqueue._admin import Admin, SchemaState
+from pgqueue._connect import target_of
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     connect,
     print_json,
+    printable,
     reports_database_errors,
 )
 
@@ -43,7 +45,13 @@ def add_to(commands: Commands) -> None:
     printing = actions.add_parser(
         "print",
         help="print the SQL (for your migrations)",
-        description="Print pgqueue.SCHEMA, or SCHEMA_UPGRADE or SCHEMA_DOWN.",
+        description=(
+            "Print pgqueue.SCHEMA, or SCHEMA_UPGRADE or SCHEMA_DOWN; needs no "
+            "database. With --dsn on the command line (PGQUEUE_DSN alone does "
+            "not connect), print what that database needs instead: SCHEMA for "
+            "a missing table, SCHEMA_UPGRADE for an older one, nothing for a "
+            "current one, after a comment naming the database and its state."
+        ),
     )
     which = printing.add_mutually_exclusive_group()
     which.add_argument(
@@ -54,7 +62,7 @@ def add_to(commands: Commands) -> None:
     which.add_argument(
         "--down", action="store_true", help="SCHEMA_DOWN: drop the table"
     )
-    printing.set_defaults(run=print_schema)
+    printing.set_defaults(run=reports_database_errors(print_schema))
 
     apply = actions.add_parser(
         "apply",
@@ -83,7 +91,9 @@ def add_to(commands: Commands) -> None:
 
 
 async def print_schema(args: argparse.Namespace) -> int:
-    """Print the SQL; needs no database."""
+    """Print the SQL asked for; or, given ``--dsn`` alone, what that database needs."""
+    if getattr(args, "dsn", None) and not (args.upgrade or args.down):
+        return await _print_needed(args)
     if args.upgrade:
         sql = _sql.SCHEMA_UPGRADE
     elif args.down:
@@ -91,6 +101,25 @@ async def print_schema(args: argparse.Namespace) -> int:
     else:
         sql = _sql.SCHEMA
     print(sql.strip())
+    return EXIT_OK
+
+
+async def _print_needed(args: argparse.Namespace) -> int:
+    async with connect(args) as connection:
+        state = await Admin(connection).schema_state()
+        where = target_of(connection)
+    line = _KINDS[state.kind]
+    if state.kind in ("go", "partial"):
+        line += f"; it lacks {', '.join(state.missing)}"
+    print(f"-- {printable(str(where))}: {line}")
+    if state.kind == "current":
+        print("-- nothing to apply")
+    else:
+        print(
+            _sql.SCHEMA.strip()
+            if state.kind == "missing"
+            else _sql.SCHEMA_UPGRADE.strip()
+        )
     return EXIT_OK
 
 
