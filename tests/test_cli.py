@@ -134,10 +134,11 @@ async def test_schema_print_apply_and_check(fresh_dsn: str) -> None:
         pgqueue.SCHEMA_UPGRADE.strip()
     )
 
+    where = fresh_dsn.removeprefix("postgresql://")
     check = await cli(fresh_dsn, "schema", "check", "--json")
     assert (check.code, check.json()) == (
         EXIT_OK,
-        {"kind": "current", "missing": [], "fix": None},
+        {"kind": "current", "missing": [], "fix": None, "database": where},
     )
 
     connection = await asyncpg.connect(fresh_dsn)
@@ -162,7 +163,7 @@ async def test_schema_print_apply_and_check(fresh_dsn: str) -> None:
         applied = await cli(fresh_dsn, "schema", "apply")
         assert (applied.code, applied.out.strip()) == (
             EXIT_OK,
-            "pgqueue_jobs is current",
+            f"{where}: pgqueue_jobs is current",
         )
 
         await pgqueue.uninstall(connection)

@@ -500,7 +500,8 @@ async def listen(args: argparse.Namespace) -> int:
         for channel in channels:
             await connection.add_listener(channel, arrived)
         tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
-        print(f"listening on {', '.join(channels)}", file=sys.stderr, flush=True)
+        shown = ", ".join(printable(channel) for channel in channels)
+        print(f"listening on {shown}", file=sys.stderr, flush=True)
         async for channel, payload, pid in receive:
             if args.json:
                 print_json({"channel": channel, "payload": payload, "pid": pid})

@@ -83,7 +83,8 @@ def add_to(commands: Commands) -> None:
         help="say whether the table is current (exit 1 if not)",
         description=(
             "Say whether pgqueue_jobs is missing, the Go module's, partly up to "
-            "date or current, naming what is missing; exit 1 unless current."
+            "date or current in the database (named user@host:port/database), "
+            "naming what is missing; exit 1 unless current."
         ),
     )
     check.add_argument("--json", action="store_true", help="print the state as JSON")
@@ -107,11 +108,11 @@ async def print_schema(args: argparse.Namespace) -> int:
 async def _print_needed(args: argparse.Namespace) -> int:
     async with connect(args) as connection:
         state = await Admin(connection).schema_state()
-        where = target_of(connection)
+        where = _where(connection)
     line = _KINDS[state.kind]
     if state.kind in ("go", "partial"):
         line += f"; it lacks {', '.join(state.missing)}"
-    print(f"-- {printable(str(where))}: {line}")
+    print(f"-- {printable(where)}: {line}")
     if state.kind == "current":
         print("-- nothing to apply")
     else:
@@ -123,11 +124,12 @@ async def _print_needed(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _report(state: SchemaState, *, as_json: bool) -> None:
+def _report(state: SchemaState, where: str, *, as_json: bool) -> None:
+    """Print the state of the table in the database ``where``."""
     if as_json:
-        print_json({**state.to_json(), "fix": state.fix})
+        print_json({**state.to_json(), "fix": state.fix, "database": where})
         return
-    line = _KINDS[state.kind]
+    line = f"{printable(where)}: {_KINDS[state.kind]}"
     if state.kind in ("go", "partial"):
         line += f"; it lacks {', '.join(state.missing)}"
     if state.fix is not None:
@@ -138,30 +140,36 @@ def _report(state: SchemaState, *, as_json: bool) -> None:
 async def apply_schema(args: argparse.Namespace) -> int:
     """Apply SCHEMA (a new table) or SCHEMA_UPGRADE (an existing one)."""
     async with connect(args) as connection:
+        where = _where(connection)
         admin = Admin(connection)
         state = await admin.schema_state()
         if args.upgrade and state.kind == "missing":
             print(
-                "pgqueue: there is no table pgqueue_jobs to upgrade: "
-                "run pgqueue schema apply",
+                f"pgqueue: {printable(where)}: there is no table pgqueue_jobs to "
+                "upgrade: run pgqueue schema apply",
                 file=sys.stderr,
             )
             return EXIT_ERROR
         if not args.upgrade and state.kind in ("go", "partial"):
             print(
-                f"pgqueue: pgqueue_jobs exists but lacks {', '.join(state.missing)}: "
-                "run pgqueue schema apply --upgrade",
+                f"pgqueue: {printable(where)}: pgqueue_jobs exists but lacks "
+                f"{', '.join(state.missing)}: run pgqueue schema apply --upgrade",
                 file=sys.stderr,
             )
             return EXIT_ERROR
         await connection.execute(_sql.SCHEMA_UPGRADE if args.upgrade else _sql.SCHEMA)
-        _report(await admin.schema_state(), as_json=args.json)
+        _report(await admin.schema_state(), where, as_json=args.json)
     return EXIT_OK
+
+
+def _where(connection: object) -> str:
+    return target_of(connection) or "the database"
 
 
 async def check_schema(args: argparse.Namespace) -> int:
     """Report the table's state; exit 1 unless it is current."""
     async with connect(args) as connection:
         state = await Admin(connection).schema_state()
-    _report(state, as_json=args.json)
+        where = _where(connection)
+    _report(state, where, as_json=args.json)
     return EXIT_OK if state.kind == "current" else EXIT_ERROR
