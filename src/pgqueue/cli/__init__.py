@@ -31,7 +31,10 @@ COMMAND_MODULES = (
 )
 """Modules that add commands."""
 
-_DSN_HELP = "PostgreSQL connection string (default: $PGQUEUE_DSN, then PG* variables)"
+_DSN_HELP = (
+    "PostgreSQL connection string (default: $PGQUEUE_DSN, then PG* variables; "
+    "a command line is visible to other users: keep a password in PGQUEUE_DSN)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
