@@ -27,6 +27,7 @@ from pgqueue.cli._common import (
     UsageError,
     connect,
     dsn_of,
+    place,
     print_json,
     printable,
     rich_console,
@@ -225,6 +226,7 @@ async def _frames(
     A lost connection does not end the dashboard: it says so and connects
     again on each following tick; the rates carry on from the frames before.
     """
+    where = place(dsn)
     live = None
     if console is not None and console.is_terminal:
         from rich.live import Live
@@ -249,7 +251,7 @@ async def _frames(
                 last, lost = await sampler.frame(), None
             except DATABASE_ERRORS as exc:
                 lost = printable(
-                    f"database unreachable ({describe(exc)}); connecting again"
+                    f"database {where} unreachable ({describe(exc)}); connecting again"
                 )
             if live is None:
                 if lost is not None:
