@@ -134,10 +134,11 @@ async def test_schema_print_apply_and_check(fresh_dsn: str) -> None:
         pgqueue.SCHEMA_UPGRADE.strip()
     )
 
+    where = fresh_dsn.removeprefix("postgresql://")
     check = await cli(fresh_dsn, "schema", "check", "--json")
     assert (check.code, check.json()) == (
         EXIT_OK,
-        {"kind": "current", "missing": [], "fix": None},
+        {"kind": "current", "missing": [], "fix": None, "database": where},
     )
 
     connection = await asyncpg.connect(fresh_dsn)
@@ -162,7 +163,7 @@ async def test_schema_print_apply_and_check(fresh_dsn: str) -> None:
         applied = await cli(fresh_dsn, "schema", "apply")
         assert (applied.code, applied.out.strip()) == (
             EXIT_OK,
-            "pgqueue_jobs is current",
+            f"{where}: pgqueue_jobs is current",
         )
 
         await pgqueue.uninstall(connection)
@@ -451,3 +452,30 @@ async def test_import_pgqueue_imports_neither_rich_nor_the_command_line() -> Non
     )
     done = await anyio.run_process([sys.executable, "-c", code], check=False)
     assert done.returncode == 0, done.stderr.decode()
+
+
+async def test_schema_print_with_a_dsn_prints_what_that_database_needs(
+    fresh_dsn: str,
+) -> None:
+    where = fresh_dsn.removeprefix("postgresql://")
+    current = await cli(None, "schema", "print", "--dsn", fresh_dsn)
+    assert current.code == EXIT_OK, current
+    assert current.out == (
+        f"-- {where}: pgqueue_jobs is current\n-- nothing to apply\n"
+    )
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        await pgqueue.uninstall(connection)
+    finally:
+        await connection.close()
+    missing = await cli(None, "--dsn", fresh_dsn, "schema", "print")
+    assert missing.code == EXIT_OK, missing
+    header, _, sql = missing.out.partition("\n")
+    assert header == f"-- {where}: there is no table pgqueue_jobs"
+    assert sql == pgqueue.SCHEMA.strip() + "\n"
+    # PGQUEUE_DSN alone (here a server that is not there) does not connect.
+    unreachable = await cli("postgresql://postgres@127.0.0.1:1/x", "schema", "print")
+    assert (unreachable.code, unreachable.out) == (
+        EXIT_OK,
+        pgqueue.SCHEMA.strip() + "\n",
+    )

@@ -267,7 +267,7 @@ async def test_bad_input_is_one_line_exit_2(fresh_dsn: str) -> None:
     closed = "postgresql://postgres@127.0.0.1:1/nowhere"
     code, out, err = await pgqueue(closed, "top", "--once")
     assert (code, out) == (2, "")
-    assert err.startswith("pgqueue: cannot connect to 127.0.0.1:1")
+    assert err.startswith("pgqueue: cannot connect to postgres@127.0.0.1:1/nowhere")
     assert len(err.splitlines()) == 1
 
 
@@ -441,7 +441,8 @@ async def test_live_json_survives_a_lost_connection(
             if process.returncode is None:
                 process.kill()
         errors = (await process.stderr.receive()).decode()
-        assert errors.startswith("pgqueue: top: database unreachable (")
+        assert errors.startswith("pgqueue: top: database postgres@")
+        assert " unreachable (" in errors
         assert "Traceback" not in errors
 
 

@@ -489,9 +489,16 @@ def test_children_get_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> Non
     parent = build_parser().parse_args(argv)
     command = cli_worker.child_command(parent, 2)
     assert command[:3] == [sys.executable, "-m", "pgqueue"]
+    # The DSNs go in the environment, never on the (public) command line.
+    assert not [arg for arg in command if "postgresql:" in arg], command
+    env = cli_worker.child_environment(parent)
+    assert env["PGQUEUE_DSN"] == "postgresql://h/db"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     child = build_parser().parse_args(command[3:])
     expected = {
         **vars(parent),
+        "dsn": None,  # from PGQUEUE_DSN
         "processes": 1,
         "supervised": True,
         "metrics_port": 9102,

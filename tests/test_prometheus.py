@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 import asyncpg
@@ -12,8 +13,15 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 import pgqueue
-from pgqueue.prometheus import ProducerMetrics, QueueCollector, WorkerMetrics, serve
+from pgqueue.prometheus import (
+    UNKNOWN_JOB_TYPE,
+    ProducerMetrics,
+    QueueCollector,
+    WorkerMetrics,
+    serve,
+)
 from tests.helpers import row, running, wait_for_row, wait_until
+from tests.test_cli_secrets import listening_addresses
 
 
 def no_backoff(_attempt: int) -> float:
@@ -307,3 +315,50 @@ async def test_serve_exposes_the_registry_over_http() -> None:
 
     text = await anyio.to_thread.run_sync(scrape)
     assert 'pgqueue_jobs_rescued_total{queue="q",status="pending"} 2.0' in text
+
+
+async def test_job_types_without_a_handler_share_one_label(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    """A producer writing any number of unknown types grows no series."""
+    registry = CollectorRegistry()
+    metrics = WorkerMetrics(registry)
+    worker = pgqueue.Worker(
+        pool,
+        queue=queue.name,
+        middleware=[metrics.middleware],
+        observers=[metrics.observer],
+    )
+
+    @worker.handler("known")
+    async def known(_job: pgqueue.Job) -> None:
+        return None
+
+    hostile = [await queue.enqueue(f"hostile-{n}", {}) for n in range(30)]
+    done = await queue.enqueue("known", {})
+    async with running(worker):
+        for job_id in hostile:
+            await wait_for_row(pool, job_id, status="dead")
+        await wait_for_row(pool, done, status="completed")
+
+        async def counted() -> bool:
+            return (
+                value(registry, "pgqueue_jobs_finished_total", queue=queue.name, job_type=UNKNOWN_JOB_TYPE, outcome="dead")
+                == 30
+            )  # fmt: skip
+
+        await wait_until(counted)
+    labels = {
+        sample.labels["job_type"]
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.labels.get("queue") == queue.name
+    }
+    assert labels == {"known", UNKNOWN_JOB_TYPE}
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc")
+async def test_serve_listens_on_this_machine_only_by_default() -> None:
+    port = _free_port()
+    serve(port, registry=CollectorRegistry())
+    assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1

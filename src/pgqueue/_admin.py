@@ -22,9 +22,10 @@ from pgqueue._checks import (
     check_name,
     check_queue_name,
 )
+from pgqueue._connect import target_of
 from pgqueue._errors import SchemaError
 from pgqueue._log import Logger, default_logger
-from pgqueue._schema import SCHEMA_ERRORS, check_schema, missing_pieces
+from pgqueue._schema import SCHEMA_ERRORS, missing_pieces, schema_failure
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
@@ -803,7 +804,7 @@ class Admin:
                 "there is no table pgqueue_periodic on the search_path: apply "
                 "pgqueue.SCHEMA_UPGRADE in a migration (or await pgqueue.install(pool))"
             )
-            raise SchemaError(msg) from exc
+            raise SchemaError(msg, where=target_of(self._executor)) from exc
 
     async def schema_state(self) -> SchemaState:
         """Say whether ``pgqueue_jobs`` is missing, the Go module's, partly upgraded or current.
@@ -836,8 +837,7 @@ class Admin:
         try:
             yield
         except SCHEMA_ERRORS as exc:
-            await check_schema(self._executor)
-            raise SchemaError(str(exc)) from exc
+            raise await schema_failure(self._executor, str(exc)) from exc
 
     def __repr__(self) -> str:
         return f"Admin({type(self._executor).__name__})"

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
+from pgqueue._connect import check_dsn
 from pgqueue._errors import PayloadTooLargeError
 from pgqueue._typed import to_json_value
 
@@ -431,10 +432,15 @@ def check_job_id(value: object) -> int:
 
 
 def check_dsn_or_pool(value: object) -> None:
-    """Raise TypeError unless ``value`` is a DSN string or an asyncpg pool."""
+    """Raise TypeError unless ``value`` is a DSN string or an asyncpg pool.
+
+    A DSN asyncpg would misread raises ValueError (`pgqueue._connect.check_dsn`).
+    """
     if not isinstance(value, str | asyncpg.Pool):
         msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(value).__name__}"
         raise TypeError(msg)
+    if isinstance(value, str):
+        check_dsn(value)
 
 
 def check_callable(what: str, value: object) -> None:

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, NamedTuple
 import anyio
 
 from pgqueue import _sql
-from pgqueue._errors import SchemaError, describe, is_transient
+from pgqueue._errors import describe, is_transient
 from pgqueue._job import Job, Status, claimed_job
 from pgqueue._lease import take
 from pgqueue._outcome import Outcome
 from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
 from pgqueue._runner import job_fields
-from pgqueue._schema import SCHEMA_ERRORS, check_schema
+from pgqueue._schema import SCHEMA_ERRORS, check_schema, schema_failure
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -173,8 +173,9 @@ class Claimer:
                 rows = await self._claim(limit, bounds)
             except SCHEMA_ERRORS as exc:
                 # Says what is missing.
-                await check_schema(self._connection, limits=self._limits)
-                raise SchemaError(describe(exc)) from exc
+                raise await schema_failure(
+                    self._connection, describe(exc), limits=self._limits
+                ) from exc
             except Exception as exc:
                 failures += 1
                 log_failure(

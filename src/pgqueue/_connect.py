@@ -1,13 +1,159 @@
-"""Opening connections of pgqueue's own, outside the application's pool."""
+"""Opening connections of pgqueue's own, outside the application's pool.
+
+Also what an error may say about a connection: `target` and `target_of`
+name ``user@host:port/database`` and never a password, and `check_dsn`
+refuses a DSN asyncpg would misread (a password with an unescaped ``@``,
+``/``, ``?`` or ``#``), with a message that repeats nothing of it.
+"""
 
 from __future__ import annotations
 
+import getpass
+import inspect
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
-__all__ = ["Connect", "connect_like"]
+__all__ = ["DSN_HINT", "Connect", "check_dsn", "connect_like", "target", "target_of"]
+
+DSN_HINT = (
+    "the DSN cannot be parsed: percent-encode the user name and password "
+    "(@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25)"
+)
+"""The message of the `ValueError` `check_dsn` raises; it never quotes the DSN."""
+
+
+def check_dsn(dsn: str) -> None:
+    """Raise `ValueError` (`DSN_HINT`) if asyncpg would read ``dsn`` other than it was meant.
+
+    asyncpg splits the authority at its first ``@``, so a password holding
+    an unescaped ``@``, ``/``, ``?`` or ``#`` makes part of it a host, a
+    port, a database or options, and asyncpg's error then quotes it. Only
+    URL DSNs are checked; asyncpg refuses any other form without quoting it.
+    """
+    if "://" not in dsn:
+        return
+    try:
+        parts = urlsplit(dsn)
+        if parts.query:
+            parse_qs(parts.query, strict_parsing=True)
+    except ValueError:
+        raise ValueError(DSN_HINT) from None
+    if parts.scheme not in ("postgres", "postgresql"):
+        return
+    auth, at, hostspec = parts.netloc.rpartition("@")
+    if (
+        parts.fragment
+        or "@" in auth
+        or (not at and "@" in f"{parts.path}#{parts.fragment}")
+        or not all(_port_ok(host) for host in hostspec.split(","))
+    ):
+        raise ValueError(DSN_HINT)
+
+
+def _port_ok(hostspec: str) -> bool:
+    """Whether ``host[:port]`` (``[v6]:port`` too) has no port or a numeric one."""
+    if hostspec.startswith("["):
+        hostspec = hostspec.rpartition("]")[2]
+    _, colon, port = hostspec.rpartition(":")
+    return not colon or not port or port.isdigit()
+
+
+def target(dsn: str | None = None, **connect_kwargs: Any) -> str:
+    """Name where ``asyncpg.connect(dsn, **connect_kwargs)`` goes: ``user@host:port/database``.
+
+    libpq's ``PG*`` variables and defaults fill in what the arguments leave
+    out, as asyncpg does; several hosts are joined with commas. Never holds
+    a password; never raises.
+    """
+    try:
+        return _asyncpg_target(dsn, connect_kwargs)
+    except Exception:  # a private function: read the DSN ourselves
+        return _own_target(dsn, connect_kwargs)
+
+
+def target_of(executor: object) -> str | None:
+    """``user@host:port/database`` of a connection, a pool or a DSN; None for anything else."""
+    if isinstance(executor, str):
+        return target(executor)
+    connection = executor
+    for _ in range(3):  # a pool's proxy; a wrapper of pgqueue's own, open
+        if isinstance(connection, asyncpg.Connection):
+            break
+        connection = getattr(connection, "_con", None) or getattr(
+            connection, "_connection", None
+        )
+    if isinstance(connection, asyncpg.Connection):
+        params = getattr(connection, "_params", None)
+        addr = getattr(connection, "_addr", None)
+        if params is not None and addr is not None:
+            return _named(getattr(params, "user", None), [addr], params.database)
+    if isinstance(executor, asyncpg.Pool):
+        args = getattr(executor, "_connect_args", ())
+        kwargs = dict(getattr(executor, "_connect_kwargs", {}))
+        return target(args[0] if args else kwargs.pop("dsn", None), **kwargs)
+    return None
+
+
+def _asyncpg_target(dsn: str | None, kwargs: Mapping[str, Any]) -> str:
+    from asyncpg import connect_utils
+
+    parse = connect_utils._parse_connect_dsn_and_args  # type: ignore[attr-defined]
+    given = {
+        name: kwargs.get(name)
+        for name in inspect.signature(parse).parameters
+        if name != "dsn"
+    }
+    if dsn is not None:
+        check_dsn(dsn)
+    addrs, params = parse(dsn=dsn, **given)
+    return _named(params.user, list(addrs), params.database)
+
+
+def _own_target(dsn: str | None, kwargs: Mapping[str, Any]) -> str:
+    env = os.environ
+    user = kwargs.get("user") or env.get("PGUSER")
+    host = kwargs.get("host") or env.get("PGHOST") or "localhost"
+    port = kwargs.get("port") or env.get("PGPORT") or 5432
+    database = kwargs.get("database") or env.get("PGDATABASE")
+    if dsn is not None:
+        try:
+            check_dsn(dsn)
+            parts = urlsplit(dsn)
+            auth, _, hostspec = parts.netloc.rpartition("@")
+            user = unquote(auth.partition(":")[0]) or user
+            host = hostspec or host
+            database = unquote(parts.path.lstrip("/")) or database
+        except ValueError:
+            return "the server of the DSN"
+    return _named(user, [f"{host}" if ":" in str(host) else (host, port)], database)
+
+
+def _named(user: str | None, addrs: list[Any], database: str | None) -> str:
+    if not user:
+        try:
+            user = getpass.getuser()
+        except Exception:
+            user = "?"
+    places: list[tuple[str, str]] = []
+    for addr in addrs:
+        if isinstance(addr, tuple):
+            host = str(addr[0])
+            places.append((f"[{host}]" if ":" in host else host, str(addr[1])))
+        else:  # a Unix socket's path: DIR/.s.PGSQL.PORT
+            directory, _, port = str(addr).rpartition("/.s.PGSQL.")
+            places.append((directory, port) if port else (str(addr), ""))
+    ports = {port for _, port in places}
+    if len(ports) == 1:  # libpq's defaults: several socket directories, one port
+        hosts = ",".join(dict.fromkeys(host for host, _ in places))
+        where = f"{hosts}:{ports.pop()}" if ports != {""} else hosts
+    else:
+        where = ",".join(f"{host}:{port}" if port else host for host, port in places)
+    return f"{user}@{where}/{database or user}"
+
 
 Connect: TypeAlias = Callable[[], Awaitable["asyncpg.Connection[Any]"]]
 
@@ -18,11 +164,14 @@ def connect_like(
     """Return a function that opens a new, unpooled connection.
 
     For a pool, the connection uses the pool's own connect arguments (and
-    its ``init`` hook) but is never handed back to the pool. ``settings``
+    its ``init`` hook) but is never handed back to the pool. A DSN asyncpg
+    would misread raises `ValueError` (`check_dsn`) here. ``settings``
     are sent as startup parameters (the application's own ``server_settings``
     win); a server or pooler that refuses one of them (PgBouncer refuses
     parameters it does not know) gets a connection without them, from then on.
     """
+    if isinstance(pool_or_dsn, str):
+        check_dsn(pool_or_dsn)
     extra = dict(settings or {})
 
     async def connect() -> asyncpg.Connection[Any]:

@@ -89,8 +89,20 @@ class JobNotFoundError(PgQueueError, LookupError):
 class SchemaError(PgQueueError):
     """The database lacks the ``pgqueue_jobs`` table, or parts of it pgqueue needs.
 
-    The message names what is missing and how to add it.
+    The message names the database (``user@host:port/database``, never a
+    password) followed by what is missing and how to add it.
+
+    Attributes:
+        summary: what is missing and how to add it, on one line, without
+            the database (for a page a viewer sees).
+        where: the database, ``user@host:port/database``; None when it
+            cannot be told (an executor pgqueue does not know).
     """
+
+    def __init__(self, summary: str, *, where: str | None = None) -> None:
+        super().__init__(summary if where is None else f"{where}: {summary}")
+        self.summary = summary
+        self.where = where
 
 
 class TrackerClosedError(PgQueueError):

@@ -19,11 +19,11 @@ from pgqueue._checks import (
     encode_payload,
     encode_payloads,
 )
-from pgqueue._errors import DuplicateJobError, SchemaError
+from pgqueue._errors import DuplicateJobError
 from pgqueue._hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._job import NewJob
 from pgqueue._log import Logger, default_logger
-from pgqueue._schema import SCHEMA_ERRORS, check_schema
+from pgqueue._schema import SCHEMA_ERRORS, schema_failure
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -205,8 +205,7 @@ class Queue:
                 assert row is not None
                 job_id, existed = row[0], row[1]
         except SCHEMA_ERRORS as exc:
-            await check_schema(executor)
-            raise SchemaError(str(exc)) from exc
+            raise await schema_failure(executor, str(exc)) from exc
         if event is not None:
             event.ids.append(job_id)
             event.duplicates.append(existed)
@@ -322,8 +321,7 @@ class Queue:
                 rows = await executor.fetch(_sql.ENQUEUE_MANY_UNIQUE, *args)
                 ids, duplicate, duplicates = batch.ids(rows)
         except SCHEMA_ERRORS as exc:
-            await check_schema(executor)
-            raise SchemaError(str(exc)) from exc
+            raise await schema_failure(executor, str(exc)) from exc
         if event is not None:
             event.ids, event.duplicates = ids, duplicates
         if duplicate is not None and conflict == "raise":

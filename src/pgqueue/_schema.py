@@ -7,9 +7,16 @@ from typing import Any, Protocol
 import asyncpg
 
 from pgqueue import _sql
+from pgqueue._connect import target_of
 from pgqueue._errors import SchemaError
 
-__all__ = ["SCHEMA_ERRORS", "check_schema", "missing_pieces", "schema_error"]
+__all__ = [
+    "SCHEMA_ERRORS",
+    "check_schema",
+    "missing_pieces",
+    "schema_error",
+    "schema_failure",
+]
 
 SCHEMA_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.UndefinedTableError,
@@ -30,27 +37,42 @@ async def check_schema(executor: _Fetches, *, limits: bool = False) -> None:
     With ``limits`` (a worker with a fleet-wide limit), the ``pgqueue_limits``
     and ``pgqueue_leases`` tables are required too.
 
+    The error names the database ``executor`` reaches (`SchemaError.where`).
+
     Raises whatever the database raises when it cannot answer.
     """
     row = await executor.fetchrow(
         _sql.SCHEMA_CHECK, list(_sql.REQUIRED_COLUMNS), list(_sql.REQUIRED_INDEXES)
     )
-    error = schema_error(row, limits=limits)
+    error = schema_error(row, limits=limits, where=target_of(executor))
     if error is not None:
         raise error
 
 
+async def schema_failure(
+    executor: _Fetches, message: str, *, limits: bool = False
+) -> SchemaError:
+    """The `SchemaError` for a statement that met a missing table or column.
+
+    Raises the one `check_schema` finds, naming what is missing; else
+    returns one of ``message`` (the statement's error), naming the database.
+    """
+    await check_schema(executor, limits=limits)
+    return SchemaError(message, where=target_of(executor))
+
+
 def schema_error(
-    row: asyncpg.Record | None, *, limits: bool = False
+    row: asyncpg.Record | None, *, limits: bool = False, where: str | None = None
 ) -> SchemaError | None:
     """The `SchemaError` for an answer of `_sql.SCHEMA_CHECK`, or None if nothing is missing.
 
-    The limits' tables count only with ``limits``.
+    The limits' tables count only with ``limits``; ``where`` names the database.
     """
     if row is None or not row[0]:
         return SchemaError(
             "there is no table pgqueue_jobs on the search_path: apply "
-            "pgqueue.SCHEMA in a migration (or await pgqueue.install(pool))"
+            "pgqueue.SCHEMA in a migration (or await pgqueue.install(pool))",
+            where=where,
         )
     missing = missing_pieces(row, limits=limits)
     if not missing:
@@ -64,7 +86,8 @@ def schema_error(
         )
     return SchemaError(
         f"{'; '.join(lacking)}: apply pgqueue.SCHEMA_UPGRADE "
-        "in a migration (or await pgqueue.install(pool))"
+        "in a migration (or await pgqueue.install(pool))",
+        where=where,
     )
 
 

@@ -37,7 +37,7 @@ import anyio
 
 from pgqueue import _sql
 from pgqueue._checks import check_dsn_or_pool, check_duration, check_job_id
-from pgqueue._connect import connect_like
+from pgqueue._connect import connect_like, target_of
 from pgqueue._connections import Connections, check_connections
 from pgqueue._dedicated import DedicatedConnection
 from pgqueue._errors import (
@@ -344,7 +344,7 @@ class Tracker:
                     "job outcomes cannot be read: pgqueue_jobs lacks the table or a column",
                     extra={"error": repr(exc), "jobs": len(batch)},
                 )
-                self._settle_all(batch, _schema_error(exc))
+                self._settle_all(batch, _schema_error(exc, target_of(self._target)))
                 continue
             except Exception as exc:
                 failures += 1
@@ -434,11 +434,12 @@ def _undecodable(job_id: int, exc: BaseException) -> Callable[[], BaseException]
     return error
 
 
-def _schema_error(exc: BaseException) -> Callable[[], BaseException]:
+def _schema_error(exc: BaseException, where: str | None) -> Callable[[], BaseException]:
     def error() -> BaseException:
         failure = SchemaError(
             f"job outcomes cannot be read ({exc}): apply pgqueue.SCHEMA, or "
-            "pgqueue.SCHEMA_UPGRADE on an older table, in a migration"
+            "pgqueue.SCHEMA_UPGRADE on an older table, in a migration",
+            where=where,
         )
         failure.__cause__ = exc
         return failure

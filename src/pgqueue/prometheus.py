@@ -12,7 +12,7 @@ Usage::
         pool, middleware=[metrics.middleware], observers=[metrics.observer]
     )
     queue = pgqueue.Queue(pool, hooks=[ProducerMetrics()])
-    serve(9191)  # /metrics, from a thread
+    serve(9191)  # /metrics on 127.0.0.1:9191, from a thread
 
 Metrics (the ``pgqueue`` prefix is ``namespace``):
 
@@ -20,6 +20,9 @@ Metrics (the ``pgqueue`` prefix is ``namespace``):
   worker wrote: ``completed``, ``retried``, ``dead``, ``cancelled``,
   ``snoozed``, ``released`` (claimed, never started, given back on stop),
   and ``stale`` (fenced off: the run had been rescued, nothing was written).
+  A job type the worker has no handler for is counted as
+  ``job_type="(unknown)"`` (`UNKNOWN_JOB_TYPE`): whatever types a producer
+  writes, the worker's series stay as many as its handlers.
 - ``pgqueue_job_duration_seconds{queue, job_type}``: handler run time.
 - ``pgqueue_job_wait_seconds{queue, job_type}``: from the job's ``run_at``
   to its handler's start (the worker's clock against the database's).
@@ -74,6 +77,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DURATION_BUCKETS",
+    "UNKNOWN_JOB_TYPE",
     "ProducerMetrics",
     "QueueCollector",
     "WorkerMetrics",
@@ -86,6 +90,9 @@ DURATION_BUCKETS = (
 )  # fmt: skip
 """Buckets (seconds) of the duration and wait histograms: jobs last from
 milliseconds to an hour, and wait as long."""
+
+UNKNOWN_JOB_TYPE = "(unknown)"
+"""The ``job_type`` label of outcomes of job types with no handler in the worker."""
 
 # What each written outcome's status is counted as.
 _OUTCOMES = {
@@ -110,6 +117,10 @@ class WorkerMetrics:
             if None.
         namespace: the prefix of every metric name.
         buckets: the duration and wait histograms' buckets, in seconds.
+        job_types: job types labelled by name from the start; a type is
+            labelled by name too once one of its jobs ran through
+            `middleware` (it has a handler). Outcomes of any other type
+            count as `UNKNOWN_JOB_TYPE`.
 
     Usage::
 
@@ -125,8 +136,11 @@ class WorkerMetrics:
         *,
         namespace: str = "pgqueue",
         buckets: Sequence[float] = DURATION_BUCKETS,
+        job_types: Iterable[str] = (),
     ) -> None:
         registry = REGISTRY if registry is None else registry
+        self.job_types: set[str] = set(job_types)
+        """The job types labelled by name (see ``job_types``); add to it freely."""
         job = ("queue", "job_type")
         self.finished = Counter(
             "jobs_finished",
@@ -166,15 +180,19 @@ class WorkerMetrics:
             namespace=namespace,
             registry=registry,
         )
-        self.observer: Observer = _WorkerObserver(self.finished, self.rescued)
+        self.observer: Observer = _WorkerObserver(
+            self.finished, self.rescued, self.job_types
+        )
         """Give it to `pgqueue.Worker` ``observers``."""
 
     def middleware(self, handler: Handler) -> Handler:
         """Wrap ``handler``: time it, count it in flight, measure its job's wait."""
         wait, duration, in_flight = self.wait, self.duration, self.in_flight
+        handled = self.job_types
 
         @functools.wraps(handler)
         async def measured(job: Job) -> Any:
+            handled.add(job.type)  # a type with a handler: bounded by the code
             labels = (job.queue, job.type)
             try:
                 waited = (datetime.now(UTC) - job.run_at).total_seconds()
@@ -194,18 +212,22 @@ class WorkerMetrics:
 
 
 class _WorkerObserver(Observer):
-    def __init__(self, finished: Counter, rescued: Counter) -> None:
+    def __init__(self, finished: Counter, rescued: Counter, known: set[str]) -> None:
         self._finished = finished
         self._rescued = rescued
+        self._known = known
 
     def on_written(self, written: Sequence[Outcome], fenced: Sequence[Outcome]) -> None:
-        finished = self._finished
+        finished, known = self._finished, self._known
         for outcome in written:
             job = outcome.job
             status = _OUTCOMES.get(outcome.status, outcome.status)
-            finished.labels(job.queue, job.type, status).inc()
+            job_type = job.type if job.type in known else UNKNOWN_JOB_TYPE
+            finished.labels(job.queue, job_type, status).inc()
         for outcome in fenced:
-            finished.labels(outcome.job.queue, outcome.job.type, "stale").inc()
+            job = outcome.job
+            job_type = job.type if job.type in known else UNKNOWN_JOB_TYPE
+            finished.labels(job.queue, job_type, "stale").inc()
 
     def on_rescued(self, queue: str, statuses: Mapping[str, int]) -> None:
         for status, count in statuses.items():
@@ -395,9 +417,12 @@ _STATUSES = ("ready", "scheduled", "running", "completed", "dead", "cancelled")
 
 
 def serve(
-    port: int, addr: str = "0.0.0.0", registry: CollectorRegistry | None = None
+    port: int, addr: str = "127.0.0.1", registry: CollectorRegistry | None = None
 ) -> None:
     """Serve ``/metrics`` of ``registry`` (the default one if None) on ``addr:port``.
+
+    ``addr`` is this machine only by default; ``"0.0.0.0"`` (or ``"::"``)
+    serves every interface, to be scraped from elsewhere.
 
     The server runs in a daemon thread of its own and lives as long as the
     process; returns once it listens.

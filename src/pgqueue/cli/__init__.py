@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from pgqueue._errors import SchemaError
-from pgqueue.cli._common import EXIT_ERROR, EXIT_USAGE, UsageError
+from pgqueue.cli._common import EXIT_ERROR, EXIT_USAGE, UsageError, printable
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -31,7 +31,10 @@ COMMAND_MODULES = (
 )
 """Modules that add commands."""
 
-_DSN_HELP = "PostgreSQL connection string (default: $PGQUEUE_DSN, then PG* variables)"
+_DSN_HELP = (
+    "PostgreSQL connection string (default: $PGQUEUE_DSN, then PG* variables; "
+    "a command line is visible to other users: keep a password in PGQUEUE_DSN)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,10 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = asyncio.run(args.run(args))
     except UsageError as exc:
-        print(f"pgqueue: {exc}", file=sys.stderr)
+        print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except SchemaError as exc:
-        print(f"pgqueue: {exc}", file=sys.stderr)
+        print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import math
 import os
 import re
@@ -12,10 +13,10 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
-from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 
+from pgqueue._connect import check_dsn, target
 from pgqueue._errors import DATABASE_ERRORS, describe
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "EXIT_STOP_TIMEOUT",
     "EXIT_USAGE",
     "Commands",
+    "PrintableFormatter",
     "Run",
     "UsageError",
     "cannot_connect",
@@ -32,12 +34,15 @@ __all__ = [
     "dsn_of",
     "duration",
     "job_id",
+    "place",
     "positive_int",
     "print_json",
     "print_table",
+    "printable",
     "reports_database_errors",
     "rich_console",
     "seconds_text",
+    "text_log_handler",
 ]
 
 EXIT_OK = 0
@@ -70,11 +75,11 @@ CONNECT_ERRORS = (
 """What connecting can raise for a reason the user can fix (a bad DSN, a server down)."""
 
 
-def cannot_connect(exc: BaseException, where: str = "") -> UsageError:
-    """The `UsageError` for a failed connection: ``cannot connect{where}: <first line>``."""
+def cannot_connect(exc: BaseException, dsn: str | None) -> UsageError:
+    """The `UsageError` for a failed connection: ``cannot connect to <place>: <first line>``."""
     text = str(exc).strip()
     reason = text.splitlines()[0] if text else type(exc).__name__
-    return UsageError(f"cannot connect{where}: {reason}")
+    return UsageError(f"cannot connect to {place(dsn)}: {reason}")
 
 
 def dsn_of(args: argparse.Namespace) -> str | None:
@@ -83,20 +88,22 @@ def dsn_of(args: argparse.Namespace) -> str | None:
     return dsn or None
 
 
-def _where(dsn: str | None) -> str:
-    """The host and port a connection goes to, for an error message."""
-    env_host = os.environ.get("PGHOST", "localhost")
-    env_port = os.environ.get("PGPORT", "5432")
+def place(dsn: str | None) -> str:
+    """Where a connection goes, ``user@host:port/database`` (no password), for a message.
+
+    Raises:
+        UsageError: a DSN that cannot be parsed (saying to percent-encode the
+            password, and quoting nothing of it).
+    """
     if dsn is None:
-        return f"{env_host}:{env_port} (from the PG* environment)"
+        return (
+            f"{target()} (no --dsn or PGQUEUE_DSN: libpq's PG* variables and defaults)"
+        )
     try:
-        parts = urlsplit(dsn)
-        query = parse_qs(parts.query)
-        host = parts.hostname or query.get("host", [env_host])[0]
-        port = parts.port or query.get("port", [env_port])[0]
-    except ValueError:
-        return "the server of the DSN"
-    return f"{host}:{port}"
+        check_dsn(dsn)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return target(dsn)
 
 
 @asynccontextmanager
@@ -105,21 +112,88 @@ async def connect(
 ) -> AsyncIterator[asyncpg.Connection[Any]]:
     """One connection from ``--dsn``/``PGQUEUE_DSN``/``PG*``; `UsageError` if it fails."""
     dsn = dsn_of(args)
+    place(dsn)  # a DSN asyncpg would misread fails here, quoting nothing of it
     try:
         conn: asyncpg.Connection[Any] = await asyncpg.connect(
             dsn, timeout=connect_timeout
         )
     except CONNECT_ERRORS as exc:
-        raise cannot_connect(exc, f" to {_where(dsn)}") from exc
+        raise cannot_connect(exc, dsn) from exc
     try:
         yield conn
     finally:
         await conn.close()
 
 
+# Characters a terminal acts on rather than shows: C0 controls but tab, DEL,
+# C1 controls, and the bidi controls that reorder what follows them.
+_CONTROLS = [
+    *(chr(code) for code in range(0x20) if code != 0x09),
+    *(chr(code) for code in range(0x7F, 0xA0)),
+    *(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))),
+]
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+_PRINTABLE = str.maketrans(
+    {
+        char: _NAMED.get(char)
+        or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+        for char in _CONTROLS
+    }
+)
+_KEEP_NEWLINES = str.maketrans({**_PRINTABLE, ord("\n"): "\n"})
+# In JSON text these characters can only stand inside strings, where an
+# escape means the same character: the document decodes to the same values.
+_JSON_SAFE = str.maketrans(
+    {char: f"\\u{ord(char):04x}" for char in _CONTROLS if ord(char) >= 0x20}
+)
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """``text`` with the characters a terminal would act on shown escaped.
+
+    C0 controls but tab, DEL, C1 controls and bidi controls become ``\\x1b``,
+    ``\\n``, ``\\u202e`` and the like, so that a job's field can neither move
+    the cursor, set the title or the clipboard, nor forge a line of output.
+    ``newlines`` keeps line feeds (a traceback's lines).
+    """
+    return text.translate(_KEEP_NEWLINES if newlines else _PRINTABLE)
+
+
+class PrintableFormatter(logging.Formatter):
+    """A `logging.Formatter` whose lines show control characters escaped (`printable`).
+
+    The message is one line whatever it holds; a traceback keeps its line feeds.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The line, with the message made `printable`."""
+        record.message = printable(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        """The traceback, `printable` but for its line feeds."""
+        return printable(super().formatException(ei), newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        """The stack, `printable` but for its line feeds."""
+        return printable(super().formatStack(stack_info), newlines=True)
+
+
+def text_log_handler(fmt: str) -> logging.Handler:
+    """A handler writing ``fmt`` lines on stderr through a `PrintableFormatter`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(PrintableFormatter(fmt))
+    return handler
+
+
 def print_json(value: Any) -> None:
-    """Print ``value`` as one JSON document (stable keys, ISO times) on stdout."""
-    json.dump(value, sys.stdout, default=_json_default, ensure_ascii=False)
+    """Print ``value`` as one JSON document (stable keys, ISO times) on stdout.
+
+    The values are exact; DEL, C1 and bidi controls are written as ``\\u``
+    escapes (JSON escapes the C0 ones), so the text is safe on a terminal.
+    """
+    text = json.dumps(value, default=_json_default, ensure_ascii=False)
+    sys.stdout.write(text.translate(_JSON_SAFE))
     sys.stdout.write("\n")
 
 
@@ -150,18 +224,22 @@ def print_table(
     empty: str,
     right: Collection[str] = (),
 ) -> None:
-    """Print ``rows`` under ``columns`` with rich (``right``: columns aligned right), or ``empty``."""
+    """Print ``rows`` under ``columns`` with rich (``right``: columns aligned right), or ``empty``.
+
+    Cells are plain text, never markup, and shown `printable`.
+    """
     console = rich_console()
     if not rows:
-        console.print(empty)
+        console.print(empty, markup=False, highlight=False)
         return
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, pad_edge=False)
     for column in columns:
         table.add_column(column, justify="right" if column in right else "left")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(printable(cell)) for cell in row))
     console.print(table)
 
 
@@ -219,7 +297,8 @@ def reports_database_errors(run: Run) -> Run:
         try:
             return await run(args)
         except _DATABASE_ERRORS as exc:
-            print(f"pgqueue: {describe(exc).splitlines()[0]}", file=sys.stderr)
+            line = describe(exc).splitlines()[0]
+            print(f"pgqueue: {printable(line)}", file=sys.stderr)
             return EXIT_ERROR
 
     return reporting

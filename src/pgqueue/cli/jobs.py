@@ -31,6 +31,7 @@ from pgqueue.cli._common import (
     positive_int,
     print_json,
     print_table,
+    printable,
     reports_database_errors,
     rich_console,
     seconds_text,
@@ -194,7 +195,8 @@ async def list_jobs(args: argparse.Namespace) -> int:
             job.status,
             f"{job.attempts}/{job.max_attempts}",
             _time(job.run_at),
-            _first_line(job.last_error),
+            # A completed job's last_error is an earlier attempt's, not its own.
+            "-" if job.status == "completed" else _first_line(job.last_error),
         )
         for job in found
     ]
@@ -223,6 +225,7 @@ async def show_job(args: argparse.Namespace) -> int:
 
 def _print_job(job: JobInfo) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     console = rich_console()
     table = Table(box=None, pad_edge=False, show_header=False)
@@ -230,10 +233,15 @@ def _print_job(job: JobInfo) -> None:
     table.add_column()
     for name, value in job.to_json().items():
         if name in ("payload", "result"):
-            text = json.dumps(value, indent=2, ensure_ascii=False)
+            text = printable(
+                json.dumps(value, indent=2, ensure_ascii=False), newlines=True
+            )
         else:
-            text = "-" if value is None else str(value)
-        table.add_row(name, text)
+            text = "-" if value is None else printable(str(value), newlines=True)
+        label = name
+        if name == "last_error" and job.status == "completed" and value is not None:
+            label = "earlier attempt's error"
+        table.add_row(label, Text(text))
     console.print(table, markup=False, highlight=False)
 
 
@@ -459,7 +467,8 @@ def _add_listen(commands: Commands) -> None:
         help="print notifications as they arrive",
         description=(
             "LISTEN on channels and print each notification as a line "
-            "(CHANNEL<TAB>PAYLOAD, or a JSON object with --json) until "
+            "(CHANNEL<TAB>PAYLOAD, control characters and line feeds shown "
+            "escaped as \\n, \\x1b..., or an exact JSON object with --json) until "
             "interrupted (SIGINT or SIGTERM: exit 0), or until --count of them."
         ),
     )
@@ -491,12 +500,13 @@ async def listen(args: argparse.Namespace) -> int:
         for channel in channels:
             await connection.add_listener(channel, arrived)
         tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
-        print(f"listening on {', '.join(channels)}", file=sys.stderr, flush=True)
+        shown = ", ".join(printable(channel) for channel in channels)
+        print(f"listening on {shown}", file=sys.stderr, flush=True)
         async for channel, payload, pid in receive:
             if args.json:
                 print_json({"channel": channel, "payload": payload, "pid": pid})
             else:
-                print(f"{channel}\t{payload}")
+                print(f"{printable(channel)}\t{printable(payload)}")
             sys.stdout.flush()
             seen += 1
             if args.count is not None and seen >= args.count:

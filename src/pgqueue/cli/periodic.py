@@ -16,6 +16,7 @@ from pgqueue.cli._common import (
     connect,
     print_json,
     print_table,
+    printable,
     reports_database_errors,
 )
 
@@ -102,7 +103,7 @@ async def remove_schedule(args: argparse.Namespace) -> int:
     if not removed:
         print(f"pgqueue: no schedule is named {args.name!r}", file=sys.stderr)
         return EXIT_ERROR
-    print(f"removed {args.name}")
+    print(f"removed {printable(args.name)}")
     return EXIT_OK
 
 

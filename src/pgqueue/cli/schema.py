@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING
 
 from pgqueue import _sql
 from pgqueue._admin import Admin, SchemaState
+from pgqueue._connect import target_of
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     connect,
     print_json,
+    printable,
     reports_database_errors,
 )
 
@@ -43,7 +45,13 @@ def add_to(commands: Commands) -> None:
     printing = actions.add_parser(
         "print",
         help="print the SQL (for your migrations)",
-        description="Print pgqueue.SCHEMA, or SCHEMA_UPGRADE or SCHEMA_DOWN.",
+        description=(
+            "Print pgqueue.SCHEMA, or SCHEMA_UPGRADE or SCHEMA_DOWN; needs no "
+            "database. With --dsn on the command line (PGQUEUE_DSN alone does "
+            "not connect), print what that database needs instead: SCHEMA for "
+            "a missing table, SCHEMA_UPGRADE for an older one, nothing for a "
+            "current one, after a comment naming the database and its state."
+        ),
     )
     which = printing.add_mutually_exclusive_group()
     which.add_argument(
@@ -54,7 +62,7 @@ def add_to(commands: Commands) -> None:
     which.add_argument(
         "--down", action="store_true", help="SCHEMA_DOWN: drop the table"
     )
-    printing.set_defaults(run=print_schema)
+    printing.set_defaults(run=reports_database_errors(print_schema))
 
     apply = actions.add_parser(
         "apply",
@@ -75,7 +83,8 @@ def add_to(commands: Commands) -> None:
         help="say whether the table is current (exit 1 if not)",
         description=(
             "Say whether pgqueue_jobs is missing, the Go module's, partly up to "
-            "date or current, naming what is missing; exit 1 unless current."
+            "date or current in the database (named user@host:port/database), "
+            "naming what is missing; exit 1 unless current."
         ),
     )
     check.add_argument("--json", action="store_true", help="print the state as JSON")
@@ -83,7 +92,9 @@ def add_to(commands: Commands) -> None:
 
 
 async def print_schema(args: argparse.Namespace) -> int:
-    """Print the SQL; needs no database."""
+    """Print the SQL asked for; or, given ``--dsn`` alone, what that database needs."""
+    if getattr(args, "dsn", None) and not (args.upgrade or args.down):
+        return await _print_needed(args)
     if args.upgrade:
         sql = _sql.SCHEMA_UPGRADE
     elif args.down:
@@ -94,11 +105,31 @@ async def print_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _report(state: SchemaState, *, as_json: bool) -> None:
-    if as_json:
-        print_json({**state.to_json(), "fix": state.fix})
-        return
+async def _print_needed(args: argparse.Namespace) -> int:
+    async with connect(args) as connection:
+        state = await Admin(connection).schema_state()
+        where = _where(connection)
     line = _KINDS[state.kind]
+    if state.kind in ("go", "partial"):
+        line += f"; it lacks {', '.join(state.missing)}"
+    print(f"-- {printable(where)}: {line}")
+    if state.kind == "current":
+        print("-- nothing to apply")
+    else:
+        print(
+            _sql.SCHEMA.strip()
+            if state.kind == "missing"
+            else _sql.SCHEMA_UPGRADE.strip()
+        )
+    return EXIT_OK
+
+
+def _report(state: SchemaState, where: str, *, as_json: bool) -> None:
+    """Print the state of the table in the database ``where``."""
+    if as_json:
+        print_json({**state.to_json(), "fix": state.fix, "database": where})
+        return
+    line = f"{printable(where)}: {_KINDS[state.kind]}"
     if state.kind in ("go", "partial"):
         line += f"; it lacks {', '.join(state.missing)}"
     if state.fix is not None:
@@ -109,30 +140,36 @@ def _report(state: SchemaState, *, as_json: bool) -> None:
 async def apply_schema(args: argparse.Namespace) -> int:
     """Apply SCHEMA (a new table) or SCHEMA_UPGRADE (an existing one)."""
     async with connect(args) as connection:
+        where = _where(connection)
         admin = Admin(connection)
         state = await admin.schema_state()
         if args.upgrade and state.kind == "missing":
             print(
-                "pgqueue: there is no table pgqueue_jobs to upgrade: "
-                "run pgqueue schema apply",
+                f"pgqueue: {printable(where)}: there is no table pgqueue_jobs to "
+                "upgrade: run pgqueue schema apply",
                 file=sys.stderr,
             )
             return EXIT_ERROR
         if not args.upgrade and state.kind in ("go", "partial"):
             print(
-                f"pgqueue: pgqueue_jobs exists but lacks {', '.join(state.missing)}: "
-                "run pgqueue schema apply --upgrade",
+                f"pgqueue: {printable(where)}: pgqueue_jobs exists but lacks "
+                f"{', '.join(state.missing)}: run pgqueue schema apply --upgrade",
                 file=sys.stderr,
             )
             return EXIT_ERROR
         await connection.execute(_sql.SCHEMA_UPGRADE if args.upgrade else _sql.SCHEMA)
-        _report(await admin.schema_state(), as_json=args.json)
+        _report(await admin.schema_state(), where, as_json=args.json)
     return EXIT_OK
+
+
+def _where(connection: object) -> str:
+    return target_of(connection) or "the database"
 
 
 async def check_schema(args: argparse.Namespace) -> int:
     """Report the table's state; exit 1 unless it is current."""
     async with connect(args) as connection:
         state = await Admin(connection).schema_state()
-    _report(state, as_json=args.json)
+        where = _where(connection)
+    _report(state, where, as_json=args.json)
     return EXIT_OK if state.kind == "current" else EXIT_ERROR

@@ -27,7 +27,9 @@ from pgqueue.cli._common import (
     UsageError,
     connect,
     dsn_of,
+    place,
     print_json,
+    printable,
     rich_console,
     seconds_text,
 )
@@ -86,11 +88,17 @@ def _rate(value: float | None) -> str:
 def render(
     frame: Frame, *, interval: float | None = None, width: int = 120
 ) -> RenderableType:
-    """The frame as rich tables: queues, longest running, latest dead."""
+    """The frame as rich tables: queues, longest running, latest dead.
+
+    Every value from the database is plain text (never markup), `printable`.
+    """
     from rich import box
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
+
+    def shown(value: str | None) -> Text:
+        return Text(printable(value or ""))
 
     clock = frame.at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
     heading = f"pgqueue top  {clock}"
@@ -112,7 +120,7 @@ def render(
     queues.add_column("done/s", justify="right")
     for q in frame.queues:
         queues.add_row(
-            q.queue,
+            shown(q.queue),
             str(q.ready),
             str(q.scheduled),
             str(q.running),
@@ -135,8 +143,8 @@ def render(
     for r in frame.longest_running:
         running.add_row(
             str(r.id),
-            r.queue,
-            r.job_type,
+            shown(r.queue),
+            shown(r.job_type),
             seconds_text(r.running_for),
             f"{seconds_text(r.heard_from)} ago",
         )
@@ -151,7 +159,9 @@ def render(
     dead.add_column("last error", overflow="ellipsis", no_wrap=True, ratio=1)
     for d in frame.latest_dead:
         ago = seconds_text(max((frame.at - d.died_at).total_seconds(), 0.0))
-        dead.add_row(str(d.id), d.queue, d.job_type, f"{ago} ago", d.error or "")
+        dead.add_row(
+            str(d.id), shown(d.queue), shown(d.job_type), f"{ago} ago", shown(d.error)
+        )
     if not frame.latest_dead:
         dead.add_row("", Text("none", style="dim"), "", "", "")
 
@@ -183,7 +193,7 @@ async def run(args: argparse.Namespace) -> int:
                 await tasks.start(_until_signal, tasks.cancel_scope)
                 await _frames(sampler, console, interval, dsn_of(args))
         except _FAILURES as exc:
-            print(f"pgqueue: top: {describe(exc)}", file=sys.stderr)
+            print(f"pgqueue: top: {printable(describe(exc))}", file=sys.stderr)
             return EXIT_ERROR
     return EXIT_OK
 
@@ -216,6 +226,7 @@ async def _frames(
     A lost connection does not end the dashboard: it says so and connects
     again on each following tick; the rates carry on from the frames before.
     """
+    where = place(dsn)
     live = None
     if console is not None and console.is_terminal:
         from rich.live import Live
@@ -239,7 +250,9 @@ async def _frames(
                     sampler.use(fresh)
                 last, lost = await sampler.frame(), None
             except DATABASE_ERRORS as exc:
-                lost = f"database unreachable ({describe(exc)}); connecting again"
+                lost = printable(
+                    f"database {where} unreachable ({describe(exc)}); connecting again"
+                )
             if live is None:
                 if lost is not None:
                     print(f"pgqueue: top: {lost}", file=sys.stderr)

@@ -225,5 +225,5 @@ async def _open_pool(dsn: str | None) -> asyncpg.Pool[Any]:
             dsn, min_size=1, max_size=4, timeout=10
         )
     except CONNECT_ERRORS as exc:
-        raise cannot_connect(exc) from exc
+        raise cannot_connect(exc, dsn) from exc
     return pool

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
+from pgqueue._connect import check_dsn, target_of
 from pgqueue._errors import SchemaError
 from pgqueue._worker import Worker
 from pgqueue.cli._common import (
@@ -50,6 +51,8 @@ from pgqueue.cli._common import (
     EXIT_OK,
     EXIT_STOP_TIMEOUT,
     UsageError,
+    printable,
+    text_log_handler,
 )
 
 if TYPE_CHECKING:
@@ -114,8 +117,9 @@ signals:
   one child exits (without --burst) or fails, it stops the others.
 
 metrics:
-  --metrics-port PORT serves /metrics; with --processes N, child i (from 0)
-  serves on PORT + i.
+  --metrics-port PORT serves /metrics on --metrics-host (127.0.0.1 unless
+  given); with --processes N, child i (from 0) serves on PORT + i. Job types
+  the worker has no handler for are counted under job_type="(unknown)".
 
 exit codes:
   0  stopped cleanly (or, with --burst, drained what was ready)
@@ -184,6 +188,15 @@ def add_to(commands: Commands) -> None:
         const=True,
         metavar="DSN",
         help="wake on NOTIFY (the default), optionally over --listen=DSN",
+    )
+    # A child of --processes: --listen=DSN, the DSN from the environment (not argv).
+    options.add_argument(
+        "--listen-from-env",
+        dest="listen",
+        action=_ListenFromEnv,
+        nargs=0,
+        default=keep,
+        help=argparse.SUPPRESS,
     )
     options.add_argument(
         "--no-listen",
@@ -274,6 +287,13 @@ def add_to(commands: Commands) -> None:
         metavar="PORT",
         help="serve Prometheus metrics on /metrics at this port",
     )
+    running.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address --metrics-port listens on (default 127.0.0.1, this "
+        "machine only; 0.0.0.0 for every interface)",
+    )
     # A child of --processes: stop gracefully when stdin (a pipe from the parent) ends.
     running.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
@@ -311,6 +331,22 @@ class _QueueAction(argparse.Action):
 
 
 _MIXED = "give either one --queue NAME or several --queue NAME=N, not both"
+
+LISTEN_DSN_VARIABLE = "PGQUEUE_LISTEN_DSN"
+"""Where a child of ``--processes`` finds the parent's ``--listen=DSN``."""
+
+
+class _ListenFromEnv(argparse.Action):
+    """``--listen-from-env``: ``--listen`` with the DSN in `LISTEN_DSN_VARIABLE`."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        namespace.listen = os.environ.get(LISTEN_DSN_VARIABLE) or True
 
 
 class _GlobalLimitAction(argparse.Action):
@@ -431,7 +467,9 @@ def resolve(reference: str, what: str = "MODULE:ATTR") -> Any:
 
 def _describe(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return printable(
+        f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    )
 
 
 def _kind(obj: object) -> str:
@@ -564,10 +602,18 @@ async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
     pool = worker._pool
     if getattr(pool, "_initialized", True) or getattr(pool, "_initializing", False):
         return
+    dsn = next(iter(getattr(pool, "_connect_args", ())), None)
+    if isinstance(dsn, str):
+        try:
+            check_dsn(dsn)  # asyncpg's own error would quote a part of it
+        except ValueError as exc:
+            msg = f"the worker's pool: {exc}"
+            raise UsageError(msg) from None
+    where = target_of(pool) or "its database"
     try:
         await pool
     except Exception as exc:
-        msg = "opening the worker's pool"
+        msg = f"opening the worker's pool ({where})"
         raise _WorkerFailed(msg) from exc
     stack.push_async_callback(pool.close)
 
@@ -578,7 +624,7 @@ async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """The body of ``pgqueue worker``: one worker here, or ``--processes`` children."""
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    logging.basicConfig(level=args.log_level, handlers=[text_log_handler(LOG_FORMAT)])
     if args.processes > 1:
         return await run_processes(args)
     return await run_one(args)
@@ -599,21 +645,27 @@ async def run_one(args: argparse.Namespace) -> int:
     """Run the worker in this process until it stops; return the exit code."""
     middleware: list[Any] = []
     observers: list[Any] = []
+    metrics = None
     prometheus = _metrics(args)
     if prometheus is not None:
         metrics = prometheus.WorkerMetrics()
         middleware.append(metrics.middleware)
         observers.append(metrics.observer)
+        host = args.metrics_host
+        where = (
+            f"[{host}]:{args.metrics_port}"
+            if ":" in host
+            else f"{host}:{args.metrics_port}"
+        )
         try:
-            prometheus.serve(args.metrics_port)
+            prometheus.serve(args.metrics_port, host)
         except OSError as exc:
-            where = f"port {args.metrics_port}"
             print(
                 f"pgqueue: cannot serve metrics on {where}: {_describe(exc)}",
                 file=sys.stderr,
             )
             return EXIT_ERROR
-        logger.info("serving metrics on port %d at /metrics", args.metrics_port)
+        logger.info("serving metrics on http://%s/metrics", where)
     # Signals are caught from here on: one that comes while the worker is
     # being made waits in the receiver and stops it as soon as it runs.
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -627,6 +679,8 @@ async def run_one(args: argparse.Namespace) -> int:
                 logger.debug("%s failed", exc, exc_info=cause)
                 print(f"pgqueue: {exc} failed: {_describe(cause)}", file=sys.stderr)
                 return EXIT_ERROR
+            if metrics is not None:  # its handlers' types, labelled from the start
+                metrics.job_types.update(worker._registered)
             timeout = getattr(args, "shutdown_timeout", worker._shutdown_grace)
             return await drive(
                 worker,
@@ -727,7 +781,7 @@ async def drive(
             try:
                 await worker.run(until_empty=burst, task_status=_Ready(worker))
             except SchemaError as exc:
-                print(f"pgqueue: {exc}", file=sys.stderr)
+                print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
                 code = EXIT_ERROR
             except SystemExit as exc:
                 if exc.code not in (None, 0):
@@ -760,10 +814,12 @@ async def _parent_gone() -> None:
 
 
 def child_command(args: argparse.Namespace, index: int) -> list[str]:
-    """The command line of child ``index``: the same arguments, minus --processes."""
+    """The command line of child ``index``: the same arguments, minus --processes.
+
+    DSNs hold passwords and a command line is public (``ps``): they go in
+    the child's environment instead (`child_environment`).
+    """
     command = [sys.executable, "-m", "pgqueue"]
-    if getattr(args, "dsn", None):
-        command += ["--dsn", args.dsn]
     command += ["worker", args.target, "--supervised", "--log-level", args.log_level]
     if args.burst:
         command.append("--burst")
@@ -771,6 +827,7 @@ def child_command(args: argparse.Namespace, index: int) -> list[str]:
         command += [f"--shutdown-timeout={_number(args.shutdown_timeout)}"]
     if args.metrics_port is not None:
         command += ["--metrics-port", str(args.metrics_port + index)]
+        command += ["--metrics-host", args.metrics_host]
     for name, flag in OPTION_FLAGS.items():
         if not hasattr(args, name):
             continue
@@ -781,7 +838,7 @@ def child_command(args: argparse.Namespace, index: int) -> list[str]:
                 if value is False
                 else "--listen"
                 if value is True
-                else f"--listen={value}"
+                else "--listen-from-env"
             )
         elif name in _ADDED:
             command += [f"{flag}={ref}" for ref in value]
@@ -790,6 +847,17 @@ def child_command(args: argparse.Namespace, index: int) -> list[str]:
         else:
             command.append(f"{flag}={_number(value)}")
     return command
+
+
+def child_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The environment of every child: this one's, with ``--dsn`` and ``--listen=DSN``."""
+    env = dict(os.environ)
+    if getattr(args, "dsn", None):
+        env["PGQUEUE_DSN"] = args.dsn
+    listen = getattr(args, "listen", None)
+    if isinstance(listen, str):
+        env[LISTEN_DSN_VARIABLE] = listen
+    return env
 
 
 def _number(value: object) -> str:
@@ -835,11 +903,13 @@ async def run_processes(args: argparse.Namespace) -> int:
     option_values(args)
     _metrics(args)
     children = _Children([], burst=args.burst)
+    env = child_environment(args)
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         try:
             for index in range(args.processes):
                 process = await anyio.open_process(
                     child_command(args, index),
+                    env=env,
                     stdin=subprocess.PIPE,
                     stdout=None,
                     stderr=None,
