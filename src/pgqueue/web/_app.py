@@ -77,10 +77,6 @@ _UNREACHABLE = (
     "The database cannot be reached, or refused the dashboard's query. "
     "The server's log says why."
 )
-_SCHEMA_MISSING = (
-    "The database lacks pgqueue's table, or parts of it: apply pgqueue.SCHEMA (or "
-    "pgqueue.SCHEMA_UPGRADE) in a migration. The server's log says what is missing."
-)
 
 
 def create_app(
@@ -341,10 +337,7 @@ class _Dashboard:
             request.url.path,
             describe(exc),
         )
-        detail = _SCHEMA_MISSING if isinstance(exc, SchemaError) else _UNREACHABLE
-        summary = getattr(exc, "summary", None)
-        if isinstance(exc, SchemaError) and isinstance(summary, str):
-            detail = summary
+        detail = exc.summary if isinstance(exc, SchemaError) else _UNREACHABLE
         return self.page(
             request,
             "error.html",
