@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "converting",
     "is_async",
+    "is_model_class",
     "payload_converter",
     "payload_type",
     "to_json_value",
@@ -150,7 +151,7 @@ def payload_type(handler: Callable[..., Any]) -> type | None:
     cls = typing.get_origin(argument) or argument
     if not isinstance(cls, type):
         return None
-    if dataclasses.is_dataclass(cls) or _is_model_class(cls):
+    if dataclasses.is_dataclass(cls) or is_model_class(cls):
         return cls
     return None
 
@@ -166,7 +167,7 @@ def payload_converter(cls: type) -> Callable[[Any], Any]:
         TypeError: ``cls`` is not a dataclass or a pydantic model class, or
             type hints of a dataclass it holds cannot be resolved.
     """
-    if not (dataclasses.is_dataclass(cls) or _is_model_class(cls)):
+    if not (dataclasses.is_dataclass(cls) or is_model_class(cls)):
         msg = f"a payload type must be a dataclass or a pydantic model, not {cls!r}"
         raise TypeError(msg)
     convert = _Compiler().compile(cls)
@@ -202,7 +203,7 @@ def to_json_value(value: Any) -> Any:
         return value
     if hasattr(cls, "__dataclass_fields__"):
         return _as_dict(value)
-    if _is_model_class(cls):
+    if is_model_class(cls):
         return value.model_dump(mode="json", by_alias=True)
     return value
 
@@ -227,12 +228,12 @@ def _as_dict(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, uuid.UUID | decimal.Decimal):
         return str(value)
-    if _is_model_class(cls):
+    if is_model_class(cls):
         return value.model_dump(mode="json", by_alias=True)
     return value
 
 
-def _is_model_class(cls: object) -> bool:
+def is_model_class(cls: object) -> bool:
     """Whether ``cls`` is a pydantic model class; never imports pydantic."""
     pydantic = sys.modules.get("pydantic")
     return (
@@ -402,7 +403,7 @@ class _Compiler:
         cls = origin if origin is not None else tp
         if isinstance(cls, type) and dataclasses.is_dataclass(cls):
             return self._dataclass(cls)
-        if _is_model_class(cls):
+        if is_model_class(cls):
             return _model(cls)
         return _unchecked
 
