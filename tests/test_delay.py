@@ -70,12 +70,13 @@ async def test_delay_with_unique_keys_hooks_and_a_mixed_batch(
 
     queue = pgqueue.Queue(pool, name=queue_name, hooks=[Recorder()])
     at = datetime(2100, 1, 1, tzinfo=UTC)
-    keyed = await queue.enqueue("t", {}, delay=30, unique_key="k")
-    again = await queue.enqueue("t", {}, delay=90, unique_key="k")
+    # Unique keys are unique per job type across queues: keys of this test's own.
+    keyed = await queue.enqueue("t", {}, delay=30, unique_key=f"{queue_name}-k")
+    again = await queue.enqueue("t", {}, delay=90, unique_key=f"{queue_name}-k")
     assert again == keyed
     ids = await queue.enqueue_many(
         [
-            pgqueue.NewJob("t", delay=10, unique_key="a"),
+            pgqueue.NewJob("t", delay=10, unique_key=f"{queue_name}-a"),
             pgqueue.NewJob("t", run_at=at, priority=2),
             pgqueue.NewJob("t", delay=timedelta(minutes=1)),
             ("t", None),

@@ -83,18 +83,17 @@ async def test_enqueue_takes_the_enqueue_options(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
     send_email = pgqueue.JobType("send_email", SendEmail, queue=queue_name)
+    key = f"{queue_name}-welcome"  # unique per job type across queues: this test's own
     later = await send_email.enqueue(
         pool,
         SendEmail("a@example.com"),
         delay=timedelta(minutes=5),
         priority=3,
         max_attempts=9,
-        unique_key="welcome-a",
+        unique_key=key,
         track=True,
     )
-    again = await send_email.enqueue(
-        pool, SendEmail("a@example.com"), unique_key="welcome-a"
-    )
+    again = await send_email.enqueue(pool, SendEmail("a@example.com"), unique_key=key)
     at = datetime(2100, 1, 1, tzinfo=UTC)
     fixed = await send_email.enqueue(pool, SendEmail("b@example.com"), run_at=at)
     stored = await row(pool, later)
@@ -103,7 +102,7 @@ async def test_enqueue_takes_the_enqueue_options(
     assert (stored["priority"], stored["max_attempts"], stored["unique_key"]) == (
         3,
         9,
-        "welcome-a",
+        key,
     )
     assert stored["tracked"] is True
     assert (await row(pool, fixed))["run_at"] == at
@@ -111,7 +110,7 @@ async def test_enqueue_takes_the_enqueue_options(
         await send_email.enqueue(
             pool,
             SendEmail("c@example.com"),
-            unique_key="welcome-a",
+            unique_key=key,
             on_conflict="raise",
         )
 
