@@ -32,6 +32,7 @@ from pgqueue._errors import (
 )
 from pgqueue._hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._job import Job, NewJob, Status
+from pgqueue._jobtype import JobType
 from pgqueue._log import Logger
 from pgqueue._outcome import Outcome
 from pgqueue._pubsub import Callback, Subscriber, publish
@@ -62,6 +63,7 @@ __all__ = [
     "JobOutcome",
     "JobPreview",
     "JobSummary",
+    "JobType",
     "Logger",
     "Middleware",
     "NewJob",

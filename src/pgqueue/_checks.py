@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -13,11 +13,11 @@ from urllib.parse import urlsplit
 import asyncpg
 
 from pgqueue._connect import check_dsn
-from pgqueue._errors import PayloadTooLargeError
+from pgqueue._errors import PayloadTooLargeError, describe
 from pgqueue._typed import to_json_value
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 __all__ = [
     "MAX_PAYLOAD_DEPTH",
@@ -26,6 +26,7 @@ __all__ = [
     "check_bool",
     "check_callable",
     "check_channel",
+    "check_delay",
     "check_duration",
     "check_int",
     "check_job_id",
@@ -37,9 +38,11 @@ __all__ = [
     "check_queue_name",
     "check_run_at",
     "check_unique_key",
+    "check_when",
     "encode_notify_payload",
     "encode_payload",
     "encode_payloads",
+    "payload_encoder",
 ]
 
 # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
@@ -56,6 +59,39 @@ under the 8000-byte NOTIFY limit, since the name is also the wakeup payload).
 """
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+class _HookedEncoder(json.JSONEncoder):
+    """`_encoder` with a user's ``json_encoder``, whose results obey the same rules."""
+
+    def __init__(self, hook: Callable[[Any], Any]) -> None:
+        super().__init__(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        self.hook = hook
+
+    def default(self, o: Any) -> Any:
+        value = self.hook(o)
+        _inspect(value)
+        return value
+
+
+def payload_encoder(json_encoder: Callable[[Any], Any] | None) -> json.JSONEncoder:
+    """The encoder of `encode_payload` that calls ``json_encoder`` for what JSON cannot hold.
+
+    ``json_encoder`` works as ``json.dumps``'s ``default``: it gets each
+    value JSON has no type for and returns one it has (which may hold more
+    such values), or raises ``TypeError``.
+    """
+    if json_encoder is None:
+        return _encoder
+    check_callable("json_encoder", json_encoder)
+    return _HookedEncoder(json_encoder)
+
+
+_HINT = (
+    "pass Queue(json_encoder=...) to encode it, or enqueue a dataclass or a "
+    "pydantic model (a dataclass encodes UUID, datetime, date, time, Decimal "
+    "and Enum fields)"
+)
 
 MAX_PAYLOAD_DEPTH = 500
 """The deepest nesting of lists and dicts a payload may have.
@@ -170,7 +206,7 @@ def _has_escaped_nul(text: str) -> bool:
     return False
 
 
-def encode_payload(payload: Any) -> str:
+def encode_payload(payload: Any, encoder: json.JSONEncoder = _encoder) -> str:
     """Return ``payload`` as JSON text that PostgreSQL's jsonb accepts.
 
     The rule: what is accepted comes back from ``json.loads`` of the stored
@@ -193,11 +229,14 @@ def encode_payload(payload: Any) -> str:
     taken as JSON text: they must parse (``NaN`` and ``Infinity`` refused),
     and the parsed value is then treated as above.
 
+    A dataclass or a pydantic model is encoded as `to_json_value` makes it.
+    ``encoder`` is `payload_encoder`'s, to call a user's ``json_encoder``.
+
     Raises:
         TypeError: a value that JSON cannot hold (a ``set``, a ``datetime``,
-            a ``Decimal``, any other object), or a dict key that is not a
-            ``str`` (JSON would turn ``1`` into ``"1"`` and could merge it
-            with a key ``"1"``).
+            a ``Decimal``, any other object) and ``encoder`` does not encode,
+            its field named; or a dict key that is not a ``str`` (JSON would
+            turn ``1`` into ``"1"`` and could merge it with a key ``"1"``).
         ValueError: bytes that are not JSON; NaN or an infinity; a NUL
             character or a lone surrogate in a string or key; an int too
             long for Python to convert to text (4300 digits by default,
@@ -206,10 +245,10 @@ def encode_payload(payload: Any) -> str:
     """
     if payload is None:
         return "{}"
-    return _encode(_loaded(payload))
+    return _encode(_loaded(payload), encoder)
 
 
-def encode_payloads(payloads: list[Any]) -> str:
+def encode_payloads(payloads: list[Any], encoder: json.JSONEncoder = _encoder) -> str:
     """Return ``payloads`` as one JSON array, each element as `encode_payload` writes it.
 
     One encoder call for the whole list costs a fraction of one per payload.
@@ -219,11 +258,13 @@ def encode_payloads(payloads: list[Any]) -> str:
             payload, its message starting ``job <index>: ``.
     """
     try:
-        return _encode([{} if p is None else _loaded(p) for p in payloads], depth=-1)
+        return _encode(
+            [{} if p is None else _loaded(p) for p in payloads], encoder, depth=-1
+        )
     except (TypeError, ValueError):
         for index, payload in enumerate(payloads):
             try:
-                encode_payload(payload)
+                encode_payload(payload, encoder)
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"job {index}: {exc}") from exc
         raise
@@ -241,14 +282,14 @@ def _loaded(payload: Any) -> Any:
     return payload
 
 
-def _encode(value: Any, depth: int = 0) -> str:
+def _encode(value: Any, encoder: json.JSONEncoder, depth: int = 0) -> str:
     """JSON text of ``value`` that jsonb stores and gives back unchanged, or raise."""
     _inspect(value, depth)
     try:
-        text = _encoder.encode(value)
+        text = encoder.encode(value)
     except TypeError as exc:
-        msg = f"payload is not JSON-serializable: {exc}"
-        raise TypeError(msg) from exc
+        hook = encoder.hook if isinstance(encoder, _HookedEncoder) else None
+        raise TypeError(_unserializable(value, hook, exc)) from exc
     except ValueError as exc:
         # Python's own messages: NaN and infinities, ints too long for text.
         reason = "JSON has no NaN or infinity" if "float" in str(exc) else exc
@@ -268,6 +309,45 @@ def _encode(value: Any, depth: int = 0) -> str:
     if "e+" in text:
         text = _respell_big_floats(text)
     return text
+
+
+def _unserializable(
+    value: Any, hook: Callable[[Any], Any] | None, error: TypeError
+) -> str:
+    """Why ``value`` could not be encoded: the first value JSON cannot hold, and where."""
+    stack: list[tuple[str, Any, int]] = [("", value, 0)]
+    while stack:
+        path, item, hooked = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(
+                (f"{path}.{key}" if path else str(key), child, 0)
+                for key, child in reversed(item.items())
+            )
+            continue
+        if isinstance(item, list | tuple):
+            stack.extend(
+                (f"{path}[{index}]", child, 0)
+                for index, child in reversed(list(enumerate(item)))
+            )
+            continue
+        if item is None or isinstance(item, str | int | float):
+            continue
+        where = f"payload field '{path}'" if path else "payload"
+        where += f" ({type(item).__name__}) is not JSON-serializable"
+        if hook is None:
+            return f"{where}; {_HINT}"
+        if hooked == 10:  # what it returns needs it again, and again...
+            return f"{where}: json_encoder did not turn it into JSON values"
+        try:
+            stack.append((path, hook(item), hooked + 1))
+        except Exception as exc:
+            return f"{where}: json_encoder raised {describe(exc)}"
+    text = str(error)
+    return (
+        text
+        if text.startswith("payload")
+        else f"payload is not JSON-serializable: {text}"
+    )
 
 
 def check_name(what: str, value: object) -> str:
@@ -461,6 +541,51 @@ def check_run_at(value: object) -> datetime | None:
         msg = "run_at must be timezone-aware (for example datetime.now(UTC))"
         raise ValueError(msg)
     return value
+
+
+MAX_DELAY = 10_000 * 365.25 * 86400
+"""The longest ``delay``, in seconds: 10,000 years, far inside PostgreSQL's timestamps."""
+
+
+def check_delay(value: object) -> float | None:
+    """Return ``value`` as seconds if it is ``None`` or a usable delay: seconds or a ``timedelta``."""
+    if value is None:
+        return None
+    shown = f"{value!r:.40}"
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+        shown = f"a timedelta of {seconds:g} seconds"
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        msg = (
+            "delay must be a number of seconds or a timedelta, "
+            f"not {type(value).__name__}"
+        )
+        raise TypeError(msg)
+    else:
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond any float
+            seconds = math.inf
+    if not math.isfinite(seconds) or seconds < 0:
+        msg = f"delay must be a finite, non-negative number of seconds or timedelta, got {shown}"
+        raise ValueError(msg)
+    if seconds > MAX_DELAY:
+        msg = (
+            f"delay must be at most 10,000 years ({MAX_DELAY:.0f} seconds), got {shown}"
+        )
+        raise ValueError(msg)
+    return seconds
+
+
+def check_when(run_at: object, delay: object) -> tuple[datetime | None, float | None]:
+    """Return ``run_at`` and ``delay`` (as seconds) if they are usable, and not both given."""
+    if run_at is not None and delay is not None:
+        msg = (
+            "give run_at or delay, not both: run_at is a point in time, delay "
+            "counts seconds from the database's now()"
+        )
+        raise ValueError(msg)
+    return check_run_at(run_at), check_delay(delay)
 
 
 def check_queue_name(name: object) -> str:

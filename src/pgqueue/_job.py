@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import KW_ONLY, dataclass, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -169,12 +169,17 @@ def claimed_job(
 
 @dataclass(frozen=True, slots=True)
 class NewJob:
-    """One job for `Queue.enqueue_many`; a ``(job_type, payload)`` tuple works too."""
+    """One job for `Queue.enqueue_many`; a ``(job_type, payload)`` tuple works too.
+
+    The options are `Queue.enqueue`'s: ``run_at`` or ``delay`` (seconds or a
+    ``timedelta`` from the database's ``now()``; not both), and so on.
+    """
 
     job_type: str
     payload: Any = None
     _: KW_ONLY
     run_at: datetime | None = None
+    delay: float | timedelta | None = None
     max_attempts: int | None = None
     priority: int = 0
     unique_key: str | None = None

@@ -14,10 +14,11 @@ from pgqueue._checks import (
     check_on_conflict,
     check_priority,
     check_queue_name,
-    check_run_at,
     check_unique_key,
+    check_when,
     encode_payload,
     encode_payloads,
+    payload_encoder,
 )
 from pgqueue._errors import DuplicateJobError
 from pgqueue._hooks import EnqueueEvent, EnqueueHook, told
@@ -26,8 +27,8 @@ from pgqueue._log import Logger, default_logger
 from pgqueue._schema import SCHEMA_ERRORS, schema_failure
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
-    from datetime import datetime
+    from collections.abc import Callable, Iterable, Sequence
+    from datetime import datetime, timedelta
 
     import asyncpg
     from asyncpg.pool import PoolConnectionProxy
@@ -72,6 +73,12 @@ class Queue:
         hooks: told of every enqueue, for metrics and tracing
             (`pgqueue.prometheus.ProducerMetrics`, `pgqueue.otel.Tracing`);
             see `EnqueueHook`.
+        json_encoder: called, as ``json.dumps``'s ``default``, with each
+            value of a payload that JSON has no type for (a ``datetime``, a
+            ``UUID``...); it returns a value JSON can hold (``str`` will
+            do) or raises ``TypeError``. What it returns is held to the
+            rules of any payload. (Dataclass and pydantic payloads encode
+            those types without it.)
 
     Usage::
 
@@ -79,7 +86,7 @@ class Queue:
         job_id = await queue.enqueue("send_welcome_email", {"user_id": "01J5"})
     """
 
-    __slots__ = ("_hooks", "_logger", "_max_attempts", "_name", "_pool")
+    __slots__ = ("_encoder", "_hooks", "_logger", "_max_attempts", "_name", "_pool")
 
     def __init__(
         self,
@@ -89,12 +96,14 @@ class Queue:
         *,
         logger: Logger | None = None,
         hooks: Sequence[EnqueueHook] = (),
+        json_encoder: Callable[[Any], Any] | None = None,
     ) -> None:
         self._pool = pool
         self._name = check_queue_name(name)
         self._max_attempts = check_max_attempts(max_attempts)
         self._logger = default_logger(logger)
         self._hooks = tuple(hooks)
+        self._encoder = payload_encoder(json_encoder)
 
     @property
     def name(self) -> str:
@@ -112,6 +121,7 @@ class Queue:
         payload: Any = None,
         *,
         run_at: datetime | None = None,
+        delay: float | timedelta | None = None,
         max_attempts: int | None = None,
         priority: int = 0,
         unique_key: str | None = None,
@@ -128,8 +138,13 @@ class Queue:
         Args:
             job_type: selects the handler that runs the job.
             payload: any JSON-serializable value (``None`` is stored as
-                ``{}``), or ``bytes`` holding JSON text.
+                ``{}``), a dataclass or a pydantic model, or ``bytes``
+                holding JSON text.
             run_at: a timezone-aware time before which the job does not run.
+            delay: instead of ``run_at``, seconds (or a ``timedelta``)
+                before the job may run, counted from the database's
+                ``now()`` (the transaction's start, with ``connection``
+                inside one), not from this machine's clock.
             max_attempts: overrides the queue's default.
             priority: from -5 to 5; a worker takes higher priorities first,
                 and jobs of one priority by ``run_at``, then id. (A Go worker
@@ -149,14 +164,19 @@ class Queue:
 
         Raises:
             DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
-            TypeError: a payload that is not JSON-serializable, or an
-                argument of the wrong type.
+            TypeError: a payload that is not JSON-serializable (the message
+                names the field), or an argument of the wrong type.
             ValueError: bytes that are not JSON, a NUL character, an empty
                 job type or key, ``max_attempts < 1``, a priority out of
-                range or a naive ``run_at``.
+                range, a naive ``run_at``, a negative ``delay``, or both
+                ``run_at`` and ``delay``.
         """
+        when, seconds = check_when(run_at, delay)
         args = (
-            *self._row(job_type, payload, run_at, max_attempts),
+            check_name("job type", job_type),
+            encode_payload(payload, self._encoder),
+            self._attempts(max_attempts),
+            when,
             check_priority(priority),
             check_bool("track", track),
         )
@@ -164,11 +184,12 @@ class Queue:
         conflict = check_on_conflict(on_conflict)
         executor: Executor = connection if connection is not None else self._pool
         if not self._hooks:
-            return await self._enqueue(executor, args, key, conflict)
+            return await self._enqueue(executor, args, seconds, key, conflict)
         new_job = NewJob(
             args[0],
             payload,
             run_at=args[3],
+            delay=delay,
             max_attempts=max_attempts,
             priority=args[4],
             unique_key=key,
@@ -179,13 +200,14 @@ class Queue:
             self._hooks,
             event,
             self._logger,
-            lambda: self._enqueue(executor, args, key, conflict, event),
+            lambda: self._enqueue(executor, args, seconds, key, conflict, event),
         )
 
     async def _enqueue(
         self,
         executor: Executor,
         args: tuple[str, str, int, datetime | None, int, bool],
+        delay: float | None,
         key: str | None,
         conflict: str,
         event: EnqueueEvent | None = None,
@@ -195,12 +217,12 @@ class Queue:
         try:
             if key is None:
                 job_id: int = await executor.fetchval(
-                    _sql.ENQUEUE, self._name, *args, trace_context
+                    _sql.ENQUEUE, self._name, *args, trace_context, delay
                 )
                 existed = False
             else:
                 row = await executor.fetchrow(
-                    _sql.ENQUEUE_UNIQUE, self._name, *args, trace_context, key
+                    _sql.ENQUEUE_UNIQUE, self._name, *args, trace_context, key, delay
                 )
                 assert row is not None
                 job_id, existed = row[0], row[1]
@@ -262,16 +284,23 @@ class Queue:
         new_jobs: list[NewJob] = []
         for index, job in enumerate(jobs):
             try:
-                job_type, payload, max_attempts, run_at, priority, key, track = _unpack(
-                    job
-                )
+                (
+                    job_type,
+                    payload,
+                    max_attempts,
+                    run_at,
+                    delay,
+                    priority,
+                    key,
+                    track,
+                ) = _unpack(job)
                 if type(job_type) is not str or job_type not in checked_types:
                     checked_types.add(check_name("job type", job_type))
                 batch.add(
                     job_type,  # type: ignore[arg-type]
                     payload,
                     self._attempts(max_attempts),
-                    check_run_at(run_at),
+                    *check_when(run_at, delay),
                     check_priority(priority),
                     check_unique_key(key),
                     check_bool("track", track),
@@ -282,7 +311,7 @@ class Queue:
                 new_jobs.append(job if isinstance(job, NewJob) else NewJob(*job))
         if not batch.types:
             return []
-        payload_array = encode_payloads(batch.payloads)
+        payload_array = encode_payloads(batch.payloads, self._encoder)
         executor: Executor = connection if connection is not None else self._pool
         if not hooked:
             return await self._enqueue_many(executor, batch, payload_array, conflict)
@@ -310,6 +339,7 @@ class Queue:
             payload_array,
             *batch.columns(),
             trace_context,
+            batch.delays(),
         )
         duplicate = None
         try:
@@ -384,16 +414,6 @@ class Queue:
             )
         return removed
 
-    def _row(
-        self, job_type: object, payload: Any, run_at: object, max_attempts: object
-    ) -> tuple[str, str, int, datetime | None]:
-        return (
-            check_name("job type", job_type),
-            encode_payload(payload),
-            self._attempts(max_attempts),
-            check_run_at(run_at),
-        )
-
     def _attempts(self, max_attempts: object) -> int:
         """A job's ``max_attempts``: its own, checked, or the queue's default."""
         return (
@@ -408,16 +428,17 @@ class Queue:
 
 def _unpack(
     job: object,
-) -> tuple[object, Any, object, object, object, object, object]:
-    """(job_type, payload, max_attempts, run_at, priority, unique_key, track) of a job for enqueue_many."""
+) -> tuple[object, Any, object, object, object, object, object, object]:
+    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track) of a job for enqueue_many."""
     if isinstance(job, tuple) and len(job) == 2:
-        return job[0], job[1], None, None, 0, None, False
+        return job[0], job[1], None, None, None, 0, None, False
     if isinstance(job, NewJob):
         return (
             job.job_type,
             job.payload,
             job.max_attempts,
             job.run_at,
+            job.delay,
             job.priority,
             job.unique_key,
             job.track,
@@ -430,7 +451,7 @@ class _Batch:
     """The checked jobs of one enqueue_many call, as the statement's columns.
 
     Jobs of the call with the same type and unique key are merged into the
-    first; the columns of priority, tracking and keys stay empty when no job
+    first; the columns of priority, tracking, keys and delays stay empty when no job
     uses them (the statement pads them with defaults).
     """
 
@@ -439,6 +460,7 @@ class _Batch:
         self.payloads: list[Any] = []
         self._attempts: list[int] = []
         self._run_ats: list[datetime | None] = []
+        self._delays: list[float | None] = []
         self._priorities: list[int] = []
         self._tracked: list[bool] = []
         self._keys: list[str | None] = []
@@ -446,6 +468,7 @@ class _Batch:
         self._row_of_key: dict[tuple[str, str], int] = {}
         self.keyed = False
         self._special = False
+        self._delayed = False
 
     def add(
         self,
@@ -453,6 +476,7 @@ class _Batch:
         payload: Any,
         max_attempts: int,
         run_at: datetime | None,
+        delay: float | None,
         priority: int,
         key: str | None,
         track: bool,
@@ -469,6 +493,8 @@ class _Batch:
         self.payloads.append(payload)
         self._attempts.append(max_attempts)
         self._run_ats.append(run_at)
+        self._delays.append(delay)
+        self._delayed = self._delayed or delay is not None
         self._priorities.append(priority)
         self._tracked.append(track)
         self._keys.append(key)
@@ -484,6 +510,10 @@ class _Batch:
             _sql.booleans(self._tracked) if special else "{}",
             self._keys if self.keyed else [],
         )
+
+    def delays(self) -> str:
+        """Each job's delay in seconds (or none), as a parameter; empty when no job has one."""
+        return _sql.seconds(self._delays) if self._delayed else "{}"
 
     def ids(
         self, rows: list[asyncpg.Record]

@@ -75,6 +75,7 @@ __all__ = [
     "claim_places",
     "job_summaries_query",
     "jobs_query",
+    "seconds",
     "timestamps",
 ]
 
@@ -92,6 +93,11 @@ OUTCOMES_CHANNEL = "pgqueue_outcomes"
 def array(values: Iterable[int | float]) -> str:
     """An array literal of numbers, for a ``$n::text::int[]`` (or bigint, float8) parameter."""
     return "{" + ",".join(map(repr, values)) + "}"
+
+
+def seconds(values: Iterable[float | None]) -> str:
+    """An array literal of seconds or NULLs, for a ``$n::text::float8[]`` parameter."""
+    return "{" + ",".join("NULL" if v is None else repr(v) for v in values) + "}"
 
 
 def booleans(values: Iterable[bool]) -> str:
@@ -293,17 +299,22 @@ DROP TABLE IF EXISTS pgqueue_jobs;
 # caller's transaction wakes workers only if that transaction commits.
 # trace_context ($8) is opaque text an enqueue hook gives (pgqueue.otel: the
 # producer span's propagation headers as JSON); NULL without one, as in a
-# Go producer's rows.
-ENQUEUE = """
+# Go producer's rows. A delay ($9, seconds, NULL without one) counts from
+# the database's now(), never the client's clock; run_at ($5) and a delay
+# are never both given.
+_RUN_AT = (
+    "COALESCE($5::timestamptz, now() + make_interval(secs => {delay}::float8), now())"
+)
+ENQUEUE = f"""
 WITH job AS (
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context)
-    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()), $6, $7, $8)
+    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$9")}, $6, $7, $8)
     RETURNING id
 )
 SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
 """
 
-# A job with a unique key ($9): while a job of the same type and key is
+# A job with a unique key ($9; its delay is $10): while a job of the same type and key is
 # pending or running, the index refuses a second one and the existing row's
 # id comes back instead (locked and updated in place, so that an enqueuer
 # racing its commit still gets it), with no wakeup. xmax is 0 only on a row
@@ -315,7 +326,7 @@ _ON_UNIQUE_CONFLICT = """
 ENQUEUE_UNIQUE = f"""
 WITH job AS (
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key)
-    VALUES ($1, $2, $3::text::jsonb, $4, COALESCE($5::timestamptz, now()), $6, $7, $8, $9)
+    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")}, $6, $7, $8, $9)
     {_ON_UNIQUE_CONFLICT}
     RETURNING id, xmax <> 0 AS existed
 )
@@ -325,11 +336,13 @@ SELECT id, existed, CASE WHEN NOT existed THEN pg_notify('pgqueue_jobs', $1) END
 # Rows are inserted in input order, so ascending ids are the input order.
 # The payloads arrive as one JSON array ($3), the rest as arrays; ROWS FROM
 # zips them element by element, padding shorter ones with NULLs (so that a
-# batch without priorities, tracking or keys passes empty arrays for them).
-# One trace context ($9, usually NULL) for the whole batch: its producer span's.
+# batch without priorities, tracking, keys or delays passes empty arrays for
+# them). One trace context ($9, usually NULL) for the whole batch: its
+# producer span's. Delays ($10) are seconds from the database's now().
 _ENQUEUE_ROWS = """
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key, trace_context)
-    SELECT $1, t.job_type, t.payload, t.max_attempts, COALESCE(t.run_at, now()),
+    SELECT $1, t.job_type, t.payload, t.max_attempts,
+           COALESCE(t.run_at, now() + make_interval(secs => t.delay), now()),
            COALESCE(t.priority, 0), COALESCE(t.tracked, false), t.unique_key, $9::text
     FROM ROWS FROM (
         unnest($2::text[]),
@@ -338,8 +351,9 @@ _ENQUEUE_ROWS = """
         unnest($5::text::timestamptz[]),
         unnest($6::text::smallint[]),
         unnest($7::text::boolean[]),
-        unnest($8::text[])
-    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, ord)
+        unnest($8::text[]),
+        unnest($10::text::float8[])
+    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, delay, ord)
     ORDER BY t.ord
 """
 ENQUEUE_MANY = f"""

@@ -14,24 +14,32 @@ these annotations are checked: ``str``, ``int`` (not ``bool``), ``float``
 (an ``int`` is accepted and converted), ``bool``, ``None``, unions
 (``X | None``, ``Optional[X]``), ``Any``, ``object``, ``Literal[...]``,
 ``list[X]``, ``dict[str, X]`` (values; keys are always strings in JSON),
-``NewType``\\ s, nested dataclasses and pydantic models. Any other
-annotation (``datetime``, ``tuple``, an ``Enum``, a ``TypedDict``, a type
-variable...) is not checked: the field gets the JSON value as it is. A
-union takes the first member that accepts the value, after an exact match
-of its type. Pydantic models validate themselves (`model_validate`), under
-their own configuration.
+``NewType``\\ s, nested dataclasses and pydantic models. These are decoded
+from what `to_json_value` writes for them: ``UUID`` (its string),
+``datetime``, ``date`` and ``time`` (ISO 8601 strings; a ``Z`` offset is
+read too), ``Decimal`` (its string, keeping every digit; a JSON number is
+read too) and ``Enum`` subclasses (their value). Any other annotation
+(``tuple``, ``timedelta``, a ``TypedDict``, a type variable...) is not
+checked: the field gets the JSON value as it is. A union takes the first
+member that accepts the value, after an exact match of its type (so
+``UUID | str`` keeps a string a string). Pydantic models validate
+themselves (`model_validate`), under their own configuration.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import decimal
+import enum
 import functools
 import inspect
 import json
 import sys
 import types
 import typing
+import uuid
+from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, Literal, NewType, TypeAlias, TypeVar, Union
 
 from pgqueue._errors import Permanent, describe
@@ -42,7 +50,15 @@ if TYPE_CHECKING:
 
     from pgqueue._runner import Handler
 
-__all__ = ["payload_converter", "payload_type", "to_json_value", "typed_handler"]
+__all__ = [
+    "converting",
+    "is_async",
+    "is_model_class",
+    "payload_converter",
+    "payload_type",
+    "to_json_value",
+    "typed_handler",
+]
 
 Convert: TypeAlias = "Callable[[Any], Any]"
 """Turns a decoded JSON value into the value an annotation asks for, or raises `_Mismatch`."""
@@ -78,14 +94,37 @@ def typed_handler(handler: Handler) -> Handler:
     payload_cls = payload_type(handler)
     if payload_cls is None:
         return handler
-    convert = payload_converter(payload_cls)
+    return converting(handler, payload_cls, payload_converter(payload_cls))
 
-    @functools.wraps(handler)
-    async def typed(job: Job[Any]) -> Any:
-        return await handler(dataclasses.replace(job, payload=convert(job.payload)))
 
+def converting(
+    handler: Callable[[Job[Any]], Any], payload_cls: type, convert: Convert
+) -> Handler:
+    """``handler``, called with ``job.payload`` turned into a ``payload_cls`` by ``convert``.
+
+    The wrapper is async when ``handler`` is, and a plain function calling
+    it otherwise (so that a worker running plain functions in threads runs
+    this one in a thread too); `typed_handler` never wraps it again.
+    """
+
+    def call(job: Job[Any]) -> Any:
+        return handler(dataclasses.replace(job, payload=convert(job.payload)))
+
+    async def call_async(job: Job[Any]) -> Any:
+        return await call(job)
+
+    typed = functools.wraps(handler)(call_async if is_async(handler) else call)
     typed.__dict__[_MARK] = payload_cls
     return typed
+
+
+def is_async(handler: Callable[..., Any]) -> bool:
+    """Whether ``handler`` is an async function, a partial of one, or an object whose ``__call__`` is."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - the method, not callable()
+    )
 
 
 def payload_type(handler: Callable[..., Any]) -> type | None:
@@ -112,7 +151,7 @@ def payload_type(handler: Callable[..., Any]) -> type | None:
     cls = typing.get_origin(argument) or argument
     if not isinstance(cls, type):
         return None
-    if dataclasses.is_dataclass(cls) or _is_model_class(cls):
+    if dataclasses.is_dataclass(cls) or is_model_class(cls):
         return cls
     return None
 
@@ -128,7 +167,7 @@ def payload_converter(cls: type) -> Callable[[Any], Any]:
         TypeError: ``cls`` is not a dataclass or a pydantic model class, or
             type hints of a dataclass it holds cannot be resolved.
     """
-    if not (dataclasses.is_dataclass(cls) or _is_model_class(cls)):
+    if not (dataclasses.is_dataclass(cls) or is_model_class(cls)):
         msg = f"a payload type must be a dataclass or a pydantic model, not {cls!r}"
         raise TypeError(msg)
     convert = _Compiler().compile(cls)
@@ -151,8 +190,10 @@ def to_json_value(value: Any) -> Any:
     """Return ``value`` as a value JSON can hold, when it is a typed payload.
 
     A dataclass instance becomes the dict `dataclasses.asdict` makes of it,
-    with the pydantic models it holds dumped and its other values shared, not
-    deep-copied; a pydantic model becomes ``model_dump(mode="json",
+    with the pydantic models it holds dumped, ``UUID``, ``datetime``,
+    ``date``, ``time`` and ``Decimal`` values as strings (ISO 8601 for
+    times), ``Enum`` members as their values, and its other values shared,
+    not deep-copied; a pydantic model becomes ``model_dump(mode="json",
     by_alias=True)`` (aliases are the names ``model_validate`` reads back).
     Anything else, including a dataclass or a model in a dict or a list, is
     returned unchanged.
@@ -162,13 +203,14 @@ def to_json_value(value: Any) -> Any:
         return value
     if hasattr(cls, "__dataclass_fields__"):
         return _as_dict(value)
-    if _is_model_class(cls):
+    if is_model_class(cls):
         return value.model_dump(mode="json", by_alias=True)
     return value
 
 
 def _as_dict(value: Any) -> Any:
-    """`dataclasses.asdict` of ``value``, but sharing its leaves, and with models dumped."""
+    """`dataclasses.asdict` of ``value``, but sharing its leaves, with models dumped
+    and the scalars JSON has no type for written as `_Compiler` reads them back."""
     cls = type(value)
     if cls in _JSON_TYPES and cls is not dict and cls is not list:
         return value
@@ -176,16 +218,22 @@ def _as_dict(value: Any) -> Any:
         return {
             f.name: _as_dict(getattr(value, f.name)) for f in dataclasses.fields(value)
         }
+    if isinstance(value, enum.Enum):
+        return _as_dict(value.value)
     if isinstance(value, list | tuple):
         return [_as_dict(item) for item in value]
     if isinstance(value, dict):
         return {_as_dict(key): _as_dict(item) for key, item in value.items()}
-    if _is_model_class(cls):
+    if isinstance(value, date | time):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | decimal.Decimal):
+        return str(value)
+    if is_model_class(cls):
         return value.model_dump(mode="json", by_alias=True)
     return value
 
 
-def _is_model_class(cls: object) -> bool:
+def is_model_class(cls: object) -> bool:
     """Whether ``cls`` is a pydantic model class; never imports pydantic."""
     pydantic = sys.modules.get("pydantic")
     return (
@@ -337,6 +385,10 @@ class _Compiler:
             return _none
         if isinstance(tp, type) and tp in _SCALARS:
             return _SCALARS[tp]
+        if isinstance(tp, type) and tp in _TEXT_SCALARS:
+            return _TEXT_SCALARS[tp]
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            return _enum(tp)
         if isinstance(tp, NewType):
             return self.compile(tp.__supertype__)
         origin = typing.get_origin(tp)
@@ -351,7 +403,7 @@ class _Compiler:
         cls = origin if origin is not None else tp
         if isinstance(cls, type) and dataclasses.is_dataclass(cls):
             return self._dataclass(cls)
-        if _is_model_class(cls):
+        if is_model_class(cls):
             return _model(cls)
         return _unchecked
 
@@ -523,6 +575,69 @@ def _bool(value: Any) -> Any:
 _SCALARS: dict[Any, Convert] = {str: _str, int: _int, float: _float, bool: _bool}
 
 
+def _from_iso(cls: type[date | time], name: str) -> Convert:
+    """The converter of ``datetime``, ``date`` or ``time``: from an ISO 8601 string."""
+    parse = cls.fromisoformat
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, str):
+            raise _Mismatch(f"expected {name}, got {_kind(value)}")
+        try:
+            return parse(value)
+        except ValueError:
+            msg = f"expected an ISO 8601 {name}, got {_got(value)}"
+            raise _Mismatch(msg) from None
+
+    return convert
+
+
+def _uuid(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise _Mismatch(f"expected UUID, got {_kind(value)}")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise _Mismatch(f"expected UUID, got {_got(value)}") from None
+
+
+def _decimal(value: Any) -> Any:
+    """A ``Decimal`` from its string, or from a JSON number (a float by its shortest repr)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise _Mismatch(f"expected Decimal, got {_kind(value)}")
+    try:
+        return decimal.Decimal(repr(value) if isinstance(value, float) else value)
+    except decimal.InvalidOperation:
+        raise _Mismatch(f"expected Decimal, got {_got(value)}") from None
+
+
+_TEXT_SCALARS: dict[Any, Convert] = {
+    datetime: _from_iso(datetime, "datetime"),
+    date: _from_iso(date, "date"),
+    time: _from_iso(time, "time"),
+    uuid.UUID: _uuid,
+    decimal.Decimal: _decimal,
+}
+"""The scalars JSON has no type for, which `_as_dict` writes as strings."""
+
+
+def _enum(cls: type[enum.Enum]) -> Convert:
+    """The converter of an ``Enum``: a member from its value (a JSON ``true`` is not ``1``)."""
+    values = [member.value for member in cls]
+    shown = ", ".join(map(_shown, values[:6])) + (", ..." if len(values) > 6 else "")
+    expected = f"expected a {cls.__name__} value ({shown})"
+
+    def convert(value: Any) -> Any:
+        try:
+            member = cls(value)
+        except (ValueError, TypeError):
+            member = None
+        if member is None or (type(value) is bool) is not (type(member.value) is bool):
+            raise _Mismatch(f"{expected}, got {_got(value)}")
+        return member
+
+    return convert
+
+
 def _plain(cls: type, name: str) -> Convert:
     """A converter that checks the type of a container, not what it holds."""
 
@@ -588,6 +703,16 @@ def _from_pydantic(exc: Any) -> _Mismatch:
 def _kind(value: Any) -> str:
     """The type of a JSON value, as Python names it."""
     return "None" if value is None else type(value).__name__
+
+
+def _got(value: Any) -> str:
+    """A JSON value as an error message says what it got: ``str 'x'``, ``int 3``, ``list``."""
+    kind = _kind(value)
+    return (
+        f"{kind} {_shown(value)}"
+        if value is not None and type(value) in _EXACT_SCALARS
+        else kind
+    )
 
 
 def _shown(value: Any) -> str:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast, overload
 
 import anyio
 
@@ -70,6 +70,7 @@ from pgqueue._control import CancelHints, read_cancel_requested
 from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._hooks import Observer, call_observers
+from pgqueue._jobtype import JobType
 from pgqueue._lanes import Lane, check_global_limit, check_queues
 from pgqueue._lease import Lease, LeaseKeeper, worker_id
 from pgqueue._ledger import Budget
@@ -92,12 +93,16 @@ if TYPE_CHECKING:
     import asyncpg
     from anyio.abc import TaskStatus
 
+    from pgqueue._job import Job
+    from pgqueue._jobtype import HandlerDecorator
+
 __all__ = ["Handler", "Middleware", "Worker"]
 
 Middleware: TypeAlias = Callable[[Handler], Handler]
 """Wraps a handler (metrics, tracing, per-job setup); the first one is outermost."""
 
 H = TypeVar("H", bound=Handler)
+P = TypeVar("P")
 
 
 class _Default(str):
@@ -361,16 +366,25 @@ class Worker:
         """The backend pid of the LISTEN connection while it is up."""
         return None if self._listener is None else self._listener.pid
 
-    def register(self, job_type: str, handler: Handler) -> None:
+    def register(
+        self, job_type: str | JobType[P], handler: Callable[[Job[P]], Any]
+    ) -> None:
         """Run ``handler`` for jobs of ``job_type``, wrapped in the worker's middleware.
+
+        ``job_type`` may be a `JobType`: the handler then gets ``job.payload``
+        as its payload type.
 
         Raises:
             AlreadyStartedError: the worker has started.
-            TypeError, ValueError: a bad job type or a handler that is not callable.
+            TypeError, ValueError: a bad job type or a handler that is not
+                callable; a `JobType` of a queue this worker does not consume.
         """
         if self._state != "new":
             msg = "register() called after run() started; register every handler first"
             raise AlreadyStartedError(msg)
+        if isinstance(job_type, JobType):
+            handler = job_type._handler(handler, self.queues)
+            job_type = job_type.name
         check_name("job type", job_type)
         check_callable("handler", handler)
         self._registered[job_type] = handler
@@ -379,13 +393,17 @@ class Worker:
             handler = wrap(handler)
         self._handlers[job_type] = handler
 
-    def handler(self, job_type: str) -> Callable[[H], H]:
-        """Register the decorated async function for jobs of ``job_type``.
+    @overload
+    def handler(self, job_type: str) -> Callable[[H], H]: ...
+    @overload
+    def handler(self, job_type: JobType[P]) -> HandlerDecorator[P]: ...
+    def handler(self, job_type: str | JobType[Any]) -> Callable[[Any], Any]:
+        """Register the decorated async function for jobs of ``job_type`` (a str or a `JobType`).
 
         The function is returned unwrapped, so it can still be called directly.
         """
 
-        def decorate(fn: H) -> H:
+        def decorate(fn: Any) -> Any:
             self.register(job_type, fn)
             return fn
 

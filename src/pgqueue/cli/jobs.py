@@ -7,8 +7,11 @@ listener) on one connection. Every command that prints data takes
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
+import math
+import re
 import signal
 import sys
 from datetime import datetime
@@ -38,7 +41,6 @@ from pgqueue.cli._common import (
 )
 
 if TYPE_CHECKING:
-    import argparse
     from collections.abc import Awaitable
 
     import asyncpg
@@ -399,10 +401,18 @@ def _add_enqueue(commands: Commands) -> None:
     parser.add_argument(
         "--queue", default="default", help="the queue (default: default)"
     )
-    parser.add_argument(
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument(
         "--run-at",
         metavar="ISO8601",
         help="not before this time, with its offset (e.g. 2026-12-03T10:00:00+00:00)",
+    )
+    when.add_argument(
+        "--in",
+        dest="delay",
+        type=delay,
+        metavar="DURATION",
+        help="not before this long from the database's now: 30s, 10m, 2h, 1d, 1h30m or seconds",
     )
     parser.add_argument("--priority", type=int, default=0, help="from -5 to 5")
     parser.add_argument(
@@ -414,6 +424,31 @@ def _add_enqueue(commands: Commands) -> None:
     )
     _json_flag(parser)
     parser.set_defaults(run=reports_database_errors(enqueue))
+
+
+_DELAY = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)[dhms])+|\d+(?:\.\d*)?|\.\d+")
+_DELAY_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([dhms])")
+_DELAY_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def delay(text: str) -> float:
+    """An argparse type: ``30s``, ``10m``, ``2h``, ``1d``, ``1h30m`` or plain seconds, as float seconds.
+
+    Units go from the largest to the smallest, each at most once.
+    """
+    spelled = text.strip().lower()
+    seconds = math.nan
+    if _DELAY.fullmatch(spelled):
+        parts = _DELAY_PART.findall(spelled)
+        units = [unit for _, unit in parts]
+        if not parts:
+            seconds = float(spelled)
+        elif units == sorted(set(units), key="dhms".index):
+            seconds = sum(float(n) * _DELAY_UNITS[unit] for n, unit in parts)
+    if not math.isfinite(seconds):
+        msg = f"not a delay: {text!r} (use e.g. 30s, 10m, 2h, 1d, 1h30m or seconds)"
+        raise argparse.ArgumentTypeError(msg)
+    return seconds
 
 
 async def enqueue(args: argparse.Namespace) -> int:
@@ -446,6 +481,7 @@ async def enqueue(args: argparse.Namespace) -> int:
                 args.job_type,
                 payload,
                 run_at=run_at,
+                delay=args.delay,
                 priority=args.priority,
                 unique_key=args.unique_key,
             )
