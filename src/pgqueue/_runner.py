@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import anyio
+import anyio.to_thread
 
 from pgqueue._backoff import MAX_BACKOFF
 from pgqueue._checks import encode_payload
@@ -19,11 +22,46 @@ if TYPE_CHECKING:
     from pgqueue._backoff import SafeBackoff
     from pgqueue._log import Logger
 
-__all__ = ["Handler", "JobRunner", "job_fields"]
+__all__ = ["Handler", "JobRunner", "SyncHandler", "in_thread", "is_async", "job_fields"]
 
 Handler: TypeAlias = Callable[[Job], Awaitable[Any]]
 """Runs one job; returning completes it (a value other than None is stored as
 its result), raising fails the attempt."""
+
+SyncHandler: TypeAlias = Callable[[Job], Any]
+"""A handler that is a plain ``def`` (or any callable that is not async): it
+runs in a worker thread."""
+
+
+def is_async(handler: Callable[..., Any]) -> bool:
+    """Whether ``handler`` is an async function, or a partial of one, or an object whose ``__call__`` is."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - the method, not callable()
+    )
+
+
+def in_thread(
+    handler: SyncHandler, limiter: Callable[[], anyio.CapacityLimiter | None]
+) -> Handler:
+    """``handler`` as an async handler that runs it in a worker thread.
+
+    ``limiter()`` bounds the threads running at once (anyio's default
+    limiter if it gives None). The thread cannot be cancelled: a run the
+    worker cancels (``job_timeout``, a stop cut off) waits for it to return.
+    What the handler returns is awaited if it is awaitable (a ``def`` that
+    returns a coroutine, such as a ``lambda`` calling an async function).
+    """
+
+    @functools.wraps(handler)
+    async def threaded(job: Job) -> Any:
+        value = await anyio.to_thread.run_sync(handler, job, limiter=limiter())
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    return threaded
 
 
 class JobRunner:

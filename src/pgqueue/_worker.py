@@ -80,7 +80,7 @@ from pgqueue._log import Logger, default_logger
 from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
 from pgqueue._periodic import Schedules, check_schedule
 from pgqueue._policy import ClaimPolicy
-from pgqueue._runner import Handler, JobRunner
+from pgqueue._runner import Handler, JobRunner, SyncHandler, in_thread, is_async
 from pgqueue._typed import typed_handler
 from pgqueue._upkeep import HEARTBEATS_PER_RESCUE, Upkeep
 from pgqueue._writer import OutcomeWriter
@@ -94,7 +94,7 @@ __all__ = ["Handler", "Middleware", "Worker"]
 Middleware: TypeAlias = Callable[[Handler], Handler]
 """Wraps a handler (metrics, tracing, per-job setup); the first one is outermost."""
 
-H = TypeVar("H", bound=Handler)
+H = TypeVar("H", bound=Handler | SyncHandler)
 
 
 class _Default(str):
@@ -330,6 +330,7 @@ class Worker:
         self._claim_scope: anyio.CancelScope
         self._jobs_scope: anyio.CancelScope | None = None
         self._keeper: LeaseKeeper | None = None
+        self._threads: anyio.CapacityLimiter | None = None
 
     @property
     def queue(self) -> str:
@@ -358,8 +359,15 @@ class Worker:
         """The backend pid of the LISTEN connection while it is up."""
         return None if self._listener is None else self._listener.pid
 
-    def register(self, job_type: str, handler: Handler) -> None:
+    def register(self, job_type: str, handler: Handler | SyncHandler) -> None:
         """Run ``handler`` for jobs of ``job_type``, wrapped in the worker's middleware.
+
+        An async handler runs on the event loop. Any other callable (a plain
+        ``def``) runs in a worker thread, at most as many at once as the
+        worker runs jobs. A thread cannot be interrupted: a handler past
+        ``job_timeout`` runs to its end and its attempt then fails as timed
+        out; `stop` whose timeout runs out waits for it and records what it
+        returned (raising `TimeoutError` all the same).
 
         Raises:
             AlreadyStartedError: the worker has started.
@@ -371,13 +379,15 @@ class Worker:
         check_name("job type", job_type)
         check_callable("handler", handler)
         self._registered[job_type] = handler
+        if not is_async(handler):
+            handler = in_thread(handler, self._thread_limiter)
         handler = typed_handler(handler)
         for wrap in reversed(self._middleware):
             handler = wrap(handler)
         self._handlers[job_type] = handler
 
     def handler(self, job_type: str) -> Callable[[H], H]:
-        """Register the decorated async function for jobs of ``job_type``.
+        """Register the decorated function (async, or a plain ``def``) for jobs of ``job_type``.
 
         The function is returned unwrapped, so it can still be called directly.
         """
@@ -462,6 +472,10 @@ class Worker:
                 max_attempts=max_attempts,
             )
         )
+
+    def _thread_limiter(self) -> anyio.CapacityLimiter | None:
+        """What bounds the threads of sync handlers (made in run())."""
+        return self._threads
 
     @property
     def _default_queue(self) -> str:
@@ -621,6 +635,10 @@ class Worker:
             fields=self._fields,
             on_written=self._on_written,
         )
+        slots = sum(lane.concurrency for lane in self._lanes)
+        if self._max_concurrency is not None:
+            slots = min(slots, self._max_concurrency)
+        self._threads = anyio.CapacityLimiter(slots)
         self._runner = JobRunner(
             self._handlers,
             job_timeout=self._job_timeout,
