@@ -481,6 +481,7 @@ def test_children_get_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> Non
     argv = [
         "--dsn", "postgresql://h/db", "worker", f"{APPS}:worker", "--processes", "3",
         "--burst", "--shutdown-timeout", "none", "--log-level", "debug",
+        "--log-format", "json",
         "--metrics-port", "9100", "--listen=postgresql://direct/db",
         "--concurrency", "7", "--poll-interval", "0.1", "--job-timeout", "none",
         "--middleware", f"{APPS}:tag", "--middleware", f"{APPS}:tag",

@@ -16,7 +16,7 @@ from pgqueue._job import Job, Status, claimed_job
 from pgqueue._lease import take
 from pgqueue._outcome import Outcome
 from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
-from pgqueue._runner import job_fields
+from pgqueue._runner import job_fields, job_label
 from pgqueue._schema import SCHEMA_ERRORS, check_schema
 
 if TYPE_CHECKING:
@@ -193,7 +193,9 @@ class Claimer:
             claimed = jobs_from_rows(rows)
             for outcome in claimed.dead:
                 self._logger.error(
-                    "job dead",
+                    "%s dead: %s",
+                    job_label(outcome.job),
+                    outcome.error,
                     extra={**job_fields(outcome.job), "error": outcome.error},
                 )
                 claims.add([outcome.job], ready=False)

@@ -44,6 +44,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from pgqueue._errors import SchemaError
+from pgqueue._log import JsonFormatter
 from pgqueue._worker import Worker
 from pgqueue.cli._common import (
     EXIT_ERROR,
@@ -267,6 +268,12 @@ def add_to(commands: Commands) -> None:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         default="INFO",
         help="log to stderr from this level (default INFO)",
+    )
+    running.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text lines, or one JSON object a line with every field (default text)",
     )
     running.add_argument(
         "--metrics-port",
@@ -579,6 +586,9 @@ async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
 async def run(args: argparse.Namespace) -> int:
     """The body of ``pgqueue worker``: one worker here, or ``--processes`` children."""
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    if args.log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
     if args.processes > 1:
         return await run_processes(args)
     return await run_one(args)
@@ -765,6 +775,7 @@ def child_command(args: argparse.Namespace, index: int) -> list[str]:
     if getattr(args, "dsn", None):
         command += ["--dsn", args.dsn]
     command += ["worker", args.target, "--supervised", "--log-level", args.log_level]
+    command += ["--log-format", args.log_format]
     if args.burst:
         command.append("--burst")
     if hasattr(args, "shutdown_timeout"):
