@@ -190,6 +190,14 @@ class Worker:
             refreshes its held jobs' rows every ``rescue_after / 3``.
         job_timeout: seconds a handler may run before it is cancelled and its
             attempt fails; ``None`` leaves handlers unbounded.
+        unknown_types: what becomes of a job whose type has no handler here.
+            ``"dead"`` (the default): it is dead-lettered at once ("no
+            handler registered for job type ..."). ``"wait"``: the worker
+            claims only the types it has handlers for and leaves the others
+            pending, attempts untouched, for a worker that has them (a
+            rolling deploy: older workers beside newer producers). Jobs
+            left waiting are walked past by each claim, so do not leave a
+            large backlog of a type no worker handles.
         retain: prune the worker's queues' completed, dead and cancelled
             jobs older than this many seconds; ``None`` never prunes.
         shutdown_grace: when the task running `run` is cancelled, how long
@@ -232,6 +240,7 @@ class Worker:
         backoff: Backoff = default_backoff,
         rescue_after: float = 300.0,
         job_timeout: float | None = None,
+        unknown_types: Literal["dead", "wait"] = "dead",
         retain: float | None = None,
         shutdown_grace: float | None = 30.0,
         middleware: Sequence[Middleware] = (),
@@ -289,6 +298,7 @@ class Worker:
         self._backoff = backoff
         self._rescue_after = check_duration("rescue_after", rescue_after, positive=True)
         self._job_timeout = _optional_duration("job_timeout", job_timeout)
+        self._unknown_types = _check_unknown_types(unknown_types)
         self._retain = None if retain is None else check_duration("retain", retain)
         self._shutdown_grace = _optional_duration("shutdown_grace", shutdown_grace)
         self._middleware = tuple(middleware)
@@ -681,6 +691,7 @@ class Worker:
                 on_spare=None if budget is None else partial(self._room_others, lane),
                 schema_checked=None if first is None else first.checked,
                 lease=lease,
+                types=list(self._handlers) if self._unknown_types == "wait" else None,
                 limits=bool(self._limited),
             )
             first = first or lane.claimer
@@ -1023,6 +1034,13 @@ def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any
             check_callable(f"observer {name}", method)
             methods.append(method)
     return methods
+
+
+def _check_unknown_types(value: object) -> Literal["dead", "wait"]:
+    if isinstance(value, str) and value in ("dead", "wait"):
+        return cast('Literal["dead", "wait"]', value)
+    msg = f"unknown_types must be 'dead' or 'wait', not {value!r}"
+    raise (ValueError if isinstance(value, str) else TypeError)(msg)
 
 
 def _optional_duration(what: str, value: float | None) -> float | None:

@@ -76,6 +76,7 @@ OPTION_FLAGS: dict[str, str] = {
     "backoff": "--backoff",
     "rescue_after": "--rescue-after",
     "job_timeout": "--job-timeout",
+    "unknown_types": "--unknown-types",
     "retain": "--retain",
     "shutdown_grace": "--shutdown-grace",
     "middleware": "--middleware",
@@ -210,6 +211,12 @@ def add_to(commands: Commands) -> None:
         type=_optional_seconds,
         metavar="SECONDS|none",
         help="seconds a handler may run",
+    )
+    flag(
+        "unknown_types",
+        choices=["dead", "wait"],
+        help="a job whose type has no handler: dead at once (the default), or "
+        "left pending for a worker that has one (rolling deploys)",
     )
     flag(
         "retain",
