@@ -269,3 +269,46 @@ async def test_stop_waits_for_a_sync_handler_and_records_what_it_returned(
             await worker.stop(timeout=0.05)
     stored = await row(pool, job_id)
     assert (stored["status"], stored["attempts"]) == ("completed", 1)
+
+
+@pytest.mark.parametrize("ends", ["returns", "raises"])
+async def test_a_cancel_request_waits_for_a_sync_handlers_thread(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, ends: str
+) -> None:
+    """The job is not marked cancelled while its thread still runs.
+
+    A handler that returns anyway completes its job (its work is done), as
+    an async one that swallows the cancellation does; one that raises ends
+    cancelled.
+    """
+    worker = pgqueue.Worker(pool, queue=queue.name)
+    entered, release, ended = threading.Event(), threading.Event(), threading.Event()
+
+    @worker.handler("t")
+    def handle(_job: pgqueue.Job) -> None:
+        entered.set()
+        try:
+            assert release.wait(WITHIN), "never released"
+        finally:
+            ended.set()
+        if ends == "raises":
+            msg = "gave up"
+            raise RuntimeError(msg)
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        assert await anyio.to_thread.run_sync(entered.wait, WITHIN)
+        assert await queue.cancel(job_id) == {job_id: "requested"}
+
+        async def request_arrived() -> bool:
+            return (
+                job_id in worker._runner._cancelled
+                or (await row(pool, job_id))["status"] != "running"
+            )
+
+        await wait_until(request_arrived)
+        assert (await row(pool, job_id))["status"] == "running"
+        release.set()
+        expected = "completed" if ends == "returns" else "cancelled"
+        await wait_for_row(pool, job_id, status=expected)
+    assert ended.is_set()

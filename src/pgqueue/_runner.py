@@ -8,7 +8,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import anyio
 import anyio.to_thread
@@ -55,6 +55,12 @@ def is_async(handler: Callable[..., Any]) -> bool:
     )
 
 
+_IN_THREAD: set[asyncio.Task[Any]] = set()
+"""Tasks waiting for a sync handler's thread. A cancel request does not
+cancel them (it would abandon the thread, still running, and free its slot):
+the run ends when the thread returns."""
+
+
 def in_thread(
     handler: SyncHandler, limiter: Callable[[], anyio.CapacityLimiter | None]
 ) -> Handler:
@@ -69,7 +75,12 @@ def in_thread(
 
     @functools.wraps(handler)
     async def threaded(job: Job) -> Any:
-        value = await anyio.to_thread.run_sync(handler, job, limiter=limiter())
+        task = cast("asyncio.Task[Any]", asyncio.current_task())
+        _IN_THREAD.add(task)
+        try:
+            value = await anyio.to_thread.run_sync(handler, job, limiter=limiter())
+        finally:
+            _IN_THREAD.discard(task)
         if inspect.isawaitable(value):
             value = await value
         return value
@@ -88,7 +99,8 @@ class JobRunner:
     exception. A run that outlives ``job_timeout`` fails with a timeout
     error, even if the handler swallowed the cancellation and returned. A run
     cancelled by request (`cancel`) ends cancelled, unless the handler
-    finished its work and returned anyway.
+    finished its work and returned anyway (a sync handler's thread cannot
+    be interrupted: its run ends when the thread returns).
 
     Each message names its job (`job_label`). A failed attempt that will be
     retried logs its traceback once per job type every
@@ -123,7 +135,7 @@ class JobRunner:
         if task is None and not ready:
             return False
         self._cancelled.add(job_id)
-        if task is not None:
+        if task is not None and task not in _IN_THREAD:
             task.cancel()
         return True
 
