@@ -204,6 +204,7 @@ SAMPLES = {
     "backoff": ["--backoff", f"{APPS}:backoff"],
     "rescue_after": ["--rescue-after", "60"],
     "job_timeout": ["--job-timeout", "none"],
+    "unknown_types": ["--unknown-types", "wait"],
     "retain": ["--retain", "3600"],
     "shutdown_grace": ["--shutdown-grace", "5"],
     "middleware": ["--middleware", f"{APPS}:tag", "--middleware", f"{APPS}:tag"],
@@ -236,6 +237,7 @@ async def test_flags_replace_the_workers_options_and_keep_its_handlers(
         assert worker._backoff is sys.modules[APPS].backoff
         assert worker._rescue_after == 60.0
         assert worker._job_timeout is None  # the last flag wins, "none" included
+        assert worker._unknown_types == "wait"
         assert worker._retain == 3600.0
         assert worker._shutdown_grace == 5.0
         assert worker._middleware == (sys.modules[APPS].tag,) * 2
@@ -481,8 +483,10 @@ def test_children_get_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> Non
     argv = [
         "--dsn", "postgresql://h/db", "worker", f"{APPS}:worker", "--processes", "3",
         "--burst", "--shutdown-timeout", "none", "--log-level", "debug",
+        "--log-format", "json",
         "--metrics-port", "9100", "--listen=postgresql://direct/db",
         "--concurrency", "7", "--poll-interval", "0.1", "--job-timeout", "none",
+        "--unknown-types", "wait",
         "--middleware", f"{APPS}:tag", "--middleware", f"{APPS}:tag",
         "--observer", f"{APPS}:tag", "--logger", "my.app", "--queue", "q:1",
     ]  # fmt: skip

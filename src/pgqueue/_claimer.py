@@ -16,11 +16,11 @@ from pgqueue._job import Job, Status, claimed_job
 from pgqueue._lease import take
 from pgqueue._outcome import Outcome
 from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
-from pgqueue._runner import job_fields
+from pgqueue._runner import job_fields, job_label
 from pgqueue._schema import SCHEMA_ERRORS, check_schema, schema_failure
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     import asyncpg
 
@@ -63,6 +63,8 @@ class Claimer:
             no more than it leaves.
         limits: whether the worker needs the fleet-wide limits' tables (one
             of its queues has a limit): the schema check then requires them.
+        types: claim only jobs of these types (`_sql.CLAIM_TYPES`); ``None``
+            claims every type.
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class Claimer:
         schema_checked: anyio.Event | None = None,
         lease: Lease | None = None,
         limits: bool = False,
+        types: Sequence[str] | None = None,
     ) -> None:
         self._connection = connection
         self._policy = policy
@@ -93,6 +96,7 @@ class Claimer:
         self._schema_checked = schema_checked
         self._lease = lease
         self._limits = limits or lease is not None
+        self._types = None if types is None else list(types)
         self._event = asyncio.Event()
         self._until_empty = False
         self.checked = anyio.Event()
@@ -194,7 +198,9 @@ class Claimer:
             claimed = jobs_from_rows(rows)
             for outcome in claimed.dead:
                 self._logger.error(
-                    "job dead",
+                    "%s dead: %s",
+                    job_label(outcome.job),
+                    outcome.error,
                     extra={**job_fields(outcome.job), "error": outcome.error},
                 )
                 claims.add([outcome.job], ready=False)
@@ -223,9 +229,14 @@ class Claimer:
             lease.claiming = limit
         try:
             with anyio.CancelScope(shield=True):
-                rows = await self._connection.fetch(
-                    _sql.CLAIM, self._queue, limit, run_ats, ids
-                )
+                if self._types is None:
+                    rows = await self._connection.fetch(
+                        _sql.CLAIM, self._queue, limit, run_ats, ids
+                    )
+                else:
+                    rows = await self._connection.fetch(
+                        _sql.CLAIM_TYPES, self._queue, limit, run_ats, ids, self._types
+                    )
         finally:
             # Given back before the jobs go to the ledger, with no await in
             # between: the slots are never counted twice, nor left uncounted.

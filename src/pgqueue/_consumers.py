@@ -7,7 +7,7 @@ import contextvars
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._outcome import shutdown_outcome
-from pgqueue._runner import job_fields
+from pgqueue._runner import job_fields, job_label
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -123,7 +123,8 @@ class Consumers:
         except BaseException:
             outcome = shutdown_outcome(job)
             self._logger.warning(
-                "job cut off by shutdown",
+                "%s cut off by shutdown",
+                job_label(job),
                 extra={**job_fields(job), "outcome": outcome.status},
             )
             self._end(outcome)

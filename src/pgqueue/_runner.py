@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import anyio
+import anyio.to_thread
 
 from pgqueue._backoff import MAX_BACKOFF
 from pgqueue._checks import encode_payload
@@ -19,11 +23,69 @@ if TYPE_CHECKING:
     from pgqueue._backoff import SafeBackoff
     from pgqueue._log import Logger
 
-__all__ = ["Handler", "JobRunner", "job_fields"]
+__all__ = [
+    "TRACEBACK_INTERVAL",
+    "Handler",
+    "JobRunner",
+    "SyncHandler",
+    "in_thread",
+    "is_async",
+    "job_fields",
+    "job_label",
+]
+
+TRACEBACK_INTERVAL = 60.0
+"""Seconds between two tracebacks of retried attempts of one job type (below DEBUG)."""
 
 Handler: TypeAlias = Callable[[Job], Awaitable[Any]]
 """Runs one job; returning completes it (a value other than None is stored as
 its result), raising fails the attempt."""
+
+SyncHandler: TypeAlias = Callable[[Job], Any]
+"""A handler that is a plain ``def`` (or any callable that is not async): it
+runs in a worker thread."""
+
+
+def is_async(handler: Callable[..., Any]) -> bool:
+    """Whether ``handler`` is an async function, or a partial of one, or an object whose ``__call__`` is."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004 - the method, not callable()
+    )
+
+
+_IN_THREAD: set[asyncio.Task[Any]] = set()
+"""Tasks waiting for a sync handler's thread. A cancel request does not
+cancel them (it would abandon the thread, still running, and free its slot):
+the run ends when the thread returns."""
+
+
+def in_thread(
+    handler: SyncHandler, limiter: Callable[[], anyio.CapacityLimiter | None]
+) -> Handler:
+    """``handler`` as an async handler that runs it in a worker thread.
+
+    ``limiter()`` bounds the threads running at once (anyio's default
+    limiter if it gives None). The thread cannot be cancelled: a run the
+    worker cancels (``job_timeout``, a stop cut off) waits for it to return.
+    What the handler returns is awaited if it is awaitable (a ``def`` that
+    returns a coroutine, such as a ``lambda`` calling an async function).
+    """
+
+    @functools.wraps(handler)
+    async def threaded(job: Job) -> Any:
+        task = cast("asyncio.Task[Any]", asyncio.current_task())
+        _IN_THREAD.add(task)
+        try:
+            value = await anyio.to_thread.run_sync(handler, job, limiter=limiter())
+        finally:
+            _IN_THREAD.discard(task)
+        if inspect.isawaitable(value):
+            value = await value
+        return value
+
+    return threaded
 
 
 class JobRunner:
@@ -37,7 +99,14 @@ class JobRunner:
     exception. A run that outlives ``job_timeout`` fails with a timeout
     error, even if the handler swallowed the cancellation and returned. A run
     cancelled by request (`cancel`) ends cancelled, unless the handler
-    finished its work and returned anyway.
+    finished its work and returned anyway (a sync handler's thread cannot
+    be interrupted: its run ends when the thread returns).
+
+    Each message names its job (`job_label`). A failed attempt that will be
+    retried logs its traceback once per job type every
+    `TRACEBACK_INTERVAL` seconds (every time when the logger is enabled for
+    DEBUG), so a flood of retries does not flood the log; a dead job always
+    logs its traceback.
     """
 
     def __init__(
@@ -54,6 +123,7 @@ class JobRunner:
         self._logger = logger
         self._running: dict[int, asyncio.Task[Any]] = {}
         self._cancelled: set[int] = set()
+        self._traceback_at: dict[str, float] = {}  # job type: when last logged
 
     def running(self, job_id: int) -> bool:
         """Whether a handler of job ``job_id`` is running here."""
@@ -69,7 +139,7 @@ class JobRunner:
         if task is None and not ready:
             return False
         self._cancelled.add(job_id)
-        if task is not None:
+        if task is not None and task not in _IN_THREAD:
             task.cancel()
         return True
 
@@ -92,7 +162,7 @@ class JobRunner:
             return self.dead(job, f"no handler registered for job type {job.type!r}")
         debug = debug_enabled(self._logger)
         if debug:
-            self._logger.debug("job started", extra=job_fields(job))
+            self._logger.debug("%s started", job_label(job), extra=job_fields(job))
         failure: BaseException | str | None = None
         value: Any = None
         timeout = self._timeout
@@ -126,7 +196,7 @@ class JobRunner:
         if failure is not None:
             return self.failed(job, failure)
         if debug:
-            self._logger.debug("job completed", extra=job_fields(job))
+            self._logger.debug("%s completed", job_label(job), extra=job_fields(job))
         if value is None:
             return Outcome(job, Status.COMPLETED)
         try:
@@ -140,14 +210,24 @@ class JobRunner:
 
     def dead(self, job: Job, error: str) -> Outcome:
         """Dead-letter ``job`` at once, for ``error``."""
-        self._logger.error("job dead", extra={**job_fields(job), "error": error})
+        self._logger.error(
+            "%s dead: %s",
+            job_label(job),
+            error,
+            extra={**job_fields(job), "error": error},
+        )
         return Outcome(job, Status.DEAD, error=error)
 
     def failed(self, job: Job, failure: BaseException | str) -> Outcome:
         """The outcome of a failed attempt: a retry, a snooze, or dead."""
         fields = job_fields(job)
         if isinstance(failure, Snooze):
-            self._logger.info("job snoozed", extra={**fields, "delay": failure.seconds})
+            self._logger.info(
+                "%s snoozed for %ss",
+                job_label(job),
+                _seconds(failure.seconds),
+                extra={**fields, "delay": failure.seconds},
+            )
             return Outcome(job, SNOOZED, delay=failure.seconds)
         if isinstance(failure, str):
             error, exc_info, permanent = failure, None, False
@@ -159,22 +239,44 @@ class JobRunner:
                 permanent = False
         if permanent or job.attempts >= job.max_attempts:
             self._logger.error(
-                "job dead", extra={**fields, "error": error}, exc_info=exc_info
+                "%s dead: %s",
+                job_label(job),
+                error,
+                extra={**fields, "error": error},
+                exc_info=exc_info,
             )
             return Outcome(job, Status.DEAD, error=error)
         if isinstance(failure, RetryAfter):
             delay = min(failure.seconds, MAX_BACKOFF)
         else:
             delay = self._backoff(job.attempts)
+        if exc_info is not None and not self._traceback_due(job.type):
+            exc_info = None
         self._logger.warning(
-            "job failed; will retry",
+            "%s failed; will retry in %ss: %s",
+            job_label(job),
+            _seconds(delay),
+            error,
             extra={**fields, "error": error, "retry_in": delay},
             exc_info=exc_info,
         )
         return Outcome(job, Status.PENDING, delay=delay, error=error)
 
+    def _traceback_due(self, job_type: str) -> bool:
+        """Whether a retried attempt of ``job_type`` logs its traceback now."""
+        if debug_enabled(self._logger):
+            return True
+        now = time.monotonic()
+        last = self._traceback_at.get(job_type)
+        if last is not None and now - last < TRACEBACK_INTERVAL:
+            return False
+        self._traceback_at[job_type] = now
+        return True
+
     def _cancelled_outcome(self, job: Job) -> Outcome:
-        self._logger.info("job cancelled by request", extra=job_fields(job))
+        self._logger.info(
+            "%s cancelled by request", job_label(job), extra=job_fields(job)
+        )
         return Outcome(job, Status.CANCELLED, error=CANCELLED_ERROR)
 
 
@@ -193,6 +295,19 @@ def job_fields(job: Job) -> dict[str, Any]:
         "queue": job.queue,
         "attempt": job.attempts,
     }
+
+
+def job_label(job: Job) -> str:
+    """How log messages name ``job``: ``job 12 (send_email on emails, attempt 2/25)``."""
+    return (
+        f"job {job.id} ({job.type} on {job.queue}, "
+        f"attempt {job.attempts}/{job.max_attempts})"
+    )
+
+
+def _seconds(value: float) -> str:
+    """A delay for a message: ``4``, ``0.5``, ``2.31``, ``86400``."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def debug_enabled(logger: Logger) -> bool:

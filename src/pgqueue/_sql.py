@@ -19,6 +19,7 @@ __all__ = [
     "CANCEL",
     "CANCEL_REQUESTED",
     "CLAIM",
+    "CLAIM_TYPES",
     "COMPLETE",
     "CONTROL_CHANNEL",
     "DASHBOARD_ENQUEUED",
@@ -507,7 +508,7 @@ _PRIORITY_SCANS = """
         FROM pgqueue_jobs AS p
         WHERE p.queue = $1 AND p.status = 'pending' COLLATE "C" AND p.priority <> 0
           AND p.priority = (6 - b.level)::smallint
-          AND p.run_at <= now() AND (p.run_at, p.id) > (b.run_at, b.id)
+          AND p.run_at <= now() AND (p.run_at, p.id) > (b.run_at, b.id){types}
         ORDER BY p.run_at, p.id
         LIMIT {limit}
         FOR UPDATE OF p SKIP LOCKED
@@ -516,25 +517,30 @@ _PRIORITY_SCANS = """
 """
 
 
-def _claim(limit: str) -> str:
-    """The claim's UPDATE of at most ``limit`` jobs (CLAIM's ``$2``, or a limited claim's slots)."""
+def _claim(limit: str, types: str | None = None) -> str:
+    """The claim's UPDATE of at most ``limit`` jobs (CLAIM's ``$2``, or a limited claim's slots).
+
+    With ``types`` (a ``text[]`` parameter), only jobs of those types.
+    """
+    only = "" if types is None else f" AND job_type = ANY({types}::text[])"
+    only_p = only.replace("job_type", "p.job_type")
     return f"""
 UPDATE pgqueue_jobs
 SET status = 'running', attempts = attempts + 1, updated_at = now()
 WHERE id = ANY(ARRAY(
-    ({_PRIORITY_SCANS.format(levels="<= 5", limit=limit)})
+    ({_PRIORITY_SCANS.format(levels="<= 5", limit=limit, types=only_p)})
     UNION ALL
     (SELECT z.id FROM (
         SELECT id
         FROM pgqueue_jobs
         WHERE queue = $1 AND status = 'pending' AND priority = 0 AND run_at <= now()
-          AND (run_at, id) > (($3::text::timestamptz[])[6], ($4::text::bigint[])[6])
+          AND (run_at, id) > (($3::text::timestamptz[])[6], ($4::text::bigint[])[6]){only}
         ORDER BY run_at, id
         LIMIT {limit}
         FOR UPDATE SKIP LOCKED
     ) AS z)
     UNION ALL
-    ({_PRIORITY_SCANS.format(levels=">= 7", limit=limit)})
+    ({_PRIORITY_SCANS.format(levels=">= 7", limit=limit, types=only_p)})
     LIMIT {limit}
 ))
 RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
@@ -549,6 +555,12 @@ RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
 
 
 CLAIM = _claim("$2")
+
+# CLAIM of only the job types in $5 (a worker with unknown_types="wait",
+# which leaves other types for a worker that has their handlers). The type
+# is a filter on the same index scans: waiting jobs of other types that are
+# due are walked by every claim (and skipped), not a scan of the table.
+CLAIM_TYPES = _claim("$2", types="$5")
 
 # Make sure limited queue $1 has its row (a worker with a global_limit of
 # $2, as it starts). The row records the limit of the worker that started

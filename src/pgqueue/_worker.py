@@ -84,7 +84,7 @@ from pgqueue._log import Logger, default_logger
 from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
 from pgqueue._periodic import Schedules, check_schedule
 from pgqueue._policy import ClaimPolicy
-from pgqueue._runner import Handler, JobRunner
+from pgqueue._runner import Handler, JobRunner, SyncHandler, in_thread, is_async
 from pgqueue._typed import typed_handler
 from pgqueue._upkeep import HEARTBEATS_PER_RESCUE, Upkeep
 from pgqueue._writer import OutcomeWriter
@@ -101,7 +101,7 @@ __all__ = ["Handler", "Middleware", "Worker"]
 Middleware: TypeAlias = Callable[[Handler], Handler]
 """Wraps a handler (metrics, tracing, per-job setup); the first one is outermost."""
 
-H = TypeVar("H", bound=Handler)
+H = TypeVar("H", bound=Handler | SyncHandler)
 P = TypeVar("P")
 
 
@@ -198,6 +198,14 @@ class Worker:
             refreshes its held jobs' rows every ``rescue_after / 3``.
         job_timeout: seconds a handler may run before it is cancelled and its
             attempt fails; ``None`` leaves handlers unbounded.
+        unknown_types: what becomes of a job whose type has no handler here.
+            ``"dead"`` (the default): it is dead-lettered at once ("no
+            handler registered for job type ..."). ``"wait"``: the worker
+            claims only the types it has handlers for and leaves the others
+            pending, attempts untouched, for a worker that has them (a
+            rolling deploy: older workers beside newer producers). Jobs
+            left waiting are walked past by each claim, so do not leave a
+            large backlog of a type no worker handles.
         retain: prune the worker's queues' completed, dead and cancelled
             jobs older than this many seconds; ``None`` never prunes.
         shutdown_grace: when the task running `run` is cancelled, how long
@@ -240,6 +248,7 @@ class Worker:
         backoff: Backoff = default_backoff,
         rescue_after: float = 300.0,
         job_timeout: float | None = None,
+        unknown_types: Literal["dead", "wait"] = "dead",
         retain: float | None = None,
         shutdown_grace: float | None = 30.0,
         middleware: Sequence[Middleware] = (),
@@ -297,6 +306,7 @@ class Worker:
         self._backoff = backoff
         self._rescue_after = check_duration("rescue_after", rescue_after, positive=True)
         self._job_timeout = _optional_duration("job_timeout", job_timeout)
+        self._unknown_types = _check_unknown_types(unknown_types)
         self._retain = None if retain is None else check_duration("retain", retain)
         self._shutdown_grace = _optional_duration("shutdown_grace", shutdown_grace)
         self._middleware = tuple(middleware)
@@ -338,6 +348,7 @@ class Worker:
         self._claim_scope: anyio.CancelScope
         self._jobs_scope: anyio.CancelScope | None = None
         self._keeper: LeaseKeeper | None = None
+        self._threads: anyio.CapacityLimiter | None = None
 
     @property
     def queue(self) -> str:
@@ -374,6 +385,13 @@ class Worker:
         ``job_type`` may be a `JobType`: the handler then gets ``job.payload``
         as its payload type.
 
+        An async handler runs on the event loop. Any other callable (a plain
+        ``def``) runs in a worker thread, at most as many at once as the
+        worker runs jobs. A thread cannot be interrupted: a handler past
+        ``job_timeout`` runs to its end and its attempt then fails as timed
+        out; `stop` whose timeout runs out waits for it and records what it
+        returned (raising `TimeoutError` all the same).
+
         Raises:
             AlreadyStartedError: the worker has started.
             TypeError, ValueError: a bad job type or a handler that is not
@@ -388,6 +406,8 @@ class Worker:
         check_name("job type", job_type)
         check_callable("handler", handler)
         self._registered[job_type] = handler
+        if not is_async(handler):
+            handler = in_thread(handler, self._thread_limiter)
         handler = typed_handler(handler)
         for wrap in reversed(self._middleware):
             handler = wrap(handler)
@@ -398,7 +418,7 @@ class Worker:
     @overload
     def handler(self, job_type: JobType[P]) -> HandlerDecorator[P]: ...
     def handler(self, job_type: str | JobType[Any]) -> Callable[[Any], Any]:
-        """Register the decorated async function for jobs of ``job_type`` (a str or a `JobType`).
+        """Register the decorated function (async, or a plain ``def``) for jobs of ``job_type`` (a str or a `JobType`).
 
         The function is returned unwrapped, so it can still be called directly.
         """
@@ -483,6 +503,10 @@ class Worker:
                 max_attempts=max_attempts,
             )
         )
+
+    def _thread_limiter(self) -> anyio.CapacityLimiter | None:
+        """What bounds the threads of sync handlers (made in run())."""
+        return self._threads
 
     @property
     def _default_queue(self) -> str:
@@ -649,6 +673,10 @@ class Worker:
             fields=self._fields,
             on_written=self._on_written,
         )
+        slots = sum(lane.concurrency for lane in self._lanes)
+        if self._max_concurrency is not None:
+            slots = min(slots, self._max_concurrency)
+        self._threads = anyio.CapacityLimiter(slots)
         self._runner = JobRunner(
             self._handlers,
             job_timeout=self._job_timeout,
@@ -691,6 +719,7 @@ class Worker:
                 on_spare=None if budget is None else partial(self._room_others, lane),
                 schema_checked=None if first is None else first.checked,
                 lease=lease,
+                types=list(self._handlers) if self._unknown_types == "wait" else None,
                 limits=bool(self._limited),
             )
             first = first or lane.claimer
@@ -1047,6 +1076,13 @@ def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any
             check_callable(f"observer {name}", method)
             methods.append(method)
     return methods
+
+
+def _check_unknown_types(value: object) -> Literal["dead", "wait"]:
+    if isinstance(value, str) and value in ("dead", "wait"):
+        return cast('Literal["dead", "wait"]', value)
+    msg = f"unknown_types must be 'dead' or 'wait', not {value!r}"
+    raise (ValueError if isinstance(value, str) else TypeError)(msg)
 
 
 def _optional_duration(what: str, value: float | None) -> float | None:

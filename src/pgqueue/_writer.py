@@ -13,7 +13,7 @@ from pgqueue._errors import is_transient
 from pgqueue._job import Status
 from pgqueue._outcome import Outcome
 from pgqueue._retry import log_failure, retry_delay, safe_repr
-from pgqueue._runner import job_fields
+from pgqueue._runner import job_fields, job_label
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -171,7 +171,8 @@ class OutcomeWriter:
         stale = [outcome for outcome in part if outcome.key not in matched]
         for outcome in stale:
             self._logger.warning(
-                "stale run superseded by rescue; result dropped",
+                "%s: stale run superseded by rescue; result dropped",
+                job_label(outcome.job),
                 extra={**job_fields(outcome.job), "outcome": outcome.status},
             )
         return stale

@@ -45,6 +45,7 @@ from anyio.abc import TaskStatus
 
 from pgqueue._connect import check_dsn, target_of
 from pgqueue._errors import SchemaError
+from pgqueue._log import JsonFormatter
 from pgqueue._worker import Worker
 from pgqueue.cli._common import (
     EXIT_ERROR,
@@ -78,6 +79,7 @@ OPTION_FLAGS: dict[str, str] = {
     "backoff": "--backoff",
     "rescue_after": "--rescue-after",
     "job_timeout": "--job-timeout",
+    "unknown_types": "--unknown-types",
     "retain": "--retain",
     "shutdown_grace": "--shutdown-grace",
     "middleware": "--middleware",
@@ -224,6 +226,12 @@ def add_to(commands: Commands) -> None:
         help="seconds a handler may run",
     )
     flag(
+        "unknown_types",
+        choices=["dead", "wait"],
+        help="a job whose type has no handler: dead at once (the default), or "
+        "left pending for a worker that has one (rolling deploys)",
+    )
+    flag(
         "retain",
         type=_optional_seconds,
         metavar="SECONDS|none",
@@ -280,6 +288,12 @@ def add_to(commands: Commands) -> None:
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         default="INFO",
         help="log to stderr from this level (default INFO)",
+    )
+    running.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="text lines, or one JSON object a line with every field (default text)",
     )
     running.add_argument(
         "--metrics-port",
@@ -624,7 +638,10 @@ async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """The body of ``pgqueue worker``: one worker here, or ``--processes`` children."""
-    logging.basicConfig(level=args.log_level, handlers=[text_log_handler(LOG_FORMAT)])
+    handler = text_log_handler(LOG_FORMAT)
+    if args.log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=args.log_level, handlers=[handler])
     if args.processes > 1:
         return await run_processes(args)
     return await run_one(args)
@@ -821,6 +838,7 @@ def child_command(args: argparse.Namespace, index: int) -> list[str]:
     """
     command = [sys.executable, "-m", "pgqueue"]
     command += ["worker", args.target, "--supervised", "--log-level", args.log_level]
+    command += ["--log-format", args.log_format]
     if args.burst:
         command.append("--burst")
     if hasattr(args, "shutdown_timeout"):
