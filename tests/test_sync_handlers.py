@@ -67,6 +67,27 @@ async def test_a_sync_handler_completes_its_job_once(
     assert threading.get_ident() not in threads  # not on the event loop's thread
 
 
+async def test_a_sync_handler_of_a_job_type_gets_its_typed_payload_in_a_thread(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    charge_type = pgqueue.JobType("charge", Charge, queue=queue.name)
+    worker = pgqueue.Worker(pool, queue=queue.name)
+    charges: list[Charge] = []
+    threads: set[int] = set()
+
+    @worker.handler(charge_type)
+    def charge(job: pgqueue.Job[Charge]) -> None:
+        threads.add(threading.get_ident())
+        charges.append(job.payload)
+
+    job_id = await charge_type.enqueue(queue, Charge(cents=99))
+    await drain(worker)
+    assert (await row(pool, job_id))["status"] == "completed"
+    assert charges == [Charge(cents=99)]
+    assert threads
+    assert threading.get_ident() not in threads
+
+
 async def test_a_sync_handler_that_raises_is_retried(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:

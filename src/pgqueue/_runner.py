@@ -29,7 +29,6 @@ __all__ = [
     "JobRunner",
     "SyncHandler",
     "in_thread",
-    "is_async",
     "job_fields",
     "job_label",
 ]
@@ -44,15 +43,6 @@ its result), raising fails the attempt."""
 SyncHandler: TypeAlias = Callable[[Job], Any]
 """A handler that is a plain ``def`` (or any callable that is not async): it
 runs in a worker thread."""
-
-
-def is_async(handler: Callable[..., Any]) -> bool:
-    """Whether ``handler`` is an async function, or a partial of one, or an object whose ``__call__`` is."""
-    while isinstance(handler, functools.partial):
-        handler = handler.func
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-        getattr(handler, "__call__", None)  # noqa: B004 - the method, not callable()
-    )
 
 
 _IN_THREAD: set[asyncio.Task[Any]] = set()

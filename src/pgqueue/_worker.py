@@ -84,8 +84,8 @@ from pgqueue._log import Logger, default_logger
 from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
 from pgqueue._periodic import Schedules, check_schedule
 from pgqueue._policy import ClaimPolicy
-from pgqueue._runner import Handler, JobRunner, SyncHandler, in_thread, is_async
-from pgqueue._typed import typed_handler
+from pgqueue._runner import Handler, JobRunner, SyncHandler, in_thread
+from pgqueue._typed import is_async, typed_handler
 from pgqueue._upkeep import HEARTBEATS_PER_RESCUE, Upkeep
 from pgqueue._writer import OutcomeWriter
 
