@@ -39,7 +39,7 @@ from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
 from pgqueue._sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE
 from pgqueue._tracker import JobOutcome, Tracker
-from pgqueue._worker import Handler, Middleware, Worker
+from pgqueue._worker import Handler, Middleware, SyncHandler, Worker
 
 __all__ = [
     "JOBS_CHANNEL",
@@ -81,6 +81,7 @@ __all__ = [
     "Snooze",
     "Status",
     "Subscriber",
+    "SyncHandler",
     "Tracker",
     "TrackerClosedError",
     "Worker",

@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     from pgqueue._job import Job
     from pgqueue._jobtype import HandlerDecorator
 
-__all__ = ["Handler", "Middleware", "Worker"]
+__all__ = ["Handler", "Middleware", "SyncHandler", "Worker"]
 
 Middleware: TypeAlias = Callable[[Handler], Handler]
 """Wraps a handler (metrics, tracing, per-job setup); the first one is outermost."""
