@@ -138,7 +138,7 @@ async def test_a_flood_of_control_notifications_cancels_nothing_and_a_real_cance
     assert [h for h in holds if interrupted[h].is_set()] == []
     noisy = [m for level, m, _ in logger.records if level in ("warning", "error")]
     assert noisy == []
-    assert logger.messages("info").count("job cancelled by request") == 2
+    assert logger.messages("info").count("%s cancelled by request") == 2
 
 
 async def test_repeated_notifies_naming_a_running_job_do_not_cancel_it(
