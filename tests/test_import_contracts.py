@@ -2,7 +2,8 @@
 
 ``lint-imports`` (import-linter, in the dev extra) runs on the real tree,
 then on copies of the package, each with one import added where the layers
-forbid it. Skipped where import-linter is not installed.
+forbid it (skipped where import-linter is not installed). And what the
+contracts say of the extras holds in a running interpreter too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ LINT_IMPORTS = shutil.which(
     ),
 )
 
-pytestmark = pytest.mark.skipif(
+needs_lint_imports = pytest.mark.skipif(
     LINT_IMPORTS is None, reason="import-linter is not installed (the dev extra)"
 )
 
@@ -62,12 +63,14 @@ def tree(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@needs_lint_imports
 def test_the_contracts_hold_on_the_real_tree() -> None:
     result = lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
     assert " 0 broken" in result.stdout
 
 
+@needs_lint_imports
 def test_a_copy_of_the_tree_holds_them_too(tree: Path) -> None:
     result = lint_imports(tree)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -99,6 +102,7 @@ UPWARD_IMPORTS = [
 ]
 
 
+@needs_lint_imports
 @pytest.mark.parametrize(("module", "line", "contract"), UPWARD_IMPORTS)
 def test_an_import_against_the_layers_breaks_a_contract(
     tree: Path, module: str, line: str, contract: str
@@ -112,6 +116,7 @@ def test_an_import_against_the_layers_breaks_a_contract(
     assert module.removesuffix(".py").replace("/", ".") in broken
 
 
+@needs_lint_imports
 def test_a_module_without_a_place_in_the_layers_breaks_them(tree: Path) -> None:
     (tree / "src" / "pgqueue" / "_newcomer.py").write_text('"""Not placed yet."""\n')
     result = lint_imports(tree)
@@ -119,3 +124,21 @@ def test_a_module_without_a_place_in_the_layers_breaks_them(tree: Path) -> None:
     broken = broken_contracts(result.stdout)
     assert "Layers" in broken
     assert "_newcomer" in broken
+
+
+@pytest.mark.parametrize("extra", ["pgqueue.web", "pgqueue.prometheus", "pgqueue.otel"])
+def test_an_extra_loads_neither_the_cli_nor_another_extra(extra: str) -> None:
+    others = ("pgqueue.cli", "pgqueue.web", "pgqueue.prometheus", "pgqueue.otel")
+    code = (
+        f"import sys, {extra}\n"
+        f"others = {tuple(m for m in others if m != extra)!r}\n"
+        "print(sorted(m for m in sys.modules if m.startswith(others)))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    assert loaded == "[]"
