@@ -15,10 +15,10 @@ these annotations are checked: ``str``, ``int`` (not ``bool``), ``float``
 (``X | None``, ``Optional[X]``), ``Any``, ``object``, ``Literal[...]``,
 ``list[X]``, ``dict[str, X]`` (values; keys are always strings in JSON),
 ``NewType``\\ s, nested dataclasses and pydantic models. These are decoded
-from what `pgqueue._codec.to_json_value` writes for them: ``UUID`` (its string),
-``datetime``, ``date`` and ``time`` (ISO 8601 strings; a ``Z`` offset is
-read too), ``Decimal`` (its string, keeping every digit; a JSON number is
-read too) and ``Enum`` subclasses (their value). Any other annotation
+from what `pgqueue._codec.to_json_value` writes for them: ``UUID`` (its
+string), ``datetime``, ``date`` and ``time`` (ISO 8601 strings; a ``Z``
+offset is read too), ``Decimal`` (its string, keeping every digit; a JSON
+number is read too) and ``Enum`` subclasses (their value). Any other annotation
 (``tuple``, ``timedelta``, a ``TypedDict``, a type variable...) is not
 checked: the field gets the JSON value as it is. A union takes the first
 member that accepts the value, after an exact match of its type (so
