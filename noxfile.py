@@ -23,9 +23,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """Type check src and tests with mypy in strict mode."""
+    """Type check src and tests with mypy in strict mode; check the import contracts."""
     session.install("-e", ".[dev]")
     session.run("mypy")
+    session.run("lint-imports", "--no-cache")
 
 
 @nox.session(python=PYTHON)

@@ -81,6 +81,8 @@ BAD_CALLS = [
     ("retry", (1,), {"attempts": 0}),
     ("retry_all", (), {"status": "pending"}),
     ("retry_all", (), {"attempts": -1}),
+    ("dead_count", (), {"queue": ""}),
+    ("dead_count", (), {"job_type": "a\x00"}),
     ("cancel", (1, 0), {}),
     ("prune", (-1,), {}),
     ("prune", (math.nan,), {}),
@@ -487,6 +489,23 @@ async def test_retry_all_walks_the_dead_jobs_in_batches(
     assert await admin.retry_all(queue=queue.name, job_type="t") == {
         keyed[0]: "duplicate"
     }
+
+
+async def test_dead_count_counts_the_dead_jobs_retry_all_would_retry(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    await _insert(pool, queue.name, "dead", 3)
+    await _insert(pool, queue.name, "dead", 2, job_type="'u'")
+    await _insert(pool, queue.name, "cancelled", 1)
+    await _insert(pool, queue.name, "pending", 1)
+    await _insert(pool, f"{queue.name}-other", "dead", 4)
+    admin = pgqueue.Admin(pool)
+    assert await admin.dead_count(queue=queue.name) == 5
+    assert await admin.dead_count(queue=queue.name, job_type="u") == 2
+    assert await admin.dead_count(job_type="t") >= 7
+    assert await admin.dead_count(queue="no such queue") == 0
+    assert len(await admin.retry_all(queue=queue.name, job_type="t")) == 3
+    assert await admin.dead_count(queue=queue.name, job_type="t") == 0
 
 
 # --- cancel ----------------------------------------------------------------------------

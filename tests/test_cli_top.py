@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 from pgqueue import _sql
-from pgqueue.cli._common import seconds_text as duration
+from pgqueue._text import seconds_text as duration
 from pgqueue.cli.top import Sampler
 from tests.helpers import plan_nodes
 

@@ -41,13 +41,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import pgqueue
-from pgqueue._checks import (
-    MAX_IDENTIFIER_BYTES,
-    MAX_PAYLOAD_DEPTH,
-    MAX_QUEUE_NAME_BYTES,
-    NOTIFY_LIMIT,
-    encode_payload,
-)
+from pgqueue._checks import MAX_IDENTIFIER_BYTES, MAX_QUEUE_NAME_BYTES, NOTIFY_LIMIT
+from pgqueue._codec import MAX_PAYLOAD_DEPTH, encode_payload
 from pgqueue._pubsub import Subscriber, publish
 from tests.helpers import listening, queue_count, row, rows
 

@@ -30,6 +30,7 @@ from pgqueue._errors import (
     TrackerClosedError,
     is_permanent,
 )
+from pgqueue._handler import Handler, SyncHandler
 from pgqueue._hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._job import Job, NewJob, Status
 from pgqueue._jobtype import JobType
@@ -39,7 +40,7 @@ from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
 from pgqueue._sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE
 from pgqueue._tracker import JobOutcome, Tracker
-from pgqueue._worker import Handler, Middleware, SyncHandler, Worker
+from pgqueue._worker import Middleware, Worker
 
 __all__ = [
     "JOBS_CHANNEL",

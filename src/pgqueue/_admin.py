@@ -710,6 +710,25 @@ class Admin:
                 return done
             after = ids[-1]
 
+    async def dead_count(
+        self, *, queue: str | None = None, job_type: str | None = None
+    ) -> int:
+        """Count the dead jobs, of a queue and type if given: those `retry_all` would retry.
+
+        Counts through the partial index of dead and cancelled jobs.
+
+        Raises:
+            TypeError, ValueError: an empty or NUL-holding name.
+            SchemaError: the table is missing or lacks a column.
+
+        .. versionadded:: 0.1
+        """
+        name = None if queue is None else check_queue_name(queue)
+        kind = None if job_type is None else check_name("job type", job_type)
+        async with self._schema_checked():
+            count: int = await self._executor.fetchval(_sql.DEAD_COUNT, name, kind)
+        return count
+
     async def cancel(self, *job_ids: int) -> dict[int, str]:
         """Cancel jobs of any queue; the same statement and answers as `Queue.cancel`.
 

@@ -42,7 +42,6 @@ __all__ = [
     "QueueLine",
     "RunningJob",
     "Sampler",
-    "first_line",
 ]
 
 TOP = 5
@@ -230,11 +229,3 @@ class Sampler:
                 for job in dead
             ],
         )
-
-
-def first_line(text: str | None) -> str | None:
-    """The first line of ``text``, stripped (None for None)."""
-    if text is None:
-        return None
-    lines = text.strip().splitlines()
-    return lines[0] if lines else ""

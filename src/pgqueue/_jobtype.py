@@ -10,16 +10,17 @@ import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from pgqueue._checks import check_callable, check_name, check_queue_name
+from pgqueue._codec import is_model_class
 from pgqueue._queue import Queue
-from pgqueue._typed import converting, is_model_class, payload_converter
+from pgqueue._typed import converting, payload_converter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
     from datetime import datetime, timedelta
 
+    from pgqueue._handler import Handler
     from pgqueue._job import Job
     from pgqueue._queue import Connection
-    from pgqueue._runner import Handler
 
 __all__ = ["HandlerDecorator", "JobType"]
 

@@ -35,8 +35,8 @@ from pgqueue._checks import (
     check_max_attempts,
     check_name,
     check_queue_name,
-    encode_payload,
 )
+from pgqueue._codec import encode_payload
 from pgqueue._job import PERIODIC_KEY_PREFIX
 from pgqueue._retry import log_failure, retry_delay, safe_repr
 

@@ -16,10 +16,8 @@ from pgqueue._checks import (
     check_queue_name,
     check_unique_key,
     check_when,
-    encode_payload,
-    encode_payloads,
-    payload_encoder,
 )
+from pgqueue._codec import encode_payload, encode_payloads, payload_encoder
 from pgqueue._errors import DuplicateJobError
 from pgqueue._hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._job import NewJob

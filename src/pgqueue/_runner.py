@@ -7,27 +7,27 @@ import functools
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.to_thread
 
 from pgqueue._backoff import MAX_BACKOFF
-from pgqueue._checks import encode_payload
+from pgqueue._codec import encode_payload
 from pgqueue._errors import RetryAfter, Snooze, describe, is_permanent, storable
 from pgqueue._job import Job, Status
 from pgqueue._outcome import CANCELLED_ERROR, SNOOZED, Outcome
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from pgqueue._backoff import SafeBackoff
+    from pgqueue._handler import Handler, SyncHandler
     from pgqueue._log import Logger
 
 __all__ = [
     "TRACEBACK_INTERVAL",
-    "Handler",
     "JobRunner",
-    "SyncHandler",
     "in_thread",
     "job_fields",
     "job_label",
@@ -35,14 +35,6 @@ __all__ = [
 
 TRACEBACK_INTERVAL = 60.0
 """Seconds between two tracebacks of retried attempts of one job type (below DEBUG)."""
-
-Handler: TypeAlias = Callable[[Job], Awaitable[Any]]
-"""Runs one job; returning completes it (a value other than None is stored as
-its result), raising fails the attempt."""
-
-SyncHandler: TypeAlias = Callable[[Job], Any]
-"""A handler that is a plain ``def`` (or any callable that is not async): it
-runs in a worker thread."""
 
 
 _IN_THREAD: set[asyncio.Task[Any]] = set()

@@ -4,8 +4,8 @@
 looked for only in ``sys.modules``, where any model class has put it). The
 worker wraps such a handler with `typed_handler` when it is registered; a
 payload that does not fit ``X`` dead-letters its job at once, with a message
-naming the type and the field. `to_json_value` is the way back: what
-``enqueue`` turns an ``X`` into before encoding it.
+naming the type and the field. `pgqueue._codec.to_json_value` is the way
+back: what ``enqueue`` turns an ``X`` into before encoding it.
 
 Dataclass payloads are checked by a small validator: every field without a
 default must be present, no key may name an unknown field (a key naming a
@@ -15,10 +15,10 @@ these annotations are checked: ``str``, ``int`` (not ``bool``), ``float``
 (``X | None``, ``Optional[X]``), ``Any``, ``object``, ``Literal[...]``,
 ``list[X]``, ``dict[str, X]`` (values; keys are always strings in JSON),
 ``NewType``\\ s, nested dataclasses and pydantic models. These are decoded
-from what `to_json_value` writes for them: ``UUID`` (its string),
-``datetime``, ``date`` and ``time`` (ISO 8601 strings; a ``Z`` offset is
-read too), ``Decimal`` (its string, keeping every digit; a JSON number is
-read too) and ``Enum`` subclasses (their value). Any other annotation
+from what `pgqueue._codec.to_json_value` writes for them: ``UUID`` (its
+string), ``datetime``, ``date`` and ``time`` (ISO 8601 strings; a ``Z``
+offset is read too), ``Decimal`` (its string, keeping every digit; a JSON
+number is read too) and ``Enum`` subclasses (their value). Any other annotation
 (``tuple``, ``timedelta``, a ``TypedDict``, a type variable...) is not
 checked: the field gets the JSON value as it is. A union takes the first
 member that accepts the value, after an exact match of its type (so
@@ -42,21 +42,20 @@ import uuid
 from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, Literal, NewType, TypeAlias, TypeVar, Union
 
+from pgqueue._codec import is_model_class
 from pgqueue._errors import Permanent, describe
 from pgqueue._job import Job
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pgqueue._runner import Handler
+    from pgqueue._handler import Handler
 
 __all__ = [
     "converting",
     "is_async",
-    "is_model_class",
     "payload_converter",
     "payload_type",
-    "to_json_value",
     "typed_handler",
 ]
 
@@ -66,7 +65,6 @@ Convert: TypeAlias = "Callable[[Any], Any]"
 # The marker typed_handler sets on its wrappers, so that it never wraps twice.
 _MARK = "_pgqueue_payload_type"
 
-_JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
 _UNION_TYPES = (Union, types.UnionType)
 _EXACT_SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -184,63 +182,6 @@ def payload_converter(cls: type) -> Callable[[Any], Any]:
             raise Permanent(msg) from None
 
     return convert_payload
-
-
-def to_json_value(value: Any) -> Any:
-    """Return ``value`` as a value JSON can hold, when it is a typed payload.
-
-    A dataclass instance becomes the dict `dataclasses.asdict` makes of it,
-    with the pydantic models it holds dumped, ``UUID``, ``datetime``,
-    ``date``, ``time`` and ``Decimal`` values as strings (ISO 8601 for
-    times), ``Enum`` members as their values, and its other values shared,
-    not deep-copied; a pydantic model becomes ``model_dump(mode="json",
-    by_alias=True)`` (aliases are the names ``model_validate`` reads back).
-    Anything else, including a dataclass or a model in a dict or a list, is
-    returned unchanged.
-    """
-    cls = type(value)
-    if cls in _JSON_TYPES:
-        return value
-    if hasattr(cls, "__dataclass_fields__"):
-        return _as_dict(value)
-    if is_model_class(cls):
-        return value.model_dump(mode="json", by_alias=True)
-    return value
-
-
-def _as_dict(value: Any) -> Any:
-    """`dataclasses.asdict` of ``value``, but sharing its leaves, with models dumped
-    and the scalars JSON has no type for written as `_Compiler` reads them back."""
-    cls = type(value)
-    if cls in _JSON_TYPES and cls is not dict and cls is not list:
-        return value
-    if hasattr(cls, "__dataclass_fields__"):  # an instance: for a class, cls is type
-        return {
-            f.name: _as_dict(getattr(value, f.name)) for f in dataclasses.fields(value)
-        }
-    if isinstance(value, enum.Enum):
-        return _as_dict(value.value)
-    if isinstance(value, list | tuple):
-        return [_as_dict(item) for item in value]
-    if isinstance(value, dict):
-        return {_as_dict(key): _as_dict(item) for key, item in value.items()}
-    if isinstance(value, date | time):  # datetime is a date
-        return value.isoformat()
-    if isinstance(value, uuid.UUID | decimal.Decimal):
-        return str(value)
-    if is_model_class(cls):
-        return value.model_dump(mode="json", by_alias=True)
-    return value
-
-
-def is_model_class(cls: object) -> bool:
-    """Whether ``cls`` is a pydantic model class; never imports pydantic."""
-    pydantic = sys.modules.get("pydantic")
-    return (
-        pydantic is not None
-        and isinstance(cls, type)
-        and issubclass(cls, pydantic.BaseModel)
-    )
 
 
 def _job_argument(handler: Callable[..., Any], name: str, annotation: Any) -> Any:

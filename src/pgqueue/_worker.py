@@ -69,6 +69,7 @@ from pgqueue._consumers import RUNNING_FOR, Consumers
 from pgqueue._control import CancelHints, read_cancel_requested
 from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._errors import AlreadyStartedError, SchemaError
+from pgqueue._handler import Handler, SyncHandler
 from pgqueue._hooks import Observer, call_observers
 from pgqueue._jobtype import JobType
 from pgqueue._lanes import Lane, check_global_limit, check_queues
@@ -84,7 +85,7 @@ from pgqueue._log import Logger, default_logger
 from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
 from pgqueue._periodic import Schedules, check_schedule
 from pgqueue._policy import ClaimPolicy
-from pgqueue._runner import Handler, JobRunner, SyncHandler, in_thread
+from pgqueue._runner import JobRunner, in_thread
 from pgqueue._typed import is_async, typed_handler
 from pgqueue._upkeep import HEARTBEATS_PER_RESCUE, Upkeep
 from pgqueue._writer import OutcomeWriter

@@ -46,17 +46,15 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import context, propagate, trace
 from opentelemetry.trace import Link, SpanKind, StatusCode
 
-from pgqueue import __version__
-from pgqueue._errors import Snooze, describe
-from pgqueue._hooks import EnqueueEvent, EnqueueHook
+from pgqueue import EnqueueEvent, EnqueueHook, Snooze, __version__
+from pgqueue._extension import describe
 
 if TYPE_CHECKING:
     from opentelemetry.propagators.textmap import TextMapPropagator
     from opentelemetry.trace import Span, TracerProvider
     from opentelemetry.util.types import Attributes
 
-    from pgqueue._job import Job
-    from pgqueue._runner import Handler
+    from pgqueue import Handler, Job
 
 __all__ = ["MESSAGING_SYSTEM", "Tracing"]
 

@@ -60,20 +60,15 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from pgqueue._admin import Admin
-from pgqueue._hooks import EnqueueEvent, EnqueueHook, Observer
-from pgqueue._log import Logger, default_logger
+from pgqueue import Admin, EnqueueEvent, EnqueueHook, Logger, Observer
+from pgqueue._extension import default_logger
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from prometheus_client.metrics_core import Metric
 
-    from pgqueue._admin import QueueStats
-    from pgqueue._job import Job
-    from pgqueue._outcome import Outcome
-    from pgqueue._queue import Executor
-    from pgqueue._runner import Handler
+    from pgqueue import Executor, Handler, Job, Outcome, QueueStats
 
 __all__ = [
     "DURATION_BUCKETS",

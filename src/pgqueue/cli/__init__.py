@@ -13,7 +13,7 @@ import importlib
 import sys
 from typing import TYPE_CHECKING
 
-from pgqueue._errors import SchemaError
+from pgqueue import SchemaError
 from pgqueue.cli._common import EXIT_ERROR, EXIT_USAGE, UsageError, printable
 
 if TYPE_CHECKING:

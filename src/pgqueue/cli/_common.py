@@ -16,8 +16,7 @@ from typing import Any, TypeAlias
 
 import asyncpg
 
-from pgqueue._connect import check_dsn, target
-from pgqueue._errors import DATABASE_ERRORS, describe
+from pgqueue._extension import DATABASE_ERRORS, check_dsn, describe, target
 
 __all__ = [
     "CONNECT_ERRORS",
@@ -41,7 +40,6 @@ __all__ = [
     "printable",
     "reports_database_errors",
     "rich_console",
-    "seconds_text",
     "text_log_handler",
 ]
 
@@ -302,19 +300,3 @@ def reports_database_errors(run: Run) -> Run:
             return EXIT_ERROR
 
     return reporting
-
-
-def seconds_text(seconds: float | None) -> str:
-    """A short duration: 0.4s, 12s, 3m05s, 2h03m, 3d04h; "-" for None."""
-    if seconds is None:
-        return "-"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 86400:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"

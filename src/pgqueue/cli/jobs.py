@@ -19,11 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 
-from pgqueue._admin import Admin, JobInfo, QueueStats
-from pgqueue._checks import check_channel
-from pgqueue._dashboard import first_line
-from pgqueue._queue import Queue
-from pgqueue._sql import JOB_STATUSES
+from pgqueue import Admin, JobInfo, Queue, QueueStats
+from pgqueue._extension import JOB_STATUSES, check_channel, first_line, seconds_text
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -37,7 +34,6 @@ from pgqueue.cli._common import (
     printable,
     reports_database_errors,
     rich_console,
-    seconds_text,
 )
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from pgqueue._admin import Admin
+from pgqueue import Admin
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,

@@ -5,9 +5,8 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from pgqueue import _sql
-from pgqueue._admin import Admin, SchemaState
-from pgqueue._connect import target_of
+from pgqueue import SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE, Admin, SchemaState
+from pgqueue._extension import target_of
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -96,11 +95,11 @@ async def print_schema(args: argparse.Namespace) -> int:
     if getattr(args, "dsn", None) and not (args.upgrade or args.down):
         return await _print_needed(args)
     if args.upgrade:
-        sql = _sql.SCHEMA_UPGRADE
+        sql = SCHEMA_UPGRADE
     elif args.down:
-        sql = _sql.SCHEMA_DOWN
+        sql = SCHEMA_DOWN
     else:
-        sql = _sql.SCHEMA
+        sql = SCHEMA
     print(sql.strip())
     return EXIT_OK
 
@@ -116,11 +115,7 @@ async def _print_needed(args: argparse.Namespace) -> int:
     if state.kind == "current":
         print("-- nothing to apply")
     else:
-        print(
-            _sql.SCHEMA.strip()
-            if state.kind == "missing"
-            else _sql.SCHEMA_UPGRADE.strip()
-        )
+        print(SCHEMA.strip() if state.kind == "missing" else SCHEMA_UPGRADE.strip())
     return EXIT_OK
 
 
@@ -157,7 +152,7 @@ async def apply_schema(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_ERROR
-        await connection.execute(_sql.SCHEMA_UPGRADE if args.upgrade else _sql.SCHEMA)
+        await connection.execute(SCHEMA_UPGRADE if args.upgrade else SCHEMA)
         _report(await admin.schema_state(), where, as_json=args.json)
     return EXIT_OK
 

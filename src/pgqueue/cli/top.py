@@ -16,10 +16,15 @@ import anyio
 import asyncpg
 from anyio import TASK_STATUS_IGNORED
 
-from pgqueue._checks import check_queue_name
-from pgqueue._dashboard import Frame, Sampler
-from pgqueue._errors import DATABASE_ERRORS, describe
-from pgqueue._schema import check_schema
+from pgqueue._extension import (
+    DATABASE_ERRORS,
+    Frame,
+    Sampler,
+    check_queue_name,
+    check_schema,
+    describe,
+    seconds_text,
+)
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -31,7 +36,6 @@ from pgqueue.cli._common import (
     print_json,
     printable,
     rich_console,
-    seconds_text,
 )
 
 if TYPE_CHECKING:

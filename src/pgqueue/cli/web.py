@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from pgqueue._checks import check_origin
-from pgqueue._schema import check_schema
+from pgqueue._extension import check_origin, check_schema
 from pgqueue.cli._common import (
     CONNECT_ERRORS,
     EXIT_OK,

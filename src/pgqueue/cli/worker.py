@@ -43,10 +43,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from pgqueue._connect import check_dsn, target_of
-from pgqueue._errors import SchemaError
-from pgqueue._log import JsonFormatter
-from pgqueue._worker import Worker
+from pgqueue import SchemaError, Worker
+from pgqueue._extension import JsonFormatter, check_dsn, target_of
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,

@@ -30,6 +30,6 @@ __all__ = [
 
 def __dir__() -> list[str]:
     """The public names: ``__all__`` and public submodules once imported."""
-    from pgqueue._public import public_names  # only when asked
+    from pgqueue._extension import public_names  # only when asked
 
     return public_names(globals(), __all__)

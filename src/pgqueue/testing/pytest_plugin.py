@@ -37,7 +37,8 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 import pytest
 
-from pgqueue._sql import SCHEMA, SERVER_IDENTITY
+from pgqueue import SCHEMA
+from pgqueue._extension import SERVER_IDENTITY
 from pgqueue.testing._server import (
     DOCKER_IMAGE,
     DSN_ENV,

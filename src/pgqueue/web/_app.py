@@ -23,19 +23,24 @@ from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from pgqueue import _sql
-from pgqueue._admin import PREVIEW_CHARS, Admin, JobSummary
-from pgqueue._checks import (
+from pgqueue import Admin, JobSummary, SchemaError
+from pgqueue._extension import (
+    DATABASE_ERRORS,
+    JOB_STATUSES,
+    PERIODIC_KEY_PREFIX,
+    PREVIEW_CHARS,
+    SCHEMA_ERRORS,
+    Frame,
+    Sampler,
     check_dsn_or_pool,
     check_duration,
     check_int,
     check_name,
     check_queue_name,
+    check_schema,
+    describe,
+    periodic_tick,
 )
-from pgqueue._dashboard import Frame, Sampler
-from pgqueue._errors import DATABASE_ERRORS, SchemaError, describe
-from pgqueue._job import PERIODIC_KEY_PREFIX, periodic_tick
-from pgqueue._schema import SCHEMA_ERRORS, check_schema
 from pgqueue.web import _html
 from pgqueue.web._guard import (
     ActionGuard,
@@ -443,7 +448,7 @@ class _Dashboard:
             title="Jobs",
             current="/jobs",
             jobs=shown,
-            statuses=_sql.JOB_STATUSES,
+            statuses=JOB_STATUSES,
             queue=queue,
             status=status,
             job_type=job_type,
@@ -470,10 +475,8 @@ class _Dashboard:
                 check_name("type", job_type)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
-        if status is not None and status not in _sql.JOB_STATUSES:
-            raise HTTPException(
-                400, f"status must be one of {', '.join(_sql.JOB_STATUSES)}"
-            )
+        if status is not None and status not in JOB_STATUSES:
+            raise HTTPException(400, f"status must be one of {', '.join(JOB_STATUSES)}")
         return queue, status, job_type
 
     async def _job_or_404(self, text: str) -> tuple[Admin, JobSummary]:
@@ -638,7 +641,7 @@ class _Dashboard:
         listing = _html.url(base, "/jobs", filters)
         admin = await self.admin()
         if asks:
-            count = await _dead_count(await self.pool(), queue, job_type)
+            count = await admin.dead_count(queue=queue, job_type=job_type)
             question: list[str | Value] = [f"Retry all {count:,} dead jobs"]
             if queue:
                 question += [" of queue ", Value(queue)]
@@ -672,13 +675,6 @@ def _retried_all(params: Mapping[str, str]) -> str | None:
     if text.isascii() and text.isdigit() and len(text) < 19:
         return f"Retried {int(text):,} dead jobs."
     return None
-
-
-async def _dead_count(
-    pool: asyncpg.Pool[Any], queue: str | None, job_type: str | None
-) -> int:
-    count: int = await pool.fetchval(_sql.DEAD_COUNT, queue, job_type)
-    return count
 
 
 def _json(value: Any) -> Any:

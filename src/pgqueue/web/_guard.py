@@ -32,7 +32,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.responses import PlainTextResponse
 
-from pgqueue._checks import check_origin
+from pgqueue._extension import check_origin
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

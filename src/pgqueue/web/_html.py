@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
-from pgqueue.cli._common import seconds_text
+from pgqueue._extension import seconds_text
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping

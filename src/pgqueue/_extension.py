@@ -1,0 +1,63 @@
+"""The private names the extras may use: the one door from them into pgqueue's internals.
+
+The extras (`pgqueue.cli`, `pgqueue.web`, `pgqueue.prometheus`,
+`pgqueue.otel` and `pgqueue.testing`) import public names from `pgqueue` and
+private ones from here, never from another private module. So this module
+is the list of what they lean on: input checks, the connection's target,
+error text, the dashboards' frames, the schema check, log formatting. The
+worker's engine (claimer, policy, ledger, lanes, runner, writer, consumers,
+upkeep, leases, listener...) is never in it: an extra drives a `pgqueue.Worker`
+or watches one through its public hooks. The import contracts in
+``pyproject.toml`` (run ``lint-imports``) hold both rules.
+"""
+
+from __future__ import annotations
+
+from pgqueue._admin import PREVIEW_CHARS
+from pgqueue._checks import (
+    check_channel,
+    check_dsn_or_pool,
+    check_duration,
+    check_int,
+    check_name,
+    check_origin,
+    check_queue_name,
+)
+from pgqueue._connect import check_dsn, target, target_of
+from pgqueue._dashboard import Frame, Sampler
+from pgqueue._errors import DATABASE_ERRORS, describe
+from pgqueue._job import PERIODIC_KEY_PREFIX, periodic_tick
+from pgqueue._log import JsonFormatter, default_logger
+from pgqueue._public import public_names
+from pgqueue._schema import SCHEMA_ERRORS, check_schema
+from pgqueue._sql import JOB_STATUSES, SERVER_IDENTITY
+from pgqueue._text import first_line, seconds_text
+
+__all__ = [
+    "DATABASE_ERRORS",
+    "JOB_STATUSES",
+    "PERIODIC_KEY_PREFIX",
+    "PREVIEW_CHARS",
+    "SCHEMA_ERRORS",
+    "SERVER_IDENTITY",
+    "Frame",
+    "JsonFormatter",
+    "Sampler",
+    "check_channel",
+    "check_dsn",
+    "check_dsn_or_pool",
+    "check_duration",
+    "check_int",
+    "check_name",
+    "check_origin",
+    "check_queue_name",
+    "check_schema",
+    "default_logger",
+    "describe",
+    "first_line",
+    "periodic_tick",
+    "public_names",
+    "seconds_text",
+    "target",
+    "target_of",
+]

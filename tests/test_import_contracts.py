@@ -1,0 +1,144 @@
+"""The import contracts of ``pyproject.toml`` hold, and an import against them breaks them.
+
+``lint-imports`` (import-linter, in the dev extra) runs on the real tree,
+then on copies of the package, each with one import added where the layers
+forbid it (skipped where import-linter is not installed). And what the
+contracts say of the extras holds in a running interpreter too.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LINT_IMPORTS = shutil.which(
+    "lint-imports",
+    path=os.pathsep.join(
+        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]
+    ),
+)
+
+needs_lint_imports = pytest.mark.skipif(
+    LINT_IMPORTS is None, reason="import-linter is not installed (the dev extra)"
+)
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on the package under ``root/src``, with ``root/pyproject.toml``."""
+    assert LINT_IMPORTS is not None
+    return subprocess.run(
+        [LINT_IMPORTS, "--no-cache", "--no-logo"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def broken_contracts(output: str) -> str:
+    """The part of ``lint-imports``'s report that lists the broken contracts."""
+    _, found, broken = output.partition("Broken contracts")
+    assert found, output
+    return broken
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of the package and of ``pyproject.toml``, to break."""
+    shutil.copytree(
+        ROOT / "src" / "pgqueue",
+        tmp_path / "src" / "pgqueue",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    return tmp_path
+
+
+@needs_lint_imports
+def test_the_contracts_hold_on_the_real_tree() -> None:
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " 0 broken" in result.stdout
+
+
+@needs_lint_imports
+def test_a_copy_of_the_tree_holds_them_too(tree: Path) -> None:
+    result = lint_imports(tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+UPWARD_IMPORTS = [
+    # The SQL, the lowest floor, importing the dashboard.
+    ("_sql.py", "import pgqueue.web", "Layers"),
+    # A floor importing the worker's engine: the circle _checks -> _typed ->
+    # _runner -> _checks that Handler and the codec moved out of.
+    ("_typed.py", "from pgqueue._runner import JobRunner", "Layers"),
+    ("_codec.py", "from pgqueue._typed import payload_type", "No circle"),
+    (
+        "web/_html.py",
+        "from pgqueue.cli._common import printable",
+        "never imports the CLI",
+    ),
+    (
+        "prometheus.py",
+        "from pgqueue._claimer import Claimer",
+        "never import the worker's engine",
+    ),
+    (
+        "cli/top.py",
+        "from pgqueue._sql import DEAD_COUNT",
+        "only through pgqueue._extension",
+    ),
+    ("otel.py", "import pgqueue.web", "Layers"),
+]
+
+
+@needs_lint_imports
+@pytest.mark.parametrize(("module", "line", "contract"), UPWARD_IMPORTS)
+def test_an_import_against_the_layers_breaks_a_contract(
+    tree: Path, module: str, line: str, contract: str
+) -> None:
+    path = tree / "src" / "pgqueue" / module
+    path.write_text(f"{path.read_text()}\n{line}\n")
+    result = lint_imports(tree)
+    assert result.returncode != 0, result.stdout
+    broken = broken_contracts(result.stdout)
+    assert contract in broken
+    assert module.removesuffix(".py").replace("/", ".") in broken
+
+
+@needs_lint_imports
+def test_a_module_without_a_place_in_the_layers_breaks_them(tree: Path) -> None:
+    (tree / "src" / "pgqueue" / "_newcomer.py").write_text('"""Not placed yet."""\n')
+    result = lint_imports(tree)
+    assert result.returncode != 0, result.stdout
+    broken = broken_contracts(result.stdout)
+    assert "Layers" in broken
+    assert "_newcomer" in broken
+
+
+@pytest.mark.parametrize("extra", ["pgqueue.web", "pgqueue.prometheus", "pgqueue.otel"])
+def test_an_extra_loads_neither_the_cli_nor_another_extra(extra: str) -> None:
+    others = ("pgqueue.cli", "pgqueue.web", "pgqueue.prometheus", "pgqueue.otel")
+    code = (
+        f"import sys, {extra}\n"
+        f"others = {tuple(m for m in others if m != extra)!r}\n"
+        "print(sorted(m for m in sys.modules if m.startswith(others)))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    assert loaded == "[]"
