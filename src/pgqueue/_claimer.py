@@ -12,9 +12,9 @@ import anyio
 
 from pgqueue import _sql
 from pgqueue._errors import describe, is_transient
-from pgqueue._job import Job, Status, claimed_job
+from pgqueue._job import Job, claimed_job
 from pgqueue._lease import take
-from pgqueue._outcome import Outcome
+from pgqueue._outcome import Kind, Outcome
 from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
 from pgqueue._runner import job_fields, job_label
 from pgqueue._schema import SCHEMA_ERRORS, check_schema, schema_failure
@@ -334,7 +334,7 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
         if error is None:
             jobs.append(job)
         else:
-            dead.append(Outcome(job, Status.DEAD, error=error))
+            dead.append(Outcome(job, Kind.DEAD, error=error))
     if not rows:
         return Claimed(jobs, dead, {}, None)
     last: Bounds = {}

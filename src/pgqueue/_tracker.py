@@ -68,7 +68,7 @@ POLL_INTERVAL = 1.0
 STATEMENT_TIMEOUT = 10.0
 """Seconds a read may take (a pool acquire, or connecting, included) before it is retried."""
 
-_ENDED = frozenset({"completed", "dead", "cancelled"})
+_ENDED = frozenset({Status.COMPLETED, Status.DEAD, Status.CANCELLED})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,8 +10,7 @@ import anyio
 
 from pgqueue import _sql
 from pgqueue._errors import is_transient
-from pgqueue._job import Status
-from pgqueue._outcome import Outcome
+from pgqueue._outcome import Kind, Outcome
 from pgqueue._retry import log_failure, retry_delay, safe_repr
 from pgqueue._runner import job_fields, job_label
 
@@ -121,7 +120,7 @@ class OutcomeWriter:
         results = [o.result for o in part]
         statuses = [o.status for o in part]
         args: tuple[object, ...]
-        if all(status == Status.COMPLETED for status in statuses):
+        if all(status == Kind.COMPLETED for status in statuses):
             query, args = _sql.COMPLETE, (ids, attempts, results)
         else:
             query = _sql.FINISH
@@ -149,14 +148,14 @@ class OutcomeWriter:
             "see the worker's log"
         )
         if outcome.error != placeholder:
-            status = outcome.status if outcome.error is not None else Status.DEAD
+            status = outcome.status if outcome.error is not None else Kind.DEAD
             self._logger.error(
                 "database refused a job outcome; writing a placeholder error",
                 extra={**job_fields(job), "outcome": outcome.status, "error": reason},
             )
             return [[Outcome(job, status, outcome.delay, placeholder)]]
-        if outcome.status != Status.DEAD:
-            return [[Outcome(job, Status.DEAD, error=placeholder)]]
+        if outcome.status != Kind.DEAD:
+            return [[Outcome(job, Kind.DEAD, error=placeholder)]]
         self._logger.error(
             "database refused a job outcome; giving up (the rescue sweep will find the job)",
             extra={**job_fields(job), "error": reason},

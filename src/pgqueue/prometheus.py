@@ -63,6 +63,7 @@ from prometheus_client.registry import Collector
 from pgqueue._admin import Admin
 from pgqueue._hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._log import Logger, default_logger
+from pgqueue._outcome import Kind
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -95,13 +96,13 @@ UNKNOWN_JOB_TYPE = "(unknown)"
 """The ``job_type`` label of outcomes of job types with no handler in the worker."""
 
 # What each written outcome's status is counted as.
-_OUTCOMES = {
-    "completed": "completed",
-    "pending": "retried",
-    "dead": "dead",
-    "cancelled": "cancelled",
-    "snoozed": "snoozed",
-    "released": "released",
+_OUTCOMES: dict[str, str] = {
+    Kind.COMPLETED: "completed",
+    Kind.PENDING: "retried",
+    Kind.DEAD: "dead",
+    Kind.CANCELLED: "cancelled",
+    Kind.SNOOZED: "snoozed",
+    Kind.RELEASED: "released",
 }
 
 
