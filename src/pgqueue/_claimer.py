@@ -15,7 +15,7 @@ from pgqueue._errors import describe, is_transient
 from pgqueue._job import Job, claimed_job
 from pgqueue._lease import take
 from pgqueue._outcome import Kind, Outcome
-from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
+from pgqueue._retry import MAX_RETRY_WAIT, Failures
 from pgqueue._runner import job_fields, job_label
 from pgqueue._schema import SCHEMA_ERRORS, check_schema, schema_failure
 
@@ -154,7 +154,12 @@ class Claimer:
         clock = asyncio.get_running_loop().time
         policy, claims = self._policy, self._claims
         empty_since: int | None = None  # settled_count when an empty claim began
-        failures = 0
+        failures = Failures(
+            self._logger,
+            "claim failed; retrying",
+            cap=self._retry_cap,
+            fields={"queue": self._queue},
+        )
         while True:
             now = clock()
             free = self._free()
@@ -181,20 +186,13 @@ class Claimer:
                     self._connection, describe(exc), limits=self._limits
                 ) from exc
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger,
-                    "claim failed; retrying",
-                    exc,
-                    failures,
-                    queue=self._queue,
-                )
+                wait = failures.failed(exc)
                 policy.failed()
                 if self._on_spare is not None:
                     self._on_spare()
-                await anyio.sleep(retry_delay(failures, self._retry_cap))
+                await anyio.sleep(wait)
                 continue
-            failures = 0
+            failures.succeeded()
             claimed = jobs_from_rows(rows)
             for outcome in claimed.dead:
                 self._logger.error(
@@ -255,22 +253,19 @@ class Claimer:
 
     async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` until it succeeds, retrying transient failures."""
-        failures = 0
+        failures = Failures(
+            self._logger,
+            f"{what} failed; retrying",
+            cap=self._retry_cap,
+            fields={"queue": self._queue},
+        )
         while True:
             try:
                 await step()
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                failures += 1
-                log_failure(
-                    self._logger,
-                    f"{what} failed; retrying",
-                    exc,
-                    failures,
-                    queue=self._queue,
-                )
-                await anyio.sleep(retry_delay(failures, self._retry_cap))
+                await anyio.sleep(failures.failed(exc))
             else:
                 return
 

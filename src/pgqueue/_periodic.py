@@ -38,7 +38,7 @@ from pgqueue._checks import (
     encode_payload,
 )
 from pgqueue._job import PERIODIC_KEY_PREFIX
-from pgqueue._retry import log_failure, retry_delay, safe_repr
+from pgqueue._retry import Failures, safe_repr
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -295,7 +295,9 @@ class Schedules:
         ]
         pending = {s.name: s for s in schedules}  # not yet registered
         starts: dict[str, datetime | None] = {s.name: None for s in schedules}
-        failures = 0
+        failures = Failures(
+            logger, "periodic scheduler failed", fields={"queue": queue}
+        )
         self._passed = anyio.Event()
         logger.info(
             "periodic scheduler started",
@@ -327,20 +329,17 @@ class Schedules:
                 earliest = min(t for t in starts.values() if t is not None)
                 wait = (earliest - now).total_seconds()
             except Exception as exc:
-                failures += 1
-                wait = retry_delay(failures)
                 if isinstance(exc, asyncpg.UndefinedTableError):
+                    wait = failures.counted()
                     logger.error(
                         "periodic jobs need the table pgqueue_periodic: apply "
                         "pgqueue.SCHEMA_UPGRADE in a migration (or await pgqueue.install(pool))",
-                        extra={"error": safe_repr(exc), "failures": failures},
+                        extra={"error": safe_repr(exc), "failures": failures.count},
                     )
                 else:
-                    log_failure(
-                        logger, "periodic scheduler failed", exc, failures, queue=queue
-                    )
+                    wait = failures.failed(exc)
             else:
-                failures = 0
+                failures.succeeded()
             finally:
                 self._passes_done += 1
                 self._passed.set()

@@ -11,7 +11,7 @@ import anyio
 from pgqueue import _sql
 from pgqueue._errors import is_transient
 from pgqueue._outcome import Kind, Outcome
-from pgqueue._retry import log_failure, retry_delay, safe_repr
+from pgqueue._retry import Failures, safe_repr
 from pgqueue._runner import job_fields, job_label
 
 if TYPE_CHECKING:
@@ -68,7 +68,9 @@ class OutcomeWriter:
 
     async def run(self) -> None:
         """Flush until cancelled."""
-        failures = 0
+        failures = Failures(
+            self._logger, "writing job outcomes failed; retrying", fields=self._fields
+        )
         while True:
             if not self._buffer:
                 self._arrived.clear()
@@ -77,18 +79,9 @@ class OutcomeWriter:
             try:
                 await self._write(batch)
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger,
-                    "writing job outcomes failed; retrying",
-                    exc,
-                    failures,
-                    count=len(self._buffer),
-                    **self._fields,
-                )
-                await anyio.sleep(retry_delay(failures))
+                await anyio.sleep(failures.failed(exc, count=len(self._buffer)))
             else:
-                failures = 0
+                failures.succeeded()
 
     async def _write(self, batch: list[Outcome]) -> None:
         """Write ``batch``; on a transient failure, put back what is unwritten and raise."""
