@@ -14,7 +14,8 @@ the worker's own. Only the latest due tick runs, and only if it is at most
 run as a backlog.
 
 A job learns its tick from its ``unique_key``, ``periodic:<name>@<tick>``
-(the tick in ISO 8601, UTC): `pgqueue.Job.tick` reads it.
+(the tick in ISO 8601, UTC; see `pgqueue._job.PeriodicKey`): `pgqueue.Job.tick`
+reads it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pgqueue._checks import (
     check_queue_name,
     encode_payload,
 )
-from pgqueue._job import PERIODIC_KEY_PREFIX
+from pgqueue._job import PeriodicKey
 from pgqueue._retry import Failures, safe_repr
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from pgqueue._dedicated import DedicatedConnection
     from pgqueue._log import Logger
 
-__all__ = ["CRON_MISSING", "Schedule", "Schedules", "unique_key"]
+__all__ = ["CRON_MISSING", "Schedule", "Schedules"]
 
 CRON_MISSING = (
     "cron schedules need croniter, in the cron extra: "
@@ -68,11 +69,6 @@ _MIN_EVERY = 0.001
 # croniter's random field ("R") differs from process to process; hashed
 # ones ("H") are computed from the schedule's name, the same everywhere.
 _RANDOM = re.compile(r"(?<![A-Z])R(?![A-Z])", re.IGNORECASE)
-
-
-def unique_key(name: str, tick: datetime) -> str:
-    """The unique key of the job of ``name``'s ``tick``: ``periodic:<name>@<tick, UTC, ISO 8601>``."""
-    return f"{PERIODIC_KEY_PREFIX}{name}@{tick.astimezone(UTC).isoformat()}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -363,7 +359,7 @@ class Schedules:
         logger: Logger,
     ) -> None:
         """Run ``tick``'s statement until it advances the row or finds the tick done."""
-        key = unique_key(schedule.name, tick)
+        key = str(PeriodicKey(schedule.name, tick))
         extra: dict[str, Any] = {
             "schedule": schedule.name,
             "tick": tick.isoformat(),

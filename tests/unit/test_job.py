@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
-from pgqueue._job import Job, claimed_job
+from pgqueue._job import Job, PeriodicKey, claimed_job
 
 FIELDS: dict[str, Any] = {
     "id": 7,
@@ -39,3 +39,27 @@ def test_a_claimed_job_is_as_frozen_as_any() -> None:
     built = claimed_job(*FIELDS.values())
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.attempts = 3  # type: ignore[misc]
+
+
+def test_a_periodic_key_is_written_and_read_in_one_place() -> None:
+    tick = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
+    key = str(PeriodicKey("report@eu", tick.astimezone(timezone(timedelta(hours=2)))))
+    assert key == "periodic:report@eu@2026-03-01T09:30:00+00:00"
+    assert PeriodicKey.parse(key) == ("report@eu", tick)
+    assert Job(**{**FIELDS, "unique_key": key}).tick == tick
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        None,
+        "k",
+        "periodic:no-tick",
+        "periodic:n@not a time",
+        "periodic:n@2026-03-01T09:30:00",  # naive: not ours
+        "other:n@2026-03-01T09:30:00+00:00",
+    ],
+)
+def test_other_keys_hold_no_periodic_tick(key: str | None) -> None:
+    assert PeriodicKey.parse(key) is None
+    assert Job(**{**FIELDS, "unique_key": key}).tick is None

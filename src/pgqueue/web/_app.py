@@ -34,7 +34,7 @@ from pgqueue._checks import (
 )
 from pgqueue._dashboard import Frame, Sampler
 from pgqueue._errors import DATABASE_ERRORS, SchemaError, describe
-from pgqueue._job import PERIODIC_KEY_PREFIX, periodic_tick
+from pgqueue._job import PeriodicKey
 from pgqueue._schema import SCHEMA_ERRORS, check_schema
 from pgqueue.web import _html
 from pgqueue.web._guard import (
@@ -494,15 +494,13 @@ class _Dashboard:
         if job is None:
             raise HTTPException(404, f"no job has the id {job_id}")
         schedule = tick = name = None
-        key = job.unique_key
-        if key is not None and key.startswith(PERIODIC_KEY_PREFIX):
-            tick = periodic_tick(key)
-            if tick is not None:
-                name = key[len(PERIODIC_KEY_PREFIX) :].rpartition("@")[0]
-                with contextlib.suppress(SchemaError):
-                    schedule = next(
-                        (s for s in await admin.schedules() if s.name == name), None
-                    )
+        key = PeriodicKey.parse(job.unique_key)
+        if key is not None:
+            name, tick = key
+            with contextlib.suppress(SchemaError):
+                schedule = next(
+                    (s for s in await admin.schedules() if s.name == name), None
+                )
         return self.page(
             request,
             "job.html",
