@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import anyio
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from pgqueue._dedicated import DedicatedConnection
     from pgqueue._log import Logger
 
-__all__ = ["CRON_MISSING", "Schedule", "Schedules"]
+__all__ = ["CRON_MISSING", "Clock", "DatabaseClock", "Schedule", "Schedules"]
 
 CRON_MISSING = (
     "cron schedules need croniter, in the cron extra: "
@@ -239,26 +239,55 @@ def _check_cron(cron: object, zone: str, name: str) -> str:
     return expression
 
 
+class Clock(Protocol):
+    """Where a scheduler reads the time, and how it waits for its next pass.
+
+    `DatabaseClock` is the real one; tests give one they move themselves.
+    """
+
+    async def now(self, connection: DedicatedConnection) -> datetime:
+        """The time now (aware), read on the scheduler's ``connection``."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait about ``seconds`` until the next pass (it may wait less)."""
+        ...
+
+
+class DatabaseClock:
+    """The database's clock, read with `pgqueue._sql.PERIODIC_NOW`.
+
+    It sleeps at most `MAX_SLEEP`, so that a drift between the worker's
+    clock and the database's is corrected.
+    """
+
+    async def now(self, connection: DedicatedConnection) -> datetime:
+        """The database's ``now()``."""
+        row = await connection.fetchrow(_sql.PERIODIC_NOW)
+        assert row is not None
+        now: datetime = row[0]
+        return now
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or `MAX_SLEEP` if that is shorter."""
+        await anyio.sleep(min(seconds, MAX_SLEEP))
+
+
 class Schedules:
     """The schedules of one worker, and the scheduler that enqueues their ticks.
 
     The scheduler is one task in the worker's services. Each pass reads the
     database's clock, registers the schedules not yet registered, and runs
     the statement of each schedule's latest due tick; it then sleeps until
-    the next tick is due (at most `MAX_SLEEP`, so that a drift between the
-    worker's clock and the database's is corrected). A failure is logged and
-    the pass is tried again after the worker's retry delay; the connection
-    (the worker's upkeep connection) replaces itself when it is lost.
+    the next tick is due, on its ``clock`` (the database's, by default). A
+    failure is logged and the pass is tried again after the worker's retry
+    delay; the connection (the worker's upkeep connection) replaces itself
+    when it is lost.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self._schedules: dict[str, Schedule] = {}
-        # Test hooks: the statement that reads the clock, the longest sleep.
-        self.clock_query = _sql.PERIODIC_NOW
-        self.max_sleep = MAX_SLEEP
-        self._passes_started = 0
-        self._passes_done = 0
-        self._passed: anyio.Event | None = None  # made in run(): it needs an event loop
+        self.clock: Clock = DatabaseClock() if clock is None else clock
 
     def add(self, schedule: Schedule) -> None:
         """Add ``schedule``; `ValueError` if its name is taken."""
@@ -269,10 +298,8 @@ class Schedules:
 
     def copy(self) -> Schedules:
         """The same schedules and settings, for a copy of the worker."""
-        copy = Schedules()
+        copy = Schedules(self.clock)
         copy._schedules = dict(self._schedules)
-        copy.clock_query = self.clock_query
-        copy.max_sleep = self.max_sleep
         return copy
 
     def __bool__(self) -> bool:
@@ -294,16 +321,15 @@ class Schedules:
         failures = Failures(
             logger, "periodic scheduler failed", fields={"queue": queue}
         )
-        self._passed = anyio.Event()
+        clock = self.clock
         logger.info(
             "periodic scheduler started",
             extra={"schedules": sorted(pending), "queue": queue},
         )
         while True:
-            self._passes_started += 1
-            wait = self.max_sleep
+            wait = MAX_SLEEP
             try:
-                now = await self._now(connection)
+                now = await clock.now(connection)
                 for schedule in list(pending.values()):
                     await connection.fetchrow(
                         _sql.PERIODIC_REGISTER,
@@ -336,18 +362,8 @@ class Schedules:
                     wait = failures.failed(exc)
             else:
                 failures.succeeded()
-            finally:
-                self._passes_done += 1
-                self._passed.set()
-                self._passed = anyio.Event()
             # A little past the tick: the next pass finds it due.
-            await anyio.sleep(min(max(wait, 0.0) + 0.001, self.max_sleep))
-
-    async def _now(self, connection: DedicatedConnection) -> datetime:
-        row = await connection.fetchrow(self.clock_query)
-        assert row is not None
-        now: datetime = row[0]
-        return now
+            await clock.sleep(max(wait, 0.0) + 0.001)
 
     async def _run_tick(
         self,
@@ -397,15 +413,6 @@ class Schedules:
                 logger.debug("periodic tick already run", extra=extra)
                 return
         logger.debug("periodic tick left to other workers", extra=extra)
-
-    async def wait_pass(self) -> None:
-        """Wait until a pass that starts after this call is done (for tests)."""
-        target = self._passes_started + 1
-        while self._passes_done < target:
-            if self._passed is None:
-                await anyio.sleep(0.005)  # not started yet
-            else:
-                await self._passed.wait()
 
 
 def _definition(schedule: Schedule) -> tuple[str, str, str, str | None, str]:
