@@ -47,7 +47,7 @@ def read_cancel_requested(
 
     async def read(ids: list[int]) -> Collection[int]:
         rows = await connection.fetch(_sql.CANCEL_REQUESTED, _sql.array(ids))
-        return [row[0] for row in rows]
+        return [row["id"] for row in rows]
 
     return read
 

@@ -265,7 +265,7 @@ class DatabaseClock:
         """The database's ``now()``."""
         row = await connection.fetchrow(_sql.PERIODIC_NOW)
         assert row is not None
-        now: datetime = row[0]
+        now: datetime = row["now"]
         return now
 
     async def sleep(self, seconds: float) -> None:

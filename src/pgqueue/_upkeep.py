@@ -98,7 +98,7 @@ class Upkeep:
             else:
                 failures.succeeded()
                 for row in rows:
-                    self._on_cancel_requested(row[0])
+                    self._on_cancel_requested(row["id"])
 
     async def rescue(self) -> None:
         """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
@@ -139,7 +139,7 @@ class Upkeep:
             )
             batch: dict[str, Counter[str]] = {}
             for row in rows:
-                batch.setdefault(row[0], Counter())[row[1]] += 1
+                batch.setdefault(row["queue"], Counter())[row["status"]] += 1
             for queue, statuses in batch.items():
                 swept.setdefault(queue, Counter()).update(statuses)
                 if self._on_swept is not None:
@@ -171,8 +171,8 @@ class Upkeep:
                 _sql.PRUNE_BATCH, self._queues, retain, after, SWEEP_BATCH
             )
             assert row is not None
-            count: int = row[0]
-            after = row[1]
+            count: int = row["removed"]
+            after = row["last_id"]
             removed += count
             if count < SWEEP_BATCH:
                 return removed

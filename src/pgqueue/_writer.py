@@ -128,7 +128,9 @@ class OutcomeWriter:
         rows = await self._connection.fetch(query, *args)
         stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
-            stale = self._log_stale(part, {(row[0], row[1]) for row in rows})
+            stale = self._log_stale(
+                part, {(row["id"], row["attempts"]) for row in rows}
+            )
         self._settle(part, keys)
         self._on_written(part, stale)
 
