@@ -11,6 +11,7 @@ import asyncpg
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
+    from datetime import datetime
 
     import pgqueue
 
@@ -187,3 +188,43 @@ async def explain_analyze(
     document: list[dict[str, Any]] = json.loads(raw)
     root: dict[str, Any] = document[0]["Plan"]
     return root
+
+
+class TableClock:
+    """A periodic scheduler's clock that tests move: the time is one row of a table.
+
+    ``now()`` reads ``SELECT t FROM <table>`` on the scheduler's connection,
+    so every scheduler of a test (and every process) sees the same time,
+    moved in steps; sleeps are short. ``wait_pass()`` waits for the
+    scheduler's next pass. One per scheduler: pass it to the worker's
+    ``Schedules``.
+    """
+
+    def __init__(self, table: str, max_sleep: float = 0.02) -> None:
+        self.query = f"SELECT t FROM {table}"
+        self._max_sleep = max_sleep
+        self._started = 0
+        self._done = 0
+        self._passed: anyio.Event | None = None
+
+    async def now(self, connection: Any) -> datetime:
+        self._started += 1  # a pass starts by reading the time
+        row = await connection.fetchrow(self.query)
+        assert row is not None
+        now: datetime = row[0]
+        return now
+
+    async def sleep(self, seconds: float) -> None:
+        self._done += 1  # and ends by sleeping, whether it failed or not
+        if self._passed is not None:
+            self._passed.set()
+            self._passed = None
+        await anyio.sleep(min(seconds, self._max_sleep))
+
+    async def wait_pass(self) -> None:
+        """Wait until a pass that starts after this call is done."""
+        target = self._started + 1
+        while self._done < target:
+            if self._passed is None:
+                self._passed = anyio.Event()
+            await self._passed.wait()

@@ -1,10 +1,10 @@
 """Periodic jobs: one job per (schedule, tick), however many workers, on a clock the test moves.
 
-The schedulers read the time with a statement a test can replace (the
-private hook ``worker._schedules.clock_query``): here ``SELECT t FROM
-<clock table>``, one row the test updates, so that every worker (and every
+Each worker's scheduler is given a clock (`tests.helpers.TableClock`, in
+the worker's private ``_schedules``) that reads ``SELECT t FROM <clock
+table>``, one row the test updates, so that every worker (and every
 process) sees the same time, moved in steps. Tests wait for a scheduler's
-pass (``worker._schedules.wait_pass()``) or for rows, under deadlines.
+pass (the clock's ``wait_pass()``) or for rows, under deadlines.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from croniter import croniter
 import pgqueue
 from pgqueue import _sql
 from pgqueue._periodic import CRON_MISSING
-from tests.helpers import RecordingLogger, running, wait_until
+from tests.helpers import RecordingLogger, TableClock, running, wait_until
 from tests.test_cli import cli
 from tests.test_cli_worker import ROOT, Child
 
@@ -46,7 +46,6 @@ class Clock:
     def __init__(self, pool: asyncpg.Pool, table: str) -> None:
         self.pool = pool
         self.table = table
-        self.query = f"SELECT t FROM {table}"
 
     async def set(self, when: datetime) -> None:
         await self.pool.execute(f"UPDATE {self.table} SET t = $1", when)
@@ -64,16 +63,18 @@ async def clock_on(pool: asyncpg.Pool, start: datetime) -> AsyncIterator[Clock]:
 
 
 def on_clock(worker: pgqueue.Worker, clock: Clock) -> pgqueue.Worker:
-    worker._schedules.clock_query = clock.query
-    worker._schedules.max_sleep = 0.02
+    """``worker``, its scheduler reading ``clock``."""
+    worker._schedules.clock = TableClock(clock.table)
     return worker
 
 
 async def step(worker: pgqueue.Worker, clock: Clock, when: datetime) -> None:
     """Move the clock to ``when`` and wait until the worker's scheduler has seen it."""
     await clock.set(when)
+    scheduler_clock = worker._schedules.clock
+    assert isinstance(scheduler_clock, TableClock)
     with anyio.fail_after(10):
-        await worker._schedules.wait_pass()
+        await scheduler_clock.wait_pass()
 
 
 async def jobs_of(pool: asyncpg.Pool, name: str) -> list[dict[str, Any]]:

@@ -397,7 +397,7 @@ class Admin:
             rows = await self._executor.fetch(_sql.STATS, name)
             table = await self._executor.fetchrow(_sql.STATS_TABLE)
             assert table is not None
-            pages, live = int(table[0]), int(table[1])
+            pages, live = int(table["pages"]), int(table["live"])
             estimated = pages > EXACT_COMPLETED_PAGES
             counts = {row[0]: list(row[1:]) for row in rows}
             if name is not None:
@@ -406,13 +406,13 @@ class Admin:
                 completed = _estimate_completed(counts, live, table, name)
             else:
                 completed = {
-                    row[0]: int(row[1])
+                    row["queue"]: int(row["completed"])
                     for row in await self._executor.fetch(_sql.STATS_COMPLETED, name)
                 }
             slots: dict[str, tuple[int, int]] = {}
             if table["has_limits"]:
                 slots = {
-                    row[0]: (int(row[1]), int(row[2]))
+                    row["queue"]: (int(row["in_use"]), int(row["global_limit"]))
                     for row in await self._executor.fetch(_sql.STATS_LIMITS, name)
                 }
         for extra in completed.keys() - counts.keys():
@@ -665,7 +665,7 @@ class Admin:
         else:
             async with self._executor.transaction():
                 rows = await self._executor.fetch(_sql.RETRY, _sql.array(ids), attempts)
-        return {row[0]: row[1] for row in rows}
+        return {row["id"]: row["result"] for row in rows}
 
     async def retry_all(
         self,
@@ -698,7 +698,7 @@ class Admin:
         while True:
             async with self._schema_checked():
                 ids = [
-                    row[0]
+                    row["id"]
                     for row in await self._executor.fetch(
                         _sql.RETRYABLE_IDS, status, name, kind, RETRY_BATCH, after
                     )
@@ -744,7 +744,7 @@ class Admin:
             return {}
         async with self._schema_checked():
             rows = await self._executor.fetch(_sql.CANCEL, _sql.array(ids))
-        done: dict[int, str] = {row[0]: row[1] for row in rows}
+        done: dict[int, str] = {row["id"]: row["result"] for row in rows}
         self._logger.debug("cancel", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
 
@@ -776,7 +776,7 @@ class Admin:
                     _sql.PRUNE_BATCH_ANY, name, seconds, after, size
                 )
             assert row is not None
-            count, after = int(row[0]), int(row[1])
+            count, after = int(row["removed"]), int(row["last_id"])
             removed += count
             if count < size:
                 break
@@ -838,14 +838,14 @@ class Admin:
             list(_sql.REQUIRED_COLUMNS),
             list(_sql.REQUIRED_INDEXES + _sql.ADMIN_INDEXES),
         )
-        if row is None or not row[0]:
+        if row is None or not row["table_exists"]:
             return SchemaState(kind="missing", missing=("table pgqueue_jobs",))
         missing = tuple(missing_pieces(row))
         if not await self._executor.fetchval(_sql.PERIODIC_TABLE_EXISTS):
             missing += ("table pgqueue_periodic",)
         if not missing:
             return SchemaState(kind="current", missing=())
-        absent = set(row[1])
+        absent = set(row["missing_columns"])
         if absent >= _V2_COLUMNS and not absent & set(_GO_COLUMNS):
             return SchemaState(kind="go", missing=missing)
         return SchemaState(kind="partial", missing=missing)
@@ -869,9 +869,9 @@ def _estimate_completed(
     only: str | None,
 ) -> dict[str, int]:
     """Each queue's completed jobs, estimated (see `Admin.stats`)."""
-    values: list[str] | None = table[2]
-    freqs: list[float] | None = table[3]
-    distinct: float | None = table[4]
+    values: list[str] | None = table["common_queues"]
+    freqs: list[float] | None = table["most_common_freqs"]
+    distinct: float | None = table["n_distinct"]
     shares: dict[str, float] = {}
     if values is not None and freqs is not None:
         shares = dict(zip(values, freqs, strict=False))

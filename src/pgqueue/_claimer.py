@@ -6,16 +6,16 @@ import asyncio
 import json
 import operator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
 from pgqueue import _sql
 from pgqueue._errors import describe, is_transient
-from pgqueue._job import Job, Status, claimed_job
+from pgqueue._job import Job, claimed_job
 from pgqueue._lease import take
-from pgqueue._outcome import Outcome
-from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
+from pgqueue._outcome import Kind, Outcome
+from pgqueue._retry import MAX_RETRY_WAIT, Failures
 from pgqueue._runner import job_fields, job_label
 from pgqueue._schema import SCHEMA_ERRORS, check_schema, schema_failure
 
@@ -154,7 +154,12 @@ class Claimer:
         clock = asyncio.get_running_loop().time
         policy, claims = self._policy, self._claims
         empty_since: int | None = None  # settled_count when an empty claim began
-        failures = 0
+        failures = Failures(
+            self._logger,
+            "claim failed; retrying",
+            cap=self._retry_cap,
+            fields={"queue": self._queue},
+        )
         while True:
             now = clock()
             free = self._free()
@@ -181,20 +186,13 @@ class Claimer:
                     self._connection, describe(exc), limits=self._limits
                 ) from exc
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger,
-                    "claim failed; retrying",
-                    exc,
-                    failures,
-                    queue=self._queue,
-                )
+                wait = failures.failed(exc)
                 policy.failed()
                 if self._on_spare is not None:
                     self._on_spare()
-                await anyio.sleep(retry_delay(failures, self._retry_cap))
+                await anyio.sleep(wait)
                 continue
-            failures = 0
+            failures.succeeded()
             claimed = jobs_from_rows(rows)
             for outcome in claimed.dead:
                 self._logger.error(
@@ -255,22 +253,19 @@ class Claimer:
 
     async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` until it succeeds, retrying transient failures."""
-        failures = 0
+        failures = Failures(
+            self._logger,
+            f"{what} failed; retrying",
+            cap=self._retry_cap,
+            fields={"queue": self._queue},
+        )
         while True:
             try:
                 await step()
             except Exception as exc:
                 if not is_transient(exc):
                     raise
-                failures += 1
-                log_failure(
-                    self._logger,
-                    f"{what} failed; retrying",
-                    exc,
-                    failures,
-                    queue=self._queue,
-                )
-                await anyio.sleep(retry_delay(failures, self._retry_cap))
+                await anyio.sleep(failures.failed(exc))
             else:
                 return
 
@@ -288,7 +283,7 @@ class Claimed(NamedTuple):
     """When the claim ran, on the database clock (None if it took nothing)."""
 
 
-def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
+def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
     """Read the rows a claim returned.
 
     A job whose payload Python cannot decode (a 5000-digit number, nesting
@@ -296,20 +291,39 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
     was written by another producer; it is dead-lettered with the reason.
     Times are always timezone-aware: ``-infinity`` and ``infinity`` come
     back as ``datetime.min`` and ``datetime.max`` in UTC.
+
+    Each row is unpacked in the order of `pgqueue._sql.CLAIM_COLUMNS`,
+    which the claim's ``RETURNING`` is built from: as fast as indexes,
+    named as the columns.
     """
     jobs: list[Job] = []
     dead: list[Outcome] = []
-    for row in rows:
+    for (
+        job_id,
+        queue,
+        job_type,
+        payload_text,
+        attempts,
+        max_attempts,
+        run_at,
+        created_at,
+        last_error,
+        unrepresentable,
+        priority,
+        unique_key,
+        snoozes,
+        _claimed_at,
+        trace_context,
+    ) in rows:
         error = None
         try:
-            payload = json.loads(row[3])
+            payload = json.loads(payload_text)
         except (ValueError, RecursionError) as exc:
             payload = None
             error = f"payload could not be decoded: {describe(exc)}"[:1000]
-        run_at, created_at = row[6], row[7]
-        if row[9] is not None:
+        if unrepresentable is not None:
             run_at = created_at = _UNREPRESENTABLE
-            error = f"a time Python cannot represent ({row[9]})"
+            error = f"a time Python cannot represent ({unrepresentable})"
         else:
             # asyncpg reads '-infinity' and 'infinity' as naive datetime.min and max.
             if run_at.tzinfo is None:
@@ -317,24 +331,24 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
             if created_at.tzinfo is None:
                 created_at = created_at.replace(tzinfo=UTC)
         job = claimed_job(
-            row[0],
-            row[1],
-            row[2],
+            job_id,
+            queue,
+            job_type,
             payload,
-            row[4],
-            row[5],
+            attempts,
+            max_attempts,
             run_at,
             created_at,
-            row[8],
-            row[10],
-            row[11],
-            row[12],
-            row[14],
+            last_error,
+            priority,
+            unique_key,
+            snoozes,
+            trace_context,
         )
         if error is None:
             jobs.append(job)
         else:
-            dead.append(Outcome(job, Status.DEAD, error=error))
+            dead.append(Outcome(job, Kind.DEAD, error=error))
     if not rows:
         return Claimed(jobs, dead, {}, None)
     last: Bounds = {}
@@ -352,13 +366,16 @@ def jobs_from_rows(rows: list[asyncpg.Record]) -> Claimed:
             place = _PLACE(job)
             if job.priority not in last or place > last[job.priority]:
                 last[job.priority] = place
-    return Claimed(jobs, dead, last, _EPOCH + timedelta(microseconds=rows[0][13]))
+    return Claimed(
+        jobs, dead, last, _EPOCH + timedelta(microseconds=rows[0][_CLAIMED_AT])
+    )
 
 
 # Stands in for a time Python cannot represent, in a job that never runs.
 _UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
 
 _PLACE = operator.attrgetter("run_at", "id")
 _PRIORITY = operator.attrgetter("priority")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from pgqueue import _sql
-from pgqueue._retry import log_failure, retry_delay
+from pgqueue._retry import Failures
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -47,7 +47,7 @@ def read_cancel_requested(
 
     async def read(ids: list[int]) -> Collection[int]:
         rows = await connection.fetch(_sql.CANCEL_REQUESTED, _sql.array(ids))
-        return [row[0] for row in rows]
+        return [row["id"] for row in rows]
 
     return read
 
@@ -96,7 +96,9 @@ class CancelHints:
 
     async def run(self) -> None:
         """Read the named jobs' rows when hinted, at most every ``interval``; cancel those asked to."""
-        failures = 0
+        failures = Failures(
+            self._logger, "reading cancel requests failed", fields=self._fields
+        )
         while True:
             await self._hinted.wait()
             self._hinted = anyio.Event()
@@ -108,19 +110,13 @@ class CancelHints:
             try:
                 requested = await self._read(named)
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger,
-                    "reading cancel requests failed",
-                    exc,
-                    failures,
-                    **self._fields,
-                )
+                pause = failures.failed(exc)
                 # Look again after the pause (the heartbeat is the safety net).
                 self._named.update(named)
                 self._hinted.set()
             else:
-                failures = 0
+                failures.succeeded()
+                pause = self._interval
                 for job_id in requested:
                     self._cancel(job_id)
-            await anyio.sleep(retry_delay(failures) if failures else self._interval)
+            await anyio.sleep(pause)

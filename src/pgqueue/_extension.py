@@ -26,8 +26,9 @@ from pgqueue._checks import (
 from pgqueue._connect import check_dsn, target, target_of
 from pgqueue._dashboard import Frame, Sampler
 from pgqueue._errors import DATABASE_ERRORS, describe
-from pgqueue._job import PERIODIC_KEY_PREFIX, periodic_tick
+from pgqueue._job import PeriodicKey
 from pgqueue._log import JsonFormatter, default_logger
+from pgqueue._outcome import Kind
 from pgqueue._public import public_names
 from pgqueue._schema import SCHEMA_ERRORS, check_schema
 from pgqueue._sql import JOB_STATUSES, SERVER_IDENTITY
@@ -36,12 +37,13 @@ from pgqueue._text import first_line, seconds_text
 __all__ = [
     "DATABASE_ERRORS",
     "JOB_STATUSES",
-    "PERIODIC_KEY_PREFIX",
     "PREVIEW_CHARS",
     "SCHEMA_ERRORS",
     "SERVER_IDENTITY",
     "Frame",
     "JsonFormatter",
+    "Kind",
+    "PeriodicKey",
     "Sampler",
     "check_channel",
     "check_dsn",
@@ -55,7 +57,6 @@ __all__ = [
     "default_logger",
     "describe",
     "first_line",
-    "periodic_tick",
     "public_names",
     "seconds_text",
     "target",

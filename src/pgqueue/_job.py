@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import KW_ONLY, dataclass, fields
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar as DefaultedTypeVar
@@ -17,7 +17,13 @@ if TYPE_CHECKING:
 else:
     PayloadT = TypeVar("PayloadT", covariant=True)
 
-__all__ = ["PERIODIC_KEY_PREFIX", "Job", "NewJob", "Status", "periodic_tick"]
+__all__ = [
+    "PERIODIC_KEY_PREFIX",
+    "Job",
+    "NewJob",
+    "PeriodicKey",
+    "Status",
+]
 
 PERIODIC_KEY_PREFIX = "periodic:"
 """How the unique keys of periodic jobs start: ``periodic:<name>@<tick>``."""
@@ -74,21 +80,37 @@ class Job(Generic[PayloadT]):
 
         .. versionadded:: 0.1
         """
-        return periodic_tick(self.unique_key)
+        key = PeriodicKey.parse(self.unique_key)
+        return None if key is None else key.tick
 
 
-def periodic_tick(key: str | None) -> datetime | None:
-    """The tick a periodic job's unique key (``periodic:<name>@<tick>``) holds, else None."""
-    if key is None or not key.startswith(PERIODIC_KEY_PREFIX):
-        return None
-    _, at, stamp = key.rpartition("@")
-    if not at:
-        return None
-    try:
-        tick = datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-    return tick if tick.tzinfo is not None else None
+class PeriodicKey(NamedTuple):
+    """The unique key of a periodic job: ``periodic:<schedule>@<tick>``.
+
+    The one place that writes and reads that format: the scheduler writes
+    it (`str`), `Job.tick` and the dashboard read it (`parse`). The tick is
+    in ISO 8601, UTC; a schedule's name may itself hold ``@``.
+    """
+
+    schedule: str
+    tick: datetime
+
+    def __str__(self) -> str:
+        return f"{PERIODIC_KEY_PREFIX}{self.schedule}@{self.tick.astimezone(UTC).isoformat()}"
+
+    @classmethod
+    def parse(cls, key: str | None) -> PeriodicKey | None:
+        """The schedule and tick ``key`` holds; None if it is no periodic job's key."""
+        if key is None or not key.startswith(PERIODIC_KEY_PREFIX):
+            return None
+        schedule, at, stamp = key[len(PERIODIC_KEY_PREFIX) :].rpartition("@")
+        if not at:
+            return None
+        try:
+            tick = datetime.fromisoformat(stamp)
+        except ValueError:
+            return None
+        return cls(schedule, tick) if tick.tzinfo is not None else None
 
 
 def _fix_frozen_slots(cls: type) -> None:

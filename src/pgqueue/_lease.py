@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from pgqueue import _sql
-from pgqueue._retry import log_failure
+from pgqueue._retry import Failures, log_failure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -170,7 +170,7 @@ class LeaseKeeper:
 
     async def run(self) -> None:
         """Renew every lease each interval, until cancelled."""
-        failures = 0
+        failures = Failures(self._logger, "lease renewal failed", fields=self._fields)
         while True:
             await anyio.sleep(self._interval)
             try:
@@ -178,16 +178,9 @@ class LeaseKeeper:
                     if lease.taken and await take(self._connection, lease):
                         self._on_room(lease.queue)
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger,
-                    "lease renewal failed",
-                    exc,
-                    failures,
-                    **self._fields,
-                )
+                failures.failed(exc)
             else:
-                failures = 0
+                failures.succeeded()
 
     async def release(self) -> None:
         """Give every lease back (the worker has stopped: none of its jobs runs)."""

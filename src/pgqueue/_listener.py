@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from pgqueue._retry import MAX_RETRY_WAIT, log_failure, retry_delay
+from pgqueue._retry import MAX_RETRY_WAIT, Failures
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -83,15 +83,15 @@ class Listener:
         pool's ``init`` hook run on it) are logged and retried with the
         retry-delay rule. Cancellation is prompt in every state.
         """
-        failures = 0
+        failures = Failures(
+            self._logger, "LISTEN connection failed; retrying", cap=self._max_delay
+        )
         reconnect = False
         while True:
             try:
                 connection = await self._connect()
             except Exception as exc:
-                failures += 1
-                self._log_failure("LISTEN connection failed; retrying", exc, failures)
-                await anyio.sleep(retry_delay(failures, self._max_delay))
+                await anyio.sleep(failures.failed(exc, channels=list(self._channels)))
                 reconnect = True
                 continue
             try:
@@ -100,7 +100,7 @@ class Listener:
                 self._connection = connection
                 await self.listen([])
                 self.pid = connection.get_server_pid()
-                failures = 0
+                failures.succeeded()
                 if reconnect:
                     self._logger.warning(
                         "LISTEN connection re-established; "
@@ -113,15 +113,18 @@ class Listener:
                 task_status = anyio.TASK_STATUS_IGNORED
                 await self._watch(connection, lost)
             except Exception as exc:
-                failures += 1
-                self._log_failure("LISTEN connection lost; reconnecting", exc, failures)
+                wait = failures.failed(
+                    exc,
+                    "LISTEN connection lost; reconnecting",
+                    channels=list(self._channels),
+                )
             finally:
                 self.pid = None
                 self._connection = None
                 self._listened = set()
                 connection.terminate()
             reconnect = True
-            await anyio.sleep(retry_delay(failures, self._max_delay))
+            await anyio.sleep(wait)  # _watch ends only by raising
 
     async def listen(self, channels: Sequence[str]) -> None:
         """Add ``channels``; LISTEN at once on each new one if the connection is up."""
@@ -154,9 +157,6 @@ class Listener:
         self, _connection: object, _pid: int, channel: str, payload: object
     ) -> None:
         self._on_notify(channel, str(payload))
-
-    def _log_failure(self, msg: str, exc: BaseException, failures: int) -> None:
-        log_failure(self._logger, msg, exc, failures, channels=list(self._channels))
 
 
 def _setter(event: anyio.Event) -> Callable[[object], None]:

@@ -2,28 +2,43 @@
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, NamedTuple
-
-from pgqueue._job import Status
 
 if TYPE_CHECKING:
     from pgqueue._job import Job
 
 __all__ = [
     "CANCELLED_ERROR",
-    "RELEASED",
     "SHUTDOWN_ERROR",
-    "SNOOZED",
     "Key",
+    "Kind",
     "Outcome",
     "shutdown_outcome",
 ]
 
-RELEASED = "released"
-"""An outcome for a job claimed but never started: pending again, attempt given back."""
 
-SNOOZED = "snoozed"
-"""An outcome for a job snoozed by its handler: pending after ``delay``, attempt given back."""
+class Kind(enum.StrEnum):
+    """What a claim ended as: the ``status`` of an `Outcome`.
+
+    A ``StrEnum`` whose values are the strings hooks and observers have
+    always seen, so ``outcome.status == "snoozed"`` keeps working; the
+    final kinds equal the `pgqueue.Status` of the same name.
+    """
+
+    COMPLETED = "completed"
+    """The handler returned."""
+    PENDING = "pending"
+    """The handler failed: pending again after ``delay``, its attempt counted (a retry)."""
+    DEAD = "dead"
+    """Dead-lettered: attempts used up, `pgqueue.Permanent`, or no handler."""
+    CANCELLED = "cancelled"
+    """Cancelled by request while it ran."""
+    SNOOZED = "snoozed"
+    """Snoozed by its handler: pending after ``delay``, its attempt given back."""
+    RELEASED = "released"
+    """Claimed but never started: pending again at once, its attempt given back."""
+
 
 SHUTDOWN_ERROR = "worker shut down before the job finished"
 CANCELLED_ERROR = "cancelled by request"
@@ -35,14 +50,14 @@ Key = tuple[int, int]
 class Outcome(NamedTuple):
     """What one claim of a job ended as; written fenced on ``job.attempts``.
 
-    ``status`` is a final `Status`, ``Status.PENDING`` for a retry after
-    ``delay`` seconds, `SNOOZED` or `RELEASED`. ``result`` is the JSON text
+    ``status`` is its `Kind`: a final one, ``Kind.PENDING`` for a retry
+    after ``delay`` seconds, ``Kind.SNOOZED`` or ``Kind.RELEASED``. ``result`` is the JSON text
     of a completed handler's return value, if it returned one. A named
     tuple: one is built for every job run.
     """
 
     job: Job
-    status: str
+    status: Kind
     delay: float = 0.0
     error: str | None = None
     result: str | None = None
@@ -60,7 +75,7 @@ def shutdown_outcome(job: Job) -> Outcome:
     attempts used up it is dead, as the rescue sweep would make it.
     """
     if job.attempts < job.max_attempts:
-        return Outcome(job, Status.PENDING, error=SHUTDOWN_ERROR)
+        return Outcome(job, Kind.PENDING, error=SHUTDOWN_ERROR)
     return Outcome(
-        job, Status.DEAD, error=f"{SHUTDOWN_ERROR}, and its attempts are used up"
+        job, Kind.DEAD, error=f"{SHUTDOWN_ERROR}, and its attempts are used up"
     )

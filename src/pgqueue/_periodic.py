@@ -14,7 +14,8 @@ the worker's own. Only the latest due tick runs, and only if it is at most
 run as a backlog.
 
 A job learns its tick from its ``unique_key``, ``periodic:<name>@<tick>``
-(the tick in ISO 8601, UTC): `pgqueue.Job.tick` reads it.
+(the tick in ISO 8601, UTC; see `pgqueue._job.PeriodicKey`): `pgqueue.Job.tick`
+reads it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import anyio
@@ -37,8 +38,8 @@ from pgqueue._checks import (
     check_queue_name,
 )
 from pgqueue._codec import encode_payload
-from pgqueue._job import PERIODIC_KEY_PREFIX
-from pgqueue._retry import log_failure, retry_delay, safe_repr
+from pgqueue._job import PeriodicKey
+from pgqueue._retry import Failures, safe_repr
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from pgqueue._dedicated import DedicatedConnection
     from pgqueue._log import Logger
 
-__all__ = ["CRON_MISSING", "Schedule", "Schedules", "unique_key"]
+__all__ = ["CRON_MISSING", "Clock", "DatabaseClock", "Schedule", "Schedules"]
 
 CRON_MISSING = (
     "cron schedules need croniter, in the cron extra: "
@@ -68,11 +69,6 @@ _MIN_EVERY = 0.001
 # croniter's random field ("R") differs from process to process; hashed
 # ones ("H") are computed from the schedule's name, the same everywhere.
 _RANDOM = re.compile(r"(?<![A-Z])R(?![A-Z])", re.IGNORECASE)
-
-
-def unique_key(name: str, tick: datetime) -> str:
-    """The unique key of the job of ``name``'s ``tick``: ``periodic:<name>@<tick, UTC, ISO 8601>``."""
-    return f"{PERIODIC_KEY_PREFIX}{name}@{tick.astimezone(UTC).isoformat()}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,26 +239,55 @@ def _check_cron(cron: object, zone: str, name: str) -> str:
     return expression
 
 
+class Clock(Protocol):
+    """Where a scheduler reads the time, and how it waits for its next pass.
+
+    `DatabaseClock` is the real one; tests give one they move themselves.
+    """
+
+    async def now(self, connection: DedicatedConnection) -> datetime:
+        """The time now (aware), read on the scheduler's ``connection``."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait about ``seconds`` until the next pass (it may wait less)."""
+        ...
+
+
+class DatabaseClock:
+    """The database's clock, read with `pgqueue._sql.PERIODIC_NOW`.
+
+    It sleeps at most `MAX_SLEEP`, so that a drift between the worker's
+    clock and the database's is corrected.
+    """
+
+    async def now(self, connection: DedicatedConnection) -> datetime:
+        """The database's ``now()``."""
+        row = await connection.fetchrow(_sql.PERIODIC_NOW)
+        assert row is not None
+        now: datetime = row["now"]
+        return now
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, or `MAX_SLEEP` if that is shorter."""
+        await anyio.sleep(min(seconds, MAX_SLEEP))
+
+
 class Schedules:
     """The schedules of one worker, and the scheduler that enqueues their ticks.
 
     The scheduler is one task in the worker's services. Each pass reads the
     database's clock, registers the schedules not yet registered, and runs
     the statement of each schedule's latest due tick; it then sleeps until
-    the next tick is due (at most `MAX_SLEEP`, so that a drift between the
-    worker's clock and the database's is corrected). A failure is logged and
-    the pass is tried again after the worker's retry delay; the connection
-    (the worker's upkeep connection) replaces itself when it is lost.
+    the next tick is due, on its ``clock`` (the database's, by default). A
+    failure is logged and the pass is tried again after the worker's retry
+    delay; the connection (the worker's upkeep connection) replaces itself
+    when it is lost.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self._schedules: dict[str, Schedule] = {}
-        # Test hooks: the statement that reads the clock, the longest sleep.
-        self.clock_query = _sql.PERIODIC_NOW
-        self.max_sleep = MAX_SLEEP
-        self._passes_started = 0
-        self._passes_done = 0
-        self._passed: anyio.Event | None = None  # made in run(): it needs an event loop
+        self.clock: Clock = DatabaseClock() if clock is None else clock
 
     def add(self, schedule: Schedule) -> None:
         """Add ``schedule``; `ValueError` if its name is taken."""
@@ -273,10 +298,8 @@ class Schedules:
 
     def copy(self) -> Schedules:
         """The same schedules and settings, for a copy of the worker."""
-        copy = Schedules()
+        copy = Schedules(self.clock)
         copy._schedules = dict(self._schedules)
-        copy.clock_query = self.clock_query
-        copy.max_sleep = self.max_sleep
         return copy
 
     def __bool__(self) -> bool:
@@ -295,17 +318,18 @@ class Schedules:
         ]
         pending = {s.name: s for s in schedules}  # not yet registered
         starts: dict[str, datetime | None] = {s.name: None for s in schedules}
-        failures = 0
-        self._passed = anyio.Event()
+        failures = Failures(
+            logger, "periodic scheduler failed", fields={"queue": queue}
+        )
+        clock = self.clock
         logger.info(
             "periodic scheduler started",
             extra={"schedules": sorted(pending), "queue": queue},
         )
         while True:
-            self._passes_started += 1
-            wait = self.max_sleep
+            wait = MAX_SLEEP
             try:
-                now = await self._now(connection)
+                now = await clock.now(connection)
                 for schedule in list(pending.values()):
                     await connection.fetchrow(
                         _sql.PERIODIC_REGISTER,
@@ -327,32 +351,19 @@ class Schedules:
                 earliest = min(t for t in starts.values() if t is not None)
                 wait = (earliest - now).total_seconds()
             except Exception as exc:
-                failures += 1
-                wait = retry_delay(failures)
                 if isinstance(exc, asyncpg.UndefinedTableError):
+                    wait = failures.counted()
                     logger.error(
                         "periodic jobs need the table pgqueue_periodic: apply "
                         "pgqueue.SCHEMA_UPGRADE in a migration (or await pgqueue.install(pool))",
-                        extra={"error": safe_repr(exc), "failures": failures},
+                        extra={"error": safe_repr(exc), "failures": failures.count},
                     )
                 else:
-                    log_failure(
-                        logger, "periodic scheduler failed", exc, failures, queue=queue
-                    )
+                    wait = failures.failed(exc)
             else:
-                failures = 0
-            finally:
-                self._passes_done += 1
-                self._passed.set()
-                self._passed = anyio.Event()
+                failures.succeeded()
             # A little past the tick: the next pass finds it due.
-            await anyio.sleep(min(max(wait, 0.0) + 0.001, self.max_sleep))
-
-    async def _now(self, connection: DedicatedConnection) -> datetime:
-        row = await connection.fetchrow(self.clock_query)
-        assert row is not None
-        now: datetime = row[0]
-        return now
+            await clock.sleep(max(wait, 0.0) + 0.001)
 
     async def _run_tick(
         self,
@@ -364,7 +375,7 @@ class Schedules:
         logger: Logger,
     ) -> None:
         """Run ``tick``'s statement until it advances the row or finds the tick done."""
-        key = unique_key(schedule.name, tick)
+        key = str(PeriodicKey(schedule.name, tick))
         extra: dict[str, Any] = {
             "schedule": schedule.name,
             "tick": tick.isoformat(),
@@ -402,15 +413,6 @@ class Schedules:
                 logger.debug("periodic tick already run", extra=extra)
                 return
         logger.debug("periodic tick left to other workers", extra=extra)
-
-    async def wait_pass(self) -> None:
-        """Wait until a pass that starts after this call is done (for tests)."""
-        target = self._passes_started + 1
-        while self._passes_done < target:
-            if self._passed is None:
-                await anyio.sleep(0.005)  # not started yet
-            else:
-                await self._passed.wait()
 
 
 def _definition(schedule: Schedule) -> tuple[str, str, str, str | None, str]:

@@ -223,7 +223,7 @@ class Queue:
                     _sql.ENQUEUE_UNIQUE, self._name, *args, trace_context, key, delay
                 )
                 assert row is not None
-                job_id, existed = row[0], row[1]
+                job_id, existed = row["id"], row["existed"]
         except SCHEMA_ERRORS as exc:
             raise await schema_failure(executor, str(exc)) from exc
         if event is not None:
@@ -386,7 +386,7 @@ class Queue:
             return {}
         executor: Executor = connection if connection is not None else self._pool
         rows = await executor.fetch(_sql.CANCEL, _sql.array(ids))
-        done: dict[int, str] = {row[0]: row[1] for row in rows}
+        done: dict[int, str] = {row["id"]: row["result"] for row in rows}
         self._logger.debug("cancel", extra={"results": done, "queue": self._name})
         return {job_id: done[job_id] for job_id in ids}
 
@@ -519,8 +519,12 @@ class _Batch:
         """From ENQUEUE_MANY_UNIQUE's rows: each input job's id, the first
         duplicate, and whether each input job is a duplicate (of a job that
         existed, or of an earlier one of the call)."""
-        by_key = {(row[1], row[2]): row for row in rows if row[2] is not None}
-        unkeyed = iter(sorted(row[0] for row in rows if row[2] is None))
+        by_key = {
+            (row["job_type"], row["unique_key"]): row
+            for row in rows
+            if row["unique_key"] is not None
+        }
+        unkeyed = iter(sorted(row["id"] for row in rows if row["unique_key"] is None))
         row_ids: list[int] = []
         existed: list[bool] = []
         duplicate = None
@@ -530,10 +534,10 @@ class _Batch:
                 existed.append(False)
                 continue
             row = by_key[job_type, key]
-            row_ids.append(row[0])
-            existed.append(row[3])
-            if row[3] and duplicate is None:
-                duplicate = (row[0], key)
+            row_ids.append(row["id"])
+            existed.append(row["existed"])
+            if row["existed"] and duplicate is None:
+                duplicate = (row["id"], key)
         seen: set[int] = set()
         duplicates = []
         for index in self._index_of:

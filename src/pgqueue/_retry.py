@@ -4,7 +4,8 @@ Every loop that talks to the database (claims, outcome writes, upkeep,
 LISTEN) waits ``retry_delay(failures, cap)`` after its ``failures``-th
 failure in a row: 50 ms doubling up to ``cap``, times a jitter from 0.5 to 1
 so that workers do not retry in step. The exponent stops growing long before
-a float could overflow, so an outage of any length is waited out.
+a float could overflow, so an outage of any length is waited out. Such a
+loop keeps its count in a `Failures`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import random
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pgqueue._log import Logger
 
 __all__ = [
     "FIRST_RETRY_DELAY",
     "MAX_RETRY_WAIT",
+    "Failures",
     "log_failure",
     "retry_delay",
     "safe_repr",
@@ -50,6 +54,63 @@ def log_failure(
     """Log the ``failures``-th failure in a row: WARNING at first, ERROR once it persists."""
     log = logger.warning if failures <= QUIET_FAILURES else logger.error
     log(msg, extra={"error": safe_repr(exc), "failures": failures, **extra})
+
+
+class Failures:
+    """The failures in a row of one loop: logs each, and says how long to wait.
+
+    ``failed`` after an attempt that failed, ``succeeded`` after one that
+    did not. Each failure is logged with ``msg`` and ``fields`` by
+    `log_failure` (WARNING, then ERROR once it persists); the wait after it
+    is ``retry_delay(count, cap)``.
+    """
+
+    __slots__ = ("_cap", "_fields", "_logger", "_msg", "count")
+
+    def __init__(
+        self,
+        logger: Logger,
+        msg: str,
+        *,
+        cap: float = MAX_RETRY_WAIT,
+        fields: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._logger = logger
+        self._msg = msg
+        self._cap = cap
+        self._fields = fields or {}
+        self.count = 0
+        """Failures since the last success."""
+
+    def failed(self, exc: BaseException, msg: str | None = None, **extra: Any) -> float:
+        """Count and log ``exc`` (as ``msg`` if given); the seconds to wait before retrying."""
+        self.count += 1
+        log_failure(
+            self._logger,
+            self._msg if msg is None else msg,
+            exc,
+            self.count,
+            **self._fields,
+            **extra,
+        )
+        return retry_delay(self.count, self._cap)
+
+    def counted(self) -> float:
+        """Count a failure its caller logs itself; the seconds to wait before retrying."""
+        self.count += 1
+        return retry_delay(self.count, self._cap)
+
+    def succeeded(self) -> None:
+        """Start counting again from zero."""
+        self.count = 0
+
+    def pause(self, interval: float) -> float:
+        """Seconds until the next attempt of a loop that runs every ``interval``.
+
+        ``interval`` after a success; after failures, the retry delay
+        capped at ``interval`` (a failure never makes the loop slower).
+        """
+        return retry_delay(self.count, interval) if self.count else interval
 
 
 def safe_repr(exc: BaseException) -> str:

@@ -15,14 +15,14 @@ import anyio.to_thread
 from pgqueue._backoff import MAX_BACKOFF
 from pgqueue._codec import encode_payload
 from pgqueue._errors import RetryAfter, Snooze, describe, is_permanent, storable
-from pgqueue._job import Job, Status
-from pgqueue._outcome import CANCELLED_ERROR, SNOOZED, Outcome
+from pgqueue._outcome import CANCELLED_ERROR, Kind, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from pgqueue._backoff import SafeBackoff
     from pgqueue._handler import Handler, SyncHandler
+    from pgqueue._job import Job
     from pgqueue._log import Logger
 
 __all__ = [
@@ -180,7 +180,7 @@ class JobRunner:
         if debug:
             self._logger.debug("%s completed", job_label(job), extra=job_fields(job))
         if value is None:
-            return Outcome(job, Status.COMPLETED)
+            return Outcome(job, Kind.COMPLETED)
         try:
             result = encode_payload(value)
         except (TypeError, ValueError) as exc:
@@ -188,7 +188,7 @@ class JobRunner:
                 job,
                 storable(f"the handler returned what cannot be stored as JSON: {exc}"),
             )
-        return Outcome(job, Status.COMPLETED, result=result)
+        return Outcome(job, Kind.COMPLETED, result=result)
 
     def dead(self, job: Job, error: str) -> Outcome:
         """Dead-letter ``job`` at once, for ``error``."""
@@ -198,7 +198,7 @@ class JobRunner:
             error,
             extra={**job_fields(job), "error": error},
         )
-        return Outcome(job, Status.DEAD, error=error)
+        return Outcome(job, Kind.DEAD, error=error)
 
     def failed(self, job: Job, failure: BaseException | str) -> Outcome:
         """The outcome of a failed attempt: a retry, a snooze, or dead."""
@@ -210,7 +210,7 @@ class JobRunner:
                 _seconds(failure.seconds),
                 extra={**fields, "delay": failure.seconds},
             )
-            return Outcome(job, SNOOZED, delay=failure.seconds)
+            return Outcome(job, Kind.SNOOZED, delay=failure.seconds)
         if isinstance(failure, str):
             error, exc_info, permanent = failure, None, False
         else:
@@ -227,7 +227,7 @@ class JobRunner:
                 extra={**fields, "error": error},
                 exc_info=exc_info,
             )
-            return Outcome(job, Status.DEAD, error=error)
+            return Outcome(job, Kind.DEAD, error=error)
         if isinstance(failure, RetryAfter):
             delay = min(failure.seconds, MAX_BACKOFF)
         else:
@@ -242,7 +242,7 @@ class JobRunner:
             extra={**fields, "error": error, "retry_in": delay},
             exc_info=exc_info,
         )
-        return Outcome(job, Status.PENDING, delay=delay, error=error)
+        return Outcome(job, Kind.PENDING, delay=delay, error=error)
 
     def _traceback_due(self, job_type: str) -> bool:
         """Whether a retried attempt of ``job_type`` logs its traceback now."""
@@ -259,7 +259,7 @@ class JobRunner:
         self._logger.info(
             "%s cancelled by request", job_label(job), extra=job_fields(job)
         )
-        return Outcome(job, Status.CANCELLED, error=CANCELLED_ERROR)
+        return Outcome(job, Kind.CANCELLED, error=CANCELLED_ERROR)
 
 
 def _forget_own_cancel() -> None:

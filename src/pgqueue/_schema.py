@@ -68,7 +68,7 @@ def schema_error(
 
     The limits' tables count only with ``limits``; ``where`` names the database.
     """
-    if row is None or not row[0]:
+    if row is None or not row["table_exists"]:
         return SchemaError(
             "there is no table pgqueue_jobs on the search_path: apply "
             "pgqueue.SCHEMA in a migration (or await pgqueue.install(pool))",
@@ -99,10 +99,10 @@ def missing_pieces(row: asyncpg.Record, *, limits: bool = True) -> list[str]:
 
     ``limits``: whether missing limits' tables count.
     """
-    missing = [f"column {name}" for name in row[1]]
-    missing += [f"index {name}" for name in row[2]]
-    if row[3]:
+    missing = [f"column {name}" for name in row["missing_columns"]]
+    missing += [f"index {name}" for name in row["missing_indexes"]]
+    if row["old_status_check"]:
         missing.append("a status check that allows 'cancelled'")
-    if limits and not row[4]:
+    if limits and not row["has_limits"]:
         missing.append(_LIMITS_TABLE)
     return missing

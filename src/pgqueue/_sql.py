@@ -402,9 +402,9 @@ SELECT w.id,
        CASE WHEN c.was = 'pending' THEN 'cancelled'
             WHEN c.was = 'running' THEN 'requested'
             WHEN f.id IS NOT NULL THEN 'finished'
-            ELSE 'not_found' END,
+            ELSE 'not_found' END AS result,
        CASE WHEN c.was = 'running' THEN pg_notify('pgqueue_control', w.id::text)
-            WHEN c.was = 'pending' AND c.tracked THEN pg_notify('pgqueue_outcomes', w.id::text) END
+            WHEN c.was = 'pending' AND c.tracked THEN pg_notify('pgqueue_outcomes', w.id::text) END AS notified
 FROM wanted AS w LEFT JOIN found AS f ON f.id = w.id LEFT JOIN changed AS c ON c.id = w.id
 """
 
@@ -446,7 +446,7 @@ WITH gone AS (
     ))
     RETURNING id
 )
-SELECT count(*)::int, coalesce(max(id), $3) FROM gone
+SELECT count(*)::int AS removed, coalesce(max(id), $3) AS last_id FROM gone
 """
 
 
@@ -517,6 +517,42 @@ _PRIORITY_SCANS = """
 """
 
 
+CLAIM_COLUMNS = (
+    "id",
+    "queue",
+    "job_type",
+    "payload",
+    "attempts",
+    "max_attempts",
+    "run_at",
+    "created_at",
+    "last_error",
+    "unrepresentable",
+    "priority",
+    "unique_key",
+    "snoozes",
+    "claimed_at",
+    "trace_context",
+)
+"""The columns a claim returns, in this order (`pgqueue._claimer.jobs_from_rows` unpacks them)."""
+
+# The columns of CLAIM_COLUMNS that are not the table's own.
+_CLAIM_EXPRESSIONS = {
+    "payload": "payload::text",
+    "run_at": f"CASE WHEN {_REPRESENTABLE.format('run_at')} THEN run_at END",
+    "created_at": f"CASE WHEN {_REPRESENTABLE.format('created_at')} THEN created_at END",
+    "unrepresentable": (
+        f"CASE WHEN ({_REPRESENTABLE.format('run_at')}) AND ({_REPRESENTABLE.format('created_at')}) THEN NULL\n"
+        "         ELSE format('run_at %s, created_at %s', run_at, created_at) END"
+    ),
+    "claimed_at": "(extract(epoch FROM now()) * 1000000)::int8",
+}
+_CLAIM_RETURNING = ",\n    ".join(
+    f"{_CLAIM_EXPRESSIONS[name]} AS {name}" if name in _CLAIM_EXPRESSIONS else name
+    for name in CLAIM_COLUMNS
+)
+
+
 def _claim(limit: str, types: str | None = None) -> str:
     """The claim's UPDATE of at most ``limit`` jobs (CLAIM's ``$2``, or a limited claim's slots).
 
@@ -543,14 +579,7 @@ WHERE id = ANY(ARRAY(
     ({_PRIORITY_SCANS.format(levels=">= 7", limit=limit, types=only_p)})
     LIMIT {limit}
 ))
-RETURNING id, queue, job_type, payload::text AS payload, attempts, max_attempts,
-    CASE WHEN {_REPRESENTABLE.format("run_at")} THEN run_at END AS run_at,
-    CASE WHEN {_REPRESENTABLE.format("created_at")} THEN created_at END AS created_at,
-    last_error,
-    CASE WHEN ({_REPRESENTABLE.format("run_at")}) AND ({_REPRESENTABLE.format("created_at")}) THEN NULL
-         ELSE format('run_at %s, created_at %s', run_at, created_at) END AS unrepresentable,
-    priority, unique_key, snoozes, (extract(epoch FROM now()) * 1000000)::int8 AS claimed_at,
-    trace_context
+RETURNING {_CLAIM_RETURNING}
 """
 
 
@@ -744,7 +773,7 @@ REQUIRED_INDEXES = ("idx_pgqueue_jobs_priority", "idx_pgqueue_jobs_unique")
 # whether pgqueue_limits (fleet-wide limits) is visible.
 SCHEMA_CHECK = """
 WITH t AS (SELECT to_regclass('pgqueue_jobs') AS oid)
-SELECT t.oid IS NOT NULL,
+SELECT t.oid IS NOT NULL AS table_exists,
        ARRAY(
            SELECT c FROM unnest($1::text[]) WITH ORDINALITY AS u (c, n)
            WHERE NOT EXISTS (
@@ -752,7 +781,7 @@ SELECT t.oid IS NOT NULL,
                WHERE attrelid = t.oid AND attname = c AND attnum > 0 AND NOT attisdropped
            )
            ORDER BY n
-       ),
+       ) AS missing_columns,
        ARRAY(
            SELECT i FROM unnest($2::text[]) WITH ORDINALITY AS u (i, n)
            WHERE NOT EXISTS (
@@ -760,14 +789,14 @@ SELECT t.oid IS NOT NULL,
                WHERE pg_index.indrelid = t.oid AND pg_class.relname = i
            )
            ORDER BY n
-       ),
+       ) AS missing_indexes,
        EXISTS (
            SELECT 1 FROM pg_constraint
            WHERE conrelid = t.oid AND contype = 'c'
              AND pg_get_constraintdef(oid) LIKE '%status%'
              AND pg_get_constraintdef(oid) NOT LIKE '%cancelled%'
-       ),
-       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL
+       ) AS old_status_check,
+       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits
 FROM t
 """
 
@@ -891,8 +920,8 @@ SELECT size.pages,
        CASE WHEN c.relpages > 0 AND c.reltuples >= 0
             THEN (c.reltuples / c.relpages * size.pages)::int8
             ELSE coalesce(s.n_live_tup, 0)
-       END,
-       q.most_common_vals::text::text[], q.most_common_freqs, q.n_distinct,
+       END AS live,
+       q.most_common_vals::text::text[] AS common_queues, q.most_common_freqs, q.n_distinct,
        to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits
 FROM size, pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
@@ -910,7 +939,7 @@ STATS_LIMITS = """
 SELECT l.queue,
        (SELECT coalesce(sum(e.slots), 0) FROM pgqueue_leases AS e
         WHERE e.queue = l.queue AND e.expires_at >= now())::int8 AS in_use,
-       l.global_limit::int8
+       l.global_limit::int8 AS global_limit
 FROM pgqueue_limits AS l
 WHERE ($1::text IS NULL OR l.queue = $1)
 """
@@ -918,7 +947,7 @@ WHERE ($1::text IS NULL OR l.queue = $1)
 # An exact count of completed jobs per queue: a scan of the whole table,
 # run only when the table is small (see pgqueue.Admin.stats).
 STATS_COMPLETED = """
-SELECT queue, count(*)
+SELECT queue, count(*) AS completed
 FROM pgqueue_jobs
 WHERE status = 'completed' AND ($1::text IS NULL OR queue = $1)
 GROUP BY queue
@@ -1079,8 +1108,8 @@ SELECT w.id,
        CASE WHEN r.id IS NOT NULL THEN 'retried'
             WHEN e.id IS NOT NULL THEN 'duplicate'
             WHEN f.id IS NOT NULL THEN 'not_retryable'
-            ELSE 'not_found' END,
-       CASE WHEN r.id IS NOT NULL THEN pg_notify('pgqueue_jobs', r.queue) END
+            ELSE 'not_found' END AS result,
+       CASE WHEN r.id IS NOT NULL THEN pg_notify('pgqueue_jobs', r.queue) END AS notified
 FROM wanted AS w
 LEFT JOIN found AS f ON f.id = w.id
 LEFT JOIN eligible AS e ON e.id = w.id
@@ -1122,7 +1151,7 @@ PRUNE_BATCH_ANY = _prune_batch("($1::text IS NULL OR queue = $1)")
 # the others change nothing. No leader is elected.
 
 # The database's clock, as the schedulers read it.
-PERIODIC_NOW = "SELECT now()"
+PERIODIC_NOW = "SELECT now() AS now"
 
 # Register schedule $1 (written $2, in zone $3) of jobs of type $5 on queue
 # $4: a new row remembers when it was first seen ($7, the schedulers'

@@ -49,7 +49,7 @@ from pgqueue._errors import (
 from pgqueue._job import Status
 from pgqueue._listener import Listener, ListenerRoute
 from pgqueue._log import Logger, default_logger
-from pgqueue._retry import log_failure, retry_delay
+from pgqueue._retry import Failures
 from pgqueue._schema import SCHEMA_ERRORS
 from pgqueue._sql import OUTCOMES_CHANNEL
 from pgqueue._taskgroup import BlockTaskGroup
@@ -68,7 +68,7 @@ POLL_INTERVAL = 1.0
 STATEMENT_TIMEOUT = 10.0
 """Seconds a read may take (a pool acquire, or connecting, included) before it is retried."""
 
-_ENDED = frozenset({"completed", "dead", "cancelled"})
+_ENDED = frozenset({Status.COMPLETED, Status.DEAD, Status.CANCELLED})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -328,7 +328,7 @@ class Tracker:
 
     async def _read(self) -> None:
         """Read the marked rows, one statement at a time, until cancelled."""
-        failures = 0
+        failures = Failures(self._logger, "reading job outcomes failed; retrying")
         while True:
             while not self._marked:
                 self._read_needed = anyio.Event()
@@ -347,18 +347,11 @@ class Tracker:
                 self._settle_all(batch, _schema_error(exc, target_of(self._target)))
                 continue
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger,
-                    "reading job outcomes failed; retrying",
-                    exc,
-                    failures,
-                    jobs=len(batch),
-                )
+                wait = failures.failed(exc, jobs=len(batch))
                 self._marked.update(batch)
-                await anyio.sleep(retry_delay(failures))
+                await anyio.sleep(wait)
                 continue
-            failures = 0
+            failures.succeeded()
             ended = self._settle(batch, rows)
             self._logger.debug(
                 "job outcomes read", extra={"jobs": len(batch), "ended": ended}

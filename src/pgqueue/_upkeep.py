@@ -9,7 +9,7 @@ import anyio
 
 from pgqueue import _sql
 from pgqueue._job import Status
-from pgqueue._retry import log_failure, retry_delay
+from pgqueue._retry import Failures
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -81,9 +81,9 @@ class Upkeep:
         the NOTIFY was missed).
         """
         interval = self._rescue_after / HEARTBEATS_PER_RESCUE
-        failures = 0
+        failures = Failures(self._logger, "heartbeat failed", fields=self._fields)
         while True:
-            await anyio.sleep(retry_delay(failures, interval) if failures else interval)
+            await anyio.sleep(failures.pause(interval))
             keys = sorted(self._keys())  # in id order, as outcome writes lock rows
             if not keys:
                 continue
@@ -94,29 +94,23 @@ class Upkeep:
                     _sql.array(key[1] for key in keys),
                 )
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger, "heartbeat failed", exc, failures, **self._fields
-                )
+                failures.failed(exc)
             else:
-                failures = 0
+                failures.succeeded()
                 for row in rows:
-                    self._on_cancel_requested(row[0])
+                    self._on_cancel_requested(row["id"])
 
     async def rescue(self) -> None:
         """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
-        failures = 0
+        failures = Failures(self._logger, "rescue sweep failed", fields=self._fields)
         while True:
             try:
                 self._report(await self._rescue_all())
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger, "rescue sweep failed", exc, failures, **self._fields
-                )
+                failures.failed(exc)
             else:
-                failures = 0
-            await self._pause(failures)
+                failures.succeeded()
+            await anyio.sleep(failures.pause(self._interval))
 
     def _report(self, swept: Mapping[str, Counter[str]]) -> None:
         rescued = []
@@ -145,7 +139,7 @@ class Upkeep:
             )
             batch: dict[str, Counter[str]] = {}
             for row in rows:
-                batch.setdefault(row[0], Counter())[row[1]] += 1
+                batch.setdefault(row["queue"], Counter())[row["status"]] += 1
             for queue, statuses in batch.items():
                 swept.setdefault(queue, Counter()).update(statuses)
                 if self._on_swept is not None:
@@ -155,27 +149,20 @@ class Upkeep:
 
     async def retention(self, retain: float) -> None:
         """Delete the worker's queues' finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""
-        failures = 0
+        failures = Failures(self._logger, "retention sweep failed", fields=self._fields)
         while True:
             try:
                 removed = await self._prune_all(retain)
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger,
-                    "retention sweep failed",
-                    exc,
-                    failures,
-                    **self._fields,
-                )
+                failures.failed(exc)
             else:
-                failures = 0
+                failures.succeeded()
                 if removed:
                     self._logger.info(
                         "pruned finished jobs",
                         extra={"count": removed, **self._fields},
                     )
-            await self._pause(failures)
+            await anyio.sleep(failures.pause(self._interval))
 
     async def _prune_all(self, retain: float) -> int:
         removed, after = 0, 0
@@ -184,13 +171,8 @@ class Upkeep:
                 _sql.PRUNE_BATCH, self._queues, retain, after, SWEEP_BATCH
             )
             assert row is not None
-            count: int = row[0]
-            after = row[1]
+            count: int = row["removed"]
+            after = row["last_id"]
             removed += count
             if count < SWEEP_BATCH:
                 return removed
-
-    async def _pause(self, failures: int) -> None:
-        await anyio.sleep(
-            retry_delay(failures, self._interval) if failures else self._interval
-        )

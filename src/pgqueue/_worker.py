@@ -82,7 +82,7 @@ from pgqueue._listener import (
     ListenerRoute,
 )
 from pgqueue._log import Logger, default_logger
-from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
+from pgqueue._outcome import Key, Kind, Outcome
 from pgqueue._periodic import Schedules, check_schedule
 from pgqueue._policy import ClaimPolicy
 from pgqueue._runner import JobRunner, in_thread
@@ -870,7 +870,7 @@ class Worker:
         finally:
             for lane in lanes:
                 for job in lane.claims.give_back():
-                    self._writer.put(Outcome(job, RELEASED))
+                    self._writer.put(Outcome(job, Kind.RELEASED))
 
     async def _claim_lanes(self, until_empty: bool) -> None:
         """Run every lane's claimer; raise the first failure (the others are then cancelled)."""
@@ -1065,7 +1065,7 @@ class Worker:
 
 
 # Outcomes that put the job back to run after their delay.
-_DELAYED = frozenset({"pending", SNOOZED})
+_DELAYED = frozenset({Kind.PENDING, Kind.SNOOZED})
 
 
 def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any]]:

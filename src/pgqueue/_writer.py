@@ -10,9 +10,8 @@ import anyio
 
 from pgqueue import _sql
 from pgqueue._errors import is_transient
-from pgqueue._job import Status
-from pgqueue._outcome import Outcome
-from pgqueue._retry import log_failure, retry_delay, safe_repr
+from pgqueue._outcome import Kind, Outcome
+from pgqueue._retry import Failures, safe_repr
 from pgqueue._runner import job_fields, job_label
 
 if TYPE_CHECKING:
@@ -69,7 +68,9 @@ class OutcomeWriter:
 
     async def run(self) -> None:
         """Flush until cancelled."""
-        failures = 0
+        failures = Failures(
+            self._logger, "writing job outcomes failed; retrying", fields=self._fields
+        )
         while True:
             if not self._buffer:
                 self._arrived.clear()
@@ -78,18 +79,9 @@ class OutcomeWriter:
             try:
                 await self._write(batch)
             except Exception as exc:
-                failures += 1
-                log_failure(
-                    self._logger,
-                    "writing job outcomes failed; retrying",
-                    exc,
-                    failures,
-                    count=len(self._buffer),
-                    **self._fields,
-                )
-                await anyio.sleep(retry_delay(failures))
+                await anyio.sleep(failures.failed(exc, count=len(self._buffer)))
             else:
-                failures = 0
+                failures.succeeded()
 
     async def _write(self, batch: list[Outcome]) -> None:
         """Write ``batch``; on a transient failure, put back what is unwritten and raise."""
@@ -121,7 +113,7 @@ class OutcomeWriter:
         results = [o.result for o in part]
         statuses = [o.status for o in part]
         args: tuple[object, ...]
-        if all(status == Status.COMPLETED for status in statuses):
+        if all(status == Kind.COMPLETED for status in statuses):
             query, args = _sql.COMPLETE, (ids, attempts, results)
         else:
             query = _sql.FINISH
@@ -136,7 +128,9 @@ class OutcomeWriter:
         rows = await self._connection.fetch(query, *args)
         stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
-            stale = self._log_stale(part, {(row[0], row[1]) for row in rows})
+            stale = self._log_stale(
+                part, {(row["id"], row["attempts"]) for row in rows}
+            )
         self._settle(part, keys)
         self._on_written(part, stale)
 
@@ -149,14 +143,14 @@ class OutcomeWriter:
             "see the worker's log"
         )
         if outcome.error != placeholder:
-            status = outcome.status if outcome.error is not None else Status.DEAD
+            status = outcome.status if outcome.error is not None else Kind.DEAD
             self._logger.error(
                 "database refused a job outcome; writing a placeholder error",
                 extra={**job_fields(job), "outcome": outcome.status, "error": reason},
             )
             return [[Outcome(job, status, outcome.delay, placeholder)]]
-        if outcome.status != Status.DEAD:
-            return [[Outcome(job, Status.DEAD, error=placeholder)]]
+        if outcome.status != Kind.DEAD:
+            return [[Outcome(job, Kind.DEAD, error=placeholder)]]
         self._logger.error(
             "database refused a job outcome; giving up (the rescue sweep will find the job)",
             extra={**job_fields(job), "error": reason},

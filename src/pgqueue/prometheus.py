@@ -61,7 +61,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pgqueue import Admin, EnqueueEvent, EnqueueHook, Logger, Observer
-from pgqueue._extension import default_logger
+from pgqueue._extension import Kind, default_logger
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -90,13 +90,13 @@ UNKNOWN_JOB_TYPE = "(unknown)"
 """The ``job_type`` label of outcomes of job types with no handler in the worker."""
 
 # What each written outcome's status is counted as.
-_OUTCOMES = {
-    "completed": "completed",
-    "pending": "retried",
-    "dead": "dead",
-    "cancelled": "cancelled",
-    "snoozed": "snoozed",
-    "released": "released",
+_OUTCOMES: dict[str, str] = {
+    Kind.COMPLETED: "completed",
+    Kind.PENDING: "retried",
+    Kind.DEAD: "dead",
+    Kind.CANCELLED: "cancelled",
+    Kind.SNOOZED: "snoozed",
+    Kind.RELEASED: "released",
 }
 
 

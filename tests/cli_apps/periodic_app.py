@@ -14,6 +14,7 @@ import os
 import asyncpg
 
 import pgqueue
+from tests.helpers import TableClock
 
 
 async def _done(_job: pgqueue.Job) -> None:
@@ -25,7 +26,6 @@ def worker() -> pgqueue.Worker:
     made = pgqueue.Worker(pool, queue=os.environ["CLI_QUEUE"], concurrency=4)
     made.register("tick", _done)
     made.periodic(os.environ["PERIODIC_NAME"], every=60, job_type="tick", unique=False)
-    # The private test hooks: the clock every process reads, and short sleeps.
-    made._schedules.clock_query = f"SELECT t FROM {os.environ['PERIODIC_CLOCK']}"
-    made._schedules.max_sleep = 0.02
+    # The clock every process reads, with short sleeps (injected privately).
+    made._schedules.clock = TableClock(os.environ["PERIODIC_CLOCK"])
     return made

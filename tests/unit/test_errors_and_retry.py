@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pgqueue._errors import MAX_ERROR_LENGTH, describe, storable
-from pgqueue._retry import FIRST_RETRY_DELAY, retry_delay
+from pgqueue._retry import FIRST_RETRY_DELAY, QUIET_FAILURES, Failures, retry_delay
+from tests.helpers import RecordingLogger
 
 
 @pytest.mark.parametrize(
@@ -52,3 +53,53 @@ def test_retry_delay_never_overflows_and_stays_capped(failures: int) -> None:
     # at poll_interval=1 the old claim loop died of it.
     for cap in (0.001, 1.0, 5.0):
         assert cap / 2 <= retry_delay(failures, cap) <= cap
+
+
+async def test_failures_count_log_and_wait_by_the_retry_rule() -> None:
+    logger = RecordingLogger()
+    failures = Failures(
+        logger, "claim failed; retrying", cap=1.0, fields={"queue": "q"}
+    )
+    waits = [failures.failed(ConnectionResetError("gone"), jobs=i) for i in range(7)]
+    assert failures.count == 7
+    for n, wait in enumerate(waits, 1):
+        base = min(1.0, FIRST_RETRY_DELAY * 2 ** (n - 1))
+        assert base / 2 <= wait <= base
+    # WARNING while it may pass, ERROR once it persists.
+    levels = [level for level, _, _ in logger.records]
+    assert levels == ["warning"] * QUIET_FAILURES + ["error"] * (7 - QUIET_FAILURES)
+    _, msg, extra = logger.records[-1]
+    assert msg == "claim failed; retrying"
+    assert extra == {
+        "error": "ConnectionResetError('gone')",
+        "failures": 7,
+        "queue": "q",
+        "jobs": 6,
+    }
+    failures.failed(OSError(), "claim lost; retrying")
+    assert logger.records[-1][1] == "claim lost; retrying"
+
+
+async def test_failures_start_again_after_a_success() -> None:
+    logger = RecordingLogger()
+    failures = Failures(logger, "heartbeat failed")
+    for _ in range(QUIET_FAILURES + 1):
+        failures.failed(OSError())
+    failures.succeeded()
+    assert failures.count == 0
+    assert failures.failed(OSError()) <= FIRST_RETRY_DELAY
+    assert logger.records[-1][0] == "warning"
+    # counted(): a failure its caller logs itself.
+    assert failures.counted() <= 2 * FIRST_RETRY_DELAY
+    assert failures.count == 2
+    assert len(logger.records) == QUIET_FAILURES + 2
+
+
+async def test_a_periodic_loop_pauses_its_interval_or_less_after_failures() -> None:
+    failures = Failures(RecordingLogger(), "rescue sweep failed")
+    assert failures.pause(30.0) == 30.0
+    for _ in range(40):
+        failures.failed(OSError())
+        assert failures.pause(0.2) <= 0.2
+    failures.succeeded()
+    assert failures.pause(0.2) == 0.2

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
-from pgqueue._job import Job, claimed_job
+from pgqueue import _sql
+from pgqueue._claimer import jobs_from_rows
+from pgqueue._job import Job, PeriodicKey, claimed_job
 
 FIELDS: dict[str, Any] = {
     "id": 7,
@@ -39,3 +41,58 @@ def test_a_claimed_job_is_as_frozen_as_any() -> None:
     built = claimed_job(*FIELDS.values())
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.attempts = 3  # type: ignore[misc]
+
+
+def test_a_periodic_key_is_written_and_read_in_one_place() -> None:
+    tick = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
+    key = str(PeriodicKey("report@eu", tick.astimezone(timezone(timedelta(hours=2)))))
+    assert key == "periodic:report@eu@2026-03-01T09:30:00+00:00"
+    assert PeriodicKey.parse(key) == ("report@eu", tick)
+    assert Job(**{**FIELDS, "unique_key": key}).tick == tick
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        None,
+        "k",
+        "periodic:no-tick",
+        "periodic:n@not a time",
+        "periodic:n@2026-03-01T09:30:00",  # naive: not ours
+        "other:n@2026-03-01T09:30:00+00:00",
+    ],
+)
+def test_other_keys_hold_no_periodic_tick(key: str | None) -> None:
+    assert PeriodicKey.parse(key) is None
+    assert Job(**{**FIELDS, "unique_key": key}).tick is None
+
+
+def test_a_claimed_row_is_read_by_the_claim_columns() -> None:
+    # Every column a distinct value: a decoder reading the wrong column fails.
+    columns = {
+        "id": 7,
+        "queue": "q",
+        "job_type": "t",
+        "payload": '{"a": [1]}',
+        "attempts": 2,
+        "max_attempts": 5,
+        "run_at": FIELDS["run_at"],
+        "created_at": FIELDS["created_at"],
+        "last_error": "boom",
+        "unrepresentable": None,
+        "priority": -3,
+        "unique_key": "k",
+        "snoozes": 4,
+        "claimed_at": 1_700_000_000_000_000,
+        "trace_context": FIELDS["trace_context"],
+    }
+    assert set(columns) == set(_sql.CLAIM_COLUMNS)
+    row = tuple(columns[name] for name in _sql.CLAIM_COLUMNS)
+    claimed = jobs_from_rows([row])
+    assert claimed.jobs == [Job(**FIELDS)]
+    assert claimed.claimed_at == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    # The claim returns them in that order.
+    returning = _sql.CLAIM[_sql.CLAIM.index("RETURNING") :]
+    ends = [returning.index(f"{name},") for name in _sql.CLAIM_COLUMNS[:-1]]
+    assert ends == sorted(ends)
+    assert returning.rstrip().endswith(_sql.CLAIM_COLUMNS[-1])

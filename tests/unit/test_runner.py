@@ -16,6 +16,7 @@ import pgqueue
 from pgqueue._backoff import MAX_BACKOFF, SafeBackoff
 from pgqueue._errors import MAX_ERROR_LENGTH
 from pgqueue._job import Job
+from pgqueue._outcome import Kind
 from pgqueue._runner import JobRunner
 from tests.helpers import RecordingLogger
 
@@ -287,3 +288,31 @@ async def test_a_backoff_that_misbehaves_gives_a_usable_delay(
             assert outcome.delay == expected
     warned = [m for m in logger.messages("warning") if "backoff" in m]
     assert len(warned) == (0 if expected == 2.0 else 1)  # logged once
+
+
+async def test_outcome_kinds_are_named_and_compare_as_the_strings_observers_see() -> (
+    None
+):
+    async def snoozes(_job: Job) -> None:
+        raise pgqueue.Snooze(5)
+
+    async def fails(_job: Job) -> None:
+        raise ValueError
+
+    snoozed = await run(runner(snoozes))
+    retried = await run(runner(fails))
+    # Observers written against the strings keep working.
+    assert snoozed.status == "snoozed"
+    assert retried.status == "pending"
+    assert (snoozed.status, retried.status) == (Kind.SNOOZED, Kind.PENDING)
+    assert {str(kind) for kind in Kind} == {
+        "completed",
+        "pending",
+        "dead",
+        "cancelled",
+        "snoozed",
+        "released",
+    }
+    # Every job status an outcome can write is the kind of the same name.
+    for status in ("completed", "dead", "cancelled", "pending"):
+        assert Kind(status) == str(pgqueue.Status(status))

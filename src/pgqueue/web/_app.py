@@ -27,10 +27,10 @@ from pgqueue import Admin, JobSummary, SchemaError
 from pgqueue._extension import (
     DATABASE_ERRORS,
     JOB_STATUSES,
-    PERIODIC_KEY_PREFIX,
     PREVIEW_CHARS,
     SCHEMA_ERRORS,
     Frame,
+    PeriodicKey,
     Sampler,
     check_dsn_or_pool,
     check_duration,
@@ -39,7 +39,6 @@ from pgqueue._extension import (
     check_queue_name,
     check_schema,
     describe,
-    periodic_tick,
 )
 from pgqueue.web import _html
 from pgqueue.web._guard import (
@@ -497,15 +496,13 @@ class _Dashboard:
         if job is None:
             raise HTTPException(404, f"no job has the id {job_id}")
         schedule = tick = name = None
-        key = job.unique_key
-        if key is not None and key.startswith(PERIODIC_KEY_PREFIX):
-            tick = periodic_tick(key)
-            if tick is not None:
-                name = key[len(PERIODIC_KEY_PREFIX) :].rpartition("@")[0]
-                with contextlib.suppress(SchemaError):
-                    schedule = next(
-                        (s for s in await admin.schedules() if s.name == name), None
-                    )
+        key = PeriodicKey.parse(job.unique_key)
+        if key is not None:
+            name, tick = key
+            with contextlib.suppress(SchemaError):
+                schedule = next(
+                    (s for s in await admin.schedules() if s.name == name), None
+                )
         return self.page(
             request,
             "job.html",
