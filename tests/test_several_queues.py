@@ -109,14 +109,14 @@ def test_queue_and_queues_properties() -> None:
 def test_replace_switches_between_the_forms() -> None:
     one = pgqueue.Worker(None, queue="q", concurrency=3)  # type: ignore[arg-type]
     one.register("t", noop)
-    several = one._replace(queues={"a": 1, "b": 2}, max_concurrency=2)
+    several = one.with_options(queues={"a": 1, "b": 2}, max_concurrency=2)
     assert several.queues == {"a": 1, "b": 2}
-    assert several._registered == {"t": noop}
-    back = several._replace(queue="c")
+    assert several.job_types == ("t",)
+    back = several.with_options(queue="c")
     assert back.queues == {"c": 2}
-    assert several._replace(prefetch=4).queues == {"a": 1, "b": 2}
+    assert several.with_options(prefetch=4).queues == {"a": 1, "b": 2}
     with pytest.raises(TypeError, match="either queues"):
-        several._replace(concurrency=5)
+        several.with_options(concurrency=5)
 
 
 # --------------------------------------------------------------------------
