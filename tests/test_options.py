@@ -78,7 +78,7 @@ def test_options_are_frozen_checked_and_normalised() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.prefetch = 1  # type: ignore[misc]
     with pytest.raises(TypeError):
-        pgqueue.WorkerOptions("q")  # type: ignore[misc]  # keyword-only
+        pgqueue.WorkerOptions("q")  # type: ignore[call-arg]  # keyword-only
 
 
 @pytest.mark.parametrize(

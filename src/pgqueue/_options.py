@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pgqueue._log import Logger
     from pgqueue._worker import Middleware
 
-__all__ = ["FLAG", "NO_FLAG", "Flag", "FlagKind", "WorkerOptions"]
+__all__ = ["FLAG", "NO_FLAG", "Flag", "FlagKind", "WorkerOptions", "option_flags"]
 
 
 class _Default(str):
@@ -156,7 +156,7 @@ class WorkerOptions:
         metadata=_flag(
             "--poll-interval",
             "seconds",
-            "seconds between claims when nothing wakes the worker",
+            "time between claims when nothing wakes the worker",
             "DURATION",
         ),
     )
@@ -180,7 +180,7 @@ class WorkerOptions:
         metadata=_flag(
             "--backoff",
             "callable",
-            "seconds before a retry, from the attempt number",
+            "seconds before a retry, from the attempt number (a function)",
             "MODULE:ATTR",
         ),
     )
@@ -189,7 +189,7 @@ class WorkerOptions:
         metadata=_flag(
             "--rescue-after",
             "seconds",
-            "seconds without a heartbeat before a running job is rescued",
+            "time without a heartbeat before a running job is rescued",
             "DURATION",
         ),
     )
@@ -198,7 +198,7 @@ class WorkerOptions:
         metadata=_flag(
             "--job-timeout",
             "seconds|none",
-            "seconds a handler may run",
+            "how long a handler may run",
             "DURATION|none",
         ),
     )
@@ -369,3 +369,12 @@ def _check_unknown_types(value: object) -> Literal["dead", "wait"]:
 
 def _optional_duration(what: str, value: float | None) -> float | None:
     return None if value is None else check_duration(what, value, positive=True)
+
+
+def option_flags() -> dict[str, Flag]:
+    """Each option's flag of ``pgqueue worker``, in the order of the fields."""
+    return {
+        field.name: field.metadata[FLAG]
+        for field in dataclasses.fields(WorkerOptions)
+        if FLAG in field.metadata
+    }
