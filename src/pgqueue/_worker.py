@@ -211,6 +211,8 @@ class Worker:
     .. versionchanged:: Unreleased
        ``queues`` and ``max_concurrency``: several queues per worker;
        ``global_limit``: fleet-wide limits.
+       The options are one checked `WorkerOptions` (`options`);
+       `with_options` copies a worker with some of them changed.
     """
 
     def __init__(
@@ -264,6 +266,8 @@ class Worker:
         """Set the worker up from checked ``options`` (no I/O)."""
         self._options = options
         self._pool = pool
+        # The options the parts below read, by their old names (the lanes
+        # will read them from the options).
         self._connections = options.connections
         self._queue = options.queue
         self._concurrency = options.concurrency
@@ -272,7 +276,6 @@ class Worker:
             cast("str", self._queue): cast("int", self._concurrency)
         }
         self._max_concurrency = options.max_concurrency
-        self._global_limit = options.global_limit
         limits = options.limits()
         self._prefetch = options.prefetch
         self._poll_interval = options.poll_interval
