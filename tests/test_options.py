@@ -53,11 +53,10 @@ def test_worker_takes_exactly_the_options_fields() -> None:
         assert parameter.kind is inspect.Parameter.KEYWORD_ONLY
         assert parameter.default == field.default, field.name
         assert type(parameter.default) is type(field.default), field.name
-        # queue and concurrency are None in the several-queues form.
-        assert field.type in (
-            parameter.annotation,
-            f"{parameter.annotation} | None",
-        ), field.name
+        # queue and concurrency are None in the several-queues form; the
+        # options take what a worker uses of a Connections.
+        annotation = parameter.annotation.replace("Connections", "SharedConnections")
+        assert field.type in (annotation, f"{annotation} | None"), field.name
 
 
 def test_the_worker_passes_every_option_on() -> None:
@@ -106,6 +105,15 @@ def test_options_and_worker_refuse_the_same(
         pgqueue.WorkerOptions(**options)
     with pytest.raises(error, match=message):
         pgqueue.Worker(None, **options)  # type: ignore[arg-type]
+
+
+def test_connections_are_checked() -> None:
+    with pytest.raises(TypeError, match=r"must be a pgqueue.Connections, not str"):
+        pgqueue.WorkerOptions(connections="postgresql://h/db")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="give the LISTEN DSN to Connections"):
+        pgqueue.WorkerOptions(
+            connections=pgqueue.Connections("postgresql://h/db"), listen="postgresql:"
+        )
 
 
 def test_several_queues_form() -> None:

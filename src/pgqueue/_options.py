@@ -9,23 +9,58 @@ signature, which a test holds in step with these fields).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Protocol,
+    TypeAlias,
+    cast,
+    runtime_checkable,
+)
 
 from pgqueue._backoff import Backoff, default_backoff
 from pgqueue._checks import check_callable, check_duration, check_int, check_queue_name
-from pgqueue._connections import Connections
-from pgqueue._lanes import check_global_limit, check_queues
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from pgqueue._hooks import Observer
     from pgqueue._log import Logger
-    from pgqueue._worker import Middleware
+    from pgqueue._runner import Handler
 
-__all__ = ["FLAG", "NO_FLAG", "Flag", "FlagKind", "WorkerOptions", "option_flags"]
+    # As pgqueue.Middleware (defined in _worker, which these options sit below).
+    Middleware: TypeAlias = Callable[[Handler], Handler]
+
+__all__ = [
+    "FLAG",
+    "NO_FLAG",
+    "Flag",
+    "FlagKind",
+    "SharedConnections",
+    "WorkerOptions",
+    "check_global_limit",
+    "check_queues",
+    "option_flags",
+]
+
+
+@runtime_checkable
+class SharedConnections(Protocol):
+    """What a worker uses of a `pgqueue.Connections` (the options sit below that module).
+
+    Its claim, write and upkeep connections, and LISTEN routes.
+    """
+
+    claims: Any
+    writes: Any
+    upkeep: Any
+
+    def route(self, *args: Any, **kwargs: Any) -> Any:
+        """A LISTEN route on the shared connection."""
+        ...
 
 
 class _Default(str):
@@ -169,7 +204,7 @@ class WorkerOptions:
             "DSN",
         ),
     )
-    connections: Connections | None = field(
+    connections: SharedConnections | None = field(
         default=None,
         metadata={
             NO_FLAG: "an object your code makes (a worker built with it keeps it)"
@@ -268,7 +303,7 @@ class WorkerOptions:
             msg = f"listen must be a bool or a DSN string, not {type(listen).__name__}"
             raise TypeError(msg)
         if connections is not None:
-            if not isinstance(cast("object", connections), Connections):
+            if not isinstance(cast("object", connections), SharedConnections):
                 msg = f"connections must be a pgqueue.Connections, not {type(connections).__name__}"
                 raise TypeError(msg)
             if isinstance(listen, str):
@@ -378,3 +413,44 @@ def option_flags() -> dict[str, Flag]:
         for field in dataclasses.fields(WorkerOptions)
         if FLAG in field.metadata
     }
+
+
+def check_queues(queues: Mapping[str, int]) -> dict[str, int]:
+    """``queues`` checked: a non-empty mapping of queue names to concurrencies."""
+    if not isinstance(cast("object", queues), Mapping):
+        msg = f"queues must be a mapping of queue names to concurrencies, not {type(queues).__name__}"
+        raise TypeError(msg)
+    if not queues:
+        msg = "queues must name at least one queue"
+        raise ValueError(msg)
+    return {
+        check_queue_name(name): check_int(f"concurrency of queue {name!r}", n)
+        for name, n in queues.items()
+    }
+
+
+def check_global_limit(
+    limit: int | Mapping[str, int] | None, queue: str | None, specs: Mapping[str, int]
+) -> dict[str, int]:
+    """``global_limit`` checked, as each limited queue's limit."""
+    if limit is None:
+        return {}
+    if isinstance(limit, Mapping):
+        given: Mapping[str, int] = limit
+    elif queue is None:
+        msg = (
+            "with queues=, give global_limit as a mapping of queue names "
+            'to limits ({"emails": 3})'
+        )
+        raise TypeError(msg)
+    else:
+        given = {queue: limit}
+    limits = {}
+    for name, n in given.items():
+        if name not in specs:
+            msg = (
+                f"global_limit names queue {name!r}, which this worker does not consume"
+            )
+            raise ValueError(msg)
+        limits[name] = check_int(f"global_limit of queue {name!r}", n)
+    return limits

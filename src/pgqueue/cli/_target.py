@@ -16,9 +16,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from pgqueue import Worker
 from pgqueue._connect import check_dsn, target_of
 from pgqueue._options import option_flags
-from pgqueue._worker import Worker
 from pgqueue.cli._common import UsageError, printable
 
 if TYPE_CHECKING:

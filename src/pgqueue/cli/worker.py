@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from pgqueue._errors import SchemaError
+from pgqueue import SchemaError
 from pgqueue._log import JsonFormatter
 from pgqueue._options import Flag, option_flags
 from pgqueue.cli._common import (
@@ -59,7 +59,7 @@ from pgqueue.cli._target import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from pgqueue._worker import Worker
+    from pgqueue import Worker
     from pgqueue.cli._common import Commands
 
 __all__ = ["OPTION_FLAGS", "add_to", "drive", "run"]
