@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
+import dataclasses
 import os
 import re
 import signal
@@ -27,11 +27,12 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import pgqueue
-from pgqueue.cli import build_parser
+from pgqueue._options import FLAG, NO_FLAG
+from pgqueue.cli import _processes, _target, build_parser
 from pgqueue.cli import worker as cli_worker
 from pgqueue.cli._common import UsageError
 from tests.cli_apps import RUNS
-from tests.helpers import noop, wait_until
+from tests.helpers import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -175,21 +176,23 @@ def worker_parser() -> Any:
     return commands.choices["worker"]
 
 
-def test_every_worker_option_has_a_flag() -> None:
+def test_every_worker_option_has_a_flag_or_a_reason() -> None:
     parser = worker_parser()
     by_flag = {
         flag: action for action in parser._actions for flag in action.option_strings
     }
-    options = list(inspect.signature(pgqueue.Worker).parameters)
-    assert options[0] == "pool"  # the pool comes from the user's code
-    for name in options[1:]:
-        if name in cli_worker.NO_FLAG:
+    for field in dataclasses.fields(pgqueue.WorkerOptions):
+        if NO_FLAG in field.metadata:
+            assert field.metadata[NO_FLAG], f"say why {field.name!r} has no flag"
             continue
-        assert name in cli_worker.OPTION_FLAGS, f"Worker option {name!r} has no flag"
-        flag = cli_worker.OPTION_FLAGS[name]
-        assert flag in by_flag, f"{flag} (for {name!r}) is not a flag of pgqueue worker"
+        assert FLAG in field.metadata, f"option {field.name!r}: a flag or a reason"
+        flag = field.metadata[FLAG]
+        assert flag.name in by_flag, f"{flag.name} is not a flag of pgqueue worker"
+        assert field.name in cli_worker.OPTION_FLAGS
         # --queue NAME=N gives queues (see test_queue_flag_gives_one_queue_or_several).
-        assert by_flag[flag].dest == ("queue" if name == "queues" else name)
+        expected = "queue" if field.name == "queues" else field.name
+        assert by_flag[flag.name].dest == expected
+        assert flag.help, field.name
 
 
 SAMPLES = {
@@ -210,7 +213,7 @@ SAMPLES = {
     "middleware": ["--middleware", f"{APPS}:tag", "--middleware", f"{APPS}:tag"],
     "logger": ["--logger", "my.app"],
     "observers": [],  # none to hand here; the flag is checked above
-    "connections": [],  # no flag: made in your code (cli_worker.NO_FLAG)
+    "connections": [],  # no flag: made in your code (its NO_FLAG reason)
 }
 
 
@@ -219,58 +222,32 @@ async def test_flags_replace_the_workers_options_and_keep_its_handlers(
 ) -> None:
     monkeypatch.setenv("PGQUEUE_DSN", dsn)
     monkeypatch.chdir(ROOT)
-    options = list(inspect.signature(pgqueue.Worker).parameters)[1:]
-    assert set(options) <= set(SAMPLES), "add a sample for the new option"
+    names = [field.name for field in dataclasses.fields(pgqueue.WorkerOptions)]
+    assert set(names) <= set(SAMPLES), "add a sample for the new option"
     argv = ["worker", f"{APPS}:sync_factory", "--job-timeout", "9"]
-    argv += [arg for name in options for arg in SAMPLES[name]]
+    argv += [arg for name in names for arg in SAMPLES[name]]
     args = build_parser().parse_args(argv)
     async with contextlib.AsyncExitStack() as stack:
-        worker = await cli_worker.open_worker(args, stack)
-        assert worker.queue == "q2"
-        assert worker._concurrency == 7
-        assert worker._max_concurrency == 6
-        assert worker._global_limit == 4
+        worker = await _target.open_worker(args, stack)
+        options = worker.options
+        assert options.queue == "q2"
+        assert options.concurrency == 7
+        assert options.max_concurrency == 6
+        assert options.global_limit == 4
         assert worker._lanes[0].global_limit == 4
-        assert worker._prefetch == 3
-        assert worker._poll_interval == 0.25
-        assert worker._listen is False
-        assert worker._backoff is sys.modules[APPS].backoff
-        assert worker._rescue_after == 60.0
-        assert worker._job_timeout is None  # the last flag wins, "none" included
-        assert worker._unknown_types == "wait"
-        assert worker._retain == 3600.0
-        assert worker._shutdown_grace == 5.0
-        assert worker._middleware == (sys.modules[APPS].tag,) * 2
-        assert worker._logger.name == "my.app"  # type: ignore[attr-defined]
-        assert set(worker._handlers) == {"work"}
-        assert worker._pool._initialized  # type: ignore[attr-defined]  # opened here
-
-
-async def test_replace_copies_a_new_worker_with_its_handlers(
-    pool: asyncpg.Pool,
-) -> None:
-    wrapped: list[str] = []
-
-    def mark(handler: Any) -> Any:
-        wrapped.append("mark")
-        return handler
-
-    worker = pgqueue.Worker(pool, queue="q", concurrency=3, job_timeout=4.0)
-    worker.register("a", noop)
-    copy = worker._replace(concurrency=5, middleware=[mark])
-    assert copy is not worker
-    assert copy._connections is None
-    assert (copy.queue, copy._concurrency, copy._job_timeout) == ("q", 5, 4.0)
-    assert copy._registered == {"a": noop}
-    assert wrapped == ["mark"]  # the handler was registered again, wrapped
-    assert worker._concurrency == 3  # the original is untouched
-    with pytest.raises(TypeError, match="no option colour"):
-        worker._replace(colour="red")
-    with pytest.raises(ValueError, match="concurrency"):
-        worker._replace(concurrency=0)
-    worker._state = "stopped"
-    with pytest.raises(pgqueue.AlreadyStartedError):
-        worker._replace(concurrency=1)
+        assert options.prefetch == 3
+        assert options.poll_interval == 0.25
+        assert options.listen is False
+        assert options.backoff is sys.modules[APPS].backoff
+        assert options.rescue_after == 60.0
+        assert options.job_timeout is None  # the last flag wins, "none" included
+        assert options.unknown_types == "wait"
+        assert options.retain == 3600.0
+        assert options.shutdown_grace == 5.0
+        assert options.middleware == (sys.modules[APPS].tag,) * 2
+        assert options.logger.name == "my.app"  # type: ignore[union-attr]
+        assert worker.job_types == ("work",)
+        assert worker.pool._initialized  # type: ignore[attr-defined]  # opened here
 
 
 def test_metrics_without_the_extra_says_what_to_install(
@@ -326,6 +303,14 @@ BAD = {
     ),
     "bad option value": ([f"{APPS}:worker", "--concurrency", "0"], "concurrency"),
     "bad flag": ([f"{APPS}:worker", "--concurrency", "many"], "invalid int value"),
+    "bad duration": (
+        [f"{APPS}:worker", "--retain", "7x"],
+        "argument --retain: not a duration: '7x' (use e.g. 30s, 10m, 2h, 7d, 1h30m",
+    ),
+    "units out of order": (
+        [f"{APPS}:worker", "--shutdown-timeout", "30m1h"],
+        "not a duration: '30m1h'",
+    ),
     "bad in the parent": ([f"{APPS}:nosuch", "--processes", "2"], "has no attribute"),
 }
 
@@ -346,6 +331,35 @@ async def test_bad_targets_exit_2_with_one_line(dsn: str, queue_name: str) -> No
         assert len(stderr.splitlines()) == 1, (case, stderr)
         assert stderr.startswith("pgqueue: "), (case, stderr)
         assert fragment in stderr, (case, stderr)
+
+
+async def test_every_duration_flag_takes_units(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await enqueue(pool, queue_name, 2)
+    args = ["--retain", "7d", "--poll-interval", "1h30m", "--rescue-after", "10m"]
+    args += [
+        "--job-timeout",
+        "30s",
+        "--shutdown-grace",
+        "2m",
+        "--shutdown-timeout",
+        "1m",
+    ]
+    result = await run_cli(dsn, queue_name, f"{APPS}:worker", "--burst", *args)
+    assert result.returncode == 0, result.stderr.decode()
+    assert await statuses(pool, queue_name) == {"completed": 2}
+    parsed = build_parser().parse_args(["worker", f"{APPS}:worker", *args])
+    assert (parsed.retain, parsed.poll_interval, parsed.rescue_after) == (
+        7 * 86400,
+        5400,
+        600,
+    )
+    assert (parsed.job_timeout, parsed.shutdown_grace, parsed.shutdown_timeout) == (
+        30,
+        120,
+        60,
+    )
 
 
 async def test_the_concurrency_flag_overrides_the_workers_own(
@@ -486,16 +500,17 @@ def test_children_get_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> Non
         "--log-format", "json",
         "--metrics-port", "9100", "--listen=postgresql://direct/db",
         "--concurrency", "7", "--poll-interval", "0.1", "--job-timeout", "none",
+        "--retain", "7d", "--rescue-after", "0.00001", "--shutdown-grace", "1h30m",
         "--unknown-types", "wait",
         "--middleware", f"{APPS}:tag", "--middleware", f"{APPS}:tag",
         "--observer", f"{APPS}:tag", "--logger", "my.app", "--queue", "q:1",
     ]  # fmt: skip
     parent = build_parser().parse_args(argv)
-    command = cli_worker.child_command(parent, 2)
+    command = _processes.child_command(parent, 2)
     assert command[:3] == [sys.executable, "-m", "pgqueue"]
     # The DSNs go in the environment, never on the (public) command line.
     assert not [arg for arg in command if "postgresql:" in arg], command
-    env = cli_worker.child_environment(parent)
+    env = _processes.child_environment(parent)
     assert env["PGQUEUE_DSN"] == "postgresql://h/db"
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -511,7 +526,7 @@ def test_children_get_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> Non
     for listen, flag in [(True, "--listen"), (False, "--no-listen")]:
         parent = build_parser().parse_args(["worker", "m:a", flag])
         assert (
-            build_parser().parse_args(cli_worker.child_command(parent, 0)[3:]).listen
+            build_parser().parse_args(_processes.child_command(parent, 0)[3:]).listen
             is listen
         )
 

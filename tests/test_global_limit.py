@@ -21,8 +21,7 @@ import pytest
 
 import pgqueue
 from pgqueue import _sql
-from pgqueue.cli import build_parser
-from pgqueue.cli import worker as cli_worker
+from pgqueue.cli import _processes, build_parser
 from tests.cli_apps.limited import SAMPLES, make_worker
 from tests.helpers import running, wait_until
 from tests.test_cli_worker import started, statuses
@@ -530,9 +529,9 @@ def test_global_limit_flag_gives_one_limit_or_several() -> None:
     assert parse("--global-limit", "none").global_limit is None
     args = parse("--global-limit", "a=3", "--global-limit", "b=1")
     assert args.global_limit == {"a": 3, "b": 1}
-    command = cli_worker.child_command(args, 0)
+    command = _processes.child_command(args, 0)
     assert command[-2:] == ["--global-limit=a=3", "--global-limit=b=1"]
-    assert cli_worker.child_command(parse("--global-limit", "3"), 0)[-1] == (
+    assert _processes.child_command(parse("--global-limit", "3"), 0)[-1] == (
         "--global-limit=3"
     )
     for argv in (["a=3", "3"], ["3", "a=3"], ["a=3", "a=4"], ["x"]):

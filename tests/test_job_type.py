@@ -256,7 +256,7 @@ async def test_registering_it_twice_or_copying_the_worker_keeps_the_type(
     async def deliver(job: pgqueue.Job[SendEmail]) -> None:
         seen.append(job.payload)
 
-    worker = first._replace(concurrency=2)
+    worker = first.with_options(concurrency=2)
     await send_email.enqueue(pool, SendEmail("a@example.com"))
     await worker.run(until_empty=True)
     assert seen == [SendEmail("a@example.com")]

@@ -617,7 +617,7 @@ async def test_names_are_unique_and_registration_closes_at_run(
     worker.periodic("hashed", "H * * * *", job_type="t")
     with pytest.raises(ValueError, match="already registered"):
         worker.periodic("n", every=5, job_type="t")
-    copy = worker._replace(concurrency=3)
+    copy = worker.with_options(concurrency=3)
     assert [s.name for s in copy._schedules] == ["n", "six", "alias", "hashed"]
     async with running(worker):
         with pytest.raises(pgqueue.AlreadyStartedError):

@@ -16,8 +16,7 @@ import anyio
 import pytest
 
 import pgqueue
-from pgqueue.cli import build_parser
-from pgqueue.cli import worker as cli_worker
+from pgqueue.cli import _processes, _target, build_parser
 from pgqueue.cli._common import UsageError
 from tests.cli_apps import RUNS
 from tests.helpers import noop, row, rows, running, wait_for_row, wait_until
@@ -109,14 +108,14 @@ def test_queue_and_queues_properties() -> None:
 def test_replace_switches_between_the_forms() -> None:
     one = pgqueue.Worker(None, queue="q", concurrency=3)  # type: ignore[arg-type]
     one.register("t", noop)
-    several = one._replace(queues={"a": 1, "b": 2}, max_concurrency=2)
+    several = one.with_options(queues={"a": 1, "b": 2}, max_concurrency=2)
     assert several.queues == {"a": 1, "b": 2}
-    assert several._registered == {"t": noop}
-    back = several._replace(queue="c")
+    assert several.job_types == ("t",)
+    back = several.with_options(queue="c")
     assert back.queues == {"c": 2}
-    assert several._replace(prefetch=4).queues == {"a": 1, "b": 2}
+    assert several.with_options(prefetch=4).queues == {"a": 1, "b": 2}
     with pytest.raises(TypeError, match="either queues"):
-        several._replace(concurrency=5)
+        several.with_options(concurrency=5)
 
 
 # --------------------------------------------------------------------------
@@ -503,13 +502,13 @@ def test_queue_flag_gives_one_queue_or_several() -> None:
     args = worker_args("--queue", "a=3", "--queue", "b=1", "--max-concurrency", "2")
     assert (hasattr(args, "queue"), args.queues) == (False, {"a": 3, "b": 1})
     assert args.max_concurrency == 2
-    assert cli_worker.option_values(args) == {
+    assert _target.option_values(args) == {
         "queues": {"a": 3, "b": 1},
         "max_concurrency": 2,
     }
     # Not a number after the last "=": one queue of that name.
     assert worker_args("--queue", "x=y").queue == "x=y"
-    command = cli_worker.child_command(
+    command = _processes.child_command(
         worker_args("--queue", "a=3", "--queue", "b=1"), 0
     )
     assert command[-2:] == ["--queue=a=3", "--queue=b=1"]
@@ -539,11 +538,11 @@ async def test_queues_flag_replaces_the_workers_queue(
     monkeypatch.chdir(ROOT)
     async with contextlib.AsyncExitStack() as stack:
         args = worker_args("--queue", "a=3", "--queue", "b=1")
-        worker = await cli_worker.open_worker(args, stack)
+        worker = await _target.open_worker(args, stack)
         assert worker.queues == {"a": 3, "b": 1}
         assert set(worker._handlers) == {"work"}
         with pytest.raises(UsageError, match="either queues"):
-            await cli_worker.open_worker(
+            await _target.open_worker(
                 worker_args("--queue", "a=3", "--concurrency", "5"), stack
             )
 

@@ -35,6 +35,7 @@ from pgqueue._hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._job import Job, NewJob, Status
 from pgqueue._jobtype import JobType
 from pgqueue._log import Logger
+from pgqueue._options import WorkerOptions
 from pgqueue._outcome import Outcome
 from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
@@ -86,6 +87,7 @@ __all__ = [
     "Tracker",
     "TrackerClosedError",
     "Worker",
+    "WorkerOptions",
     "default_backoff",
     "install",
     "is_permanent",

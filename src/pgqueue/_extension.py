@@ -28,6 +28,7 @@ from pgqueue._dashboard import Frame, Sampler
 from pgqueue._errors import DATABASE_ERRORS, describe
 from pgqueue._job import PeriodicKey
 from pgqueue._log import JsonFormatter, default_logger
+from pgqueue._options import Flag, option_flags
 from pgqueue._outcome import Kind
 from pgqueue._public import public_names
 from pgqueue._schema import SCHEMA_ERRORS, check_schema
@@ -40,6 +41,7 @@ __all__ = [
     "PREVIEW_CHARS",
     "SCHEMA_ERRORS",
     "SERVER_IDENTITY",
+    "Flag",
     "Frame",
     "JsonFormatter",
     "Kind",
@@ -57,6 +59,7 @@ __all__ = [
     "default_logger",
     "describe",
     "first_line",
+    "option_flags",
     "public_names",
     "seconds_text",
     "target",

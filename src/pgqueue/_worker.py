@@ -46,7 +46,6 @@ the services and close the worker's connections.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast, overload
@@ -58,13 +57,10 @@ from pgqueue._backoff import Backoff, SafeBackoff, default_backoff
 from pgqueue._checks import (
     check_callable,
     check_duration,
-    check_int,
     check_name,
-    check_queue_name,
 )
 from pgqueue._claimer import Claimer
 from pgqueue._connect import connect_like
-from pgqueue._connections import Connections
 from pgqueue._consumers import RUNNING_FOR, Consumers
 from pgqueue._control import CancelHints, read_cancel_requested
 from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
@@ -72,7 +68,7 @@ from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._handler import Handler, SyncHandler
 from pgqueue._hooks import Observer, call_observers
 from pgqueue._jobtype import JobType
-from pgqueue._lanes import Lane, check_global_limit, check_queues
+from pgqueue._lanes import Lane
 from pgqueue._lease import Lease, LeaseKeeper, worker_id
 from pgqueue._ledger import Budget
 from pgqueue._listener import (
@@ -82,6 +78,7 @@ from pgqueue._listener import (
     ListenerRoute,
 )
 from pgqueue._log import Logger, default_logger
+from pgqueue._options import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, WorkerOptions
 from pgqueue._outcome import Key, Kind, Outcome
 from pgqueue._periodic import Schedules, check_schedule
 from pgqueue._policy import ClaimPolicy
@@ -94,6 +91,7 @@ if TYPE_CHECKING:
     import asyncpg
     from anyio.abc import TaskStatus
 
+    from pgqueue._connections import Connections
     from pgqueue._job import Job
     from pgqueue._jobtype import HandlerDecorator
 
@@ -105,23 +103,6 @@ Middleware: TypeAlias = Callable[[Handler], Handler]
 H = TypeVar("H", bound=Handler | SyncHandler)
 P = TypeVar("P")
 
-
-class _Default(str):
-    """``queue``'s default, told apart from the same name given explicitly."""
-
-    __slots__ = ()
-
-
-class _DefaultInt(int):
-    """``concurrency``'s default, told apart from the same number given explicitly."""
-
-    __slots__ = ()
-
-
-# Shown as 'default' and 2 in the signature; only an omitted argument is
-# these very objects (Worker refuses queue= or concurrency= with queues=).
-_DEFAULT_QUEUE: str = _Default("default")
-_DEFAULT_CONCURRENCY: int = _DefaultInt(2)
 
 FLUSH_TIMEOUT = 30.0
 """Seconds the final flush may retry against an unreachable database; what is
@@ -231,14 +212,16 @@ class Worker:
     .. versionchanged:: Unreleased
        ``queues`` and ``max_concurrency``: several queues per worker;
        ``global_limit``: fleet-wide limits.
+       The options are one checked `WorkerOptions` (`options`);
+       `with_options` copies a worker with some of them changed.
     """
 
     def __init__(
         self,
         pool: asyncpg.Pool[Any],
         *,
-        queue: str = _DEFAULT_QUEUE,
-        concurrency: int = _DEFAULT_CONCURRENCY,
+        queue: str = DEFAULT_QUEUE,
+        concurrency: int = DEFAULT_CONCURRENCY,
         queues: Mapping[str, int] | None = None,
         max_concurrency: int | None = None,
         global_limit: int | Mapping[str, int] | None = None,
@@ -256,68 +239,62 @@ class Worker:
         observers: Sequence[Observer] = (),
         logger: Logger | None = None,
     ) -> None:
-        check_callable("backoff", backoff)
-        for wrap in middleware:
-            check_callable("middleware", wrap)
-        if not isinstance(cast("object", listen), bool | str):
-            msg = f"listen must be a bool or a DSN string, not {type(listen).__name__}"
-            raise TypeError(msg)
-        if connections is not None:
-            if not isinstance(cast("object", connections), Connections):
-                msg = f"connections must be a pgqueue.Connections, not {type(connections).__name__}"
-                raise TypeError(msg)
-            if isinstance(listen, str):
-                msg = (
-                    "with connections=, give the LISTEN DSN to Connections(listen=...)"
-                )
-                raise TypeError(msg)
-        self._connections = connections
+        self._init(
+            pool,
+            WorkerOptions(
+                queue=queue,
+                concurrency=concurrency,
+                queues=queues,
+                max_concurrency=max_concurrency,
+                global_limit=global_limit,
+                prefetch=prefetch,
+                poll_interval=poll_interval,
+                listen=listen,
+                connections=connections,
+                backoff=backoff,
+                rescue_after=rescue_after,
+                job_timeout=job_timeout,
+                unknown_types=unknown_types,
+                retain=retain,
+                shutdown_grace=shutdown_grace,
+                middleware=middleware,
+                observers=observers,
+                logger=logger,
+            ),
+        )
+
+    def _init(self, pool: asyncpg.Pool[Any], options: WorkerOptions) -> None:
+        """Set the worker up from checked ``options`` (no I/O)."""
+        self._options = options
         self._pool = pool
-        # As given (the command line copies a worker through them); the
-        # lanes below are what the worker runs.
-        self._queue: str | None
-        self._concurrency: int | None
-        self._queues: dict[str, int] | None
-        if queues is None:
-            self._queue = str(check_queue_name(queue))
-            self._concurrency = int(check_int("concurrency", concurrency))
-            self._queues = None
-            specs = {self._queue: self._concurrency}
-        else:
-            if queue is not _DEFAULT_QUEUE or concurrency is not _DEFAULT_CONCURRENCY:
-                msg = (
-                    "give either queues= or queue= and concurrency=, not both "
-                    "(queues= gives each queue its concurrency)"
-                )
-                raise TypeError(msg)
-            self._queue = self._concurrency = None
-            self._queues = specs = check_queues(queues)
-        self._max_concurrency = (
-            None
-            if max_concurrency is None
-            else check_int("max_concurrency", max_concurrency)
-        )
-        self._global_limit = global_limit
-        limits = check_global_limit(global_limit, self._queue, specs)
-        self._prefetch = check_int("prefetch", prefetch, minimum=0)
-        self._poll_interval = check_duration(
-            "poll_interval", poll_interval, positive=True
-        )
-        self._listen = listen
-        self._backoff = backoff
-        self._rescue_after = check_duration("rescue_after", rescue_after, positive=True)
-        self._job_timeout = _optional_duration("job_timeout", job_timeout)
-        self._unknown_types = _check_unknown_types(unknown_types)
-        self._retain = None if retain is None else check_duration("retain", retain)
-        self._shutdown_grace = _optional_duration("shutdown_grace", shutdown_grace)
-        self._middleware = tuple(middleware)
-        self._observers = tuple(observers)
+        # The options the parts below read, by their old names (the lanes
+        # will read them from the options).
+        self._connections = options.connections
+        self._queue = options.queue
+        self._concurrency = options.concurrency
+        self._queues = None if options.queues is None else dict(options.queues)
+        specs = self._queues or {
+            cast("str", self._queue): cast("int", self._concurrency)
+        }
+        self._max_concurrency = options.max_concurrency
+        limits = options.limits()
+        self._prefetch = options.prefetch
+        self._poll_interval = options.poll_interval
+        self._listen = options.listen
+        self._backoff = options.backoff
+        self._rescue_after = options.rescue_after
+        self._job_timeout = options.job_timeout
+        self._unknown_types = options.unknown_types
+        self._retain = options.retain
+        self._shutdown_grace = options.shutdown_grace
+        self._middleware = tuple(options.middleware)
+        self._observers = tuple(options.observers)
         # The methods the observers have (each one is optional), looked up once.
         self._observe_written = _methods(self._observers, "on_written")
         self._observe_rescued = _methods(self._observers, "on_rescued")
-        self._logger = default_logger(logger)
+        self._logger = default_logger(options.logger)
         self._handlers: dict[str, Handler] = {}
-        self._registered: dict[str, Handler] = {}  # unwrapped, for _replace
+        self._registered: dict[str, Handler] = {}  # unwrapped, for with_options
         self._schedules = Schedules()
         self._state: Literal["new", "running", "stopped"] = "new"
         self._stop_requested = False
@@ -333,7 +310,7 @@ class Worker:
         self._limited = tuple(lane for lane in self._lanes if lane.global_limit)
         self._by_name = {lane.name: lane for lane in self._lanes}
         self._fields: dict[str, object] = (
-            {"queue": self._queue} if queues is None else {"queues": list(specs)}
+            {"queue": self._queue} if self._queues is None else {"queues": list(specs)}
         )
         cap = self._max_concurrency
         self._budget = (
@@ -350,6 +327,38 @@ class Worker:
         self._jobs_scope: anyio.CancelScope | None = None
         self._keeper: LeaseKeeper | None = None
         self._threads: anyio.CapacityLimiter | None = None
+
+    @property
+    def options(self) -> WorkerOptions:
+        """The options this worker was made with, checked.
+
+        .. versionadded:: Unreleased
+        """
+        return self._options
+
+    @property
+    def pool(self) -> asyncpg.Pool[Any]:
+        """The pool the worker was given (borrowed: the worker never closes it).
+
+        .. versionadded:: Unreleased
+        """
+        return self._pool
+
+    @property
+    def job_types(self) -> Sequence[str]:
+        """The job types with a handler, in the order they were registered.
+
+        .. versionadded:: Unreleased
+        """
+        return tuple(self._registered)
+
+    @property
+    def state(self) -> Literal["new", "running", "stopped"]:
+        """``"new"`` until `run` starts, ``"running"``, then ``"stopped"`` once it has returned.
+
+        .. versionadded:: Unreleased
+        """
+        return self._state
 
     @property
     def queue(self) -> str:
@@ -514,35 +523,23 @@ class Worker:
         """The queue of schedules registered without one: the worker's first."""
         return next(iter(self.queues))
 
-    def _replace(self, **options: Any) -> Worker:
-        """A new worker with ``options`` replaced and the same handlers (for the command line).
+    def with_options(self, **changes: Any) -> Worker:
+        """A new, unstarted worker with ``changes`` to this one's options and the same handlers and schedules.
 
-        Every option left out keeps its value (each is kept as ``self._<name>``);
-        the handlers are registered again, so new middleware wraps them too.
-        ``queues`` replaces ``queue`` and ``concurrency``, and ``queue``
-        replaces ``queues`` (the copy consumes that one queue, with its
-        ``concurrency`` if given); ``concurrency`` alone on a worker of several
-        queues is refused (`TypeError`), as it would be by `Worker`.
+        Every option left out keeps its value; the handlers are registered
+        again, so new ``middleware`` wraps them too. ``queues`` replaces
+        ``queue`` and ``concurrency``, and ``queue`` replaces ``queues``
+        (the copy consumes that one queue, with its ``concurrency`` if
+        given). This worker is left as it is, started or not.
 
         Raises:
-            AlreadyStartedError: this worker has started.
-            TypeError: an option `Worker` does not take.
+            TypeError, ValueError: an option `Worker` does not take, or a
+                bad value (as `Worker` raises them); nothing is copied.
+
+        .. versionadded:: Unreleased
         """
-        if self._state != "new":
-            msg = "only a worker that has not started can be copied"
-            raise AlreadyStartedError(msg)
-        names = list(inspect.signature(Worker).parameters)[1:]  # all but the pool
-        if unknown := sorted(set(options) - set(names)):
-            msg = f"Worker takes no option {', '.join(unknown)}"
-            raise TypeError(msg)
-        kept = {name: getattr(self, f"_{name}") for name in names}
-        if "queues" in options or (self._queues is not None and "queue" not in options):
-            kept["queue"], kept["concurrency"] = _DEFAULT_QUEUE, _DEFAULT_CONCURRENCY
-        else:
-            kept["queues"] = None
-            if self._queues is not None:
-                kept["concurrency"] = _DEFAULT_CONCURRENCY
-        copy = Worker(self._pool, **{**kept, **options})
+        copy = object.__new__(type(self))
+        copy._init(self._pool, self._options.changed(**changes))
         for job_type, handler in self._registered.items():
             copy.register(job_type, handler)
         copy._schedules = self._schedules.copy()
@@ -1073,18 +1070,6 @@ def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any
     methods = []
     for observer in observers:
         method = getattr(observer, name, None)
-        if method is not None:
-            check_callable(f"observer {name}", method)
+        if method is not None:  # callable: WorkerOptions checked it
             methods.append(method)
     return methods
-
-
-def _check_unknown_types(value: object) -> Literal["dead", "wait"]:
-    if isinstance(value, str) and value in ("dead", "wait"):
-        return cast('Literal["dead", "wait"]', value)
-    msg = f"unknown_types must be 'dead' or 'wait', not {value!r}"
-    raise (ValueError if isinstance(value, str) else TypeError)(msg)
-
-
-def _optional_duration(what: str, value: float | None) -> float | None:
-    return None if value is None else check_duration(what, value, positive=True)

@@ -30,16 +30,21 @@ __all__ = [
     "UsageError",
     "cannot_connect",
     "connect",
+    "delay",
     "dsn_of",
     "duration",
     "job_id",
+    "optional_duration",
+    "optional_int",
     "place",
+    "port",
     "positive_int",
     "print_json",
     "print_table",
     "printable",
     "reports_database_errors",
     "rich_console",
+    "seconds_of",
     "text_log_handler",
 ]
 
@@ -241,20 +246,61 @@ def print_table(
     console.print(table)
 
 
-_DURATION = re.compile(r"(?P<number>\d+(?:\.\d*)?|\.\d+)(?P<unit>[smhd]?)")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)[dhms])+|\d+(?:\.\d*)?|\.\d+")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([dhms])")
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION_EXAMPLES = "30s, 10m, 2h, 7d, 1h30m or seconds"
+
+
+def seconds_of(text: str) -> float | None:
+    """``30s``, ``10m``, ``2h``, ``7d``, ``1h30m`` or plain seconds, as float seconds; None if not one.
+
+    Units go from the largest to the smallest, each at most once.
+    """
+    spelled = text.strip().lower()
+    seconds = math.nan
+    if _DURATION.fullmatch(spelled):
+        parts = _DURATION_PART.findall(spelled)
+        units = [unit for _, unit in parts]
+        if not parts:
+            seconds = float(spelled)
+        elif units == sorted(set(units), key="dhms".index):
+            seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in parts)
+    return seconds if math.isfinite(seconds) else None
 
 
 def duration(text: str) -> float:
-    """An argparse type: ``90s``, ``15m``, ``12h``, ``7d`` or plain seconds, as float seconds."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    seconds = (
-        float(match["number"]) * _UNIT_SECONDS[match["unit"]] if match else math.nan
-    )
-    if not math.isfinite(seconds):
-        msg = f"not a duration: {text!r} (use e.g. 90s, 15m, 12h, 7d or seconds)"
+    """An argparse type: a duration (`seconds_of`), as float seconds."""
+    seconds = seconds_of(text)
+    if seconds is None:
+        msg = f"not a duration: {text!r} (use e.g. {_DURATION_EXAMPLES})"
         raise argparse.ArgumentTypeError(msg)
     return seconds
+
+
+def optional_duration(text: str) -> float | None:
+    """An argparse type: a duration (`duration`), or ``none`` for None."""
+    return None if text.strip().lower() == "none" else duration(text)
+
+
+def delay(text: str) -> float:
+    """An argparse type: how long from now (``enqueue --in``), a duration as `duration` reads it."""
+    seconds = seconds_of(text)
+    if seconds is None:
+        msg = f"not a delay: {text!r} (use e.g. {_DURATION_EXAMPLES})"
+        raise argparse.ArgumentTypeError(msg)
+    return seconds
+
+
+def optional_int(text: str) -> int | None:
+    """An argparse type: a whole number, or ``none`` for None."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return int(text, 10)
+    except ValueError:
+        msg = f"not a whole number: {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
 
 
 def job_id(text: str) -> int:
@@ -277,6 +323,18 @@ def positive_int(text: str) -> int:
         value = 0
     if not 0 < value < 2**31:
         msg = f"not a positive integer (up to {2**31 - 1}): {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def port(text: str) -> int:
+    """An argparse type: a TCP port, from 1 to 65535."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = 0
+    if not 0 < value < 65536:
+        msg = f"not a port: {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return value
 

@@ -7,11 +7,8 @@ listener) on one connection. Every command that prints data takes
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
-import math
-import re
 import signal
 import sys
 from datetime import datetime
@@ -26,6 +23,7 @@ from pgqueue.cli._common import (
     EXIT_OK,
     UsageError,
     connect,
+    delay,
     duration,
     job_id,
     positive_int,
@@ -37,6 +35,7 @@ from pgqueue.cli._common import (
 )
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Awaitable
 
     import asyncpg
@@ -355,7 +354,7 @@ def _add_prune(commands: Commands) -> None:
         type=duration,
         required=True,
         metavar="DURATION",
-        help="e.g. 90s, 15m, 12h, 7d, or seconds",
+        help="e.g. 90s, 15m, 12h, 7d, 1h30m, or seconds",
     )
     parser.add_argument("--queue", help="only this queue")
     parser.add_argument(
@@ -420,31 +419,6 @@ def _add_enqueue(commands: Commands) -> None:
     )
     _json_flag(parser)
     parser.set_defaults(run=reports_database_errors(enqueue))
-
-
-_DELAY = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)[dhms])+|\d+(?:\.\d*)?|\.\d+")
-_DELAY_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([dhms])")
-_DELAY_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
-def delay(text: str) -> float:
-    """An argparse type: ``30s``, ``10m``, ``2h``, ``1d``, ``1h30m`` or plain seconds, as float seconds.
-
-    Units go from the largest to the smallest, each at most once.
-    """
-    spelled = text.strip().lower()
-    seconds = math.nan
-    if _DELAY.fullmatch(spelled):
-        parts = _DELAY_PART.findall(spelled)
-        units = [unit for _, unit in parts]
-        if not parts:
-            seconds = float(spelled)
-        elif units == sorted(set(units), key="dhms".index):
-            seconds = sum(float(n) * _DELAY_UNITS[unit] for n, unit in parts)
-    if not math.isfinite(seconds):
-        msg = f"not a delay: {text!r} (use e.g. 30s, 10m, 2h, 1d, 1h30m or seconds)"
-        raise argparse.ArgumentTypeError(msg)
-    return seconds
 
 
 async def enqueue(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ from pgqueue.cli._common import (
     UsageError,
     connect,
     dsn_of,
+    duration,
     place,
     print_json,
     printable,
@@ -68,10 +69,10 @@ def add_to(commands: Commands) -> None:
     )
     parser.add_argument(
         "--interval",
-        type=float,
+        type=duration,
         default=2.0,
-        metavar="SECONDS",
-        help="seconds between frames (default: 2.0)",
+        metavar="DURATION",
+        help="time between frames, e.g. 2s, 0.5 or 1m (default: 2 seconds)",
     )
     parser.add_argument("--once", action="store_true", help="print one frame and exit")
     parser.add_argument("--queue", help="show only this queue")

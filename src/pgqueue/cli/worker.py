@@ -1,100 +1,74 @@
 """``pgqueue worker MODULE:ATTR``: run a worker defined in your code.
 
-``ATTR`` names a `pgqueue.Worker`, a function (sync or async) returning one,
-or an async context manager factory yielding one (so that it can open its own
-pool and close it afterwards). A worker whose pool was made with
-``asyncpg.create_pool(...)`` and never awaited is opened here and closed on
-exit, so a module can simply say::
+A module can simply say::
 
     pool = asyncpg.create_pool(os.environ["PGQUEUE_DSN"])
     worker = pgqueue.Worker(pool)
 
-The current directory is importable, as with uvicorn and celery. Every
-`Worker` option has a flag (``OPTION_FLAGS``); a flag given on the command
-line replaces what the worker was built with (``--middleware`` and
-``--observer`` are added after the worker's own). ``--queue`` gives either
-option: ``--queue NAME`` the one queue (``queue``), ``--queue NAME=N``,
-repeated, several queues with their concurrency (``queues``).
+(`pgqueue.cli._target` finds the worker and opens its pool). Every `Worker`
+option has a flag, built here from the fields of `pgqueue.WorkerOptions`
+(their `pgqueue._options.Flag`); a flag given on the command line replaces
+what the worker was built with (``--middleware`` and ``--observer`` are
+added after the worker's own). ``--queue`` gives either option: ``--queue
+NAME`` the one queue (``queue``), ``--queue NAME=N``, repeated, several
+queues with their concurrency (``queues``).
 
-With ``--processes N`` the command becomes a parent of N children, each
-``python -m pgqueue worker`` with the same arguments: subprocesses rather
-than multiprocessing, so that each child is exactly the command an operator
-could run by hand (no pickling of the user's objects, the same import path,
-the same signal handling), and a child's crash cannot take the parent's
-state with it. Children run in sessions of their own, so that a terminal's
-Ctrl-C reaches them once, through the parent, and not twice; they stop
-gracefully when the parent dies (their stdin, a pipe from the parent, ends).
+With ``--processes N`` the command becomes a parent of N children
+(`pgqueue.cli._processes`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import inspect
 import logging
 import os
 import signal
-import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskStatus
 
-from pgqueue import SchemaError, Worker
-from pgqueue._extension import JsonFormatter, check_dsn, target_of
+from pgqueue import SchemaError
+from pgqueue._extension import Flag, JsonFormatter, option_flags
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_STOP_TIMEOUT,
     UsageError,
+    duration,
+    optional_duration,
+    optional_int,
+    port,
+    positive_int,
     printable,
     text_log_handler,
 )
+from pgqueue.cli._processes import LISTEN_DSN_VARIABLE, run_processes
+from pgqueue.cli._target import (
+    WorkerFailed,
+    describe,
+    open_worker,
+    option_values,
+    resolve,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator
 
-    from anyio.abc import Process
-
+    from pgqueue import Worker
     from pgqueue.cli._common import Commands
 
-__all__ = ["NO_FLAG", "OPTION_FLAGS", "add_to", "open_worker", "run"]
+__all__ = ["OPTION_FLAGS", "add_to", "drive", "run"]
 
 logger = logging.getLogger("pgqueue.cli")
 
-OPTION_FLAGS: dict[str, str] = {
-    "queue": "--queue",
-    "concurrency": "--concurrency",
-    "queues": "--queue",  # --queue NAME=N, repeated
-    "max_concurrency": "--max-concurrency",
-    "global_limit": "--global-limit",  # N, or NAME=N repeated
-    "prefetch": "--prefetch",
-    "poll_interval": "--poll-interval",
-    "listen": "--listen",
-    "backoff": "--backoff",
-    "rescue_after": "--rescue-after",
-    "job_timeout": "--job-timeout",
-    "unknown_types": "--unknown-types",
-    "retain": "--retain",
-    "shutdown_grace": "--shutdown-grace",
-    "middleware": "--middleware",
-    "logger": "--logger",
-    "observers": "--observer",
-}
-"""The flag of each `Worker` option (the pool comes from your code). Each
-flag's parsed value lands under the option's own name (``--queue NAME=N``
-under ``queues``); a test checks that every option of ``Worker.__init__`` is
-here."""
-
-NO_FLAG = frozenset({"connections"})
-"""`Worker` options without a flag: objects your code makes (a worker built
-with ``connections=`` keeps them)."""
-
-_ADDED = frozenset({"middleware", "observers"})
-"""Options whose flags add to what the worker has instead of replacing it."""
+OPTION_FLAGS: dict[str, Flag] = option_flags()
+"""The flag of each `Worker` option that has one (the fields of `WorkerOptions`
+with a `Flag`). Each flag's parsed value lands under the option's own name
+(``--queue NAME=N`` under ``queues``)."""
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(process)d]: %(message)s"
 
@@ -109,6 +83,9 @@ Flags given here replace the worker's own options (--middleware and
 --observer add to them)."""
 
 EPILOG = """\
+durations:
+  Every DURATION is 30s, 10m, 2h, 7d, 1h30m or plain seconds (2.5).
+
 signals:
   The first SIGTERM or SIGINT stops claiming and lets the jobs in flight
   finish for up to --shutdown-timeout seconds; jobs still running then are
@@ -146,118 +123,8 @@ def add_to(commands: Commands) -> None:
     options = parser.add_argument_group(
         "worker options", "each replaces the option the worker was built with"
     )
-    keep = argparse.SUPPRESS  # an option not given is not in the namespace
-
-    def flag(name: str, *aliases: str, **kwargs: Any) -> None:
-        options.add_argument(
-            OPTION_FLAGS[name], *aliases, dest=name, default=keep, **kwargs
-        )
-
-    flag(
-        "queue",
-        action=_QueueAction,
-        metavar="NAME|NAME=N",
-        help="the queue to consume; or, repeated as NAME=N, several queues, "
-        "each with its concurrency (--queue default=10 --queue emails=2)",
-    )
-    flag("concurrency", type=int, metavar="N", help="most handlers running at once")
-    flag(
-        "max_concurrency",
-        type=_optional_int,
-        metavar="N|none",
-        help="most jobs running (or prefetched) across every queue",
-    )
-    flag(
-        "global_limit",
-        action=_GlobalLimitAction,
-        metavar="N|NAME=N",
-        help="most jobs of the queue running at once across every worker and "
-        "process; or, repeated as NAME=N, of each queue named "
-        "(--global-limit emails=3); 'none' for no limit",
-    )
-    flag("prefetch", type=int, metavar="N", help="jobs claimed beyond --concurrency")
-    flag(
-        "poll_interval",
-        type=_seconds,
-        metavar="SECONDS",
-        help="seconds between claims when nothing wakes the worker",
-    )
-    flag(
-        "listen",
-        nargs="?",
-        const=True,
-        metavar="DSN",
-        help="wake on NOTIFY (the default), optionally over --listen=DSN",
-    )
-    # A child of --processes: --listen=DSN, the DSN from the environment (not argv).
-    options.add_argument(
-        "--listen-from-env",
-        dest="listen",
-        action=_ListenFromEnv,
-        nargs=0,
-        default=keep,
-        help=argparse.SUPPRESS,
-    )
-    options.add_argument(
-        "--no-listen",
-        dest="listen",
-        action="store_const",
-        const=False,
-        default=keep,
-        help="poll only",
-    )
-    flag(
-        "backoff",
-        metavar="MODULE:ATTR",
-        help="seconds before a retry, from the attempt number",
-    )
-    flag(
-        "rescue_after",
-        type=_seconds,
-        metavar="SECONDS",
-        help="seconds without a heartbeat before a running job is rescued",
-    )
-    flag(
-        "job_timeout",
-        type=_optional_seconds,
-        metavar="SECONDS|none",
-        help="seconds a handler may run",
-    )
-    flag(
-        "unknown_types",
-        choices=["dead", "wait"],
-        help="a job whose type has no handler: dead at once (the default), or "
-        "left pending for a worker that has one (rolling deploys)",
-    )
-    flag(
-        "retain",
-        type=_optional_seconds,
-        metavar="SECONDS|none",
-        help="prune finished jobs older than this",
-    )
-    flag(
-        "shutdown_grace",
-        type=_optional_seconds,
-        metavar="SECONDS|none",
-        help="drain bound when run() is cancelled",
-    )
-    flag(
-        "middleware",
-        action="append",
-        metavar="MODULE:ATTR",
-        help="wrap every handler (repeatable; added after the worker's own)",
-    )
-    flag(
-        "logger",
-        metavar="NAME|MODULE:ATTR",
-        help="a logging logger name, or a logger object",
-    )
-    flag(
-        "observers",
-        action="append",
-        metavar="MODULE:ATTR",
-        help="observe the worker (repeatable; added after the worker's own)",
-    )
+    for name, flag in OPTION_FLAGS.items():
+        _add_option(options, name, flag)
 
     running = parser.add_argument_group("running")
     running.add_argument(
@@ -267,16 +134,16 @@ def add_to(commands: Commands) -> None:
     )
     running.add_argument(
         "--processes",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="N",
         help="run N worker processes under this one (default 1)",
     )
     running.add_argument(
         "--shutdown-timeout",
-        type=_optional_seconds,
-        default=keep,
-        metavar="SECONDS|none",
+        type=optional_duration,
+        default=argparse.SUPPRESS,
+        metavar="DURATION|none",
         help="how long the jobs in flight may finish after the first signal "
         "(default: the worker's shutdown_grace, 30 s unless set)",
     )
@@ -295,7 +162,7 @@ def add_to(commands: Commands) -> None:
     )
     running.add_argument(
         "--metrics-port",
-        type=_port,
+        type=port,
         metavar="PORT",
         help="serve Prometheus metrics on /metrics at this port",
     )
@@ -309,6 +176,57 @@ def add_to(commands: Commands) -> None:
     # A child of --processes: stop gracefully when stdin (a pipe from the parent) ends.
     running.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
+
+
+_TYPES: dict[str, Any] = {
+    "int": int,
+    "int|none": optional_int,
+    "seconds": duration,
+    "seconds|none": optional_duration,
+}
+"""The argparse type of each kind of flag value that has one."""
+
+
+def _add_option(group: argparse._ArgumentGroup, name: str, flag: Flag) -> None:
+    """Add the flag of option ``name``; its value lands under ``name`` when given."""
+    keep = argparse.SUPPRESS  # an option not given is not in the namespace
+    arguments: dict[str, Any] = {"dest": name, "default": keep, "help": flag.help}
+    if flag.metavar is not None:
+        arguments["metavar"] = flag.metavar
+    kind = flag.kind
+    if kind == "queues":
+        return  # --queue NAME=N, given by the queue option's flag
+    if kind in _TYPES:
+        arguments["type"] = _TYPES[kind]
+    elif kind == "choice":
+        arguments["choices"] = flag.choices
+    elif kind == "callables":
+        arguments["action"] = "append"
+    elif kind == "queue":
+        arguments["action"] = _QueueAction
+    elif kind == "limit":
+        arguments["action"] = _GlobalLimitAction
+    elif kind == "listen":
+        arguments.update(nargs="?", const=True)
+    group.add_argument(flag.name, **arguments)
+    if kind == "listen":
+        # A child of --processes: --listen=DSN, the DSN from the environment (not argv).
+        group.add_argument(
+            "--listen-from-env",
+            dest=name,
+            action=_ListenFromEnv,
+            nargs=0,
+            default=keep,
+            help=argparse.SUPPRESS,
+        )
+        group.add_argument(
+            f"--no-{flag.name.removeprefix('--')}",
+            dest=name,
+            action="store_const",
+            const=False,
+            default=keep,
+            help="poll only",
+        )
 
 
 class _QueueAction(argparse.Action):
@@ -343,9 +261,6 @@ class _QueueAction(argparse.Action):
 
 
 _MIXED = "give either one --queue NAME or several --queue NAME=N, not both"
-
-LISTEN_DSN_VARIABLE = "PGQUEUE_LISTEN_DSN"
-"""Where a child of ``--processes`` finds the parent's ``--listen=DSN``."""
 
 
 class _ListenFromEnv(argparse.Action):
@@ -403,233 +318,6 @@ def _whole(action: argparse.Action, text: str) -> int:
         raise argparse.ArgumentError(action, msg) from None
 
 
-def _optional_int(text: str) -> int | None:
-    if text.lower() == "none":
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        msg = f"not a whole number: {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
-
-
-def _seconds(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        msg = f"not a number of seconds: {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
-
-
-def _optional_seconds(text: str) -> float | None:
-    return None if text.lower() == "none" else _seconds(text)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        msg = f"not a positive whole number: {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
-
-
-def _port(text: str) -> int:
-    value = _positive_int(text)
-    if value > 65535:
-        msg = f"not a port: {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
-
-
-# --------------------------------------------------------------------------
-# From MODULE:ATTR to a worker
-
-
-def resolve(reference: str, what: str = "MODULE:ATTR") -> Any:
-    """Import ``MODULE`` and return its attribute ``ATTR`` (dotted names allowed).
-
-    Raises:
-        UsageError: not of the form ``MODULE:ATTR``, the module does not
-            import, or it has no such attribute.
-    """
-    module_name, sep, attr = reference.partition(":")
-    if not (sep and module_name and attr):
-        msg = f"{what} {reference!r} is not of the form MODULE:ATTR"
-        raise UsageError(msg)
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # whatever the module raises, it does not import
-        logger.debug("importing %s failed", module_name, exc_info=exc)
-        msg = f"cannot import {module_name!r} (of {what} {reference}): {_describe(exc)}"
-        raise UsageError(msg) from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            msg = f"{module_name!r} has no attribute {attr!r} (of {what} {reference})"
-            raise UsageError(msg) from None
-    return obj
-
-
-def _describe(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return printable(
-        f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    )
-
-
-def _kind(obj: object) -> str:
-    return "None" if obj is None else f"a {type(obj).__name__}"
-
-
-def _callable(reference: str, what: str) -> Any:
-    obj = resolve(reference, what)
-    if not callable(obj):
-        msg = f"{what} {reference} is of type {type(obj).__name__}, not callable"
-        raise UsageError(msg)
-    return obj
-
-
-def _logger(reference: str) -> Any:
-    if ":" not in reference:
-        return logging.getLogger(reference)
-    obj = resolve(reference, "--logger")
-    if not all(
-        callable(getattr(obj, level, None))
-        for level in ("debug", "info", "warning", "error")
-    ):
-        msg = f"--logger {reference} is of type {type(obj).__name__}, not a logger"
-        raise UsageError(msg)
-    return obj
-
-
-def option_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The `Worker` options the command line gives, resolved (imports done).
-
-    ``middleware`` and ``observers`` hold only the flags' entries; `open_worker`
-    adds them to the worker's own.
-    """
-    values: dict[str, Any] = {}
-    for name in OPTION_FLAGS:
-        if not hasattr(args, name):
-            continue
-        value = getattr(args, name)
-        if name == "backoff":
-            value = _callable(value, "--backoff")
-        elif name in _ADDED:
-            value = [_callable(ref, OPTION_FLAGS[name]) for ref in value]
-        elif name == "logger":
-            value = _logger(value)
-        values[name] = value
-    return values
-
-
-class _WorkerFailed(Exception):
-    """The user's code failed while giving the worker (exit code 1)."""
-
-
-async def open_worker(
-    args: argparse.Namespace,
-    stack: contextlib.AsyncExitStack,
-    *,
-    middleware: Iterable[Any] = (),
-    observers: Iterable[Any] = (),
-) -> Worker:
-    """The worker ``args.target`` gives, with the command line's options applied.
-
-    Whatever has to be closed (the factory's context, a pool opened here) is
-    pushed on ``stack``. ``middleware`` and ``observers`` are added after the
-    command line's own (metrics).
-
-    Raises:
-        UsageError: a bad reference, something that is no worker, a bad option.
-        _WorkerFailed: the user's factory, or opening the pool, failed.
-    """
-    target = args.target
-    options = option_values(args)
-    obj = resolve(target)
-    if not isinstance(obj, Worker):
-        obj = await _produce(obj, target, stack)
-    worker = obj
-    extra = {
-        "middleware": [*options.pop("middleware", ()), *middleware],
-        "observers": [*options.pop("observers", ()), *observers],
-    }
-    takes = inspect.signature(Worker).parameters
-    for name, added in extra.items():
-        if not added:
-            continue
-        if name not in takes:
-            msg = f"this pgqueue's Worker takes no {name} ({OPTION_FLAGS[name]})"
-            raise UsageError(msg)
-        options[name] = (*getattr(worker, f"_{name}"), *added)
-    if options:
-        try:
-            worker = worker._replace(**options)
-        except (TypeError, ValueError) as exc:
-            msg = f"bad worker option: {exc}"
-            raise UsageError(msg) from exc
-    await _open_pool(worker, stack)
-    return worker
-
-
-async def _produce(obj: Any, target: str, stack: contextlib.AsyncExitStack) -> Worker:
-    """Call the factory ``obj`` and enter what it returns, down to a `Worker`."""
-    if not (callable(obj) or hasattr(obj, "__aenter__")):
-        msg = f"{target} is of type {type(obj).__name__}, not a Worker or a factory of one"
-        raise UsageError(msg)
-    if not hasattr(obj, "__aenter__"):
-        try:
-            inspect.signature(obj).bind()
-        except TypeError:
-            msg = f"{target} must be callable without arguments"
-            raise UsageError(msg) from None
-        except ValueError:  # no signature to read (a builtin): try it
-            pass
-        try:
-            obj = obj()
-            if inspect.isawaitable(obj):
-                obj = await obj
-        except Exception as exc:
-            raise _WorkerFailed(target) from exc
-    if hasattr(obj, "__aenter__") and hasattr(obj, "__aexit__"):
-        try:
-            obj = await stack.enter_async_context(obj)
-        except Exception as exc:
-            raise _WorkerFailed(target) from exc
-    if not isinstance(obj, Worker):
-        msg = f"{target} gave {_kind(obj)}, not a Worker"
-        raise UsageError(msg)
-    return obj
-
-
-async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
-    """Open the worker's pool if nobody has (``asyncpg.create_pool`` not awaited)."""
-    pool = worker._pool
-    if getattr(pool, "_initialized", True) or getattr(pool, "_initializing", False):
-        return
-    dsn = next(iter(getattr(pool, "_connect_args", ())), None)
-    if isinstance(dsn, str):
-        try:
-            check_dsn(dsn)  # asyncpg's own error would quote a part of it
-        except ValueError as exc:
-            msg = f"the worker's pool: {exc}"
-            raise UsageError(msg) from None
-    where = target_of(pool) or "its database"
-    try:
-        await pool
-    except Exception as exc:
-        msg = f"opening the worker's pool ({where})"
-        raise _WorkerFailed(msg) from exc
-    stack.push_async_callback(pool.close)
-
-
 # --------------------------------------------------------------------------
 # Running one worker
 
@@ -641,6 +329,10 @@ async def run(args: argparse.Namespace) -> int:
         handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=args.log_level, handlers=[handler])
     if args.processes > 1:
+        # Bad input fails here, once, rather than once in every child.
+        resolve(args.target)
+        option_values(args)
+        _metrics(args)
         return await run_processes(args)
     return await run_one(args)
 
@@ -650,10 +342,11 @@ def _metrics(args: argparse.Namespace) -> Any:
     if args.metrics_port is None:
         return None
     try:
-        return importlib.import_module("pgqueue.prometheus")
+        import pgqueue.prometheus as prometheus  # only with the extra
     except ImportError as exc:
         msg = f"--metrics-port needs the prometheus extra: {METRICS_EXTRA}"
         raise UsageError(msg) from exc
+    return prometheus
 
 
 async def run_one(args: argparse.Namespace) -> int:
@@ -676,7 +369,7 @@ async def run_one(args: argparse.Namespace) -> int:
             prometheus.serve(args.metrics_port, host)
         except OSError as exc:
             print(
-                f"pgqueue: cannot serve metrics on {where}: {_describe(exc)}",
+                f"pgqueue: cannot serve metrics on {where}: {describe(exc)}",
                 file=sys.stderr,
             )
             return EXIT_ERROR
@@ -689,14 +382,14 @@ async def run_one(args: argparse.Namespace) -> int:
                 worker = await open_worker(
                     args, stack, middleware=middleware, observers=observers
                 )
-            except _WorkerFailed as exc:
+            except WorkerFailed as exc:
                 cause = exc.__cause__ or exc
                 logger.debug("%s failed", exc, exc_info=cause)
-                print(f"pgqueue: {exc} failed: {_describe(cause)}", file=sys.stderr)
+                print(f"pgqueue: {exc} failed: {describe(cause)}", file=sys.stderr)
                 return EXIT_ERROR
             if metrics is not None:  # its handlers' types, labelled from the start
-                metrics.job_types.update(worker._registered)
-            timeout = getattr(args, "shutdown_timeout", worker._shutdown_grace)
+                metrics.job_types.update(worker.job_types)
+            timeout = getattr(args, "shutdown_timeout", worker.options.shutdown_grace)
             return await drive(
                 worker,
                 signals,
@@ -722,22 +415,23 @@ class _Ready(TaskStatus[None]):
 
     def started(self, value: None = None) -> None:
         worker = self._worker
-        if worker._state != "running":  # run() also calls it when done early
+        if worker.state != "running":  # run() also calls it when done early
             return
-        if worker._queues is None:
+        options = worker.options
+        if options.queues is None:
             logger.info(
                 "worker ready (queue %r, concurrency %d%s)",
-                worker.queue,
-                worker._concurrency,
+                options.queue,
+                options.concurrency,
                 ""
-                if worker._global_limit is None
-                else f", global_limit {worker._global_limit}",
+                if options.global_limit is None
+                else f", global_limit {options.global_limit}",
             )
         else:
             logger.info(
                 "worker ready (queues %s, max_concurrency %s)",
-                ", ".join(f"{name}={n}" for name, n in worker.queues.items()),
-                worker._max_concurrency,
+                ", ".join(f"{name}={n}" for name, n in options.queues.items()),
+                options.max_concurrency,
             )
 
 
@@ -826,158 +520,3 @@ async def _parent_gone() -> None:
 
 # --------------------------------------------------------------------------
 # --processes N: a parent of N children
-
-
-def child_command(args: argparse.Namespace, index: int) -> list[str]:
-    """The command line of child ``index``: the same arguments, minus --processes.
-
-    DSNs hold passwords and a command line is public (``ps``): they go in
-    the child's environment instead (`child_environment`).
-    """
-    command = [sys.executable, "-m", "pgqueue"]
-    command += ["worker", args.target, "--supervised", "--log-level", args.log_level]
-    command += ["--log-format", args.log_format]
-    if args.burst:
-        command.append("--burst")
-    if hasattr(args, "shutdown_timeout"):
-        command += [f"--shutdown-timeout={_number(args.shutdown_timeout)}"]
-    if args.metrics_port is not None:
-        command += ["--metrics-port", str(args.metrics_port + index)]
-        command += ["--metrics-host", args.metrics_host]
-    for name, flag in OPTION_FLAGS.items():
-        if not hasattr(args, name):
-            continue
-        value = getattr(args, name)
-        if name == "listen":
-            command.append(
-                "--no-listen"
-                if value is False
-                else "--listen"
-                if value is True
-                else "--listen-from-env"
-            )
-        elif name in _ADDED:
-            command += [f"{flag}={ref}" for ref in value]
-        elif name == "queues" or (name == "global_limit" and isinstance(value, dict)):
-            command += [f"{flag}={queue}={n}" for queue, n in value.items()]
-        else:
-            command.append(f"{flag}={_number(value)}")
-    return command
-
-
-def child_environment(args: argparse.Namespace) -> dict[str, str]:
-    """The environment of every child: this one's, with ``--dsn`` and ``--listen=DSN``."""
-    env = dict(os.environ)
-    if getattr(args, "dsn", None):
-        env["PGQUEUE_DSN"] = args.dsn
-    listen = getattr(args, "listen", None)
-    if isinstance(listen, str):
-        env[LISTEN_DSN_VARIABLE] = listen
-    return env
-
-
-def _number(value: object) -> str:
-    return (
-        "none"
-        if value is None
-        else repr(value)
-        if isinstance(value, float)
-        else str(value)
-    )
-
-
-@dataclass
-class _Children:
-    """The parent's view of its children."""
-
-    processes: list[Process]
-    burst: bool
-    signalled: set[signal.Signals] = field(default_factory=set)
-    codes: list[int] = field(default_factory=list)
-    stopping: bool = False
-
-    def send(self, signum: signal.Signals) -> None:
-        self.signalled.add(signum)
-        for process in self.processes:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signum)
-
-    def code_of(self, returncode: int) -> int:
-        if returncode >= 0:
-            return returncode
-        # Killed by a signal this parent sent: it came before the child
-        # could catch it, that is before it took any job; a clean stop.
-        signalled = {int(signum) for signum in self.signalled}
-        return EXIT_OK if -returncode in signalled else EXIT_ERROR
-
-
-async def run_processes(args: argparse.Namespace) -> int:
-    """Run ``--processes`` children; forward signals; return the first failure's code."""
-    # Bad input fails here, once, rather than once in every child.
-    resolve(args.target)
-    option_values(args)
-    _metrics(args)
-    children = _Children([], burst=args.burst)
-    env = child_environment(args)
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        try:
-            for index in range(args.processes):
-                process = await anyio.open_process(
-                    child_command(args, index),
-                    env=env,
-                    stdin=subprocess.PIPE,
-                    stdout=None,
-                    stderr=None,
-                    start_new_session=True,
-                )
-                children.processes.append(process)
-            logger.info(
-                "started %d worker processes: %s",
-                len(children.processes),
-                ", ".join(str(p.pid) for p in children.processes),
-            )
-
-            async def forward() -> None:
-                async for signum in signals:
-                    logger.info(
-                        "%s: passing it on to the worker processes",
-                        signal.Signals(signum).name,
-                    )
-                    children.stopping = True
-                    children.send(signum)
-
-            async with anyio.create_task_group() as forwarding:
-                forwarding.start_soon(forward)
-                async with anyio.create_task_group() as waits:
-                    for index, process in enumerate(children.processes):
-                        waits.start_soon(_wait_child, children, index, process)
-                forwarding.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                for process in children.processes:
-                    if process.returncode is None:  # only when this parent failed
-                        process.kill()
-                    await process.aclose()
-    return next((code for code in children.codes if code != EXIT_OK), EXIT_OK)
-
-
-async def _wait_child(children: _Children, index: int, process: Process) -> None:
-    returncode = await process.wait()
-    code = children.code_of(returncode)
-    children.codes.append(code)
-    if children.stopping or (children.burst and code == EXIT_OK):
-        return
-    how = (
-        f"killed by {signal.Signals(-returncode).name}"
-        if returncode < 0
-        else f"exit code {returncode}"
-    )
-    logger.error(
-        "worker process %d (pid %d) ended (%s); stopping the others",
-        index,
-        process.pid,
-        how,
-    )
-    children.stopping = True
-    children.send(signal.SIGTERM)

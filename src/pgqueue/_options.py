@@ -1,0 +1,456 @@
+"""`WorkerOptions`: every option of a `Worker`, checked once where it is made.
+
+A field's metadata also says how ``pgqueue worker`` takes it (a `Flag`), or
+why it has no flag (``NO_FLAG``): the command line builds its flags from
+these fields, so a new option is written here once (and in `Worker`'s
+signature, which a test holds in step with these fields).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Literal,
+    Protocol,
+    TypeAlias,
+    cast,
+    runtime_checkable,
+)
+
+from pgqueue._backoff import Backoff, default_backoff
+from pgqueue._checks import check_callable, check_duration, check_int, check_queue_name
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pgqueue._handler import Handler
+    from pgqueue._hooks import Observer
+    from pgqueue._log import Logger
+
+    # As pgqueue.Middleware (defined in _worker, which these options sit below).
+    Middleware: TypeAlias = Callable[[Handler], Handler]
+
+__all__ = [
+    "FLAG",
+    "NO_FLAG",
+    "Flag",
+    "FlagKind",
+    "SharedConnections",
+    "WorkerOptions",
+    "check_global_limit",
+    "check_queues",
+    "option_flags",
+]
+
+
+@runtime_checkable
+class SharedConnections(Protocol):
+    """What a worker uses of a `pgqueue.Connections` (the options sit below that module).
+
+    Its claim, write and upkeep connections, and LISTEN routes.
+    """
+
+    claims: Any
+    writes: Any
+    upkeep: Any
+
+    def route(self, *args: Any, **kwargs: Any) -> Any:
+        """A LISTEN route on the shared connection."""
+        ...
+
+
+class _Default(str):
+    """``queue``'s default, told apart from the same name given explicitly."""
+
+    __slots__ = ()
+
+
+class _DefaultInt(int):
+    """``concurrency``'s default, told apart from the same number given explicitly."""
+
+    __slots__ = ()
+
+
+# Shown as 'default' and 2 in the signature; only an omitted argument is
+# these very objects (queue= or concurrency= are refused with queues=).
+DEFAULT_QUEUE: str = _Default("default")
+DEFAULT_CONCURRENCY: int = _DefaultInt(2)
+
+
+def _omitted(value: object) -> bool:
+    """Whether ``queue`` or ``concurrency`` was left out (None: `dataclasses.replace` copies)."""
+    return value is None or value is DEFAULT_QUEUE or value is DEFAULT_CONCURRENCY
+
+
+FlagKind: TypeAlias = Literal[
+    "int",  # a whole number
+    "int|none",  # a whole number, or none
+    "seconds",  # a duration: 30s, 10m, 2h, 7d, 1h30m or seconds
+    "seconds|none",  # a duration, or none
+    "choice",  # one of Flag.choices
+    "callable",  # MODULE:ATTR, a callable
+    "callables",  # MODULE:ATTR, repeated; added to the worker's own
+    "logger",  # a logger's name, or MODULE:ATTR
+    "listen",  # --listen[=DSN] or --no-listen
+    "queue",  # --queue NAME, or --queue NAME=N repeated (which gives queues)
+    "queues",  # given by the queue field's flag
+    "limit",  # N, none, or NAME=N repeated
+]
+"""What a flag's value is; the command line turns each kind into an argparse argument."""
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    """How ``pgqueue worker`` takes an option: its flag, the kind of its value, its help."""
+
+    name: str
+    kind: FlagKind
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+
+
+FLAG = "pgqueue.flag"
+"""The metadata key of a field's `Flag`."""
+NO_FLAG = "pgqueue.no_flag"
+"""The metadata key of the reason a field has no flag."""
+
+
+def _flag(
+    name: str,
+    kind: FlagKind,
+    help: str,
+    metavar: str | None = None,
+    choices: tuple[str, ...] = (),
+) -> dict[str, Flag]:
+    return {FLAG: Flag(name, kind, help, metavar, choices)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    """Every option of a `Worker`, checked: what `Worker.options` returns.
+
+    Each field is the `Worker` argument of the same name (see `Worker` for
+    what it does); making one checks every field, raising the `TypeError`
+    or `ValueError` `Worker` raises, before any I/O. Fields hold the checked
+    values: durations as floats, ``middleware`` and ``observers`` as tuples.
+    In the several-queues form ``queue`` and ``concurrency`` are ``None``.
+    `Worker.with_options` copies a worker with some of them changed.
+
+    .. versionadded:: Unreleased
+    """
+
+    queue: str | None = field(
+        default=DEFAULT_QUEUE,
+        metadata=_flag(
+            "--queue",
+            "queue",
+            "the queue to consume; or, repeated as NAME=N, several queues, "
+            "each with its concurrency (--queue default=10 --queue emails=2)",
+            "NAME|NAME=N",
+        ),
+    )
+    concurrency: int | None = field(
+        default=DEFAULT_CONCURRENCY,
+        metadata=_flag("--concurrency", "int", "most handlers running at once", "N"),
+    )
+    queues: Mapping[str, int] | None = field(
+        default=None,
+        metadata=_flag("--queue", "queues", "(--queue NAME=N, repeated)"),
+    )
+    max_concurrency: int | None = field(
+        default=None,
+        metadata=_flag(
+            "--max-concurrency",
+            "int|none",
+            "most jobs running (or prefetched) across every queue",
+            "N|none",
+        ),
+    )
+    global_limit: int | Mapping[str, int] | None = field(
+        default=None,
+        metadata=_flag(
+            "--global-limit",
+            "limit",
+            "most jobs of the queue running at once across every worker and "
+            "process; or, repeated as NAME=N, of each queue named "
+            "(--global-limit emails=3); 'none' for no limit",
+            "N|NAME=N",
+        ),
+    )
+    prefetch: int = field(
+        default=0,
+        metadata=_flag("--prefetch", "int", "jobs claimed beyond --concurrency", "N"),
+    )
+    poll_interval: float = field(
+        default=5.0,
+        metadata=_flag(
+            "--poll-interval",
+            "seconds",
+            "time between claims when nothing wakes the worker",
+            "DURATION",
+        ),
+    )
+    listen: bool | str = field(
+        default=True,
+        metadata=_flag(
+            "--listen",
+            "listen",
+            "wake on NOTIFY (the default), optionally over --listen=DSN",
+            "DSN",
+        ),
+    )
+    connections: SharedConnections | None = field(
+        default=None,
+        metadata={
+            NO_FLAG: "an object your code makes (a worker built with it keeps it)"
+        },
+    )
+    backoff: Backoff = field(
+        default=default_backoff,
+        metadata=_flag(
+            "--backoff",
+            "callable",
+            "seconds before a retry, from the attempt number (a function)",
+            "MODULE:ATTR",
+        ),
+    )
+    rescue_after: float = field(
+        default=300.0,
+        metadata=_flag(
+            "--rescue-after",
+            "seconds",
+            "time without a heartbeat before a running job is rescued",
+            "DURATION",
+        ),
+    )
+    job_timeout: float | None = field(
+        default=None,
+        metadata=_flag(
+            "--job-timeout",
+            "seconds|none",
+            "how long a handler may run",
+            "DURATION|none",
+        ),
+    )
+    unknown_types: Literal["dead", "wait"] = field(
+        default="dead",
+        metadata=_flag(
+            "--unknown-types",
+            "choice",
+            "a job whose type has no handler: dead at once (the default), or "
+            "left pending for a worker that has one (rolling deploys)",
+            choices=("dead", "wait"),
+        ),
+    )
+    retain: float | None = field(
+        default=None,
+        metadata=_flag(
+            "--retain",
+            "seconds|none",
+            "prune finished jobs older than this",
+            "DURATION|none",
+        ),
+    )
+    shutdown_grace: float | None = field(
+        default=30.0,
+        metadata=_flag(
+            "--shutdown-grace",
+            "seconds|none",
+            "drain bound when run() is cancelled",
+            "DURATION|none",
+        ),
+    )
+    middleware: Sequence[Middleware] = field(
+        default=(),
+        metadata=_flag(
+            "--middleware",
+            "callables",
+            "wrap every handler (repeatable; added after the worker's own)",
+            "MODULE:ATTR",
+        ),
+    )
+    observers: Sequence[Observer] = field(
+        default=(),
+        metadata=_flag(
+            "--observer",
+            "callables",
+            "observe the worker (repeatable; added after the worker's own)",
+            "MODULE:ATTR",
+        ),
+    )
+    logger: Logger | None = field(
+        default=None,
+        metadata=_flag(
+            "--logger",
+            "logger",
+            "a logging logger name, or a logger object",
+            "NAME|MODULE:ATTR",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        """Check every field; keep the checked values."""
+        check_callable("backoff", self.backoff)
+        for wrap in self.middleware:
+            check_callable("middleware", wrap)
+        listen, connections = self.listen, self.connections
+        if not isinstance(cast("object", listen), bool | str):
+            msg = f"listen must be a bool or a DSN string, not {type(listen).__name__}"
+            raise TypeError(msg)
+        if connections is not None:
+            if not isinstance(cast("object", connections), SharedConnections):
+                msg = f"connections must be a pgqueue.Connections, not {type(connections).__name__}"
+                raise TypeError(msg)
+            if isinstance(listen, str):
+                msg = (
+                    "with connections=, give the LISTEN DSN to Connections(listen=...)"
+                )
+                raise TypeError(msg)
+        set_ = _setter(self)
+        if self.queues is None:
+            queue = str(check_queue_name(self.queue))
+            concurrency = int(check_int("concurrency", self.concurrency))
+            set_(queue=queue, concurrency=concurrency)
+            specs = {queue: concurrency}
+        else:
+            if not (_omitted(self.queue) and _omitted(self.concurrency)):
+                msg = (
+                    "give either queues= or queue= and concurrency=, not both "
+                    "(queues= gives each queue its concurrency)"
+                )
+                raise TypeError(msg)
+            specs = check_queues(self.queues)
+            set_(queue=None, concurrency=None, queues=specs)
+        if self.max_concurrency is not None:
+            check_int("max_concurrency", self.max_concurrency)
+        check_global_limit(self.global_limit, self.queue, specs)
+        if isinstance(self.global_limit, Mapping):
+            set_(global_limit=dict(self.global_limit))
+        set_(
+            prefetch=check_int("prefetch", self.prefetch, minimum=0),
+            poll_interval=check_duration(
+                "poll_interval", self.poll_interval, positive=True
+            ),
+            rescue_after=check_duration(
+                "rescue_after", self.rescue_after, positive=True
+            ),
+            job_timeout=_optional_duration("job_timeout", self.job_timeout),
+            unknown_types=_check_unknown_types(self.unknown_types),
+            retain=None
+            if self.retain is None
+            else check_duration("retain", self.retain),
+            shutdown_grace=_optional_duration("shutdown_grace", self.shutdown_grace),
+            middleware=tuple(self.middleware),
+            observers=tuple(self.observers),
+        )
+        for observer in self.observers:
+            for name in ("on_written", "on_rescued"):
+                method = getattr(observer, name, None)
+                if method is not None:
+                    check_callable(f"observer {name}", method)
+
+    def limits(self) -> dict[str, int]:
+        """Each queue's ``global_limit``, for the queues that have one."""
+        specs = self.queues or {cast("str", self.queue): cast("int", self.concurrency)}
+        return check_global_limit(self.global_limit, self.queue, specs)
+
+    def changed(self, **changes: Any) -> WorkerOptions:
+        """These options with ``changes``, checked as new ones are.
+
+        ``queues`` replaces ``queue`` and ``concurrency``, and ``queue``
+        replaces ``queues`` (that one queue, with its ``concurrency`` if
+        given); ``concurrency`` alone on options of several queues is
+        refused, as `Worker` refuses it.
+
+        Raises:
+            TypeError: an option `Worker` does not take, or a bad value.
+            ValueError: a bad value.
+        """
+        names = {f.name for f in dataclasses.fields(self)}
+        if unknown := sorted(set(changes) - names):
+            msg = f"Worker takes no option {', '.join(unknown)}"
+            raise TypeError(msg)
+        kept: dict[str, Any] = {}
+        if "queues" in changes or (self.queues is not None and "queue" not in changes):
+            kept["queue"], kept["concurrency"] = DEFAULT_QUEUE, DEFAULT_CONCURRENCY
+        else:
+            kept["queues"] = None
+            if self.queues is not None:
+                kept["concurrency"] = DEFAULT_CONCURRENCY
+        return dataclasses.replace(self, **{**kept, **changes})
+
+
+def _setter(options: WorkerOptions) -> Any:
+    """Set checked values on frozen ``options`` (only while it is being made)."""
+
+    def set_(**values: object) -> None:
+        for name, value in values.items():
+            object.__setattr__(options, name, value)
+
+    return set_
+
+
+def _check_unknown_types(value: object) -> Literal["dead", "wait"]:
+    if isinstance(value, str) and value in ("dead", "wait"):
+        return cast('Literal["dead", "wait"]', value)
+    msg = f"unknown_types must be 'dead' or 'wait', not {value!r}"
+    raise (ValueError if isinstance(value, str) else TypeError)(msg)
+
+
+def _optional_duration(what: str, value: float | None) -> float | None:
+    return None if value is None else check_duration(what, value, positive=True)
+
+
+def option_flags() -> dict[str, Flag]:
+    """Each option's flag of ``pgqueue worker``, in the order of the fields."""
+    return {
+        field.name: field.metadata[FLAG]
+        for field in dataclasses.fields(WorkerOptions)
+        if FLAG in field.metadata
+    }
+
+
+def check_queues(queues: Mapping[str, int]) -> dict[str, int]:
+    """``queues`` checked: a non-empty mapping of queue names to concurrencies."""
+    if not isinstance(cast("object", queues), Mapping):
+        msg = f"queues must be a mapping of queue names to concurrencies, not {type(queues).__name__}"
+        raise TypeError(msg)
+    if not queues:
+        msg = "queues must name at least one queue"
+        raise ValueError(msg)
+    return {
+        check_queue_name(name): check_int(f"concurrency of queue {name!r}", n)
+        for name, n in queues.items()
+    }
+
+
+def check_global_limit(
+    limit: int | Mapping[str, int] | None, queue: str | None, specs: Mapping[str, int]
+) -> dict[str, int]:
+    """``global_limit`` checked, as each limited queue's limit."""
+    if limit is None:
+        return {}
+    if isinstance(limit, Mapping):
+        given: Mapping[str, int] = limit
+    elif queue is None:
+        msg = (
+            "with queues=, give global_limit as a mapping of queue names "
+            'to limits ({"emails": 3})'
+        )
+        raise TypeError(msg)
+    else:
+        given = {queue: limit}
+    limits = {}
+    for name, n in given.items():
+        if name not in specs:
+            msg = (
+                f"global_limit names queue {name!r}, which this worker does not consume"
+            )
+            raise ValueError(msg)
+        limits[name] = check_int(f"global_limit of queue {name!r}", n)
+    return limits

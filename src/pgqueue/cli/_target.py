@@ -1,0 +1,207 @@
+"""``MODULE:ATTR`` to a worker: a `Worker`, a factory of one, and its pool opened.
+
+``ATTR`` names a `pgqueue.Worker`, a function (sync or async) returning one,
+or an async context manager factory yielding one (so that it can open its own
+pool and close it afterwards). A worker whose pool was made with
+``asyncpg.create_pool(...)`` and never awaited is opened here and closed on
+exit. The current directory is importable, as with uvicorn and celery.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from pgqueue import Worker
+from pgqueue._extension import check_dsn, option_flags, target_of
+from pgqueue.cli._common import UsageError, printable
+
+if TYPE_CHECKING:
+    import argparse
+    import contextlib
+    from collections.abc import Iterable
+
+__all__ = ["WorkerFailed", "describe", "open_worker", "option_values", "resolve"]
+
+logger = logging.getLogger("pgqueue.cli")
+
+
+def resolve(reference: str, what: str = "MODULE:ATTR") -> Any:
+    """Import ``MODULE`` and return its attribute ``ATTR`` (dotted names allowed).
+
+    Raises:
+        UsageError: not of the form ``MODULE:ATTR``, the module does not
+            import, or it has no such attribute.
+    """
+    module_name, sep, attr = reference.partition(":")
+    if not (sep and module_name and attr):
+        msg = f"{what} {reference!r} is not of the form MODULE:ATTR"
+        raise UsageError(msg)
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # whatever the module raises, it does not import
+        logger.debug("importing %s failed", module_name, exc_info=exc)
+        msg = f"cannot import {module_name!r} (of {what} {reference}): {describe(exc)}"
+        raise UsageError(msg) from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            msg = f"{module_name!r} has no attribute {attr!r} (of {what} {reference})"
+            raise UsageError(msg) from None
+    return obj
+
+
+def describe(exc: BaseException) -> str:
+    """``exc`` on one printable line: its type and its message's first line."""
+    lines = str(exc).strip().splitlines()
+    return printable(
+        f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    )
+
+
+def _kind(obj: object) -> str:
+    return "None" if obj is None else f"a {type(obj).__name__}"
+
+
+def _callable(reference: str, what: str) -> Any:
+    obj = resolve(reference, what)
+    if not callable(obj):
+        msg = f"{what} {reference} is of type {type(obj).__name__}, not callable"
+        raise UsageError(msg)
+    return obj
+
+
+def _logger(reference: str) -> Any:
+    if ":" not in reference:
+        return logging.getLogger(reference)
+    obj = resolve(reference, "--logger")
+    if not all(
+        callable(getattr(obj, level, None))
+        for level in ("debug", "info", "warning", "error")
+    ):
+        msg = f"--logger {reference} is of type {type(obj).__name__}, not a logger"
+        raise UsageError(msg)
+    return obj
+
+
+def option_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The `Worker` options the command line gives, resolved (imports done).
+
+    ``middleware`` and ``observers`` hold only the flags' entries; `open_worker`
+    adds them to the worker's own.
+    """
+    values: dict[str, Any] = {}
+    for name, flag in option_flags().items():
+        if not hasattr(args, name):
+            continue
+        value = getattr(args, name)
+        if flag.kind == "callable":
+            value = _callable(value, flag.name)
+        elif flag.kind == "callables":
+            value = [_callable(ref, flag.name) for ref in value]
+        elif flag.kind == "logger":
+            value = _logger(value)
+        values[name] = value
+    return values
+
+
+class WorkerFailed(Exception):
+    """The user's code failed while giving the worker (exit code 1)."""
+
+
+async def open_worker(
+    args: argparse.Namespace,
+    stack: contextlib.AsyncExitStack,
+    *,
+    middleware: Iterable[Any] = (),
+    observers: Iterable[Any] = (),
+) -> Worker:
+    """The worker ``args.target`` gives, with the command line's options applied.
+
+    Whatever has to be closed (the factory's context, a pool opened here) is
+    pushed on ``stack``. ``middleware`` and ``observers`` are added after the
+    command line's own (metrics).
+
+    Raises:
+        UsageError: a bad reference, something that is no worker, a bad option.
+        WorkerFailed: the user's factory, or opening the pool, failed.
+    """
+    target = args.target
+    options = option_values(args)
+    obj = resolve(target)
+    if not isinstance(obj, Worker):
+        obj = await _produce(obj, target, stack)
+    worker = obj
+    # The flags' entries and the caller's are added to the worker's own.
+    added = {"middleware": middleware, "observers": observers}
+    for name, more in added.items():
+        given = [*options.pop(name, ()), *more]
+        if given:
+            options[name] = (*getattr(worker.options, name), *given)
+    if options:
+        try:
+            worker = worker.with_options(**options)
+        except (TypeError, ValueError) as exc:
+            msg = f"bad worker option: {exc}"
+            raise UsageError(msg) from exc
+    await _open_pool(worker, stack)
+    return worker
+
+
+async def _produce(obj: Any, target: str, stack: contextlib.AsyncExitStack) -> Worker:
+    """Call the factory ``obj`` and enter what it returns, down to a `Worker`."""
+    if not (callable(obj) or hasattr(obj, "__aenter__")):
+        msg = f"{target} is of type {type(obj).__name__}, not a Worker or a factory of one"
+        raise UsageError(msg)
+    if not hasattr(obj, "__aenter__"):
+        try:
+            inspect.signature(obj).bind()
+        except TypeError:
+            msg = f"{target} must be callable without arguments"
+            raise UsageError(msg) from None
+        except ValueError:  # no signature to read (a builtin): try it
+            pass
+        try:
+            obj = obj()
+            if inspect.isawaitable(obj):
+                obj = await obj
+        except Exception as exc:
+            raise WorkerFailed(target) from exc
+    if hasattr(obj, "__aenter__") and hasattr(obj, "__aexit__"):
+        try:
+            obj = await stack.enter_async_context(obj)
+        except Exception as exc:
+            raise WorkerFailed(target) from exc
+    if not isinstance(obj, Worker):
+        msg = f"{target} gave {_kind(obj)}, not a Worker"
+        raise UsageError(msg)
+    return obj
+
+
+async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
+    """Open the worker's pool if nobody has (``asyncpg.create_pool`` not awaited)."""
+    pool = worker.pool
+    if getattr(pool, "_initialized", True) or getattr(pool, "_initializing", False):
+        return
+    dsn = next(iter(getattr(pool, "_connect_args", ())), None)
+    if isinstance(dsn, str):
+        try:
+            check_dsn(dsn)  # asyncpg's own error would quote a part of it
+        except ValueError as exc:
+            msg = f"the worker's pool: {exc}"
+            raise UsageError(msg) from None
+    where = target_of(pool) or "its database"
+    try:
+        await pool
+    except Exception as exc:
+        msg = f"opening the worker's pool ({where})"
+        raise WorkerFailed(msg) from exc
+    stack.push_async_callback(pool.close)
