@@ -62,17 +62,22 @@ from pgqueue._checks import (
     check_name,
     check_queue_name,
 )
-from pgqueue._claimer import Claimer
 from pgqueue._connect import connect_like
 from pgqueue._connections import Connections
-from pgqueue._consumers import RUNNING_FOR, Consumers
+from pgqueue._consumers import RUNNING_FOR
 from pgqueue._control import CancelHints, read_cancel_requested
 from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._hooks import Observer, call_observers
 from pgqueue._jobtype import JobType
-from pgqueue._lanes import Lane, check_global_limit, check_queues
-from pgqueue._lease import Lease, LeaseKeeper, worker_id
+from pgqueue._lanes import (
+    Lane,
+    LaneServices,
+    LaneSettings,
+    check_global_limit,
+    check_queues,
+)
+from pgqueue._lease import LeaseKeeper, worker_id
 from pgqueue._ledger import Budget
 from pgqueue._listener import (
     LISTEN_KEEPALIVE,
@@ -83,7 +88,6 @@ from pgqueue._listener import (
 from pgqueue._log import Logger, default_logger
 from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
 from pgqueue._periodic import Schedules, check_schedule
-from pgqueue._policy import ClaimPolicy
 from pgqueue._runner import Handler, JobRunner, SyncHandler, in_thread
 from pgqueue._typed import is_async, typed_handler
 from pgqueue._upkeep import HEARTBEATS_PER_RESCUE, Upkeep
@@ -656,6 +660,16 @@ class Worker:
             else {"queues": self.queues, "max_concurrency": self._max_concurrency},
         )
 
+    def _lane_settings(self) -> LaneSettings:
+        """The options the lanes read (the handlers registered by now)."""
+        return LaneSettings(
+            prefetch=self._prefetch,
+            poll_interval=self._poll_interval,
+            rescue_after=self._rescue_after,
+            types=list(self._handlers) if self._unknown_types == "wait" else None,
+            limits=bool(self._limited),
+        )
+
     def _build(self, *, until_empty: bool) -> None:
         """Make the worker's parts; they need a running event loop."""
         logger, budget = self._logger, self._budget
@@ -683,61 +697,30 @@ class Worker:
             backoff=SafeBackoff(self._backoff, logger),
             logger=logger,
         )
-        first: Claimer | None = None
         worker = worker_id()
-        leases: list[Lease] = []
+        services = LaneServices(
+            connection=claim_connection,
+            put=self._writer.put,
+            runner=self._runner,
+            logger=logger,
+            worker=worker,
+            owner=self,
+            cut_off=self._cut_off_called,
+            on_exit=self._exit,
+            budget=budget,
+        )
+        settings = self._lane_settings()
+        checked = None
         for lane in self._lanes:
-            capacity = lane.claims.capacity
-            if budget is not None:
-                capacity = min(capacity, budget.cap)
-            lease = None
-            if lane.global_limit is not None:
-                capacity = min(capacity, lane.global_limit)
-                lease = Lease(
-                    lane.name,
-                    worker,
-                    limit=lane.global_limit,
-                    wanted=capacity,
-                    ttl=self._rescue_after,
-                    claims=lane.claims,
-                )
-                leases.append(lease)
-            lane.policy = ClaimPolicy(
-                # With jobs in hand, wait for a batch worth claiming.
-                claim_at=max(1, min(self._prefetch, capacity // 2)),
-                poll_interval=self._poll_interval,
-            )
-            lane.claimer = Claimer(
-                claim_connection,
-                lane.policy,
-                lane.claims,
-                queue=lane.name,
-                logger=logger,
-                on_claimed=lane.claimed,
-                on_dead=self._writer.put,
-                budget=budget,
+            lane.build(
+                settings,
+                services,
                 on_spare=None if budget is None else partial(self._room_others, lane),
-                schema_checked=None if first is None else first.checked,
-                lease=lease,
-                types=list(self._handlers) if self._unknown_types == "wait" else None,
-                limits=bool(self._limited),
+                on_ended=None if budget is None else partial(self._room_after, lane),
+                schema_checked=checked,
             )
-            first = first or lane.claimer
-            lane.consumers = Consumers(
-                lane.claims,
-                self._runner,
-                owner=self,
-                cut_off=self._cut_off_called,
-                put=self._writer.put,
-                on_ended=lane.claimer.room
-                if budget is None
-                else partial(self._room_after, lane),
-                on_exit=self._exit,
-                logger=logger,
-            )
-        # The one queue's (the first queue's, with several).
-        self._policy = self._lanes[0].policy
-        self._claimer = self._lanes[0].claimer
+            checked = checked or lane.claimer.checked
+        leases = [lane.lease for lane in self._lanes if lane.lease is not None]
         self._upkeep = Upkeep(
             upkeep_connection,
             self._held_keys,
