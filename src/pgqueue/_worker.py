@@ -22,13 +22,17 @@ Task tree (what runs where, and what stops what)::
             └── consumers          ``concurrency`` tasks running handlers
 
 Each queue of the worker is a lane (`pgqueue._lanes.Lane`): its own ledger (its capacity),
-claim policy (its poll timer and place in line), claimer and consumers. A
-worker of several queues runs one claimer per lane in the claim scope (their
-claims take turns on the one claim connection; the first one checks the
-schema); the outcome writer, the listener, the heartbeats, the sweeps and
-the job runner are shared, and the sweeps cover every queue in one
-statement each. A NOTIFY wakes the lane of the queue it names; LISTEN
-coming up wakes every lane. With ``max_concurrency`` below what the lanes
+claim policy (its poll timer and place in line), claimer, consumers and
+lease, which it builds from the worker's options (`LaneSettings`) and the
+services the lanes share (`LaneServices`: the claim connection, the outcome
+writer, the job runner, the logger). A worker of one queue is lanes of
+one. Each lane's claimer runs in the claim scope (their claims take turns
+on the one claim connection; the first one checks the schema); the
+listener, the heartbeats and the sweeps are shared, and the sweeps cover
+every queue in one statement each. `pgqueue._lanes.Routes` is the
+switchboard between the lanes: a NOTIFY wakes the lane of the queue it
+names; LISTEN coming up wakes every lane; an outcome made durable leaves
+the ledger that held it. With ``max_concurrency`` below what the lanes
 could hold between them, a `pgqueue._ledger.Budget` caps the claims ready
 or running across lanes.
 
@@ -48,7 +52,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast, overload
 
 import anyio
@@ -74,6 +77,7 @@ from pgqueue._lanes import (
     Lane,
     LaneServices,
     LaneSettings,
+    Routes,
     check_global_limit,
     check_queues,
 )
@@ -86,7 +90,6 @@ from pgqueue._listener import (
     ListenerRoute,
 )
 from pgqueue._log import Logger, default_logger
-from pgqueue._outcome import RELEASED, SNOOZED, Key, Outcome
 from pgqueue._periodic import Schedules, check_schedule
 from pgqueue._runner import Handler, JobRunner, SyncHandler, in_thread
 from pgqueue._typed import is_async, typed_handler
@@ -99,6 +102,7 @@ if TYPE_CHECKING:
 
     from pgqueue._job import Job
     from pgqueue._jobtype import HandlerDecorator
+    from pgqueue._outcome import Outcome
 
 __all__ = ["Handler", "Middleware", "SyncHandler", "Worker"]
 
@@ -672,7 +676,7 @@ class Worker:
 
     def _build(self, *, until_empty: bool) -> None:
         """Make the worker's parts; they need a running event loop."""
-        logger, budget = self._logger, self._budget
+        logger = self._logger
         shared = self._connections
         self._dedicated = (
             worker_connections(self._pool, timeout=self._statement_timeout)
@@ -680,13 +684,6 @@ class Worker:
             else (shared.claims, shared.writes, shared.upkeep)
         )
         claim_connection, write_connection, upkeep_connection = self._dedicated
-        self._writer = OutcomeWriter(
-            write_connection,
-            self._settle_claims,
-            logger=logger,
-            fields=self._fields,
-            on_written=self._on_written,
-        )
         slots = sum(lane.concurrency for lane in self._lanes)
         if self._max_concurrency is not None:
             slots = min(slots, self._max_concurrency)
@@ -697,40 +694,39 @@ class Worker:
             backoff=SafeBackoff(self._backoff, logger),
             logger=logger,
         )
-        worker = worker_id()
-        services = LaneServices(
-            connection=claim_connection,
-            put=self._writer.put,
-            runner=self._runner,
+        self._routes = routes = Routes(self._lanes, self._runner)
+        self._writer = OutcomeWriter(
+            write_connection,
+            routes.settled,
             logger=logger,
-            worker=worker,
-            owner=self,
-            cut_off=self._cut_off_called,
-            on_exit=self._exit,
-            budget=budget,
+            fields=self._fields,
+            on_written=self._on_written,
         )
-        settings = self._lane_settings()
-        checked = None
-        for lane in self._lanes:
-            lane.build(
-                settings,
-                services,
-                on_spare=None if budget is None else partial(self._room_others, lane),
-                on_ended=None if budget is None else partial(self._room_after, lane),
-                schema_checked=checked,
-            )
-            checked = checked or lane.claimer.checked
-        leases = [lane.lease for lane in self._lanes if lane.lease is not None]
+        worker = worker_id()
+        leases = routes.build(
+            self._lane_settings(),
+            LaneServices(
+                connection=claim_connection,
+                put=self._writer.put,
+                runner=self._runner,
+                logger=logger,
+                worker=worker,
+                owner=self,
+                cut_off=self._cut_off_called,
+                on_exit=self._exit,
+                budget=self._budget,
+            ),
+        )
         self._upkeep = Upkeep(
             upkeep_connection,
-            self._held_keys,
+            routes.held_keys,
             queues=list(self._by_name),
             fields=self._fields,
             rescue_after=self._rescue_after,
             interval=max(self._poll_interval, self._rescue_after / 2),
             logger=logger,
-            on_rescued=self._on_rescued,
-            on_cancel_requested=self._cancel,
+            on_rescued=routes.wake_queues,
+            on_cancel_requested=routes.cancel,
             on_swept=self._on_swept if self._observe_rescued else None,
         )
         self._keeper = (
@@ -743,15 +739,15 @@ class Worker:
                 ),
                 logger=logger,
                 fields=self._fields,
-                on_room=self._on_lease_room,
+                on_room=routes.wake,
             )
             if leases
             else None
         )
         self._hints = CancelHints(
             read_cancel_requested(upkeep_connection),
-            holds=self._holds,
-            cancel=self._cancel,
+            holds=routes.holds,
+            cancel=routes.cancel,
             logger=logger,
             fields=self._fields,
         )
@@ -820,19 +816,16 @@ class Worker:
                 self._finished.set()
 
     async def _run_jobs(self, until_empty: bool) -> None:
-        lanes = self._lanes
+        routes = self._routes
         try:
             async with anyio.create_task_group() as jobs:
                 self._jobs_scope = jobs.cancel_scope
-                for lane in lanes:
+                for lane in routes.lanes:
                     for _ in range(lane.concurrency):
                         jobs.start_soon(lane.consumers.run)
                 try:
                     with self._claim_scope:
-                        if len(lanes) == 1:
-                            await lanes[0].claimer.run(until_empty=until_empty)
-                        else:
-                            await self._claim_lanes(until_empty)
+                        await routes.claim(until_empty=until_empty)
                 except Exception as exc:
                     # Stop as stop() would, so that every outcome is written.
                     if not isinstance(exc, SchemaError):
@@ -844,62 +837,34 @@ class Worker:
                     self._fatal = exc
                     self._request_stop()
                 finally:
-                    for lane in lanes:
-                        if self._stop_requested:
-                            lane.consumers.stop_taking()
-                        else:
-                            lane.consumers.close()
+                    routes.close(stopping=self._stop_requested)
         finally:
-            for lane in lanes:
-                for job in lane.claims.give_back():
-                    self._writer.put(Outcome(job, RELEASED))
-
-    async def _claim_lanes(self, until_empty: bool) -> None:
-        """Run every lane's claimer; raise the first failure (the others are then cancelled)."""
-        failure: Exception | None = None
-        async with anyio.create_task_group() as claiming:
-
-            async def claim(lane: Lane) -> None:
-                nonlocal failure
-                try:
-                    await lane.claimer.run(until_empty=until_empty)
-                except Exception as exc:
-                    if failure is None:
-                        failure = exc
-                    claiming.cancel_scope.cancel()
-                else:
-                    lane.consumers.close()  # until_empty: this queue is done
-
-            for lane in self._lanes:
-                claiming.start_soon(claim, lane)
-        if failure is not None:
-            raise failure
+            routes.give_back(self._writer.put)
 
     async def _settle(self) -> None:
         """Wait until every outcome is durable, for at most FLUSH_TIMEOUT."""
         with anyio.move_on_after(FLUSH_TIMEOUT):
-            for lane in self._lanes:
-                await lane.claims.wait_empty()
+            await self._routes.wait_empty()
             return
         self._logger.error(
             "could not write every job outcome before stopping; "
             "the rescue sweep will re-run those jobs",
             extra={
-                "count": sum(lane.claims.held for lane in self._lanes),
+                "count": self._routes.held,
                 **self._fields,
             },
         )
 
     async def _after_check(self, loop: Callable[..., Any], *args: object) -> None:
         """Run an upkeep loop once the schema is known to be there."""
-        await self._lanes[0].claimer.checked.wait()
+        await self._routes.checked.wait()
         await loop(*args)
 
     async def _ready_or_finished(self) -> None:
         async with anyio.create_task_group() as tg:
 
             async def ready() -> None:
-                await self._lanes[0].claimer.checked.wait()
+                await self._routes.checked.wait()
                 await self._listening.wait()
                 tg.cancel_scope.cancel()
 
@@ -945,53 +910,10 @@ class Worker:
         self._request_stop()
         self._cut_off()
 
-    def _settle_claims(self, outcomes: Sequence[Outcome], keys: list[Key]) -> None:
-        """These outcomes are durable (or fenced off): their lanes forget the claims."""
-        lanes = self._lanes
-        if len(lanes) == 1:
-            lanes[0].claims.settled(keys)
-            return
-        by_queue: dict[str, list[Key]] = {}
-        for outcome, key in zip(outcomes, keys, strict=True):
-            by_queue.setdefault(outcome.job.queue, []).append(key)
-        for name, settled in by_queue.items():
-            self._by_name[name].claims.settled(settled)
-
-    def _held_keys(self) -> list[Key]:
-        """Every claim not yet durable, of every lane: the rows to heartbeat."""
-        lanes = self._lanes
-        if len(lanes) == 1:
-            return lanes[0].claims.keys()
-        keys: list[Key] = []
-        for lane in lanes:
-            keys += lane.claims.keys()
-        return keys
-
-    def _room_after(self, lane: Lane) -> None:
-        """A job of ``lane`` ended under the overall cap: the other lanes look first, then it."""
-        lanes = self._lanes
-        count = len(lanes)
-        for step in range(1, count + 1):
-            lanes[(lane.index + step) % count].claimer.room()
-
-    def _room_others(self, lane: Lane) -> None:
-        """``lane`` left overall slots unused: the other lanes may claim them."""
-        for other in self._lanes:
-            if other is not lane:
-                other.claimer.room()
-
     def _on_written(
         self, outcomes: Sequence[Outcome], fenced: Sequence[Outcome]
     ) -> None:
-        now = anyio.current_time()
-        lanes, by_name = self._lanes, self._by_name
-        for outcome in outcomes:
-            if outcome.status in _DELAYED:
-                lane = by_name.get(outcome.job.queue, lanes[0])
-                if lane.policy.retry_written(outcome.delay, now):
-                    lane.claimer.nudge()
-        for lane in lanes:
-            lane.claimer.room()
+        self._routes.written(outcomes)
         if self._observe_written:
             if fenced:
                 stale = {outcome.key for outcome in fenced}
@@ -1001,53 +923,23 @@ class Worker:
     def _on_swept(self, queue: str, statuses: Mapping[str, int]) -> None:
         call_observers(self._observe_rescued, self._logger, queue, statuses)
 
-    def _on_lease_room(self, queue: str) -> None:
-        # Jobs left waiting for room in the lease may go now.
-        self._by_name[queue].claimer.wake()
-
-    def _on_rescued(self, queues: Sequence[str]) -> None:
-        for name in queues:
-            lane = self._by_name.get(name)
-            if lane is not None:
-                lane.claimer.wake()
-
     def _on_notify(self, channel: str, payload: str) -> None:
         if channel == _sql.JOBS_CHANNEL:
             # Only the lane of the queue named: the others claim nothing.
-            lane = self._by_name.get(payload)
-            if lane is not None:
-                lane.claimer.wake()
+            self._routes.wake(payload)
         else:  # the control channel: a hint of a cancel request
             self._hints.hint(payload)
-
-    def _holds(self, job_id: int) -> bool:
-        """Whether this worker runs ``job_id``, or holds it claimed and not started."""
-        return self._runner.running(job_id) or any(
-            job.id == job_id for lane in self._lanes for job in lane.claims.ready
-        )
-
-    def _cancel(self, job_id: int) -> None:
-        """Cancel the run of ``job_id`` if this worker holds the job."""
-        if not self._runner.cancel(job_id) and any(
-            job.id == job_id for lane in self._lanes for job in lane.claims.ready
-        ):
-            self._runner.cancel(job_id, ready=True)
 
     async def _on_listen(self, _reconnected: bool) -> None:
         # Enqueues may have been missed while the connection was not up:
         # while starting as much as after a loss; for every queue.
         self._listening.set()
-        for lane in self._lanes:
-            lane.claimer.wake()
+        self._routes.wake_all()
 
     def __repr__(self) -> str:
         if self._queues is not None:
             return f"Worker(queues={self._queues!r}, max_concurrency={self._max_concurrency}, state={self._state!r})"
         return f"Worker(queue={self._queue!r}, concurrency={self._concurrency}, state={self._state!r})"
-
-
-# Outcomes that put the job back to run after their delay.
-_DELAYED = frozenset({"pending", SNOOZED})
 
 
 def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any]]:
