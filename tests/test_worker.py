@@ -1038,7 +1038,7 @@ async def _held(worker: pgqueue.Worker, n: int) -> bool:
 
 
 async def _more(worker: pgqueue.Worker) -> bool:
-    return worker._policy.more
+    return worker._lanes[0].policy.more
 
 
 async def test_jobs_of_one_claim_start_in_run_at_order(

@@ -22,13 +22,17 @@ Task tree (what runs where, and what stops what)::
             └── consumers          ``concurrency`` tasks running handlers
 
 Each queue of the worker is a lane (`pgqueue._lanes.Lane`): its own ledger (its capacity),
-claim policy (its poll timer and place in line), claimer and consumers. A
-worker of several queues runs one claimer per lane in the claim scope (their
-claims take turns on the one claim connection; the first one checks the
-schema); the outcome writer, the listener, the heartbeats, the sweeps and
-the job runner are shared, and the sweeps cover every queue in one
-statement each. A NOTIFY wakes the lane of the queue it names; LISTEN
-coming up wakes every lane. With ``max_concurrency`` below what the lanes
+claim policy (its poll timer and place in line), claimer, consumers and
+lease, which it builds from the worker's options (`LaneSettings`) and the
+services the lanes share (`LaneServices`: the claim connection, the outcome
+writer, the job runner, the logger). A worker of one queue is lanes of
+one. Each lane's claimer runs in the claim scope (their claims take turns
+on the one claim connection; the first one checks the schema); the
+listener, the heartbeats and the sweeps are shared, and the sweeps cover
+every queue in one statement each. `pgqueue._lanes.Routes` is the
+switchboard between the lanes: a NOTIFY wakes the lane of the queue it
+names; LISTEN coming up wakes every lane; an outcome made durable leaves
+the ledger that held it. With ``max_concurrency`` below what the lanes
 could hold between them, a `pgqueue._ledger.Budget` caps the claims ready
 or running across lanes.
 
@@ -47,7 +51,6 @@ the services and close the worker's connections.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast, overload
 
 import anyio
@@ -59,17 +62,16 @@ from pgqueue._checks import (
     check_duration,
     check_name,
 )
-from pgqueue._claimer import Claimer
 from pgqueue._connect import connect_like
-from pgqueue._consumers import RUNNING_FOR, Consumers
+from pgqueue._consumers import RUNNING_FOR
 from pgqueue._control import CancelHints, read_cancel_requested
 from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._handler import Handler, SyncHandler
 from pgqueue._hooks import Observer, call_observers
 from pgqueue._jobtype import JobType
-from pgqueue._lanes import Lane
-from pgqueue._lease import Lease, LeaseKeeper, worker_id
+from pgqueue._lanes import Lane, LaneServices, LaneSettings, Routes
+from pgqueue._lease import LeaseKeeper, worker_id
 from pgqueue._ledger import Budget
 from pgqueue._listener import (
     LISTEN_KEEPALIVE,
@@ -79,9 +81,8 @@ from pgqueue._listener import (
 )
 from pgqueue._log import Logger, default_logger
 from pgqueue._options import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, WorkerOptions
-from pgqueue._outcome import Key, Kind, Outcome
+from pgqueue._outcome import Outcome
 from pgqueue._periodic import Schedules, check_schedule
-from pgqueue._policy import ClaimPolicy
 from pgqueue._runner import JobRunner, in_thread
 from pgqueue._typed import is_async, typed_handler
 from pgqueue._upkeep import HEARTBEATS_PER_RESCUE, Upkeep
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
     from pgqueue._connections import Connections
     from pgqueue._job import Job
     from pgqueue._jobtype import HandlerDecorator
+    from pgqueue._outcome import Outcome
 
 __all__ = ["Handler", "Middleware", "SyncHandler", "Worker"]
 
@@ -654,9 +656,19 @@ class Worker:
             else {"queues": self.queues, "max_concurrency": self._max_concurrency},
         )
 
+    def _lane_settings(self) -> LaneSettings:
+        """The options the lanes read (the handlers registered by now)."""
+        return LaneSettings(
+            prefetch=self._prefetch,
+            poll_interval=self._poll_interval,
+            rescue_after=self._rescue_after,
+            types=list(self._handlers) if self._unknown_types == "wait" else None,
+            limits=bool(self._limited),
+        )
+
     def _build(self, *, until_empty: bool) -> None:
         """Make the worker's parts; they need a running event loop."""
-        logger, budget = self._logger, self._budget
+        logger = self._logger
         shared = self._connections
         self._dedicated = (
             worker_connections(self._pool, timeout=self._statement_timeout)
@@ -664,13 +676,6 @@ class Worker:
             else (shared.claims, shared.writes, shared.upkeep)
         )
         claim_connection, write_connection, upkeep_connection = self._dedicated
-        self._writer = OutcomeWriter(
-            write_connection,
-            self._settle_claims,
-            logger=logger,
-            fields=self._fields,
-            on_written=self._on_written,
-        )
         slots = sum(lane.concurrency for lane in self._lanes)
         if self._max_concurrency is not None:
             slots = min(slots, self._max_concurrency)
@@ -681,71 +686,39 @@ class Worker:
             backoff=SafeBackoff(self._backoff, logger),
             logger=logger,
         )
-        first: Claimer | None = None
+        self._routes = routes = Routes(self._lanes, self._runner)
+        self._writer = OutcomeWriter(
+            write_connection,
+            routes.settled,
+            logger=logger,
+            fields=self._fields,
+            on_written=self._on_written,
+        )
         worker = worker_id()
-        leases: list[Lease] = []
-        for lane in self._lanes:
-            capacity = lane.claims.capacity
-            if budget is not None:
-                capacity = min(capacity, budget.cap)
-            lease = None
-            if lane.global_limit is not None:
-                capacity = min(capacity, lane.global_limit)
-                lease = Lease(
-                    lane.name,
-                    worker,
-                    limit=lane.global_limit,
-                    wanted=capacity,
-                    ttl=self._rescue_after,
-                    claims=lane.claims,
-                )
-                leases.append(lease)
-            lane.policy = ClaimPolicy(
-                # With jobs in hand, wait for a batch worth claiming.
-                claim_at=max(1, min(self._prefetch, capacity // 2)),
-                poll_interval=self._poll_interval,
-            )
-            lane.claimer = Claimer(
-                claim_connection,
-                lane.policy,
-                lane.claims,
-                queue=lane.name,
+        leases = routes.build(
+            self._lane_settings(),
+            LaneServices(
+                connection=claim_connection,
+                put=self._writer.put,
+                runner=self._runner,
                 logger=logger,
-                on_claimed=lane.claimed,
-                on_dead=self._writer.put,
-                budget=budget,
-                on_spare=None if budget is None else partial(self._room_others, lane),
-                schema_checked=None if first is None else first.checked,
-                lease=lease,
-                types=list(self._handlers) if self._unknown_types == "wait" else None,
-                limits=bool(self._limited),
-            )
-            first = first or lane.claimer
-            lane.consumers = Consumers(
-                lane.claims,
-                self._runner,
+                worker=worker,
                 owner=self,
                 cut_off=self._cut_off_called,
-                put=self._writer.put,
-                on_ended=lane.claimer.room
-                if budget is None
-                else partial(self._room_after, lane),
                 on_exit=self._exit,
-                logger=logger,
-            )
-        # The one queue's (the first queue's, with several).
-        self._policy = self._lanes[0].policy
-        self._claimer = self._lanes[0].claimer
+                budget=self._budget,
+            ),
+        )
         self._upkeep = Upkeep(
             upkeep_connection,
-            self._held_keys,
+            routes.held_keys,
             queues=list(self._by_name),
             fields=self._fields,
             rescue_after=self._rescue_after,
             interval=max(self._poll_interval, self._rescue_after / 2),
             logger=logger,
-            on_rescued=self._on_rescued,
-            on_cancel_requested=self._cancel,
+            on_rescued=routes.wake_queues,
+            on_cancel_requested=routes.cancel,
             on_swept=self._on_swept if self._observe_rescued else None,
         )
         self._keeper = (
@@ -758,15 +731,15 @@ class Worker:
                 ),
                 logger=logger,
                 fields=self._fields,
-                on_room=self._on_lease_room,
+                on_room=routes.wake,
             )
             if leases
             else None
         )
         self._hints = CancelHints(
             read_cancel_requested(upkeep_connection),
-            holds=self._holds,
-            cancel=self._cancel,
+            holds=routes.holds,
+            cancel=routes.cancel,
             logger=logger,
             fields=self._fields,
         )
@@ -835,19 +808,16 @@ class Worker:
                 self._finished.set()
 
     async def _run_jobs(self, until_empty: bool) -> None:
-        lanes = self._lanes
+        routes = self._routes
         try:
             async with anyio.create_task_group() as jobs:
                 self._jobs_scope = jobs.cancel_scope
-                for lane in lanes:
+                for lane in routes.lanes:
                     for _ in range(lane.concurrency):
                         jobs.start_soon(lane.consumers.run)
                 try:
                     with self._claim_scope:
-                        if len(lanes) == 1:
-                            await lanes[0].claimer.run(until_empty=until_empty)
-                        else:
-                            await self._claim_lanes(until_empty)
+                        await routes.claim(until_empty=until_empty)
                 except Exception as exc:
                     # Stop as stop() would, so that every outcome is written.
                     if not isinstance(exc, SchemaError):
@@ -859,62 +829,34 @@ class Worker:
                     self._fatal = exc
                     self._request_stop()
                 finally:
-                    for lane in lanes:
-                        if self._stop_requested:
-                            lane.consumers.stop_taking()
-                        else:
-                            lane.consumers.close()
+                    routes.close(stopping=self._stop_requested)
         finally:
-            for lane in lanes:
-                for job in lane.claims.give_back():
-                    self._writer.put(Outcome(job, Kind.RELEASED))
-
-    async def _claim_lanes(self, until_empty: bool) -> None:
-        """Run every lane's claimer; raise the first failure (the others are then cancelled)."""
-        failure: Exception | None = None
-        async with anyio.create_task_group() as claiming:
-
-            async def claim(lane: Lane) -> None:
-                nonlocal failure
-                try:
-                    await lane.claimer.run(until_empty=until_empty)
-                except Exception as exc:
-                    if failure is None:
-                        failure = exc
-                    claiming.cancel_scope.cancel()
-                else:
-                    lane.consumers.close()  # until_empty: this queue is done
-
-            for lane in self._lanes:
-                claiming.start_soon(claim, lane)
-        if failure is not None:
-            raise failure
+            routes.give_back(self._writer.put)
 
     async def _settle(self) -> None:
         """Wait until every outcome is durable, for at most FLUSH_TIMEOUT."""
         with anyio.move_on_after(FLUSH_TIMEOUT):
-            for lane in self._lanes:
-                await lane.claims.wait_empty()
+            await self._routes.wait_empty()
             return
         self._logger.error(
             "could not write every job outcome before stopping; "
             "the rescue sweep will re-run those jobs",
             extra={
-                "count": sum(lane.claims.held for lane in self._lanes),
+                "count": self._routes.held,
                 **self._fields,
             },
         )
 
     async def _after_check(self, loop: Callable[..., Any], *args: object) -> None:
         """Run an upkeep loop once the schema is known to be there."""
-        await self._lanes[0].claimer.checked.wait()
+        await self._routes.checked.wait()
         await loop(*args)
 
     async def _ready_or_finished(self) -> None:
         async with anyio.create_task_group() as tg:
 
             async def ready() -> None:
-                await self._lanes[0].claimer.checked.wait()
+                await self._routes.checked.wait()
                 await self._listening.wait()
                 tg.cancel_scope.cancel()
 
@@ -960,53 +902,10 @@ class Worker:
         self._request_stop()
         self._cut_off()
 
-    def _settle_claims(self, outcomes: Sequence[Outcome], keys: list[Key]) -> None:
-        """These outcomes are durable (or fenced off): their lanes forget the claims."""
-        lanes = self._lanes
-        if len(lanes) == 1:
-            lanes[0].claims.settled(keys)
-            return
-        by_queue: dict[str, list[Key]] = {}
-        for outcome, key in zip(outcomes, keys, strict=True):
-            by_queue.setdefault(outcome.job.queue, []).append(key)
-        for name, settled in by_queue.items():
-            self._by_name[name].claims.settled(settled)
-
-    def _held_keys(self) -> list[Key]:
-        """Every claim not yet durable, of every lane: the rows to heartbeat."""
-        lanes = self._lanes
-        if len(lanes) == 1:
-            return lanes[0].claims.keys()
-        keys: list[Key] = []
-        for lane in lanes:
-            keys += lane.claims.keys()
-        return keys
-
-    def _room_after(self, lane: Lane) -> None:
-        """A job of ``lane`` ended under the overall cap: the other lanes look first, then it."""
-        lanes = self._lanes
-        count = len(lanes)
-        for step in range(1, count + 1):
-            lanes[(lane.index + step) % count].claimer.room()
-
-    def _room_others(self, lane: Lane) -> None:
-        """``lane`` left overall slots unused: the other lanes may claim them."""
-        for other in self._lanes:
-            if other is not lane:
-                other.claimer.room()
-
     def _on_written(
         self, outcomes: Sequence[Outcome], fenced: Sequence[Outcome]
     ) -> None:
-        now = anyio.current_time()
-        lanes, by_name = self._lanes, self._by_name
-        for outcome in outcomes:
-            if outcome.status in _DELAYED:
-                lane = by_name.get(outcome.job.queue, lanes[0])
-                if lane.policy.retry_written(outcome.delay, now):
-                    lane.claimer.nudge()
-        for lane in lanes:
-            lane.claimer.room()
+        self._routes.written(outcomes)
         if self._observe_written:
             if fenced:
                 stale = {outcome.key for outcome in fenced}
@@ -1016,53 +915,23 @@ class Worker:
     def _on_swept(self, queue: str, statuses: Mapping[str, int]) -> None:
         call_observers(self._observe_rescued, self._logger, queue, statuses)
 
-    def _on_lease_room(self, queue: str) -> None:
-        # Jobs left waiting for room in the lease may go now.
-        self._by_name[queue].claimer.wake()
-
-    def _on_rescued(self, queues: Sequence[str]) -> None:
-        for name in queues:
-            lane = self._by_name.get(name)
-            if lane is not None:
-                lane.claimer.wake()
-
     def _on_notify(self, channel: str, payload: str) -> None:
         if channel == _sql.JOBS_CHANNEL:
             # Only the lane of the queue named: the others claim nothing.
-            lane = self._by_name.get(payload)
-            if lane is not None:
-                lane.claimer.wake()
+            self._routes.wake(payload)
         else:  # the control channel: a hint of a cancel request
             self._hints.hint(payload)
-
-    def _holds(self, job_id: int) -> bool:
-        """Whether this worker runs ``job_id``, or holds it claimed and not started."""
-        return self._runner.running(job_id) or any(
-            job.id == job_id for lane in self._lanes for job in lane.claims.ready
-        )
-
-    def _cancel(self, job_id: int) -> None:
-        """Cancel the run of ``job_id`` if this worker holds the job."""
-        if not self._runner.cancel(job_id) and any(
-            job.id == job_id for lane in self._lanes for job in lane.claims.ready
-        ):
-            self._runner.cancel(job_id, ready=True)
 
     async def _on_listen(self, _reconnected: bool) -> None:
         # Enqueues may have been missed while the connection was not up:
         # while starting as much as after a loss; for every queue.
         self._listening.set()
-        for lane in self._lanes:
-            lane.claimer.wake()
+        self._routes.wake_all()
 
     def __repr__(self) -> str:
         if self._queues is not None:
             return f"Worker(queues={self._queues!r}, max_concurrency={self._max_concurrency}, state={self._state!r})"
         return f"Worker(queue={self._queue!r}, concurrency={self._concurrency}, state={self._state!r})"
-
-
-# Outcomes that put the job back to run after their delay.
-_DELAYED = frozenset({Kind.PENDING, Kind.SNOOZED})
 
 
 def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any]]:
