@@ -331,22 +331,30 @@ class Queue:
     ) -> list[int]:
         """`enqueue_many` once its jobs are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
-        args = (
+        args: tuple[Any, ...] = (
             self._name,
             batch.types,
             payload_array,
             *batch.columns(),
             trace_context,
-            batch.delays(),
         )
+        delayed = batch.delayed
+        if delayed:
+            args = (*args, batch.delays())
         duplicate = None
         try:
             if not batch.keyed:
-                joined: str = await executor.fetchval(_sql.ENQUEUE_MANY, *args)
+                statement = _sql.ENQUEUE_MANY_DELAYED if delayed else _sql.ENQUEUE_MANY
+                joined: str = await executor.fetchval(statement, *args)
                 ids = [int(job_id) for job_id in joined.split(",")]
                 duplicates = [False] * len(ids)
             else:
-                rows = await executor.fetch(_sql.ENQUEUE_MANY_UNIQUE, *args)
+                statement = (
+                    _sql.ENQUEUE_MANY_UNIQUE_DELAYED
+                    if delayed
+                    else _sql.ENQUEUE_MANY_UNIQUE
+                )
+                rows = await executor.fetch(statement, *args)
                 ids, duplicate, duplicates = batch.ids(rows)
         except SCHEMA_ERRORS as exc:
             raise await schema_failure(executor, str(exc)) from exc
@@ -509,9 +517,14 @@ class _Batch:
             self._keys if self.keyed else [],
         )
 
+    @property
+    def delayed(self) -> bool:
+        """Whether a job of the batch has a delay (it then takes the _DELAYED statements)."""
+        return self._delayed
+
     def delays(self) -> str:
-        """Each job's delay in seconds (or none), as a parameter; empty when no job has one."""
-        return _sql.seconds(self._delays) if self._delayed else "{}"
+        """Each job's delay in seconds (or none), as a parameter."""
+        return _sql.seconds(self._delays)
 
     def ids(
         self, rows: list[asyncpg.Record]
