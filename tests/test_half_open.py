@@ -18,8 +18,7 @@ LISTENs again, so a job enqueued during the outage still runs at once.
 
 The worker and the subscriber keep ``keepalive`` and ``probe_timeout``
 (15 s and 5 s) in the private knobs ``_listener_keepalive`` and
-``_listener_probe_timeout``; the tests shorten them either through those
-knobs before ``run()`` or on the `Listener` once it exists.
+``_listener_probe_timeout``; the tests shorten them before ``run()``.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
-import pytest
 
 import pgqueue
 from pgqueue._connect import connect_like
@@ -52,37 +50,16 @@ SLACK = 1.0
 DETECTION_BOUND = KEEPALIVE + PROBE_TIMEOUT
 RECONNECT_BOUND = DETECTION_BOUND + FIRST_RECONNECT_DELAY
 
-# The knobs proposed for Worker and Subscriber (see the module docstring).
 KEEPALIVE_KNOB = "_listener_keepalive"
 PROBE_TIMEOUT_KNOB = "_listener_probe_timeout"
 
-HOW = [
-    pytest.param("listener", id="listener-attributes"),
-    pytest.param("knob", id="knob"),
-]
 
-
-async def shorten_probe(owner: Any, how: str) -> None:
-    """Make ``owner``'s listener probe every KEEPALIVE s with PROBE_TIMEOUT.
-
-    With ``how="knob"`` the proposed knobs are set (call it before
-    ``run()``); with ``"listener"`` the listener is changed as soon as
-    ``run()`` creates it, before it has connected (call it after).
-    """
-    if how == "knob":
-        assert hasattr(owner, KEEPALIVE_KNOB)
-        assert hasattr(owner, PROBE_TIMEOUT_KNOB)
-        setattr(owner, KEEPALIVE_KNOB, KEEPALIVE)
-        setattr(owner, PROBE_TIMEOUT_KNOB, PROBE_TIMEOUT)
-        return
-    with anyio.fail_after(5):
-        while owner._listener is None:
-            await anyio.lowlevel.checkpoint()
-    listener: Listener = owner._listener
-    # Not connected yet, so its first keepalive wait already uses these.
-    assert listener.pid is None
-    listener._keepalive = KEEPALIVE
-    listener._probe_timeout = PROBE_TIMEOUT
+def shorten_probe(owner: Any) -> None:
+    """Make ``owner``'s listener probe every KEEPALIVE s with PROBE_TIMEOUT (before ``run()``)."""
+    assert hasattr(owner, KEEPALIVE_KNOB)
+    assert hasattr(owner, PROBE_TIMEOUT_KNOB)
+    setattr(owner, KEEPALIVE_KNOB, KEEPALIVE)
+    setattr(owner, PROBE_TIMEOUT_KNOB, PROBE_TIMEOUT)
 
 
 async def backend_alive(pool: asyncpg.Pool, pid: int) -> bool:
@@ -184,11 +161,8 @@ async def test_listener_replaces_a_half_open_connection(
     assert inbox.payloads == ["before", "after"]
 
 
-# Only through the knobs: the worker's run() is ready once LISTEN is up, too
-# late to change the listener before it connects.
-@pytest.mark.parametrize("how", ["knob"])
 async def test_worker_replaces_a_half_open_listen_connection(
-    pool: asyncpg.Pool, queue: pgqueue.Queue, dsn: str, how: str
+    pool: asyncpg.Pool, queue: pgqueue.Queue, dsn: str
 ) -> None:
     logger = RecordingLogger()
     inbox = Inbox()
@@ -211,7 +185,7 @@ async def test_worker_replaces_a_half_open_listen_connection(
             )
             inbox.put(job.payload)
 
-        await shorten_probe(worker, how)
+        shorten_probe(worker)
         async with running(worker):
             await wait_until(lambda: _is_listening(worker))
             await queue.enqueue("t", "a")
@@ -238,9 +212,8 @@ async def _is_listening(owner: Any) -> bool:
     return owner.listener_pid is not None
 
 
-@pytest.mark.parametrize("how", HOW)
 async def test_subscriber_replaces_a_half_open_connection(
-    pool: asyncpg.Pool, dsn: str, how: str
+    pool: asyncpg.Pool, dsn: str
 ) -> None:
     channel = f"half_open_{uuid.uuid4().hex[:12]}"
     logger = RecordingLogger()
@@ -256,12 +229,9 @@ async def test_subscriber_replaces_a_half_open_connection(
     async with proxy_to(dsn) as proxy:
         sub = Subscriber(via(dsn, proxy.port), logger=logger, on_reconnect=on_reconnect)
         sub.handle(channel, on_message)
-        if how == "knob":
-            await shorten_probe(sub, how)
+        shorten_probe(sub)
         async with anyio.create_task_group() as tg:
             tg.start_soon(sub.run)
-            if how != "knob":
-                await shorten_probe(sub, how)
             with anyio.fail_after(5):
                 await sub.wait_listening()
             await publish(pool, channel, "before")

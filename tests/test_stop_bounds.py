@@ -65,6 +65,6 @@ async def test_stop_returns_after_run_could_not_build_its_connections(
         """Has none of a pool's connect arguments."""
 
     worker = pgqueue.Worker(NotAPool(), listen=dsn)  # type: ignore[arg-type]
-    with anyio.fail_after(10), pytest.raises(AttributeError, match="_connect_kwargs"):
+    with anyio.fail_after(10), pytest.raises(TypeError, match="asyncpg Pool"):
         await worker.run()
     await _stop_within(worker)

@@ -1,4 +1,10 @@
-"""One set of pgqueue's own connections for a whole process."""
+"""One set of pgqueue's own connections for a whole process.
+
+Every part that needs connections of its own (`Worker`, `Tracker`,
+`Subscriber`) uses a `Connections`: the one it is given, shared with the
+process's other parts, or else a private one it makes, enters and closes
+itself (`private_connections`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,12 @@ from typing import TYPE_CHECKING, Any, Self, cast
 from pgqueue._checks import check_dsn_or_pool
 from pgqueue._connect import connect_like
 from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
-from pgqueue._listener import ListenerRoute, SharedListener
+from pgqueue._listener import (
+    LISTEN_KEEPALIVE,
+    LISTEN_PROBE_TIMEOUT,
+    ListenerRoute,
+    SharedListener,
+)
 from pgqueue._log import Logger, default_logger
 from pgqueue._taskgroup import BlockTaskGroup
 
@@ -18,7 +29,7 @@ if TYPE_CHECKING:
 
     import asyncpg
 
-__all__ = ["Connections", "check_connections"]
+__all__ = ["Connections", "check_connections", "private_connections"]
 
 
 class Connections:
@@ -75,6 +86,8 @@ class Connections:
             dsn_or_pool, timeout=statement_timeout
         )
         self._listen_target = dsn_or_pool if listen is None else listen
+        self._keepalive = LISTEN_KEEPALIVE
+        self._probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: SharedListener | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._entered = False
@@ -92,10 +105,15 @@ class Connections:
         on_connect: Callable[[bool], Awaitable[None]] | None = None,
     ) -> ListenerRoute:
         """A listener of ``channels`` on the shared LISTEN connection (for pgqueue's parts)."""
-        if self._listener is None:
+        self.check_entered()
+        assert self._listener is not None
+        return self._listener.route(channels, on_notify, on_connect=on_connect)
+
+    def check_entered(self) -> None:
+        """Raise RuntimeError unless these connections are open (entered, not yet left)."""
+        if self._stack is None:
             msg = "enter the Connections first: async with pgqueue.Connections(...) as connections"
             raise RuntimeError(msg)
-        return self._listener.route(channels, on_notify, on_connect=on_connect)
 
     async def __aenter__(self) -> Self:
         if self._entered:
@@ -111,6 +129,8 @@ class Connections:
                 connect_like(self._listen_target),
                 logger=self._logger,
                 start=tg.start_soon,
+                keepalive=self._keepalive,
+                probe_timeout=self._probe_timeout,
             )
             self._stack = stack.pop_all()
         return self
@@ -136,3 +156,25 @@ def check_connections(connections: object) -> None:
     if connections is not None and not isinstance(connections, Connections):
         msg = f"connections must be a pgqueue.Connections, not {type(connections).__name__}"
         raise TypeError(msg)
+
+
+def private_connections(
+    dsn_or_pool: str | asyncpg.Pool[Any],
+    *,
+    logger: Logger,
+    listen: str | None = None,
+    statement_timeout: float = STATEMENT_TIMEOUT,
+    keepalive: float = LISTEN_KEEPALIVE,
+    probe_timeout: float = LISTEN_PROBE_TIMEOUT,
+) -> Connections:
+    """The `Connections` a part makes for itself when it is given none.
+
+    ``keepalive`` and ``probe_timeout`` are its LISTEN connection's probe
+    (see `pgqueue._listener.Listener`), which tests shorten.
+    """
+    connections = Connections(
+        dsn_or_pool, listen=listen, statement_timeout=statement_timeout, logger=logger
+    )
+    connections._keepalive = keepalive
+    connections._probe_timeout = probe_timeout
+    return connections

@@ -181,9 +181,17 @@ class SharedListener:
         *,
         logger: Logger,
         start: Callable[[Callable[[], Coroutine[Any, Any, None]]], object],
+        keepalive: float = LISTEN_KEEPALIVE,
+        probe_timeout: float = LISTEN_PROBE_TIMEOUT,
     ) -> None:
         self._listener = Listener(
-            connect, [], self._deliver, logger=logger, on_connect=self._on_connect
+            connect,
+            [],
+            self._deliver,
+            logger=logger,
+            on_connect=self._on_connect,
+            keepalive=keepalive,
+            probe_timeout=probe_timeout,
         )
         self._start = start
         self._started = False
@@ -241,7 +249,8 @@ class ListenerRoute:
         self.channels = channels
         self.on_notify = on_notify
         self._on_connect = on_connect
-        self._listening = anyio.Event()
+        self._listening = anyio.Event()  # its channels are LISTENed on
+        self._connected = anyio.Event()  # and its on_connect has returned
 
     @property
     def pid(self) -> int | None:
@@ -249,9 +258,11 @@ class ListenerRoute:
         return self._shared.pid if self._listening.is_set() else None
 
     async def connected(self, reconnected: bool) -> None:
+        # Listening before on_connect runs, as with a Listener of its own.
+        self._listening.set()
         if self._on_connect is not None:
             await self._on_connect(reconnected)
-        self._listening.set()
+        self._connected.set()
 
     async def run(
         self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -259,9 +270,10 @@ class ListenerRoute:
         """Listen until cancelled; signals ``task_status`` once listening."""
         try:
             await self._shared._add(self)
-            await self._listening.wait()
+            await self._connected.wait()
             task_status.started()
             await anyio.sleep_forever()
         finally:
             self._listening = anyio.Event()
+            self._connected = anyio.Event()
             self._shared._remove(self)

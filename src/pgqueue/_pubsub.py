@@ -3,8 +3,9 @@
 Delivery is fire-and-forget (PostgreSQL keeps no notification for a listener
 that is not connected). Task tree of a running subscriber::
 
-    run()                      host task; stop() cancels its scope
-    ├── listener               LISTEN on every channel; feeds the buffer
+    run()                      host task; stop() cancels its scope; enters a
+    │                          Connections of its own when given none
+    ├── listener route         LISTEN on every channel; feeds the buffer
     ├── drop reporter          logs dropped notifications, at most once a second
     └── consumer               the host task itself: runs the callbacks, one
                                at a time, in arrival order
@@ -21,6 +22,7 @@ being cancelled) ends it; a ``CancelledError`` a callback raises by itself
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
@@ -34,13 +36,15 @@ from pgqueue._checks import (
     check_int,
     encode_notify_payload,
 )
-from pgqueue._connect import connect_like
-from pgqueue._connections import Connections, check_connections
+from pgqueue._connections import (
+    Connections,
+    check_connections,
+    private_connections,
+)
 from pgqueue._errors import AlreadyStartedError
 from pgqueue._listener import (
     LISTEN_KEEPALIVE,
     LISTEN_PROBE_TIMEOUT,
-    Listener,
     ListenerRoute,
 )
 from pgqueue._log import Logger, default_logger
@@ -172,7 +176,7 @@ class Subscriber:
         self._callbacks: dict[str, list[Callback]] = {}
         self._state: Literal["new", "running", "stopped"] = "new"
         self._stop_requested = False
-        self._listener: Listener | ListenerRoute | None = None
+        self._listener: ListenerRoute | None = None
         self._listener_keepalive = LISTEN_KEEPALIVE
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._unreported = 0
@@ -255,17 +259,13 @@ class Subscriber:
         callbacks = {channel: tuple(fns) for channel, fns in self._callbacks.items()}
         send, receive = anyio.create_memory_object_stream[_Item](self._max_pending)
         self._send = send
-        if self._shared is not None:
-            self._listener = self._shared.route(
-                list(callbacks), self._on_notify, on_connect=self._on_connect
-            )
-        else:
-            self._listener = Listener(
-                connect_like(self._target),
-                list(callbacks),
-                self._on_notify,
+        # Given no Connections, it makes one of its own, closed when run() ends.
+        private: Connections | None = None
+        connections = self._shared
+        if connections is None:
+            connections = private = private_connections(
+                self._target,
                 logger=self._logger,
-                on_connect=self._on_connect,
                 keepalive=self._listener_keepalive,
                 probe_timeout=self._listener_probe_timeout,
             )
@@ -273,7 +273,13 @@ class Subscriber:
         started = False
         try:
             with self._scope, send, receive:
-                async with BlockTaskGroup() as tg:
+                async with (
+                    private or contextlib.nullcontext(),
+                    BlockTaskGroup() as tg,
+                ):
+                    self._listener = connections.route(
+                        list(callbacks), self._on_notify, on_connect=self._on_connect
+                    )
                     await tg.start(self._listener.run)
                     task_status.started()
                     started = True

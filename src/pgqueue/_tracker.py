@@ -37,9 +37,12 @@ import anyio
 
 from pgqueue import _sql
 from pgqueue._checks import check_dsn_or_pool, check_duration, check_job_id
-from pgqueue._connect import connect_like, target_of
-from pgqueue._connections import Connections, check_connections
-from pgqueue._dedicated import DedicatedConnection
+from pgqueue._connect import target_of
+from pgqueue._connections import (
+    Connections,
+    check_connections,
+    private_connections,
+)
 from pgqueue._errors import (
     AlreadyStartedError,
     JobNotFoundError,
@@ -47,7 +50,6 @@ from pgqueue._errors import (
     TrackerClosedError,
 )
 from pgqueue._job import Status
-from pgqueue._listener import Listener, ListenerRoute
 from pgqueue._log import Logger, default_logger
 from pgqueue._retry import Failures
 from pgqueue._schema import SCHEMA_ERRORS
@@ -59,6 +61,9 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     import asyncpg
+
+    from pgqueue._dedicated import DedicatedConnection
+    from pgqueue._listener import ListenerRoute
 
 __all__ = ["JobOutcome", "Tracker"]
 
@@ -160,7 +165,7 @@ class Tracker:
         self._state: Literal["new", "open", "closed"] = "new"
         self._waits: dict[int, _Wait] = {}
         self._marked: set[int] = set()
-        self._listener: Listener | ListenerRoute | None = None
+        self._listener: ListenerRoute | None = None
         self._connection: DedicatedConnection | None = None
         self._stack: contextlib.AsyncExitStack | None = None
         # Made on entry: anyio primitives need an event loop.
@@ -184,30 +189,21 @@ class Tracker:
         self._state = "closed"  # unless everything below succeeds
         self._read_needed = anyio.Event()
         self._has_waits = anyio.Event()
-        shared = self._shared
-        if shared is not None:
-            self._listener = shared.route(
+        async with contextlib.AsyncExitStack() as stack:
+            connections = self._shared
+            if connections is None:  # one of its own, closed with the tracker
+                connections = await stack.enter_async_context(
+                    private_connections(
+                        self._target,
+                        logger=self._logger,
+                        statement_timeout=STATEMENT_TIMEOUT,
+                    )
+                )
+            self._listener = connections.route(
                 [OUTCOMES_CHANNEL], self._on_notify, on_connect=self._on_connect
             )
-        else:
-            self._listener = Listener(
-                connect_like(self._target),
-                [OUTCOMES_CHANNEL],
-                self._on_notify,
-                logger=self._logger,
-                on_connect=self._on_connect,
-            )
-        if isinstance(self._target, str):
-            self._connection = (
-                DedicatedConnection(
-                    connect_like(self._target), timeout=STATEMENT_TIMEOUT
-                )
-                if shared is None
-                else shared.upkeep
-            )
-        async with contextlib.AsyncExitStack() as stack:
-            if self._connection is not None and shared is None:
-                stack.push_async_callback(self._connection.aclose)
+            if isinstance(self._target, str):  # else it reads from the pool
+                self._connection = connections.upkeep
             tg = await stack.enter_async_context(BlockTaskGroup())
             stack.callback(tg.cancel_scope.cancel)
             await tg.start(self._listener.run)

@@ -4,10 +4,13 @@ Task tree (what runs where, and what stops what)::
 
     run()                          host task; on outside cancellation: stop,
     │                              drain for shutdown_grace, then cut off
-    └── supervisor                 shielded: only stop() and its cut-off end it
+    └── supervisor                 shielded: only stop() and its cut-off end it;
+        │                          enters the worker's own Connections, if it
+        │                          made one (given none), and closes it last
         ├── services task group    cancelled last, after the outcomes settle
         │   ├── outcome writer     batches fenced outcome writes
-        │   ├── listener           LISTEN pgqueue_jobs; wakes the claimer
+        │   ├── listener route     LISTEN pgqueue_jobs (on the Connections'
+        │   │                      LISTEN connection); wakes the claimer
         │   ├── cancel hints       reads the rows a control NOTIFY names
         │   │                      (a hint: the row decides), batched
         │   ├── heartbeats         refresh updated_at of every held claim
@@ -45,11 +48,17 @@ Stopping: cancel the claim scope, let the consumers finish the handlers
 they started (cutting them off when ``stop(timeout)`` runs out: their jobs
 go back to pending), release the claimed jobs no handler started (pending
 again, attempt given back), wait until every outcome is durable, then cancel
-the services and close the worker's connections.
+the services and close the worker's connections (when they are its own).
+
+Connections: a worker uses a `pgqueue.Connections` for its claims, outcome
+writes, upkeep and LISTEN: the one it is given, shared with the process's
+other parts, or one of its own (`pgqueue._connections.private_connections`),
+so both cases run the same code.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast, overload
 
@@ -62,10 +71,10 @@ from pgqueue._checks import (
     check_duration,
     check_name,
 )
-from pgqueue._connect import connect_like
+from pgqueue._connections import Connections, private_connections
 from pgqueue._consumers import RUNNING_FOR
 from pgqueue._control import CancelHints, read_cancel_requested
-from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
+from pgqueue._dedicated import STATEMENT_TIMEOUT
 from pgqueue._errors import AlreadyStartedError, SchemaError
 from pgqueue._handler import Handler, SyncHandler
 from pgqueue._hooks import Observer, call_observers
@@ -73,12 +82,7 @@ from pgqueue._jobtype import JobType
 from pgqueue._lanes import Lane, LaneServices, LaneSettings, Routes
 from pgqueue._lease import LeaseKeeper, worker_id
 from pgqueue._ledger import Budget
-from pgqueue._listener import (
-    LISTEN_KEEPALIVE,
-    LISTEN_PROBE_TIMEOUT,
-    Listener,
-    ListenerRoute,
-)
+from pgqueue._listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, ListenerRoute
 from pgqueue._log import Logger, default_logger
 from pgqueue._options import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, WorkerOptions
 from pgqueue._outcome import Outcome
@@ -92,7 +96,6 @@ if TYPE_CHECKING:
     import asyncpg
     from anyio.abc import TaskStatus
 
-    from pgqueue._connections import Connections
     from pgqueue._job import Job
     from pgqueue._jobtype import HandlerDecorator
     from pgqueue._outcome import Outcome
@@ -271,7 +274,8 @@ class Worker:
         self._pool = pool
         # The options the parts below read, by their old names (the lanes
         # will read them from the options).
-        self._connections = options.connections
+        # A Connections (checked by the options, which sit below its module).
+        self._connections = cast("Connections | None", options.connections)
         self._queue = options.queue
         self._concurrency = options.concurrency
         self._queues = None if options.queues is None else dict(options.queues)
@@ -304,7 +308,7 @@ class Worker:
         self._statement_timeout = STATEMENT_TIMEOUT
         self._listener_keepalive = LISTEN_KEEPALIVE
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
-        self._listener: Listener | ListenerRoute | None = None
+        self._listener: ListenerRoute | None = None
         self._lanes = tuple(
             Lane(index, name, concurrency, self._prefetch, limits.get(name))
             for index, (name, concurrency) in enumerate(specs.items())
@@ -669,13 +673,25 @@ class Worker:
     def _build(self, *, until_empty: bool) -> None:
         """Make the worker's parts; they need a running event loop."""
         logger = self._logger
-        shared = self._connections
-        self._dedicated = (
-            worker_connections(self._pool, timeout=self._statement_timeout)
-            if shared is None
-            else (shared.claims, shared.writes, shared.upkeep)
-        )
-        claim_connection, write_connection, upkeep_connection = self._dedicated
+        # Given none, the worker makes a Connections of its own, entered and
+        # closed by the supervisor (a shared one is its owner's to close).
+        self._private: Connections | None = None
+        connections = self._connections
+        if connections is None:
+            connections = self._private = private_connections(
+                self._pool,
+                logger=logger,
+                listen=self._listen if isinstance(self._listen, str) else None,
+                statement_timeout=self._statement_timeout,
+                keepalive=self._listener_keepalive,
+                probe_timeout=self._listener_probe_timeout,
+            )
+        else:
+            connections.check_entered()  # before any task starts
+        self._connections_used = connections
+        claim_connection = connections.claims
+        write_connection = connections.writes
+        upkeep_connection = connections.upkeep
         slots = sum(lane.concurrency for lane in self._lanes)
         if self._max_concurrency is not None:
             slots = min(slots, self._max_concurrency)
@@ -744,66 +760,51 @@ class Worker:
             fields=self._fields,
         )
         self._listening = anyio.Event()
-        if self._listen is False or until_empty:
+        self._listens = self._listen is not False and not until_empty
+        if not self._listens:
             self._listening.set()
-        elif shared is not None:
-            self._listener = shared.route(
-                [_sql.JOBS_CHANNEL, _sql.CONTROL_CHANNEL],
-                self._on_notify,
-                on_connect=self._on_listen,
-            )
-        else:
-            self._listener = Listener(
-                connect_like(self._pool if self._listen is True else self._listen),
-                [_sql.JOBS_CHANNEL, _sql.CONTROL_CHANNEL],
-                self._on_notify,
-                logger=logger,
-                on_connect=self._on_listen,
-                keepalive=self._listener_keepalive,
-                probe_timeout=self._listener_probe_timeout,
-            )
 
     async def _supervise(self, until_empty: bool) -> None:
+        connections = self._connections_used
         try:
             with anyio.CancelScope(shield=True):
-                async with anyio.create_task_group() as services:
-                    services.start_soon(self._writer.run)
-                    if self._listener is not None:
-                        services.start_soon(self._listener.run)
-                        services.start_soon(self._after_check, self._hints.run)
-                    services.start_soon(self._after_check, self._upkeep.heartbeats)
-                    services.start_soon(self._after_check, self._upkeep.rescue)
+                async with self._private or contextlib.nullcontext():
+                    async with anyio.create_task_group() as services:
+                        services.start_soon(self._writer.run)
+                        if self._listens:
+                            self._listener = connections.route(
+                                [_sql.JOBS_CHANNEL, _sql.CONTROL_CHANNEL],
+                                self._on_notify,
+                                on_connect=self._on_listen,
+                            )
+                            services.start_soon(self._listener.run)
+                            services.start_soon(self._after_check, self._hints.run)
+                        services.start_soon(self._after_check, self._upkeep.heartbeats)
+                        services.start_soon(self._after_check, self._upkeep.rescue)
+                        if self._keeper is not None:
+                            services.start_soon(self._after_check, self._keeper.run)
+                        if self._retain is not None:
+                            services.start_soon(
+                                self._after_check, self._upkeep.retention, self._retain
+                            )
+                        if self._schedules:
+                            services.start_soon(
+                                self._after_check,
+                                self._schedules.run,
+                                connections.upkeep,
+                                self._default_queue,
+                                self._logger,
+                            )
+                        try:
+                            await self._run_jobs(until_empty)
+                        finally:
+                            await self._settle()
+                            services.cancel_scope.cancel()
                     if self._keeper is not None:
-                        services.start_soon(self._after_check, self._keeper.run)
-                    if self._retain is not None:
-                        services.start_soon(
-                            self._after_check, self._upkeep.retention, self._retain
-                        )
-                    if self._schedules:
-                        services.start_soon(
-                            self._after_check,
-                            self._schedules.run,
-                            self._dedicated[2],  # the upkeep connection
-                            self._default_queue,
-                            self._logger,
-                        )
-                    try:
-                        await self._run_jobs(until_empty)
-                    finally:
-                        await self._settle()
-                        services.cancel_scope.cancel()
-                if self._keeper is not None:
-                    await self._keeper.release()
+                        await self._keeper.release()
         finally:
             try:
-                with anyio.CancelScope(shield=True):
-                    async with anyio.create_task_group() as closing:
-                        if (
-                            self._connections is None
-                        ):  # else the Connections' owner closes them
-                            for connection in self._dedicated:
-                                closing.start_soon(connection.aclose)
-                    self._logger.info("worker stopped", extra=self._fields)
+                self._logger.info("worker stopped", extra=self._fields)
             finally:
                 self._finished.set()
 
