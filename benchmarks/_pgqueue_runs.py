@@ -22,7 +22,7 @@ from benchmarks._common import (
     run,
     run_child,
 )
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection

@@ -30,7 +30,7 @@ from benchmarks._common import (
     run,
     write_json,
 )
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from pgqueue.web import create_app
 
 PAGE_SIZE = 50

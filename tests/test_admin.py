@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from tests.helpers import listening, row, rows
 from tests.test_schema_upgrade import GO_SCHEMA
 

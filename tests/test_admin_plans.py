@@ -21,7 +21,8 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue import _admin, _sql
+from pgqueue import _admin
+from pgqueue._core import sql as _sql
 from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ import anyio
 import asyncpg
 import pytest
 
-from pgqueue import _sql
-from pgqueue._text import seconds_text as duration
+from pgqueue._core import sql as _sql
+from pgqueue._core.text import seconds_text as duration
 from pgqueue.cli.top import Sampler
 from tests.helpers import plan_nodes
 

@@ -27,7 +27,7 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import pgqueue
-from pgqueue._options import FLAG, NO_FLAG
+from pgqueue._core.options import FLAG, NO_FLAG
 from pgqueue.cli import _processes, _target, build_parser
 from pgqueue.cli import worker as cli_worker
 from pgqueue.cli._common import UsageError

@@ -23,7 +23,7 @@ import pytest
 
 import pgqueue
 from pgqueue import Connections, JobNotFoundError, SchemaError, Tracker
-from pgqueue._taskgroup import BlockTaskGroup
+from pgqueue._core.taskgroup import BlockTaskGroup
 from tests.helpers import RecordingLogger
 
 if TYPE_CHECKING:

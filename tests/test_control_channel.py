@@ -15,7 +15,7 @@ import anyio
 import asyncpg
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from tests.helpers import RecordingLogger, plan_nodes, running, wait_for_row
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ import pytest
 from anyio.abc import SocketAttribute
 
 import pgqueue
-from pgqueue._errors import DATABASE_ERRORS
+from pgqueue._core.errors import DATABASE_ERRORS
 from tests.embedded import EmbeddedServer
 from tests.helpers import RecordingLogger, rows, running, wait_until
 

@@ -20,14 +20,14 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from pgqueue.cli import _processes, build_parser
 from tests.cli_apps.limited import SAMPLES, make_worker
 from tests.helpers import running, wait_until
 from tests.test_cli_worker import started, statuses
 
 if TYPE_CHECKING:
-    from pgqueue._lease import Lease
+    from pgqueue._engine.lease import Lease
 
 LIMITED = "tests.cli_apps.limited:worker"
 

@@ -5,7 +5,7 @@ from hypothesis, built to hurt: quotes, backslashes, SQL, emoji and other
 astral characters, combining marks, NUL, lone surrogates, very long
 strings, huge ints, NaN, infinities, -0.0, floats that print with an
 exponent, dict keys that are not strings, tuples, sets, deep nesting. For
-each value an oracle written here (independently of ``pgqueue._checks``)
+each value an oracle written here (independently of ``pgqueue._core.checks``)
 says whether it must be stored or refused:
 
 - refused: a ``TypeError`` or ``ValueError`` of the kind the oracle names;
@@ -41,8 +41,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import pgqueue
-from pgqueue._checks import MAX_IDENTIFIER_BYTES, MAX_QUEUE_NAME_BYTES, NOTIFY_LIMIT
-from pgqueue._codec import MAX_PAYLOAD_DEPTH, encode_payload
+from pgqueue._core.checks import (
+    MAX_IDENTIFIER_BYTES,
+    MAX_QUEUE_NAME_BYTES,
+    NOTIFY_LIMIT,
+)
+from pgqueue._core.codec import MAX_PAYLOAD_DEPTH, encode_payload
 from pgqueue._pubsub import Subscriber, publish
 from tests.helpers import listening, queue_count, row, rows
 

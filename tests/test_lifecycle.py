@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from tests.helpers import (
     RecordingLogger,
     listening,

@@ -27,8 +27,8 @@ import pytest
 from croniter import croniter
 
 import pgqueue
-from pgqueue import _sql
-from pgqueue._periodic import CRON_MISSING
+from pgqueue._core import sql as _sql
+from pgqueue._engine.periodic import CRON_MISSING
 from tests.helpers import RecordingLogger, TableClock, running, wait_until
 from tests.test_cli import cli
 from tests.test_cli_worker import ROOT, Child
@@ -625,7 +625,7 @@ async def test_names_are_unique_and_registration_closes_at_run(
 
 
 def test_six_fields_put_seconds_first() -> None:
-    from pgqueue._periodic import check_schedule
+    from pgqueue._engine.periodic import check_schedule
 
     schedule = check_schedule(
         name="s",
@@ -868,7 +868,7 @@ def test_the_latest_due_tick_is_found_without_walking_the_whole_window(
     lateness: float,
     expected: str | None,
 ) -> None:
-    from pgqueue._periodic import check_schedule
+    from pgqueue._engine.periodic import check_schedule
 
     schedule = check_schedule(
         name="s",

@@ -33,7 +33,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import pytest
 
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 if TYPE_CHECKING:

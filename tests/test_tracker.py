@@ -31,9 +31,9 @@ from pgqueue import (
     Status,
     Tracker,
     TrackerClosedError,
-    _sql,
 )
-from pgqueue._sql import OUTCOMES_CHANNEL
+from pgqueue._core import sql as _sql
+from pgqueue._core.sql import OUTCOMES_CHANNEL
 from tests.helpers import RecordingLogger, row, running, wait_until
 
 if TYPE_CHECKING:

@@ -23,8 +23,8 @@ import pydantic
 import pytest
 
 import pgqueue
-from pgqueue._codec import encode_payload, to_json_value
-from pgqueue._typed import payload_converter, payload_type, typed_handler
+from pgqueue._core.codec import encode_payload, to_json_value
+from pgqueue._core.typed import payload_converter, payload_type, typed_handler
 from tests.helpers import row, rows
 
 if typing.TYPE_CHECKING:
@@ -741,8 +741,8 @@ def test_a_payload_survives_encoding_and_decoding(cls: type, value: Any) -> None
 def test_pgqueue_never_imports_pydantic() -> None:
     code = (
         "import sys, dataclasses, pgqueue\n"
-        "from pgqueue._codec import to_json_value\n"
-        "from pgqueue._typed import payload_type, typed_handler\n"
+        "from pgqueue._core.codec import to_json_value\n"
+        "from pgqueue._core.typed import payload_type, typed_handler\n"
         "@dataclasses.dataclass\n"
         "class P:\n"
         "    x: int\n"

@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from tests.cli_apps import RUNS
 from tests.helpers import noop, row, running, wait_for_row
 from tests.test_statement_plans import _claimed, _plans, _table_scans

@@ -21,7 +21,7 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._errors import MAX_ERROR_LENGTH
+from pgqueue._core.errors import MAX_ERROR_LENGTH
 from tests.helpers import (
     RecordingLogger,
     noop,

@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import pgqueue
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from pgqueue.web import create_app
 from tests.helpers import row
 

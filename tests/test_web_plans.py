@@ -25,7 +25,7 @@ import asyncpg
 import httpx
 import pytest
 
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from pgqueue.web import create_app
 from tests.helpers import explain_analyze
 from tests.test_admin_plans import _check_indexed, fill

@@ -21,7 +21,7 @@ import pytest
 
 import pgqueue
 import pgqueue.web
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 from tests.tcp_proxy import proxy_to, via
 from tests.test_web import serving, words
 

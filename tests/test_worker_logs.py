@@ -22,8 +22,8 @@ import anyio
 import pytest
 
 import pgqueue
-from pgqueue._log import JsonFormatter
-from pgqueue._runner import TRACEBACK_INTERVAL
+from pgqueue._core.log import JsonFormatter
+from pgqueue._engine.runner import TRACEBACK_INTERVAL
 
 if TYPE_CHECKING:
     import asyncpg

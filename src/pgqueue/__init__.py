@@ -15,9 +15,8 @@ from pgqueue._admin import (
     ScheduleInfo,
     SchemaState,
 )
-from pgqueue._backoff import Backoff, default_backoff
-from pgqueue._connections import Connections
-from pgqueue._errors import (
+from pgqueue._core.backoff import Backoff, default_backoff
+from pgqueue._core.errors import (
     AlreadyStartedError,
     DuplicateJobError,
     JobNotFoundError,
@@ -30,17 +29,18 @@ from pgqueue._errors import (
     TrackerClosedError,
     is_permanent,
 )
-from pgqueue._handler import Handler, SyncHandler
-from pgqueue._hooks import EnqueueEvent, EnqueueHook, Observer
-from pgqueue._job import Job, NewJob, Status
+from pgqueue._core.handler import Handler, SyncHandler
+from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
+from pgqueue._core.job import Job, NewJob, Status
+from pgqueue._core.log import Logger
+from pgqueue._core.options import WorkerOptions
+from pgqueue._core.outcome import Outcome
+from pgqueue._core.sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE
 from pgqueue._jobtype import JobType
-from pgqueue._log import Logger
-from pgqueue._options import WorkerOptions
-from pgqueue._outcome import Outcome
 from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
-from pgqueue._sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE
 from pgqueue._tracker import JobOutcome, Tracker
+from pgqueue._wire.connections import Connections
 from pgqueue._worker import Middleware, Worker
 
 __all__ = [
@@ -100,6 +100,6 @@ __version__ = "0.1.0.dev0"
 
 def __dir__() -> list[str]:
     """The public names: ``__all__``, ``__version__`` and public submodules once imported."""
-    from pgqueue._public import public_names  # only when asked
+    from pgqueue._core.public import public_names  # only when asked
 
     return public_names(globals(), [*__all__, "__version__"])

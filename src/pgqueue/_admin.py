@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
-from pgqueue import _sql
-from pgqueue._checks import (
+from pgqueue._core import sql as _sql
+from pgqueue._core.checks import (
     check_duration,
     check_int,
     check_job_id,
     check_name,
     check_queue_name,
 )
-from pgqueue._connect import target_of
-from pgqueue._errors import SchemaError
-from pgqueue._log import Logger, default_logger
-from pgqueue._schema import SCHEMA_ERRORS, missing_pieces, schema_failure
+from pgqueue._core.connect import target_of
+from pgqueue._core.errors import SchemaError
+from pgqueue._core.log import Logger, default_logger
+from pgqueue._core.schema import SCHEMA_ERRORS, missing_pieces, schema_failure
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable

@@ -26,8 +26,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import _sql
 from pgqueue._admin import Admin
+from pgqueue._core import sql as _sql
 
 if TYPE_CHECKING:
     from datetime import datetime

@@ -14,7 +14,7 @@ or watches one through its public hooks. The import contracts in
 from __future__ import annotations
 
 from pgqueue._admin import PREVIEW_CHARS
-from pgqueue._checks import (
+from pgqueue._core.checks import (
     check_channel,
     check_dsn_or_pool,
     check_duration,
@@ -23,17 +23,17 @@ from pgqueue._checks import (
     check_origin,
     check_queue_name,
 )
-from pgqueue._connect import check_dsn, target, target_of
+from pgqueue._core.connect import check_dsn, target, target_of
+from pgqueue._core.errors import DATABASE_ERRORS, describe
+from pgqueue._core.job import PeriodicKey
+from pgqueue._core.log import JsonFormatter, default_logger
+from pgqueue._core.options import Flag, option_flags
+from pgqueue._core.outcome import Kind
+from pgqueue._core.public import public_names
+from pgqueue._core.schema import SCHEMA_ERRORS, check_schema
+from pgqueue._core.sql import JOB_STATUSES, SERVER_IDENTITY
+from pgqueue._core.text import first_line, seconds_text
 from pgqueue._dashboard import Frame, Sampler
-from pgqueue._errors import DATABASE_ERRORS, describe
-from pgqueue._job import PeriodicKey
-from pgqueue._log import JsonFormatter, default_logger
-from pgqueue._options import Flag, option_flags
-from pgqueue._outcome import Kind
-from pgqueue._public import public_names
-from pgqueue._schema import SCHEMA_ERRORS, check_schema
-from pgqueue._sql import JOB_STATUSES, SERVER_IDENTITY
-from pgqueue._text import first_line, seconds_text
 
 __all__ = [
     "DATABASE_ERRORS",

@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from pgqueue._checks import check_callable, check_name, check_queue_name
-from pgqueue._codec import is_model_class
+from pgqueue._core.checks import check_callable, check_name, check_queue_name
+from pgqueue._core.codec import is_model_class
+from pgqueue._core.typed import converting, payload_converter
 from pgqueue._queue import Queue
-from pgqueue._typed import converting, payload_converter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
     from datetime import datetime, timedelta
 
-    from pgqueue._handler import Handler
-    from pgqueue._job import Job
+    from pgqueue._core.handler import Handler
+    from pgqueue._core.job import Job
     from pgqueue._queue import Connection
 
 __all__ = ["HandlerDecorator", "JobType"]

@@ -28,27 +28,27 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._checks import (
+from pgqueue._core import sql as _sql
+from pgqueue._core.checks import (
     check_callable,
     check_channel,
     check_dsn_or_pool,
     check_int,
     encode_notify_payload,
 )
-from pgqueue._connections import (
+from pgqueue._core.errors import AlreadyStartedError
+from pgqueue._core.log import Logger, default_logger
+from pgqueue._core.taskgroup import BlockTaskGroup
+from pgqueue._wire.connections import (
     Connections,
     check_connections,
     private_connections,
 )
-from pgqueue._errors import AlreadyStartedError
-from pgqueue._listener import (
+from pgqueue._wire.listener import (
     LISTEN_KEEPALIVE,
     LISTEN_PROBE_TIMEOUT,
     ListenerRoute,
 )
-from pgqueue._log import Logger, default_logger
-from pgqueue._taskgroup import BlockTaskGroup
 
 if TYPE_CHECKING:
     import asyncpg

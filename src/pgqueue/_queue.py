@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pgqueue import _sql
-from pgqueue._checks import (
+from pgqueue._core import sql as _sql
+from pgqueue._core.checks import (
     check_bool,
     check_duration,
     check_job_id,
@@ -17,12 +17,12 @@ from pgqueue._checks import (
     check_unique_key,
     check_when,
 )
-from pgqueue._codec import encode_payload, encode_payloads, payload_encoder
-from pgqueue._errors import DuplicateJobError
-from pgqueue._hooks import EnqueueEvent, EnqueueHook, told
-from pgqueue._job import NewJob
-from pgqueue._log import Logger, default_logger
-from pgqueue._schema import SCHEMA_ERRORS, schema_failure
+from pgqueue._core.codec import encode_payload, encode_payloads, payload_encoder
+from pgqueue._core.errors import DuplicateJobError
+from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
+from pgqueue._core.job import NewJob
+from pgqueue._core.log import Logger, default_logger
+from pgqueue._core.schema import SCHEMA_ERRORS, schema_failure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence

@@ -35,26 +35,26 @@ from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._checks import check_dsn_or_pool, check_duration, check_job_id
-from pgqueue._connect import target_of
-from pgqueue._connections import (
-    Connections,
-    check_connections,
-    private_connections,
-)
-from pgqueue._errors import (
+from pgqueue._core import sql as _sql
+from pgqueue._core.checks import check_dsn_or_pool, check_duration, check_job_id
+from pgqueue._core.connect import target_of
+from pgqueue._core.errors import (
     AlreadyStartedError,
     JobNotFoundError,
     SchemaError,
     TrackerClosedError,
 )
-from pgqueue._job import Status
-from pgqueue._log import Logger, default_logger
-from pgqueue._retry import Failures
-from pgqueue._schema import SCHEMA_ERRORS
-from pgqueue._sql import OUTCOMES_CHANNEL
-from pgqueue._taskgroup import BlockTaskGroup
+from pgqueue._core.job import Status
+from pgqueue._core.log import Logger, default_logger
+from pgqueue._core.retry import Failures
+from pgqueue._core.schema import SCHEMA_ERRORS
+from pgqueue._core.sql import OUTCOMES_CHANNEL
+from pgqueue._core.taskgroup import BlockTaskGroup
+from pgqueue._wire.connections import (
+    Connections,
+    check_connections,
+    private_connections,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -62,8 +62,8 @@ if TYPE_CHECKING:
 
     import asyncpg
 
-    from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._listener import ListenerRoute
+    from pgqueue._wire.dedicated import DedicatedConnection
+    from pgqueue._wire.listener import ListenerRoute
 
 __all__ = ["JobOutcome", "Tracker"]
 

@@ -24,7 +24,7 @@ Task tree (what runs where, and what stops what)::
             │                      ledger when the claim policy says so
             └── consumers          ``concurrency`` tasks running handlers
 
-Each queue of the worker is a lane (`pgqueue._lanes.Lane`): its own ledger (its capacity),
+Each queue of the worker is a lane (`pgqueue._engine.lanes.Lane`): its own ledger (its capacity),
 claim policy (its poll timer and place in line), claimer, consumers and
 lease, which it builds from the worker's options (`LaneSettings`) and the
 services the lanes share (`LaneServices`: the claim connection, the outcome
@@ -32,14 +32,14 @@ writer, the job runner, the logger). A worker of one queue is lanes of
 one. Each lane's claimer runs in the claim scope (their claims take turns
 on the one claim connection; the first one checks the schema); the
 listener, the heartbeats and the sweeps are shared, and the sweeps cover
-every queue in one statement each. `pgqueue._lanes.Routes` is the
+every queue in one statement each. `pgqueue._engine.lanes.Routes` is the
 switchboard between the lanes: a NOTIFY wakes the lane of the queue it
 names; LISTEN coming up wakes every lane; an outcome made durable leaves
 the ledger that held it. With ``max_concurrency`` below what the lanes
-could hold between them, a `pgqueue._ledger.Budget` caps the claims ready
+could hold between them, a `pgqueue._engine.ledger.Budget` caps the claims ready
 or running across lanes.
 
-Every claim belongs to one ledger (`pgqueue._ledger.Claims`) from the
+Every claim belongs to one ledger (`pgqueue._engine.ledger.Claims`) from the
 moment the claim returns until its outcome is durable: free capacity,
 heartbeats, back pressure, the drain, the release of unstarted jobs and
 ``until_empty`` all read it.
@@ -52,7 +52,7 @@ the services and close the worker's connections (when they are its own).
 
 Connections: a worker uses a `pgqueue.Connections` for its claims, outcome
 writes, upkeep and LISTEN: the one it is given, shared with the process's
-other parts, or one of its own (`pgqueue._connections.private_connections`),
+other parts, or one of its own (`pgqueue._wire.connections.private_connections`),
 so both cases run the same code.
 """
 
@@ -64,41 +64,41 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast, overlo
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._backoff import Backoff, SafeBackoff, default_backoff
-from pgqueue._checks import (
+from pgqueue._core import sql as _sql
+from pgqueue._core.backoff import Backoff, SafeBackoff, default_backoff
+from pgqueue._core.checks import (
     check_callable,
     check_duration,
     check_name,
 )
-from pgqueue._connections import Connections, private_connections
-from pgqueue._consumers import RUNNING_FOR
-from pgqueue._control import CancelHints, read_cancel_requested
-from pgqueue._dedicated import STATEMENT_TIMEOUT
-from pgqueue._errors import AlreadyStartedError, SchemaError
-from pgqueue._handler import Handler, SyncHandler
-from pgqueue._hooks import Observer, call_observers
+from pgqueue._core.errors import AlreadyStartedError, SchemaError
+from pgqueue._core.handler import Handler, SyncHandler
+from pgqueue._core.hooks import Observer, call_observers
+from pgqueue._core.log import Logger, default_logger
+from pgqueue._core.options import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, WorkerOptions
+from pgqueue._core.outcome import Outcome
+from pgqueue._core.typed import is_async, typed_handler
+from pgqueue._engine.consumers import RUNNING_FOR
+from pgqueue._engine.control import CancelHints, read_cancel_requested
+from pgqueue._engine.lanes import Lane, LaneServices, LaneSettings, Routes
+from pgqueue._engine.lease import LeaseKeeper, worker_id
+from pgqueue._engine.ledger import Budget
+from pgqueue._engine.periodic import Schedules, check_schedule
+from pgqueue._engine.runner import JobRunner, in_thread
+from pgqueue._engine.upkeep import HEARTBEATS_PER_RESCUE, Upkeep
+from pgqueue._engine.writer import OutcomeWriter
 from pgqueue._jobtype import JobType
-from pgqueue._lanes import Lane, LaneServices, LaneSettings, Routes
-from pgqueue._lease import LeaseKeeper, worker_id
-from pgqueue._ledger import Budget
-from pgqueue._listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, ListenerRoute
-from pgqueue._log import Logger, default_logger
-from pgqueue._options import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, WorkerOptions
-from pgqueue._outcome import Outcome
-from pgqueue._periodic import Schedules, check_schedule
-from pgqueue._runner import JobRunner, in_thread
-from pgqueue._typed import is_async, typed_handler
-from pgqueue._upkeep import HEARTBEATS_PER_RESCUE, Upkeep
-from pgqueue._writer import OutcomeWriter
+from pgqueue._wire.connections import Connections, private_connections
+from pgqueue._wire.dedicated import STATEMENT_TIMEOUT
+from pgqueue._wire.listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, ListenerRoute
 
 if TYPE_CHECKING:
     import asyncpg
     from anyio.abc import TaskStatus
 
-    from pgqueue._job import Job
+    from pgqueue._core.job import Job
+    from pgqueue._core.outcome import Outcome
     from pgqueue._jobtype import HandlerDecorator
-    from pgqueue._outcome import Outcome
 
 __all__ = ["Handler", "Middleware", "SyncHandler", "Worker"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, assert_type
 
 import pgqueue
-from pgqueue._typed import typed_handler
+from pgqueue._core.typed import typed_handler
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine

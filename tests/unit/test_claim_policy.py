@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
-from pgqueue._policy import LAST_ID, RETRY_WAKE_MARGIN, ClaimPolicy
+from pgqueue._engine.policy import LAST_ID, RETRY_WAKE_MARGIN, ClaimPolicy
 
 POLL = 5.0
 HEADS: dict[int, tuple[datetime, int]] = {}

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
-from pgqueue._control import CancelHints, job_id_of
+from pgqueue._engine.control import CancelHints, job_id_of
 from tests.helpers import RecordingLogger
 
 if TYPE_CHECKING:

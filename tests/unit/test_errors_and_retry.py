@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pgqueue._errors import MAX_ERROR_LENGTH, describe, storable
-from pgqueue._retry import FIRST_RETRY_DELAY, QUIET_FAILURES, Failures, retry_delay
+from pgqueue._core.errors import MAX_ERROR_LENGTH, describe, storable
+from pgqueue._core.retry import FIRST_RETRY_DELAY, QUIET_FAILURES, Failures, retry_delay
 from tests.helpers import RecordingLogger
 
 

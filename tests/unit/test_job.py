@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from pgqueue import _sql
-from pgqueue._claimer import jobs_from_rows
-from pgqueue._job import Job, PeriodicKey, claimed_job
+from pgqueue._core import sql as _sql
+from pgqueue._core.job import Job, PeriodicKey, claimed_job
+from pgqueue._engine.claimer import jobs_from_rows
 
 FIELDS: dict[str, Any] = {
     "id": 7,

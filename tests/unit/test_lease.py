@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pgqueue._lease import Lease
-from pgqueue._ledger import Claims
+from pgqueue._engine.lease import Lease
+from pgqueue._engine.ledger import Claims
 from tests.unit.test_ledger import job
 
 

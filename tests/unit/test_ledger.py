@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import anyio
 
-from pgqueue._job import Job
-from pgqueue._ledger import Claims
+from pgqueue._core.job import Job
+from pgqueue._engine.ledger import Claims
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

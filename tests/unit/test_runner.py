@@ -13,17 +13,17 @@ import anyio.lowlevel
 import pytest
 
 import pgqueue
-from pgqueue._backoff import MAX_BACKOFF, SafeBackoff
-from pgqueue._errors import MAX_ERROR_LENGTH
-from pgqueue._job import Job
-from pgqueue._outcome import Kind
-from pgqueue._runner import JobRunner
+from pgqueue._core.backoff import MAX_BACKOFF, SafeBackoff
+from pgqueue._core.errors import MAX_ERROR_LENGTH
+from pgqueue._core.job import Job
+from pgqueue._core.outcome import Kind
+from pgqueue._engine.runner import JobRunner
 from tests.helpers import RecordingLogger
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pgqueue._outcome import Outcome
+    from pgqueue._core.outcome import Outcome
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

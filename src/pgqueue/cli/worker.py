@@ -7,7 +7,7 @@ A module can simply say::
 
 (`pgqueue.cli._target` finds the worker and opens its pool). Every `Worker`
 option has a flag, built here from the fields of `pgqueue.WorkerOptions`
-(their `pgqueue._options.Flag`); a flag given on the command line replaces
+(their `pgqueue._core.options.Flag`); a flag given on the command line replaces
 what the worker was built with (``--middleware`` and ``--observer`` are
 added after the worker's own). ``--queue`` gives either option: ``--queue
 NAME`` the one queue (``queue``), ``--queue NAME=N``, repeated, several

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeAlias
 
-from pgqueue._job import Job
+from pgqueue._core.job import Job
 
 __all__ = ["Handler", "SyncHandler"]
 

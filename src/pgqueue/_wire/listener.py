@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from pgqueue._retry import MAX_RETRY_WAIT, Failures
+from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     import asyncpg
     from anyio.abc import TaskStatus
 
-    from pgqueue._connect import Connect
-    from pgqueue._log import Logger
+    from pgqueue._core.connect import Connect
+    from pgqueue._core.log import Logger
 
 __all__ = ["LISTEN_KEEPALIVE", "LISTEN_PROBE_TIMEOUT", "Listener", "SharedListener"]
 
@@ -46,7 +46,7 @@ class Listener:
         probe_timeout: seconds a probe may take before the connection is
             declared dead.
         max_delay: the longest pause between reconnect attempts (see
-            `pgqueue._retry.retry_delay`).
+            `pgqueue._core.retry.retry_delay`).
     """
 
     def __init__(

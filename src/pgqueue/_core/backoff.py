@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
-    from pgqueue._log import Logger
+    from pgqueue._core.log import Logger
 
 __all__ = ["MAX_BACKOFF", "Backoff", "SafeBackoff", "default_backoff"]
 

@@ -11,7 +11,7 @@ import math
 from datetime import datetime
 from typing import TypeAlias
 
-from pgqueue import _sql
+from pgqueue._core import sql as _sql
 
 __all__ = ["HEAD", "LAST_ID", "RETRY_WAKE_MARGIN", "Bounds", "ClaimPolicy", "Place"]
 

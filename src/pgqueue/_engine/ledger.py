@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from pgqueue._job import Job
-    from pgqueue._outcome import Key
+    from pgqueue._core.job import Job
+    from pgqueue._core.outcome import Key
 
 __all__ = ["Budget", "Claims"]
 

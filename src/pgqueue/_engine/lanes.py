@@ -8,21 +8,21 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue._claimer import Claimer
-from pgqueue._consumers import Consumers
-from pgqueue._lease import Lease
-from pgqueue._ledger import Claims
-from pgqueue._outcome import Kind, Outcome
-from pgqueue._policy import ClaimPolicy
+from pgqueue._core.outcome import Kind, Outcome
+from pgqueue._engine.claimer import Claimer
+from pgqueue._engine.consumers import Consumers
+from pgqueue._engine.lease import Lease
+from pgqueue._engine.ledger import Claims
+from pgqueue._engine.policy import ClaimPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._ledger import Budget
-    from pgqueue._log import Logger
-    from pgqueue._outcome import Key
-    from pgqueue._runner import JobRunner
+    from pgqueue._core.log import Logger
+    from pgqueue._core.outcome import Key
+    from pgqueue._engine.ledger import Budget
+    from pgqueue._engine.runner import JobRunner
+    from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = [
     "Lane",

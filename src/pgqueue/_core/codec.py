@@ -3,7 +3,7 @@
 `encode_payload` (and `encode_payloads`, for a batch) is what ``enqueue``
 writes, and what a worker stores as a job's result; `to_json_value` turns a
 typed payload (a dataclass, a pydantic model) into JSON values first, and
-`pgqueue._typed` is the way back. Nothing here runs SQL.
+`pgqueue._core.typed` is the way back. Nothing here runs SQL.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from datetime import date, time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._checks import check_callable
-from pgqueue._errors import describe
+from pgqueue._core.checks import check_callable
+from pgqueue._core.errors import describe
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -352,7 +352,7 @@ def to_json_value(value: Any) -> Any:
 
 def _as_dict(value: Any) -> Any:
     """`dataclasses.asdict` of ``value``, but sharing its leaves, with models dumped
-    and the scalars JSON has no type for written as `pgqueue._typed` reads them back."""
+    and the scalars JSON has no type for written as `pgqueue._core.typed` reads them back."""
     cls = type(value)
     if cls in _JSON_TYPES and cls is not dict and cls is not list:
         return value

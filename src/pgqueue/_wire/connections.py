@@ -11,17 +11,17 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Self, cast
 
-from pgqueue._checks import check_dsn_or_pool
-from pgqueue._connect import connect_like
-from pgqueue._dedicated import STATEMENT_TIMEOUT, worker_connections
-from pgqueue._listener import (
+from pgqueue._core.checks import check_dsn_or_pool
+from pgqueue._core.connect import connect_like
+from pgqueue._core.log import Logger, default_logger
+from pgqueue._core.taskgroup import BlockTaskGroup
+from pgqueue._wire.dedicated import STATEMENT_TIMEOUT, worker_connections
+from pgqueue._wire.listener import (
     LISTEN_KEEPALIVE,
     LISTEN_PROBE_TIMEOUT,
     ListenerRoute,
     SharedListener,
 )
-from pgqueue._log import Logger, default_logger
-from pgqueue._taskgroup import BlockTaskGroup
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -170,7 +170,7 @@ def private_connections(
     """The `Connections` a part makes for itself when it is given none.
 
     ``keepalive`` and ``probe_timeout`` are its LISTEN connection's probe
-    (see `pgqueue._listener.Listener`), which tests shorten.
+    (see `pgqueue._wire.listener.Listener`), which tests shorten.
     """
     connections = Connections(
         dsn_or_pool, listen=listen, statement_timeout=statement_timeout, logger=logger

@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._errors import is_transient
-from pgqueue._outcome import Kind, Outcome
-from pgqueue._retry import Failures, safe_repr
-from pgqueue._runner import job_fields, job_label
+from pgqueue._core import sql as _sql
+from pgqueue._core.errors import is_transient
+from pgqueue._core.outcome import Kind, Outcome
+from pgqueue._core.retry import Failures, safe_repr
+from pgqueue._engine.runner import job_fields, job_label
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._log import Logger
-    from pgqueue._outcome import Key
+    from pgqueue._core.log import Logger
+    from pgqueue._core.outcome import Key
+    from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["OutcomeWriter"]
 

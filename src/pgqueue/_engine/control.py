@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._retry import Failures
+from pgqueue._core import sql as _sql
+from pgqueue._core.retry import Failures
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Mapping
 
-    from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._log import Logger
+    from pgqueue._core.log import Logger
+    from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["READ_INTERVAL", "CancelHints", "job_id_of", "read_cancel_requested"]
 

@@ -6,17 +6,17 @@ import asyncio
 import contextvars
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._outcome import shutdown_outcome
-from pgqueue._runner import job_fields, job_label
+from pgqueue._core.outcome import shutdown_outcome
+from pgqueue._engine.runner import job_fields, job_label
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pgqueue._job import Job
-    from pgqueue._ledger import Claims
-    from pgqueue._log import Logger
-    from pgqueue._outcome import Outcome
-    from pgqueue._runner import JobRunner
+    from pgqueue._core.job import Job
+    from pgqueue._core.log import Logger
+    from pgqueue._core.outcome import Outcome
+    from pgqueue._engine.ledger import Claims
+    from pgqueue._engine.runner import JobRunner
 
 __all__ = ["RUNNING_FOR", "Consumers"]
 

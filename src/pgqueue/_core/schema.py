@@ -6,9 +6,9 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from pgqueue import _sql
-from pgqueue._connect import target_of
-from pgqueue._errors import SchemaError
+from pgqueue._core import sql as _sql
+from pgqueue._core.connect import target_of
+from pgqueue._core.errors import SchemaError
 
 __all__ = [
     "SCHEMA_ERRORS",

@@ -4,17 +4,17 @@ A schedule is a cron expression (with the ``cron`` extra: croniter) or a
 fixed interval aligned to the Unix epoch. Every worker that registers a
 schedule runs the same scheduler; none is elected. They agree through the
 schedule's row in ``pgqueue_periodic``: the statement that advances its
-last tick to a tick inserts that tick's job (`pgqueue._sql.PERIODIC_TICK`),
+last tick to a tick inserts that tick's job (`pgqueue._core.sql.PERIODIC_TICK`),
 so one job per (schedule, tick) is enqueued however many workers race.
 
 Ticks are computed in Python, in the schedule's time zone, and compared
-with the database's clock (read with `pgqueue._sql.PERIODIC_NOW`), never
+with the database's clock (read with `pgqueue._core.sql.PERIODIC_NOW`), never
 the worker's own. Only the latest due tick runs, and only if it is at most
 ``max_lateness`` seconds old: ticks missed while no worker ran are never
 run as a backlog.
 
 A job learns its tick from its ``unique_key``, ``periodic:<name>@<tick>``
-(the tick in ISO 8601, UTC; see `pgqueue._job.PeriodicKey`): `pgqueue.Job.tick`
+(the tick in ISO 8601, UTC; see `pgqueue._core.job.PeriodicKey`): `pgqueue.Job.tick`
 reads it.
 """
 
@@ -29,23 +29,23 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import anyio
 import asyncpg
 
-from pgqueue import _sql
-from pgqueue._checks import (
+from pgqueue._core import sql as _sql
+from pgqueue._core.checks import (
     check_bool,
     check_duration,
     check_max_attempts,
     check_name,
     check_queue_name,
 )
-from pgqueue._codec import encode_payload
-from pgqueue._job import PeriodicKey
-from pgqueue._retry import Failures, safe_repr
+from pgqueue._core.codec import encode_payload
+from pgqueue._core.job import PeriodicKey
+from pgqueue._core.retry import Failures, safe_repr
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._log import Logger
+    from pgqueue._core.log import Logger
+    from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["CRON_MISSING", "Clock", "DatabaseClock", "Schedule", "Schedules"]
 
@@ -255,7 +255,7 @@ class Clock(Protocol):
 
 
 class DatabaseClock:
-    """The database's clock, read with `pgqueue._sql.PERIODIC_NOW`.
+    """The database's clock, read with `pgqueue._core.sql.PERIODIC_NOW`.
 
     It sleeps at most `MAX_SLEEP`, so that a drift between the worker's
     clock and the database's is corrected.

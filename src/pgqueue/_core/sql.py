@@ -553,7 +553,7 @@ CLAIM_COLUMNS = (
     "claimed_at",
     "trace_context",
 )
-"""The columns a claim returns, in this order (`pgqueue._claimer.jobs_from_rows` unpacks them)."""
+"""The columns a claim returns, in this order (`pgqueue._engine.claimer.jobs_from_rows` unpacks them)."""
 
 # The columns of CLAIM_COLUMNS that are not the table's own.
 _CLAIM_EXPRESSIONS = {

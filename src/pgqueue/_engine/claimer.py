@@ -10,25 +10,25 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._errors import describe, is_transient
-from pgqueue._job import Job, claimed_job
-from pgqueue._lease import take
-from pgqueue._outcome import Kind, Outcome
-from pgqueue._retry import MAX_RETRY_WAIT, Failures
-from pgqueue._runner import job_fields, job_label
-from pgqueue._schema import SCHEMA_ERRORS, check_schema, schema_failure
+from pgqueue._core import sql as _sql
+from pgqueue._core.errors import describe, is_transient
+from pgqueue._core.job import Job, claimed_job
+from pgqueue._core.outcome import Kind, Outcome
+from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
+from pgqueue._core.schema import SCHEMA_ERRORS, check_schema, schema_failure
+from pgqueue._engine.lease import take
+from pgqueue._engine.runner import job_fields, job_label
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     import asyncpg
 
-    from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._lease import Lease
-    from pgqueue._ledger import Budget, Claims
-    from pgqueue._log import Logger
-    from pgqueue._policy import Bounds, ClaimPolicy
+    from pgqueue._core.log import Logger
+    from pgqueue._engine.lease import Lease
+    from pgqueue._engine.ledger import Budget, Claims
+    from pgqueue._engine.policy import Bounds, ClaimPolicy
+    from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["Claimed", "Claimer", "jobs_from_rows"]
 
@@ -292,7 +292,7 @@ def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
     Times are always timezone-aware: ``-infinity`` and ``infinity`` come
     back as ``datetime.min`` and ``datetime.max`` in UTC.
 
-    Each row is unpacked in the order of `pgqueue._sql.CLAIM_COLUMNS`,
+    Each row is unpacked in the order of `pgqueue._core.sql.CLAIM_COLUMNS`,
     which the claim's ``RETURNING`` is built from: as fast as indexes,
     named as the columns.
     """

@@ -4,7 +4,7 @@
 looked for only in ``sys.modules``, where any model class has put it). The
 worker wraps such a handler with `typed_handler` when it is registered; a
 payload that does not fit ``X`` dead-letters its job at once, with a message
-naming the type and the field. `pgqueue._codec.to_json_value` is the way
+naming the type and the field. `pgqueue._core.codec.to_json_value` is the way
 back: what ``enqueue`` turns an ``X`` into before encoding it.
 
 Dataclass payloads are checked by a small validator: every field without a
@@ -15,7 +15,7 @@ these annotations are checked: ``str``, ``int`` (not ``bool``), ``float``
 (``X | None``, ``Optional[X]``), ``Any``, ``object``, ``Literal[...]``,
 ``list[X]``, ``dict[str, X]`` (values; keys are always strings in JSON),
 ``NewType``\\ s, nested dataclasses and pydantic models. These are decoded
-from what `pgqueue._codec.to_json_value` writes for them: ``UUID`` (its
+from what `pgqueue._core.codec.to_json_value` writes for them: ``UUID`` (its
 string), ``datetime``, ``date`` and ``time`` (ISO 8601 strings; a ``Z``
 offset is read too), ``Decimal`` (its string, keeping every digit; a JSON
 number is read too) and ``Enum`` subclasses (their value). Any other annotation
@@ -42,14 +42,14 @@ import uuid
 from datetime import date, datetime, time
 from typing import TYPE_CHECKING, Any, Literal, NewType, TypeAlias, TypeVar, Union
 
-from pgqueue._codec import is_model_class
-from pgqueue._errors import Permanent, describe
-from pgqueue._job import Job
+from pgqueue._core.codec import is_model_class
+from pgqueue._core.errors import Permanent, describe
+from pgqueue._core.job import Job
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from pgqueue._handler import Handler
+    from pgqueue._core.handler import Handler
 
 __all__ = [
     "converting",

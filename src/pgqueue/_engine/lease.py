@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._retry import Failures, log_failure
+from pgqueue._core import sql as _sql
+from pgqueue._core.retry import Failures, log_failure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._ledger import Claims
-    from pgqueue._log import Logger
+    from pgqueue._core.log import Logger
+    from pgqueue._engine.ledger import Claims
+    from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["Lease", "LeaseKeeper", "take", "worker_id"]
 

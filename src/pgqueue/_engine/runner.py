@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import anyio.to_thread
 
-from pgqueue._backoff import MAX_BACKOFF
-from pgqueue._codec import encode_payload
-from pgqueue._errors import RetryAfter, Snooze, describe, is_permanent, storable
-from pgqueue._outcome import CANCELLED_ERROR, Kind, Outcome
+from pgqueue._core.backoff import MAX_BACKOFF
+from pgqueue._core.codec import encode_payload
+from pgqueue._core.errors import RetryAfter, Snooze, describe, is_permanent, storable
+from pgqueue._core.outcome import CANCELLED_ERROR, Kind, Outcome
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from pgqueue._backoff import SafeBackoff
-    from pgqueue._handler import Handler, SyncHandler
-    from pgqueue._job import Job
-    from pgqueue._log import Logger
+    from pgqueue._core.backoff import SafeBackoff
+    from pgqueue._core.handler import Handler, SyncHandler
+    from pgqueue._core.job import Job
+    from pgqueue._core.log import Logger
 
 __all__ = [
     "TRACEBACK_INTERVAL",

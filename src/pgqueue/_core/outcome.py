@@ -6,7 +6,7 @@ import enum
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from pgqueue._job import Job
+    from pgqueue._core.job import Job
 
 __all__ = [
     "CANCELLED_ERROR",

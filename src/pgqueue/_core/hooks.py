@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-    from pgqueue._job import NewJob
-    from pgqueue._log import Logger
-    from pgqueue._outcome import Outcome
+    from pgqueue._core.job import NewJob
+    from pgqueue._core.log import Logger
+    from pgqueue._core.outcome import Outcome
 
 T = TypeVar("T")
 

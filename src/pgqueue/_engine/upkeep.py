@@ -7,16 +7,16 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._job import Status
-from pgqueue._retry import Failures
+from pgqueue._core import sql as _sql
+from pgqueue._core.job import Status
+from pgqueue._core.retry import Failures
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from pgqueue._dedicated import DedicatedConnection
-    from pgqueue._log import Logger
-    from pgqueue._outcome import Key
+    from pgqueue._core.log import Logger
+    from pgqueue._core.outcome import Key
+    from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["HEARTBEATS_PER_RESCUE", "SWEEP_BATCH", "Upkeep"]
 

@@ -1,4 +1,4 @@
-"""Checks applied to user input before any SQL runs (payloads: `pgqueue._codec`)."""
+"""Checks applied to user input before any SQL runs (payloads: `pgqueue._core.codec`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from pgqueue._connect import check_dsn
-from pgqueue._errors import PayloadTooLargeError
+from pgqueue._core.connect import check_dsn
+from pgqueue._core.errors import PayloadTooLargeError
 
 __all__ = [
     "MAX_QUEUE_NAME_BYTES",
@@ -211,7 +211,7 @@ def check_job_id(value: object) -> int:
 def check_dsn_or_pool(value: object) -> None:
     """Raise TypeError unless ``value`` is a DSN string or an asyncpg pool.
 
-    A DSN asyncpg would misread raises ValueError (`pgqueue._connect.check_dsn`).
+    A DSN asyncpg would misread raises ValueError (`pgqueue._core.connect.check_dsn`).
     """
     if not isinstance(value, str | asyncpg.Pool):
         msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(value).__name__}"

@@ -21,15 +21,20 @@ from typing import (
     runtime_checkable,
 )
 
-from pgqueue._backoff import Backoff, default_backoff
-from pgqueue._checks import check_callable, check_duration, check_int, check_queue_name
+from pgqueue._core.backoff import Backoff, default_backoff
+from pgqueue._core.checks import (
+    check_callable,
+    check_duration,
+    check_int,
+    check_queue_name,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from pgqueue._handler import Handler
-    from pgqueue._hooks import Observer
-    from pgqueue._log import Logger
+    from pgqueue._core.handler import Handler
+    from pgqueue._core.hooks import Observer
+    from pgqueue._core.log import Logger
 
     # As pgqueue.Middleware (defined in _worker, which these options sit below).
     Middleware: TypeAlias = Callable[[Handler], Handler]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from pgqueue._log import Logger
+    from pgqueue._core.log import Logger
 
 __all__ = [
     "FIRST_RETRY_DELAY",

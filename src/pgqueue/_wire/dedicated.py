@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from pgqueue import _sql
-from pgqueue._connect import connect_like
-from pgqueue._errors import ends_session
+from pgqueue._core import sql as _sql
+from pgqueue._core.connect import connect_like
+from pgqueue._core.errors import ends_session
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     import asyncpg
 
-    from pgqueue._connect import Connect
+    from pgqueue._core.connect import Connect
 
 __all__ = [
     "CLOSE_TIMEOUT",
