@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+import contextlib
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
+
+import asyncpg
 
 from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
@@ -23,12 +27,12 @@ from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.schema import SCHEMA_ERRORS, schema_failure
+from pgqueue._wake import waker_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterable, Sequence
     from datetime import datetime, timedelta
 
-    import asyncpg
     from asyncpg.pool import PoolConnectionProxy
 
 __all__ = ["Connection", "Executor", "Queue", "install", "uninstall"]
@@ -38,6 +42,19 @@ Connection: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
 
 Executor: TypeAlias = "asyncpg.Pool[Any] | Connection"
 """An asyncpg pool, or a connection (inside a transaction, writes ride it)."""
+
+
+class _Deferred:
+    """The queues enqueued to in a `Queue.transaction`, woken after its commit."""
+
+    __slots__ = ("connection", "queues")
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.queues: dict[str, None] = {}
+
+
+_deferred: ContextVar[_Deferred | None] = ContextVar("pgqueue_deferred", default=None)
 
 
 async def install(executor: Executor) -> None:
@@ -84,7 +101,15 @@ class Queue:
         job_id = await queue.enqueue("send_welcome_email", {"user_id": "01J5"})
     """
 
-    __slots__ = ("_encoder", "_hooks", "_logger", "_max_attempts", "_name", "_pool")
+    __slots__ = (
+        "_encoder",
+        "_hooks",
+        "_logger",
+        "_max_attempts",
+        "_name",
+        "_pool",
+        "_waker_pool",
+    )
 
     def __init__(
         self,
@@ -97,6 +122,11 @@ class Queue:
         json_encoder: Callable[[Any], Any] | None = None,
     ) -> None:
         self._pool = pool
+        # Wakeups after commit need a pool to open the waker's connection
+        # like (the CLI hands a single connection over as its "pool").
+        self._waker_pool: asyncpg.Pool[Any] | None = (
+            pool if isinstance(cast("object", pool), asyncpg.Pool) else None
+        )
         self._name = check_queue_name(name)
         self._max_attempts = check_max_attempts(max_attempts)
         self._logger = default_logger(logger)
@@ -127,11 +157,15 @@ class Queue:
         track: bool = False,
         connection: Connection | None = None,
     ) -> int:
-        """Insert a job and wake the queue's workers, in one round trip.
+        """Insert a job and wake the queue's workers.
 
-        Returns once the row is committed. With ``connection`` inside a
-        transaction, the row and its wakeup become visible only if that
-        transaction commits.
+        Without ``connection``: one round trip, which returns once the row
+        is committed; the wakeup (a NOTIFY on ``pgqueue_jobs``) is sent
+        after the commit, from a connection of pgqueue's own, coalesced
+        with the wakeups of other enqueues to the queue in this process.
+        With ``connection`` inside a transaction, the row and its wakeup
+        (sent in that transaction) become visible only if it commits; in a
+        `transaction` block, the wakeup is sent after the block commits.
 
         Args:
             job_type: selects the handler that runs the job.
@@ -180,9 +214,8 @@ class Queue:
         )
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
-        executor: Executor = connection if connection is not None else self._pool
         if not self._hooks:
-            return await self._enqueue(executor, args, seconds, key, conflict)
+            return await self._enqueue(connection, args, seconds, key, conflict)
         new_job = NewJob(
             args[0],
             payload,
@@ -198,12 +231,12 @@ class Queue:
             self._hooks,
             event,
             self._logger,
-            lambda: self._enqueue(executor, args, seconds, key, conflict, event),
+            lambda: self._enqueue(connection, args, seconds, key, conflict, event),
         )
 
     async def _enqueue(
         self,
-        executor: Executor,
+        connection: Connection | None,
         args: tuple[str, str, int, datetime | None, int, bool],
         delay: float | None,
         key: str | None,
@@ -212,20 +245,33 @@ class Queue:
     ) -> int:
         """`enqueue` once its arguments are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
+        executor: Executor = connection if connection is not None else self._pool
+        wake = self._wake_after_commit(connection)
         try:
             if key is None:
                 job_id: int = await executor.fetchval(
-                    _sql.ENQUEUE, self._name, *args, trace_context, delay
+                    _sql.ENQUEUE if wake is None else _sql.ENQUEUE_SILENT,
+                    self._name,
+                    *args,
+                    trace_context,
+                    delay,
                 )
                 existed = False
             else:
                 row = await executor.fetchrow(
-                    _sql.ENQUEUE_UNIQUE, self._name, *args, trace_context, key, delay
+                    _sql.ENQUEUE_UNIQUE if wake is None else _sql.ENQUEUE_UNIQUE_SILENT,
+                    self._name,
+                    *args,
+                    trace_context,
+                    key,
+                    delay,
                 )
                 assert row is not None
                 job_id, existed = row["id"], row["existed"]
         except SCHEMA_ERRORS as exc:
             raise await schema_failure(executor, str(exc)) from exc
+        if wake is not None and not existed:
+            wake()
         if event is not None:
             event.ids.append(job_id)
             event.duplicates.append(existed)
@@ -251,7 +297,7 @@ class Queue:
         on_conflict: Literal["return", "raise"] = "return",
         connection: Connection | None = None,
     ) -> list[int]:
-        """Insert many jobs in one round trip with a single wakeup.
+        """Insert many jobs in one round trip with a single wakeup (sent as `enqueue` sends it).
 
         All jobs are checked before anything is sent; one bad job means none
         is written. Returns the ids in input order. The payloads travel as
@@ -310,20 +356,21 @@ class Queue:
         if not batch.types:
             return []
         payload_array = encode_payloads(batch.payloads, self._encoder)
-        executor: Executor = connection if connection is not None else self._pool
         if not hooked:
-            return await self._enqueue_many(executor, batch, payload_array, conflict)
+            return await self._enqueue_many(connection, batch, payload_array, conflict)
         event = EnqueueEvent(self._name, new_jobs, batch=True)
         return await told(
             self._hooks,
             event,
             self._logger,
-            lambda: self._enqueue_many(executor, batch, payload_array, conflict, event),
+            lambda: self._enqueue_many(
+                connection, batch, payload_array, conflict, event
+            ),
         )
 
     async def _enqueue_many(
         self,
-        executor: Executor,
+        connection: Connection | None,
         batch: _Batch,
         payload_array: str,
         conflict: str,
@@ -341,23 +388,22 @@ class Queue:
         delayed = batch.delayed
         if delayed:
             args = (*args, batch.delays())
+        executor: Executor = connection if connection is not None else self._pool
+        wake = self._wake_after_commit(connection)
+        statement = _MANY[batch.keyed, delayed, wake is None]
         duplicate = None
         try:
             if not batch.keyed:
-                statement = _sql.ENQUEUE_MANY_DELAYED if delayed else _sql.ENQUEUE_MANY
                 joined: str = await executor.fetchval(statement, *args)
                 ids = [int(job_id) for job_id in joined.split(",")]
                 duplicates = [False] * len(ids)
             else:
-                statement = (
-                    _sql.ENQUEUE_MANY_UNIQUE_DELAYED
-                    if delayed
-                    else _sql.ENQUEUE_MANY_UNIQUE
-                )
                 rows = await executor.fetch(statement, *args)
                 ids, duplicate, duplicates = batch.ids(rows)
         except SCHEMA_ERRORS as exc:
             raise await schema_failure(executor, str(exc)) from exc
+        if wake is not None and not all(duplicates):
+            wake()
         if event is not None:
             event.ids, event.duplicates = ids, duplicates
         if duplicate is not None and conflict == "raise":
@@ -420,6 +466,64 @@ class Queue:
             )
         return removed
 
+    @contextlib.asynccontextmanager
+    async def transaction(self, connection: Connection) -> AsyncIterator[None]:
+        """A transaction on ``connection`` whose enqueues wake workers after it commits.
+
+        Enqueues with ``connection=`` inside the block (of this queue or any
+        other) send no NOTIFY from the transaction: once it commits, one
+        wakeup per queue is sent from a connection of pgqueue's own, as
+        for an enqueue without ``connection=``. If the block raises, the
+        transaction rolls back and nothing is woken. A NOTIFY in a
+        transaction makes its commit wait for every other notifying
+        commit; this is the way out for services that commit many
+        enqueueing transactions at once.
+
+        Entered while ``connection`` is already in a transaction (which
+        commits later, outside the block), the block is a savepoint and the
+        enqueues keep their NOTIFY in the transaction.
+
+        Usage::
+
+            async with pool.acquire() as conn, queue.transaction(conn):
+                await conn.execute("INSERT INTO orders ...")
+                await queue.enqueue("ship", {"order": 42}, connection=conn)
+        """
+        if connection.is_in_transaction() or self._waker_pool is None:
+            async with connection.transaction():
+                yield
+            return
+        deferred = _Deferred(connection)
+        token = _deferred.set(deferred)
+        try:
+            async with connection.transaction():
+                yield
+        finally:
+            _deferred.reset(token)
+        if deferred.queues:
+            waker_for(self._waker_pool, self._logger).wake(deferred.queues)
+
+    def _wake_after_commit(
+        self, connection: Connection | None
+    ) -> Callable[[], None] | None:
+        """How an enqueue on ``connection`` is woken after it commits; None: by its own NOTIFY.
+
+        Without one, the statement commits by itself on the pool, and the
+        pool's waker sends the wakeup once it has. In a `transaction` block
+        on ``connection``, the block sends it after its commit. Otherwise
+        the job rides the caller's transaction, and so does its NOTIFY.
+        """
+        if connection is None:
+            return None if self._waker_pool is None else self._wake
+        deferred = _deferred.get()
+        if deferred is not None and deferred.connection is connection:
+            return lambda: deferred.queues.setdefault(self._name)
+        return None
+
+    def _wake(self) -> None:
+        assert self._waker_pool is not None
+        waker_for(self._waker_pool, self._logger).wake((self._name,))
+
     def _attempts(self, max_attempts: object) -> int:
         """A job's ``max_attempts``: its own, checked, or the queue's default."""
         return (
@@ -430,6 +534,19 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue(name={self._name!r}, max_attempts={self._max_attempts})"
+
+
+# enqueue_many's statement by (unique keys, delays, NOTIFY in the statement).
+_MANY = {
+    (False, False, True): _sql.ENQUEUE_MANY,
+    (False, True, True): _sql.ENQUEUE_MANY_DELAYED,
+    (True, False, True): _sql.ENQUEUE_MANY_UNIQUE,
+    (True, True, True): _sql.ENQUEUE_MANY_UNIQUE_DELAYED,
+    (False, False, False): _sql.ENQUEUE_MANY_SILENT,
+    (False, True, False): _sql.ENQUEUE_MANY_DELAYED_SILENT,
+    (True, False, False): _sql.ENQUEUE_MANY_UNIQUE_SILENT,
+    (True, True, False): _sql.ENQUEUE_MANY_UNIQUE_DELAYED_SILENT,
+}
 
 
 def _unpack(

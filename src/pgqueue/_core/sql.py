@@ -29,9 +29,15 @@ __all__ = [
     "ENQUEUE",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_DELAYED",
+    "ENQUEUE_MANY_DELAYED_SILENT",
+    "ENQUEUE_MANY_SILENT",
     "ENQUEUE_MANY_UNIQUE",
     "ENQUEUE_MANY_UNIQUE_DELAYED",
+    "ENQUEUE_MANY_UNIQUE_DELAYED_SILENT",
+    "ENQUEUE_MANY_UNIQUE_SILENT",
+    "ENQUEUE_SILENT",
     "ENQUEUE_UNIQUE",
+    "ENQUEUE_UNIQUE_SILENT",
     "ERROR_LINE_CHARS",
     "FINISH",
     "HEAD_OF_LINE",
@@ -72,6 +78,7 @@ __all__ = [
     "STATS_TABLE",
     "TABLE_EXISTS",
     "TOUCH",
+    "WAKE",
     "WORKER_SETTINGS",
     "array",
     "booleans",
@@ -298,8 +305,12 @@ DROP TABLE IF EXISTS pgqueue_jobs;
 # own; behind a transaction pooler those settings stay on server
 # connections that other clients then get.
 
-# The row and its wakeup ride one statement, so a job enqueued inside the
-# caller's transaction wakes workers only if that transaction commits.
+# Inside the caller's transaction, the row and its wakeup ride one
+# statement, so the job wakes workers only if that transaction commits. An
+# enqueue that commits by itself takes the _SILENT statement instead, and
+# its wakeup is sent after the commit (`pgqueue._wake`): a transaction that
+# sends NOTIFY holds a lock of the whole cluster from before its commit until
+# its commit record is flushed, so notifying commits cannot share a flush.
 # trace_context ($8) is opaque text an enqueue hook gives (pgqueue.otel: the
 # producer span's propagation headers as JSON); NULL without one, as in a
 # Go producer's rows. A delay ($9, seconds, NULL without one) counts from
@@ -308,14 +319,16 @@ DROP TABLE IF EXISTS pgqueue_jobs;
 _RUN_AT = (
     "COALESCE($5::timestamptz, now() + make_interval(secs => {delay}::float8), now())"
 )
-ENQUEUE = f"""
-WITH job AS (
+_INSERT_ONE = f"""
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context)
     VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$9")}, $6, $7, $8)
-    RETURNING id
+    RETURNING id"""
+ENQUEUE = f"""
+WITH job AS ({_INSERT_ONE}
 )
 SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
 """
+ENQUEUE_SILENT = _INSERT_ONE
 
 # A job with a unique key ($9; its delay is $10): while a job of the same type and key is
 # pending or running, the index refuses a second one and the existing row's
@@ -326,15 +339,17 @@ _ON_UNIQUE_CONFLICT = """
     ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET unique_key = EXCLUDED.unique_key
 """
-ENQUEUE_UNIQUE = f"""
-WITH job AS (
+_INSERT_UNIQUE = f"""
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key)
     VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")}, $6, $7, $8, $9)
     {_ON_UNIQUE_CONFLICT}
-    RETURNING id, xmax <> 0 AS existed
+    RETURNING id, xmax <> 0 AS existed"""
+ENQUEUE_UNIQUE = f"""
+WITH job AS ({_INSERT_UNIQUE}
 )
 SELECT id, existed, CASE WHEN NOT existed THEN pg_notify('pgqueue_jobs', $1) END FROM job
 """
+ENQUEUE_UNIQUE_SILENT = _INSERT_UNIQUE
 
 # Rows are inserted in input order, so ascending ids are the input order.
 # The payloads arrive as one JSON array ($3), the rest as arrays; ROWS FROM
@@ -372,11 +387,16 @@ _ENQUEUE_MANY = """
 WITH jobs AS ({rows}
     RETURNING id
 )
-SELECT array_to_string(array_agg(jobs.id ORDER BY jobs.id), ',')
-FROM jobs, pg_notify('pgqueue_jobs', $1)
+SELECT array_to_string(array_agg(jobs.id ORDER BY jobs.id), ','){notify}
 """
-ENQUEUE_MANY = _ENQUEUE_MANY.format(rows=_UNDELAYED_ROWS)
-ENQUEUE_MANY_DELAYED = _ENQUEUE_MANY.format(rows=_DELAYED_ROWS)
+_NOTIFY_FROM = "\nFROM jobs, pg_notify('pgqueue_jobs', $1)"
+_SILENT_FROM = "\nFROM jobs"
+ENQUEUE_MANY = _ENQUEUE_MANY.format(rows=_UNDELAYED_ROWS, notify=_NOTIFY_FROM)
+ENQUEUE_MANY_DELAYED = _ENQUEUE_MANY.format(rows=_DELAYED_ROWS, notify=_NOTIFY_FROM)
+ENQUEUE_MANY_SILENT = _ENQUEUE_MANY.format(rows=_UNDELAYED_ROWS, notify=_SILENT_FROM)
+ENQUEUE_MANY_DELAYED_SILENT = _ENQUEUE_MANY.format(
+    rows=_DELAYED_ROWS, notify=_SILENT_FROM
+)
 
 # As ENQUEUE_MANY with unique keys (no key twice in $8: the caller merges
 # duplicates): each row's id, type and key, and whether it existed. One
@@ -385,16 +405,31 @@ _ENQUEUE_MANY_UNIQUE = """
 WITH jobs AS ({rows}{on_conflict}
     RETURNING id, job_type, unique_key, xmax <> 0 AS existed
 )
-SELECT id, job_type, unique_key, existed,
-       (SELECT pg_notify('pgqueue_jobs', $1) WHERE EXISTS (SELECT FROM jobs WHERE NOT existed))
+SELECT id, job_type, unique_key, existed{notify}
 FROM jobs
 """
-ENQUEUE_MANY_UNIQUE = _ENQUEUE_MANY_UNIQUE.format(
-    rows=_UNDELAYED_ROWS, on_conflict=_ON_UNIQUE_CONFLICT
-)
-ENQUEUE_MANY_UNIQUE_DELAYED = _ENQUEUE_MANY_UNIQUE.format(
-    rows=_DELAYED_ROWS, on_conflict=_ON_UNIQUE_CONFLICT
-)
+_NOTIFY_IF_NEW = """,
+       (SELECT pg_notify('pgqueue_jobs', $1) WHERE EXISTS (SELECT FROM jobs WHERE NOT existed))"""
+
+
+def _many_unique(rows: str, *, notify: bool) -> str:
+    return _ENQUEUE_MANY_UNIQUE.format(
+        rows=rows,
+        on_conflict=_ON_UNIQUE_CONFLICT,
+        notify=_NOTIFY_IF_NEW if notify else "",
+    )
+
+
+ENQUEUE_MANY_UNIQUE = _many_unique(_UNDELAYED_ROWS, notify=True)
+ENQUEUE_MANY_UNIQUE_DELAYED = _many_unique(_DELAYED_ROWS, notify=True)
+ENQUEUE_MANY_UNIQUE_SILENT = _many_unique(_UNDELAYED_ROWS, notify=False)
+ENQUEUE_MANY_UNIQUE_DELAYED_SILENT = _many_unique(_DELAYED_ROWS, notify=False)
+
+# The wakeups `pgqueue._wake` sends after commits, one per queue of $1, in
+# one transaction: the channel and payload a Go worker listens for.
+WAKE = """
+SELECT pg_notify('pgqueue_jobs', queue) FROM unnest($1::text[]) AS queue
+"""
 
 # Cancel the jobs $1: pending ones at once (no worker claims them, Go's
 # included), running ones by request (cancel_requested, and a control
