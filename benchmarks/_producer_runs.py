@@ -119,6 +119,18 @@ CALLS: dict[str, Callable[[asyncpg.Pool[Any]], Call]] = {
 # --- concurrent producers --------------------------------------------------------
 
 
+async def open_pool(dsn: str, size: int, patience: float = 60) -> asyncpg.Pool[Any]:
+    """A pool of ``size`` connections, waiting for room on a server shared with others."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return await asyncpg.create_pool(dsn, min_size=size, max_size=size)
+        except asyncpg.TooManyConnectionsError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1)
+
+
 async def hammer(
     call: Call, producers: int, seconds: float, warmup: float
 ) -> dict[str, float]:
@@ -167,7 +179,7 @@ async def _producers(
     seconds: float,
     warmup: float,
 ) -> None:
-    async with asyncpg.create_pool(dsn, min_size=producers, max_size=producers) as pool:
+    async with await open_pool(dsn, producers) as pool:
         call = CALLS[variant](pool)
         await link.ready()
         cpu0 = process_cpu()
@@ -262,7 +274,7 @@ def flood_child(
 async def _flood(
     connection: Connection, dsn: str, lib: str, queue: str, producers: int, chunk: int
 ) -> None:
-    async with asyncpg.create_pool(dsn, min_size=producers, max_size=producers) as pool:
+    async with await open_pool(dsn, producers) as pool:
         call = _flood_call(lib, pool, queue, chunk)
         connection.send(("ready", None))
         enqueued = 0
