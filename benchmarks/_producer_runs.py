@@ -14,7 +14,7 @@ import multiprocessing
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -265,29 +265,52 @@ def _flood_call(
 
 
 def flood_child(
-    connection: Connection, dsn: str, lib: str, queue: str, producers: int, chunk: int
+    connection: Connection,
+    dsn: str,
+    lib: str,
+    queue: str,
+    producers: int,
+    chunk: int,
+    rate: float,
 ) -> None:
-    """Flood process: ``producers`` tasks enqueue into ``queue`` until told to stop."""
-    asyncio.run(_flood(connection, dsn, lib, queue, producers, chunk))
+    """Flood process: ``producers`` tasks enqueue into ``queue`` until told to stop.
+
+    ``rate``: at most that many jobs a second in all (0: as fast as they can).
+    """
+    asyncio.run(_flood(connection, dsn, lib, queue, producers, chunk, rate))
 
 
 async def _flood(
-    connection: Connection, dsn: str, lib: str, queue: str, producers: int, chunk: int
+    connection: Connection,
+    dsn: str,
+    lib: str,
+    queue: str,
+    producers: int,
+    chunk: int,
+    rate: float,
 ) -> None:
     async with await open_pool(dsn, producers) as pool:
         call = _flood_call(lib, pool, queue, chunk)
         connection.send(("ready", None))
         enqueued = 0
         stop = asyncio.Event()
+        # Each producer's seconds per call at the capped rate.
+        interval = producers * chunk / rate if rate > 0 else 0.0
 
         async def producer(first: int) -> None:
             nonlocal enqueued
             i = first
+            due = time.monotonic()
             while not stop.is_set():
                 # Not `enqueued += await ...`: that reads the total before the await.
                 n = await call(i)
                 enqueued += n
                 i += producers
+                if interval:
+                    # Late calls are not made up for in a burst.
+                    due = max(due + interval, time.monotonic() - interval)
+                    with suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), due - time.monotonic())
 
         start = time.perf_counter()
         async with asyncio.TaskGroup() as group:
@@ -302,8 +325,10 @@ async def _flood(
 class Flood:
     """A context (given a DSN) that floods a queue from a process of its own meanwhile."""
 
-    def __init__(self, lib: str, queue: str, producers: int, chunk: int) -> None:
-        self.args = (lib, queue, producers, chunk)
+    def __init__(
+        self, lib: str, queue: str, producers: int, chunk: int, rate: float = 0
+    ) -> None:
+        self.args = (lib, queue, producers, chunk, rate)
         self.jobs_per_s = 0.0
         """The flood's rate, once the context is left."""
 
@@ -380,13 +405,15 @@ class Horizon:
 
     With ``hold``, a connection to the database runs ``BEGIN; SELECT
     txid_current()`` and stays idle in that transaction until the context is
-    left, so vacuum can remove no row version deleted meanwhile. Either way,
-    ``dead`` is the database's ``n_dead_tup`` when the context is left.
+    left, so no row version deleted meanwhile can be removed. When the body
+    is done (still holding), ``dead`` is the database's ``n_dead_tup``, then
+    ``VACUUM`` runs and ``unremovable`` is what it had to leave.
     """
 
     def __init__(self, hold: bool) -> None:
         self.hold = hold
         self.dead = 0
+        self.unremovable = 0
 
     @contextmanager
     def __call__(self, dsn: str) -> Iterator[None]:
@@ -395,18 +422,20 @@ class Horizon:
             yield
             # The worker's backends report their counts as they exit.
             time.sleep(0.5)
-            self.dead = run(_dead_tuples(dsn))
+            self.dead, self.unremovable = run(_dead_tuples(dsn))
 
 
-async def _dead_tuples(dsn: str) -> int:
+async def _dead_tuples(dsn: str) -> tuple[int, int]:
+    """The database's dead tuples before and after a ``VACUUM``."""
+    count = "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables"
     connection = await asyncpg.connect(dsn)
     try:
-        dead = await connection.fetchval(
-            "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables"
-        )
+        before = await connection.fetchval(count)
+        await connection.execute("VACUUM")
+        after = await connection.fetchval(count)
     finally:
         await connection.close()
-    return int(dead)
+    return int(before), int(after)
 
 
 @contextmanager

@@ -11,8 +11,9 @@ Sections (``--only`` picks some):
   enqueue into another queue;
 - ``bulk``: 50,000 jobs in calls of 1,000 and in one call, against COPY;
 - ``hold``: a drain with and without a transaction held open meanwhile;
-- ``noisy``: single jobs on queue B while a bulk producer floods queue A,
-  one worker serving both.
+- ``noisy``: single jobs on queue B while a bulk producer floods queue A
+  (``--flood-rate`` jobs/s), one worker serving both; and, as the control,
+  a worker serving B alone.
 
 Every measurement runs in a fresh database; each round runs every section
 once, the order of the sides flipping every round. Ratios are paired (taken
@@ -20,7 +21,7 @@ within a round) and their median reported.
 
 Usage: python -m benchmarks.producers [--rounds 3] [--only SECTION ...]
        [--producers 8 64] [--seconds 3] [--wake-jobs 200] [--bulk 50000]
-       [--hold-jobs 20000] [--noisy-jobs 100]
+       [--hold-jobs 20000] [--noisy-jobs 100] [--flood-rate 20000] [--no-json]
 """
 
 from __future__ import annotations
@@ -73,11 +74,17 @@ def side(lib: str) -> Any:
 def record_latencies(
     values: Values, key: str, latencies: list[float], calls: list[float]
 ) -> None:
-    """Keep the latency points (ms) and the enqueue call's p50 and p99 (ms)."""
+    """Keep the latency points, and p50 and p99 of the call and of what follows it (ms).
+
+    "after": from the return of the enqueue call (the commit) to the
+    handler's start, job by job.
+    """
     for point, ms in latency_points(latencies).items():
         values[f"{key}.{point}"].append(ms)
-    values[f"{key}.call_p50"].append(percentile(calls, 50) * 1000)
-    values[f"{key}.call_p99"].append(percentile(calls, 99) * 1000)
+    after = [w - c for w, c in zip(latencies, calls, strict=True)]
+    for name, seconds in (("call", calls), ("after", after)):
+        for q in (50, 99):
+            values[f"{key}.{name}_p{q}"].append(percentile(seconds, q) * 1000)
 
 
 # --- measuring one round ------------------------------------------------------
@@ -147,31 +154,50 @@ def measure_hold(dsn: str, args: Any, values: Values, i: int) -> None:
             key = f"hold.{lib}.{'held' if hold else 'free'}"
             values[key].append(r["jobs_per_s"])
             values[f"{key}.dead"].append(horizon.dead)
-            print(f"  drain {key}: {r['jobs_per_s']:,.0f} jobs/s, {horizon.dead} dead")
+            values[f"{key}.unremovable"].append(horizon.unremovable)
+            print(
+                f"  drain {key}: {r['jobs_per_s']:,.0f} jobs/s, {horizon.dead} dead,"
+                f" {horizon.unremovable} left by VACUUM"
+            )
 
 
 def measure_noisy(dsn: str, args: Any, values: Values, i: int) -> None:
-    """Queue B's start latency while a bulk producer floods queue A (one worker for both)."""
-    for lib in ordered(LIBS, i):
-        flood_into = "a" if lib == "pgqueue" else FLOOD_TYPE
-        flood = prod.Flood(lib, flood_into, args.flood_producers, args.flood_chunk)
-        options: dict[str, Any] = (
-            {"queue": "b", "worker_queues": {"a": 10, "b": 10}}
-            if lib == "pgqueue"
-            else {"entrypoints": {FLOOD_TYPE: 10, JOB_TYPE: 10}}
-        )
-        latencies, calls = side(lib).wake_detail(
-            dsn,
-            args.noisy_jobs,
-            gap=args.noisy_gap,
-            name=f"prod_noisy_{lib}",
-            alongside=flood,
-            **options,
-        )
-        key = f"noisy.{lib}"
-        record_latencies(values, key, latencies, calls)
-        values[f"{key}.flood"].append(flood.jobs_per_s)
-        print(f"  noisy {lib}: B p50 {values[f'{key}.p50'][-1]:.2f} ms")
+    """Queue B's start latency while a bulk producer floods queue A.
+
+    "both": one worker serves A and B; "alone": the worker serves B only
+    (A is flooded all the same), the control.
+    """
+    for served in ordered(("both", "alone"), i):
+        for lib in ordered(LIBS, i):
+            key = f"noisy.{served}.{lib}"
+            latencies, calls, flood = noisy_run(dsn, args, lib, served == "both")
+            record_latencies(values, key, latencies, calls)
+            values[f"{key}.flood"].append(flood)
+            print(f"  {key}: B p50 {values[f'{key}.p50'][-1]:.2f} ms")
+
+
+def noisy_run(
+    dsn: str, args: Any, lib: str, both: bool
+) -> tuple[list[float], list[float], float]:
+    """B's latencies and call times beside a flooded A; the flood's rate."""
+    a = "a" if lib == "pgqueue" else FLOOD_TYPE
+    flood = prod.Flood(lib, a, args.flood_producers, args.flood_chunk, args.flood_rate)
+    lanes = {a: 10, "b": 10} if both else {"b": 10}
+    options: dict[str, Any] = (
+        {"queue": "b", "worker_queues": lanes}
+        if lib == "pgqueue"
+        # pgqueuer has no queues: B is the entrypoint JOB_TYPE.
+        else {"entrypoints": {JOB_TYPE if k == "b" else k: n for k, n in lanes.items()}}
+    )
+    latencies, calls = side(lib).wake_detail(
+        dsn,
+        args.noisy_jobs,
+        gap=args.noisy_gap,
+        name=f"prod_noisy_{lib}",
+        alongside=flood,
+        **options,
+    )
+    return latencies, calls, flood.jobs_per_s
 
 
 MEASURE: dict[str, Callable[[str, Any, Values, int], None]] = {
@@ -247,18 +273,21 @@ def report_producers(values: Values, args: Any) -> Report:
 def latency_row(values: Values, key: str, label: str) -> list[str]:
     """p50, p99, max (ms) and the enqueue call's p50/p99 of one latency row."""
     flood = values.get(f"{key}.flood")
-    calls = (
-        f"{fmt(statistics.median(values[f'{key}.call_p50']))} / "
-        f"{fmt(statistics.median(values[f'{key}.call_p99']))}"
-    )
     return [
         label,
         cell(values[f"{key}.p50"]),
         cell(values[f"{key}.p99"]),
         cell(values[f"{key}.max"]),
-        calls,
+        pair(values, f"{key}.call"),
+        pair(values, f"{key}.after"),
         cell(flood) if flood else "",
     ]
+
+
+def pair(values: Values, key: str) -> str:
+    """``p50 / p99``: the medians over rounds of ``key``'s p50 and p99."""
+    p50 = statistics.median(values[f"{key}_p50"])
+    return f"{fmt(p50)} / {fmt(statistics.median(values[f'{key}_p99']))}"
 
 
 LATENCY_HEADERS = [
@@ -267,6 +296,7 @@ LATENCY_HEADERS = [
     "p99 ms",
     "max ms",
     "enqueue call p50 / p99 ms",
+    "after the call p50 / p99 ms",
     "flood jobs/s",
 ]
 
@@ -296,7 +326,7 @@ def report_wake(values: Values, args: Any) -> Report:
         **latency_ratios(values, "wake.loaded"),
     }
     rows += [
-        [f"pgqueue/pgqueuer, {k}", ratio_cell(r), "", "", "", ""]
+        [f"pgqueue/pgqueuer, {k}", ratio_cell(r), "", "", "", "", ""]
         for k, r in ratios.items()
     ]
     return "Wake latency", LATENCY_HEADERS, rows, ratios
@@ -346,6 +376,7 @@ def report_hold(values: Values, args: Any) -> Report:
                     if state == "held"
                     else "",
                     fmt(statistics.median(values[f"{key}.dead"])),
+                    fmt(statistics.median(values[f"{key}.unremovable"])),
                 ]
             )
     headers = [
@@ -353,25 +384,30 @@ def report_hold(values: Values, args: Any) -> Report:
         "transaction held",
         "drain jobs/s",
         "held / free",
-        "n_dead_tup after",
+        "dead tuples after",
+        "left by VACUUM",
     ]
     return "Drain under a held transaction", headers, rows, ratios
 
 
 def report_noisy(values: Values, args: Any) -> Report:
-    """Queue B's start latency beside a flooded queue A."""
-    rows = [latency_row(values, f"noisy.{lib}", lib) for lib in LIBS]
-    ratios = latency_ratios(values, "noisy")
+    """Queue B's start latency beside a flooded queue A; the control without A."""
+    labels = {"both": "serves A and B", "alone": "serves B only (control)"}
+    rows = [
+        latency_row(values, f"noisy.{served}.{lib}", f"{lib}, {label}")
+        for served, label in labels.items()
+        for lib in LIBS
+    ]
+    ratios = {
+        **latency_ratios(values, "noisy.both"),
+        **latency_ratios(values, "noisy.alone"),
+    }
     rows += [
-        [f"pgqueue/pgqueuer, {k}", ratio_cell(r), "", "", "", ""]
+        [f"pgqueue/pgqueuer, {k}", ratio_cell(r), "", "", "", "", ""]
         for k, r in ratios.items()
     ]
-    return (
-        "Noisy neighbour: queue B beside a flooded queue A",
-        LATENCY_HEADERS,
-        rows,
-        ratios,
-    )
+    title = "Noisy neighbour: queue B while queue A is flooded"
+    return title, LATENCY_HEADERS, rows, ratios
 
 
 REPORT: dict[str, Callable[[Values, Any], Report]] = {
@@ -406,6 +442,7 @@ def parse() -> argparse.Namespace:
     add("--noisy-gap", type=float, default=0.05)
     add("--flood-producers", type=int, default=1)
     add("--flood-chunk", type=int, default=1000)
+    add("--flood-rate", type=float, default=20_000, help="jobs/s cap, 0 for none")
     return parser.parse_args()
 
 
