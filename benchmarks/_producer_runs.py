@@ -190,12 +190,22 @@ async def _producers(
 def produce(
     dsn: str, variant: str, producers: int, seconds: float, warmup: float
 ) -> dict[str, Any]:
-    """One verified run of ``variant`` from ``producers`` concurrent producers."""
+    """One verified run of ``variant`` from ``producers`` concurrent producers.
+
+    The result's ``waits``: where the database's backends were during the
+    measured window (`wait_events`).
+    """
     from benchmarks import _pgqueuer_runs as pgqr
 
     name = f"prod_{variant}_{producers}"
     theirs = variant == "pgqueuer"
     setup = pgqr.install if theirs else install_pgqueue
+    waits: dict[str, float] = {}
+
+    def sample(db: str) -> None:
+        time.sleep(warmup)
+        waits.update(run(wait_events(db, seconds)))
+
     with bench_database(dsn, name, setup) as db:
         result = run_child(
             producers_child,
@@ -205,10 +215,43 @@ def produce(
             seconds,
             warmup,
             database=f"pgq_bench_{name}",
+            while_running=lambda: sample(db),
         )
         table = "pgqueuer" if theirs else "pgqueue_jobs"
         expect_rows(db, table, int(result["enqueued"]), variant)
-    return result
+    return {**result, "waits": waits}
+
+
+async def wait_events(
+    dsn: str, seconds: float, every: float = 0.05
+) -> dict[str, float]:
+    """How many of the database's other backends were in each state, on average.
+
+    Keys: ``idle`` (waiting for their client), ``CPU`` (active, no wait
+    event) or ``<wait_event_type>:<wait_event>`` (``Lock:object`` is the
+    lock NOTIFY takes at commit).
+    """
+    connection = await asyncpg.connect(dsn)
+    seen: dict[str, int] = {}
+    samples = 0
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            rows = await connection.fetch(
+                "SELECT state, wait_event_type, wait_event FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_type = 'client backend'"
+            )
+            for state, kind, event in rows:
+                key = (
+                    "idle" if state == "idle" else f"{kind}:{event}" if kind else "CPU"
+                )
+                seen[key] = seen.get(key, 0) + 1
+            samples += 1
+            await asyncio.sleep(every)
+    finally:
+        await connection.close()
+    return {k: n / max(samples, 1) for k, n in seen.items()}
 
 
 async def count_rows(dsn: str, table: str) -> int:

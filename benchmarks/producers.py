@@ -104,6 +104,8 @@ def measure_producers(dsn: str, args: Any, values: Values, i: int) -> None:
             values[key].append(r["jobs_per_s"])
             values[f"{key}.pg_us"].append(r["postgres_db_cpu_s"] / r["enqueued"] * 1e6)
             values[f"{key}.client_us"].append(r["producer_cpu_s"] / r["enqueued"] * 1e6)
+            values[f"{key}.on_notify_lock"].append(r["waits"].get("Lock:object", 0.0))
+            values[f"{key}.idle"].append(r["waits"].get("idle", 0.0))
             print(f"  {p} producers, {v}: {r['jobs_per_s']:,.0f} jobs/s")
 
 
@@ -240,7 +242,7 @@ def report_producers(values: Values, args: Any) -> Report:
         for v, label in prod.VARIANTS.items():
             key = f"producers.{p}.{v}"
             if key not in values:
-                rows.append([str(p), label, "n/a", "n/a", "n/a", "n/a", "n/a"])
+                rows.append([str(p), label, *["n/a"] * 7])
                 continue
             of_floor = paired(values[key], floor)
             vs = paired(values[key], theirs)
@@ -256,6 +258,8 @@ def report_producers(values: Values, args: Any) -> Report:
                     ratio_cell(vs) if mine else "",
                     fmt(statistics.median(values[f"{key}.pg_us"])),
                     fmt(statistics.median(values[f"{key}.client_us"])),
+                    fmt(statistics.median(values[f"{key}.on_notify_lock"])),
+                    fmt(statistics.median(values[f"{key}.idle"])),
                 ]
             )
     headers = [
@@ -266,6 +270,8 @@ def report_producers(values: Values, args: Any) -> Report:
         "/ pgqueuer",
         "PG CPU µs/job",
         "producer CPU µs/job",
+        "backends on NOTIFY's lock",
+        "backends idle",
     ]
     return "Concurrent producers", headers, rows, ratios
 
