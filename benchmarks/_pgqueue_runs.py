@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -25,10 +26,17 @@ from benchmarks._common import (
 from pgqueue._core import sql as _sql
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from contextlib import AbstractContextManager
     from multiprocessing.connection import Connection
+
+    Alongside = Callable[[str], AbstractContextManager[object]]
+    """Given the benchmark database's DSN: a context to measure inside."""
 
 QUEUE = "default"
 JOB_TYPE = "noop"
+# The job type of a flood into another queue (benchmarks.producers).
+FLOOD_TYPE = "flood"
 # Pool for the worker: claims, outcome writes and sweeps go through it; the
 # LISTEN connection is the worker's own. The same sizes are used for pgqueuer.
 POOL_MIN = 2
@@ -165,22 +173,27 @@ def drain(
     name: str = "drain",
     global_limit: int | None = None,
     prefetch: int | None = None,
+    *,
+    around: Alongside | None = None,
 ) -> dict[str, Any]:
     """One verified drain of ``n`` jobs in a fresh database; the child's measurements.
 
     ``prefetch`` defaults to ``PREFETCH_PER_CONCURRENCY * concurrency``.
+    ``around(dsn)``, if given, is entered after the fill and left after the
+    drain (an open transaction, for example).
     """
     with bench_database(dsn, name) as db:
         run(fill(db, n))
-        result = run_child(
-            drain_child,
-            db,
-            n,
-            concurrency,
-            global_limit,
-            prefetch,
-            database=f"pgq_bench_{name}",
-        )
+        with nullcontext() if around is None else around(db):
+            result = run_child(
+                drain_child,
+                db,
+                n,
+                concurrency,
+                global_limit,
+                prefetch,
+                database=f"pgq_bench_{name}",
+            )
         check_handled(result, n, "pgqueue")
         run(verify_drain(db, n))
     return result
@@ -245,23 +258,41 @@ def enqueue_bulk(
 # --- wake latency -----------------------------------------------------------------
 
 
-def wake_child(connection: Connection, dsn: str, total: int) -> None:
-    """Worker process: an idle worker (LISTEN on) records enqueue-to-handler latencies."""
-    asyncio.run(_wake(ChildLink(connection), dsn, total))
+def wake_child(
+    connection: Connection,
+    dsn: str,
+    total: int,
+    queues: Mapping[str, int] | None = None,
+) -> None:
+    """Worker process: an idle worker (LISTEN on) records enqueue-to-handler latencies.
+
+    It consumes the default queue at concurrency 10, or ``queues``.
+    """
+    asyncio.run(_wake(ChildLink(connection), dsn, total, queues))
 
 
-async def _wake(link: ChildLink, dsn: str, total: int) -> None:
+async def _wake(
+    link: ChildLink, dsn: str, total: int, queues: Mapping[str, int] | None
+) -> None:
     latencies: list[float] = []
     done = anyio.Event()
     async with asyncpg.create_pool(dsn, min_size=POOL_MIN, max_size=POOL_MAX) as pool:
         # A long poll interval, so every wakeup comes from NOTIFY.
-        worker = pgqueue.Worker(pool, concurrency=10, poll_interval=30.0)
+        worker = (
+            pgqueue.Worker(pool, concurrency=10, poll_interval=30.0)
+            if queues is None
+            else pgqueue.Worker(pool, queues=queues, poll_interval=30.0)
+        )
 
         @worker.handler(JOB_TYPE)
         async def record(job: pgqueue.Job) -> None:
             latencies.append(time.time() - job.payload["t"])
             if not job.payload["warm"] and len(latencies) >= total:
                 done.set()
+
+        @worker.handler(FLOOD_TYPE)
+        async def flood(job: pgqueue.Job) -> None:
+            pass
 
         async with anyio.create_task_group() as group:
             group.start_soon(worker.run)
@@ -276,31 +307,67 @@ async def _wake(link: ChildLink, dsn: str, total: int) -> None:
         await link.done({"latencies": latencies, "peak_rss_mb": peak_rss_mb()})
 
 
-async def produce_timed(dsn: str, warm: int, count: int, gap: float) -> None:
-    """Enqueue ``warm + count`` jobs one at a time, ``gap`` seconds apart, stamped."""
+async def produce_timed(
+    dsn: str, warm: int, count: int, gap: float, queue: str = QUEUE
+) -> list[float]:
+    """Enqueue ``warm + count`` jobs one at a time, ``gap`` seconds apart, stamped.
+
+    Returns how long each call took (seconds).
+    """
+    calls: list[float] = []
     async with asyncpg.create_pool(dsn, min_size=1, max_size=1) as pool:
-        queue = pgqueue.Queue(pool)
+        into = pgqueue.Queue(pool, queue)
         for i in range(warm + count):
-            await queue.enqueue(JOB_TYPE, {"t": time.time(), "warm": i < warm})
+            t = time.time()
+            await into.enqueue(JOB_TYPE, {"t": t, "warm": i < warm})
+            calls.append(time.time() - t)
             await asyncio.sleep(gap)
+    return calls
 
 
 def wake(
     dsn: str, count: int = 200, warm: int = 10, gap: float = 0.02, name: str = "wake"
 ) -> list[float]:
     """Latencies (seconds) from the start of enqueue to the start of the handler."""
+    return wake_detail(dsn, count, warm, gap, name)[0]
+
+
+def wake_detail(
+    dsn: str,
+    count: int = 200,
+    warm: int = 10,
+    gap: float = 0.02,
+    name: str = "wake",
+    *,
+    queue: str = QUEUE,
+    worker_queues: Mapping[str, int] | None = None,
+    alongside: Alongside | None = None,
+) -> tuple[list[float], list[float]]:
+    """Wake latencies and enqueue call times (seconds) of the measured jobs.
+
+    The jobs go to ``queue``; the worker consumes ``worker_queues`` (the
+    default queue if ``None``). ``alongside(dsn)`` is entered once the worker
+    is listening and left after the last job was enqueued.
+    """
+    calls: list[float] = []
+
+    def produce(db: str) -> None:
+        with nullcontext() if alongside is None else alongside(db):
+            calls.extend(run(produce_timed(db, warm, count, gap, queue)))
+
     with bench_database(dsn, name) as db:
         result = run_child(
             wake_child,
             db,
             warm + count,
-            while_running=lambda: run(produce_timed(db, warm, count, gap)),
+            worker_queues,
+            while_running=lambda: produce(db),
         )
     latencies: list[float] = result["latencies"][warm:]
     if len(latencies) != count:
         msg = f"pgqueue wake: {len(latencies)} measured jobs, expected {count}"
         raise AssertionError(msg)
-    return latencies
+    return latencies, calls[warm:]
 
 
 # --- the raw floor ------------------------------------------------------------------

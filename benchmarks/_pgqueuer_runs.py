@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +35,12 @@ from benchmarks._common import (
 from benchmarks._pgqueue_runs import JOB_TYPE, POOL_MAX, POOL_MIN, check_handled
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from multiprocessing.connection import Connection
 
     from pgqueuer.models import Job
+
+    from benchmarks._pgqueue_runs import Alongside
 
 FILL_CHUNK = 1000
 
@@ -124,14 +128,23 @@ async def _drain(link: ChildLink, dsn: str, n: int, concurrency: int) -> None:
 
 
 def drain(
-    dsn: str, n: int, concurrency: int, name: str = "pgqueuer_drain"
+    dsn: str,
+    n: int,
+    concurrency: int,
+    name: str = "pgqueuer_drain",
+    *,
+    around: Alongside | None = None,
 ) -> dict[str, Any]:
-    """One verified pgqueuer drain of ``n`` jobs in a fresh database."""
+    """One verified pgqueuer drain of ``n`` jobs in a fresh database.
+
+    ``around(dsn)``, if given, is entered after the fill and left after the drain.
+    """
     with bench_database(dsn, name, install) as db:
         run(fill(db, n))
-        result = run_child(
-            drain_child, db, n, concurrency, database=f"pgq_bench_{name}"
-        )
+        with nullcontext() if around is None else around(db):
+            result = run_child(
+                drain_child, db, n, concurrency, database=f"pgq_bench_{name}"
+            )
         check_handled(result, n, "pgqueuer")
         run(verify_drain(db, n))
     return result
@@ -192,17 +205,30 @@ def enqueue_bulk(
     return n / seconds
 
 
-def wake_child(connection: Connection, dsn: str, total: int) -> None:
-    """Worker process: an idle pgqueuer worker records enqueue-to-handler latencies."""
-    asyncio.run(_wake(ChildLink(connection), dsn, total))
+def wake_child(
+    connection: Connection,
+    dsn: str,
+    total: int,
+    entrypoints: Mapping[str, int] | None = None,
+) -> None:
+    """Worker process: an idle pgqueuer worker records enqueue-to-handler latencies.
+
+    With ``entrypoints`` (name to ``concurrency_limit``; ``JOB_TYPE`` among
+    them), it serves each with that limit and a batch size of their sum;
+    the others' handlers do nothing. Otherwise ``JOB_TYPE`` alone, batch 10.
+    """
+    asyncio.run(_wake(ChildLink(connection), dsn, total, entrypoints))
 
 
-async def _wake(link: ChildLink, dsn: str, total: int) -> None:
+async def _wake(
+    link: ChildLink, dsn: str, total: int, entrypoints: Mapping[str, int] | None
+) -> None:
     latencies: list[float] = []
     async with asyncpg.create_pool(dsn, min_size=POOL_MIN, max_size=POOL_MAX) as pool:
         qm = QueueManager(Queries(AsyncpgPoolDriver(pool)))
+        limits = dict(entrypoints or {JOB_TYPE: 0})
 
-        @qm.entrypoint(JOB_TYPE)
+        @qm.entrypoint(JOB_TYPE, concurrency_limit=limits.pop(JOB_TYPE))
         async def record(job: Job) -> None:
             assert job.payload is not None
             payload = json.loads(job.payload)
@@ -210,8 +236,14 @@ async def _wake(link: ChildLink, dsn: str, total: int) -> None:
             if not payload["warm"] and len(latencies) >= total:
                 qm.shutdown.set()
 
+        async def nothing(job: Job) -> None:
+            pass
+
+        for name, limit in limits.items():
+            qm.entrypoint(name, concurrency_limit=limit)(nothing)
+        batch = 10 if entrypoints is None else sum(entrypoints.values())
         task = asyncio.create_task(
-            qm.run(batch_size=10, dequeue_timeout=timedelta(seconds=30))
+            qm.run(batch_size=batch, dequeue_timeout=timedelta(seconds=30))
         )
         # pgqueuer has no "listening" signal; give it a second to LISTEN.
         await asyncio.sleep(1.0)
@@ -220,14 +252,21 @@ async def _wake(link: ChildLink, dsn: str, total: int) -> None:
         await link.done({"latencies": latencies, "peak_rss_mb": peak_rss_mb()})
 
 
-async def produce_timed(dsn: str, warm: int, count: int, gap: float) -> None:
-    """Enqueue ``warm + count`` stamped jobs one at a time, ``gap`` seconds apart."""
+async def produce_timed(dsn: str, warm: int, count: int, gap: float) -> list[float]:
+    """Enqueue ``warm + count`` stamped jobs one at a time, ``gap`` seconds apart.
+
+    Returns how long each call took (seconds).
+    """
+    calls: list[float] = []
     async with asyncpg.create_pool(dsn, min_size=1, max_size=1) as pool:
         queries = Queries(AsyncpgPoolDriver(pool))
         for i in range(warm + count):
-            payload = {"t": time.time(), "warm": i < warm}
+            t = time.time()
+            payload = {"t": t, "warm": i < warm}
             await queries.enqueue(JOB_TYPE, json.dumps(payload).encode())
+            calls.append(time.time() - t)
             await asyncio.sleep(gap)
+    return calls
 
 
 def wake(
@@ -238,15 +277,40 @@ def wake(
     name: str = "pgqueuer_wake",
 ) -> list[float]:
     """Latencies (seconds) from the start of enqueue to the start of the handler."""
+    return wake_detail(dsn, count, warm, gap, name)[0]
+
+
+def wake_detail(
+    dsn: str,
+    count: int = 200,
+    warm: int = 10,
+    gap: float = 0.02,
+    name: str = "pgqueuer_wake",
+    *,
+    entrypoints: Mapping[str, int] | None = None,
+    alongside: Alongside | None = None,
+) -> tuple[list[float], list[float]]:
+    """Wake latencies and enqueue call times (seconds) of the measured jobs.
+
+    ``entrypoints``: see `wake_child`. ``alongside(dsn)`` is entered once
+    the worker has had its second to LISTEN and left after the last job.
+    """
+    calls: list[float] = []
+
+    def produce(db: str) -> None:
+        with nullcontext() if alongside is None else alongside(db):
+            calls.extend(run(produce_timed(db, warm, count, gap)))
+
     with bench_database(dsn, name, install) as db:
         result = run_child(
             wake_child,
             db,
             warm + count,
-            while_running=lambda: run(produce_timed(db, warm, count, gap)),
+            entrypoints,
+            while_running=lambda: produce(db),
         )
     latencies: list[float] = result["latencies"][warm:]
     if len(latencies) != count:
         msg = f"pgqueuer wake: {len(latencies)} measured jobs, expected {count}"
         raise AssertionError(msg)
-    return latencies
+    return latencies, calls[warm:]
