@@ -28,6 +28,7 @@ import asyncpg
 import pytest
 
 import pgqueue
+from pgqueue._copy import COPY_MIN_JOBS
 from tests.helpers import listening, rows
 from tests.pgbouncer import PgBouncer, pgbouncer
 
@@ -190,17 +191,18 @@ async def test_enqueue_leaves_no_session_state(
     await assert_untouched(bouncer, before)
 
 
+@pytest.mark.parametrize("size", [5, COPY_MIN_JOBS], ids=["insert", "copy"])
 async def test_enqueue_many_leaves_no_session_state(
-    bouncer: PgBouncer, pool: asyncpg.Pool, queue_name: str
+    bouncer: PgBouncer, pool: asyncpg.Pool, queue_name: str, size: int
 ) -> None:
     before = await baseline(bouncer)
     async with bounced_pool(bouncer) as bounced:
         queue = pgqueue.Queue(bounced, name=queue_name)
-        ids = await queue.enqueue_many([("t", {"n": n}) for n in range(5)])
+        ids = await queue.enqueue_many([("t", {"n": n}) for n in range(size)])
         connection = await asyncpg.connect(bouncer.dsn, statement_cache_size=0)
         try:
             ids += await queue.enqueue_many(
-                [("t", {"n": n}) for n in range(5, 10)], connection=connection
+                [("t", {"n": n}) for n in range(size, 2 * size)], connection=connection
             )
         finally:
             await connection.close()

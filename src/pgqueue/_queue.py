@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from pgqueue._copy import COPY_MAX_DELAY, COPY_MIN_JOBS, Rows, copy_jobs
 from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
     check_bool,
@@ -17,7 +18,12 @@ from pgqueue._core.checks import (
     check_unique_key,
     check_when,
 )
-from pgqueue._core.codec import encode_payload, encode_payloads, payload_encoder
+from pgqueue._core.codec import (
+    encode_each,
+    encode_payload,
+    encode_payloads,
+    payload_encoder,
+)
 from pgqueue._core.errors import DuplicateJobError
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
@@ -309,53 +315,52 @@ class Queue:
                 new_jobs.append(job if isinstance(job, NewJob) else NewJob(*job))
         if not batch.types:
             return []
-        payload_array = encode_payloads(batch.payloads, self._encoder)
+        payloads = (
+            encode_each(batch.payloads, self._encoder)
+            if batch.copies
+            else encode_payloads(batch.payloads, self._encoder)
+        )
         executor: Executor = connection if connection is not None else self._pool
         if not hooked:
-            return await self._enqueue_many(executor, batch, payload_array, conflict)
+            return await self._enqueue_many(executor, batch, payloads, conflict)
         event = EnqueueEvent(self._name, new_jobs, batch=True)
         return await told(
             self._hooks,
             event,
             self._logger,
-            lambda: self._enqueue_many(executor, batch, payload_array, conflict, event),
+            lambda: self._enqueue_many(executor, batch, payloads, conflict, event),
         )
 
     async def _enqueue_many(
         self,
         executor: Executor,
         batch: _Batch,
-        payload_array: str,
+        payloads: str | list[str],
         conflict: str,
         event: EnqueueEvent | None = None,
     ) -> list[int]:
-        """`enqueue_many` once its jobs are checked (and its hooks told)."""
+        """`enqueue_many` once its jobs are checked (and its hooks told).
+
+        ``payloads``: one JSON array for the INSERT path, or each job's JSON
+        text for the COPY path (a large batch without unique keys).
+        """
         trace_context = None if event is None else event.trace_context
-        args: tuple[Any, ...] = (
-            self._name,
-            batch.types,
-            payload_array,
-            *batch.columns(),
-            trace_context,
-        )
-        delayed = batch.delayed
-        if delayed:
-            args = (*args, batch.delays())
-        duplicate = None
         try:
-            if not batch.keyed:
-                statement = _sql.ENQUEUE_MANY_DELAYED if delayed else _sql.ENQUEUE_MANY
-                joined: str = await executor.fetchval(statement, *args)
-                ids = [int(job_id) for job_id in joined.split(",")]
-                duplicates = [False] * len(ids)
-            else:
-                statement = (
-                    _sql.ENQUEUE_MANY_UNIQUE_DELAYED
-                    if delayed
-                    else _sql.ENQUEUE_MANY_UNIQUE
+            ids = None
+            if isinstance(payloads, list):
+                ids = await copy_jobs(
+                    executor,
+                    self._name,
+                    batch.rows(payloads),
+                    trace_context,
+                    notify=True,
                 )
-                rows = await executor.fetch(statement, *args)
-                ids, duplicate, duplicates = batch.ids(rows)
+            if ids is not None:
+                duplicate, duplicates = None, [False] * len(ids)
+            else:
+                ids, duplicate, duplicates = await self._insert_many(
+                    executor, batch, payloads, trace_context
+                )
         except SCHEMA_ERRORS as exc:
             raise await schema_failure(executor, str(exc)) from exc
         if event is not None:
@@ -366,6 +371,37 @@ class Queue:
             "jobs enqueued", extra={"count": len(ids), "queue": self._name}
         )
         return ids
+
+    async def _insert_many(
+        self,
+        executor: Executor,
+        batch: _Batch,
+        payloads: str | list[str],
+        trace_context: str | None,
+    ) -> tuple[list[int], tuple[int, str] | None, list[bool]]:
+        """The INSERT path of `_enqueue_many`: ids, the first duplicate, and whether each job is one."""
+        if isinstance(payloads, list):  # COPY was refused (a jsonb codec)
+            payloads = "[" + ",".join(payloads) + "]"
+        args: tuple[Any, ...] = (
+            self._name,
+            batch.types,
+            payloads,
+            *batch.columns(),
+            trace_context,
+        )
+        delayed = batch.delayed
+        if delayed:
+            args = (*args, batch.delays())
+        if not batch.keyed:
+            statement = _sql.ENQUEUE_MANY_DELAYED if delayed else _sql.ENQUEUE_MANY
+            joined: str = await executor.fetchval(statement, *args)
+            ids = [int(job_id) for job_id in joined.split(",")]
+            return ids, None, [False] * len(ids)
+        statement = (
+            _sql.ENQUEUE_MANY_UNIQUE_DELAYED if delayed else _sql.ENQUEUE_MANY_UNIQUE
+        )
+        rows = await executor.fetch(statement, *args)
+        return batch.ids(rows)
 
     async def cancel(
         self, *job_ids: int, connection: Connection | None = None
@@ -515,6 +551,30 @@ class _Batch:
             _sql.array(self._priorities) if special else "{}",
             _sql.booleans(self._tracked) if special else "{}",
             self._keys if self.keyed else [],
+        )
+
+    @property
+    def copies(self) -> bool:
+        """Whether the batch takes the COPY path: large, without unique keys."""
+        return (
+            len(self.types) >= COPY_MIN_JOBS
+            and not self.keyed
+            and (
+                not self._delayed
+                or max(d for d in self._delays if d is not None) <= COPY_MAX_DELAY
+            )
+        )
+
+    def rows(self, payloads: list[str]) -> Rows:
+        """The columns of the COPY path, with each job's payload as JSON text."""
+        return Rows(
+            self.types,
+            payloads,
+            self._attempts,
+            self._run_ats,
+            self._delays,
+            self._priorities,
+            self._tracked,
         )
 
     @property

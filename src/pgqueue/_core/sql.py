@@ -22,6 +22,8 @@ __all__ = [
     "CLAIM_TYPES",
     "COMPLETE",
     "CONTROL_CHANNEL",
+    "COPY_COLUMNS",
+    "COPY_TABLE",
     "DASHBOARD_ENQUEUED",
     "DASHBOARD_NEWEST",
     "DASHBOARD_RUNNING",
@@ -59,6 +61,7 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "REQUIRED_INDEXES",
     "RESCUE",
+    "RESERVE_IDS",
     "RETRY",
     "RETRYABLE_IDS",
     "SCHEMA",
@@ -72,6 +75,7 @@ __all__ = [
     "STATS_TABLE",
     "TABLE_EXISTS",
     "TOUCH",
+    "WAKE",
     "WORKER_SETTINGS",
     "array",
     "booleans",
@@ -395,6 +399,34 @@ ENQUEUE_MANY_UNIQUE = _ENQUEUE_MANY_UNIQUE.format(
 ENQUEUE_MANY_UNIQUE_DELAYED = _ENQUEUE_MANY_UNIQUE.format(
     rows=_DELAYED_ROWS, on_conflict=_ON_UNIQUE_CONFLICT
 )
+
+# enqueue_many's COPY path (pgqueue._copy), for batches without unique keys.
+# COPY returns no ids, so $1 ids of the table's sequence are reserved first,
+# ascending, as text (as ENQUEUE_MANY returns them), with the transaction's
+# now() for run_at (the INSERT path's now(): one transaction). The sequence
+# is looked up once (MATERIALIZED), not once a row.
+RESERVE_IDS = """
+WITH s AS MATERIALIZED (
+    SELECT pg_get_serial_sequence('pgqueue_jobs', 'id')::regclass AS seq
+)
+SELECT string_agg(nextval(s.seq)::text, ','), now() FROM s, generate_series(1, $1)
+"""
+# The rows are copied with every column the INSERT path sets (defaults fill
+# status, attempts, created_at and updated_at; a table without those columns
+# fails alike); then one wakeup, before commit.
+COPY_TABLE = "pgqueue_jobs"
+COPY_COLUMNS = (
+    "id",
+    "queue",
+    "job_type",
+    "payload",
+    "max_attempts",
+    "run_at",
+    "priority",
+    "tracked",
+    "trace_context",
+)
+WAKE = "SELECT pg_notify('pgqueue_jobs', $1)"
 
 # Cancel the jobs $1: pending ones at once (no worker claims them, Go's
 # included), running ones by request (cancel_requested, and a control
