@@ -286,31 +286,42 @@ class Queue:
         checked_types: set[str] = set()
         hooked = bool(self._hooks)
         new_jobs: list[NewJob] = []
+        attempts = self._max_attempts
         for index, job in enumerate(jobs):
-            try:
-                (
-                    job_type,
-                    payload,
-                    max_attempts,
-                    run_at,
-                    delay,
-                    priority,
-                    key,
-                    track,
-                ) = _unpack(job)
-                if type(job_type) is not str or job_type not in checked_types:
-                    checked_types.add(check_name("job type", job_type))
-                batch.add(
-                    job_type,  # type: ignore[arg-type]
-                    payload,
-                    self._attempts(max_attempts),
-                    *check_when(run_at, delay),
-                    check_priority(priority),
-                    check_unique_key(key),
-                    check_bool("track", track),
-                )
-            except (TypeError, ValueError) as exc:
-                raise type(exc)(f"job {index}: {exc}") from exc
+            pair: object = job  # whatever the annotation says
+            if (
+                type(pair) is tuple
+                and len(pair) == 2
+                and type(pair[0]) is str
+                and pair[0] in checked_types
+            ):
+                # (job_type, payload) of a type already checked: nothing to check.
+                batch.add(pair[0], pair[1], attempts, None, None, 0, None, False)
+            else:
+                try:
+                    (
+                        job_type,
+                        payload,
+                        max_attempts,
+                        run_at,
+                        delay,
+                        priority,
+                        key,
+                        track,
+                    ) = _unpack(job)
+                    if type(job_type) is not str or job_type not in checked_types:
+                        checked_types.add(check_name("job type", job_type))
+                    batch.add(
+                        job_type,  # type: ignore[arg-type]
+                        payload,
+                        self._attempts(max_attempts),
+                        *check_when(run_at, delay),
+                        check_priority(priority),
+                        check_unique_key(key),
+                        check_bool("track", track),
+                    )
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"job {index}: {exc}") from exc
             if hooked:
                 new_jobs.append(job if isinstance(job, NewJob) else NewJob(*job))
         if not batch.types:
