@@ -17,6 +17,7 @@ import sys
 import uuid
 from datetime import date, time
 from decimal import Decimal
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._core.checks import check_callable
@@ -92,6 +93,7 @@ _QUOTE_OR_BACKSLASH_ESCAPE = re.compile(r'\\["\\]')
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 _STR = frozenset({str})
+_DICT = frozenset({dict})
 
 
 def _refuse_constant(name: str) -> Any:
@@ -106,6 +108,8 @@ def _inspect(payload: Any, depth: int = 0) -> None:
     the stack here); scalars are left to the encoder, in C. ``depth`` is the
     payload's own: -1 for a list of payloads.
     """
+    if depth == -1 and _flat_dicts(payload):
+        return
     stack: list[tuple[Any, int]] = [(payload, depth)]
     while stack:
         value, depth = stack.pop()
@@ -136,6 +140,18 @@ def _inspect(payload: Any, depth: int = 0) -> None:
             stack.extend(
                 (child, depth + 1) for child in children if type(child) not in _SCALARS
             )
+
+
+def _flat_dicts(payloads: list[Any]) -> bool:
+    """Whether each of ``payloads`` is a dict of str keys and scalar values (most
+    batches: one look at all of them, in C, instead of a walk of each)."""
+    return (
+        _DICT.issuperset(map(type, payloads))
+        and _STR.issuperset(map(type, chain.from_iterable(payloads)))
+        and _SCALARS.issuperset(
+            map(type, chain.from_iterable(map(dict.values, payloads)))
+        )
+    )
 
 
 def _big_floats(text: str) -> Iterator[re.Match[str]]:
@@ -237,9 +253,7 @@ def encode_payloads(payloads: list[Any], encoder: json.JSONEncoder = _encoder) -
             payload, its message starting ``job <index>: ``.
     """
     try:
-        return _encode(
-            [{} if p is None else _loaded(p) for p in payloads], encoder, depth=-1
-        )
+        return _encode(_values(payloads), encoder, depth=-1)
     except (TypeError, ValueError):
         _refuse_first(payloads, encoder)
         raise
@@ -254,10 +268,16 @@ def encode_each(payloads: list[Any], encoder: json.JSONEncoder = _encoder) -> li
         TypeError, ValueError: as `encode_payloads`.
     """
     try:
-        values = [{} if p is None else _loaded(p) for p in payloads]
+        values = _values(payloads)
         _inspect(values, -1)
         encode = _one_by_one(encoder)
-        return [_checked(encode(value)) for value in values]
+        texts = [encode(value) for value in values]
+        # _checked, with one look at all the texts for what is rare.
+        joined = "".join(texts)
+        joined.encode("utf-8")  # a lone surrogate raises
+        if "\\u0000" in joined or "e+" in joined:
+            texts = [_checked(text) for text in texts]
+        return texts
     except (TypeError, ValueError, RecursionError):
         _refuse_first(payloads, encoder)
         raise
@@ -293,6 +313,11 @@ def _refuse_first(payloads: list[Any], encoder: json.JSONEncoder) -> None:
             encode_payload(payload, encoder)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"job {index}: {exc}") from exc
+
+
+def _values(payloads: list[Any]) -> list[Any]:
+    """The values `encode_payload` would encode of each of ``payloads``."""
+    return [p if type(p) is dict else {} if p is None else _loaded(p) for p in payloads]
 
 
 def _loaded(payload: Any) -> Any:
