@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from datetime import timedelta
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
@@ -84,10 +85,11 @@ async def _copy(
     notify: bool,
 ) -> list[int]:
     """`copy_jobs` on a connection in a transaction."""
-    reserved = await connection.fetchrow(_sql.RESERVE_IDS, len(rows.job_types))
+    count = len(rows.job_types)
+    reserved = await connection.fetchrow(_sql.RESERVE_IDS, count)
     assert reserved is not None
-    joined, now = reserved
-    ids = [int(job_id) for job_id in joined.split(",")]
+    packed, now = reserved
+    ids = list(struct.unpack(f">{count}q", packed))
     records = zip(
         ids,
         repeat(queue),
