@@ -4,9 +4,10 @@ Each round measures, in a fresh database each and in an order that rotates
 from round to round:
 
 - ``enqueue_many`` in calls of each ``--chunks`` size (the COPY path for
-  calls of ``COPY_MIN_JOBS`` jobs or more);
-- the INSERT path: the same calls with the COPY path switched off (what
-  ``enqueue_many`` did before it, and still does for small calls);
+  calls of ``COPY_MIN_JOBS`` jobs or more), and the same calls through the
+  path it does not take at that size: the INSERT path (what
+  ``enqueue_many`` did before the COPY path, and still does for smaller
+  calls), or the COPY path forced;
 - the floor: asyncpg's ``copy_records_to_table`` of the same ``--jobs`` rows
   (the columns pgqueue copies, ids 1..N), no library code; timed once for
   the COPY alone (records built beforehand) and once with the payloads'
@@ -148,10 +149,21 @@ def main() -> None:
 
     measures: dict[str, Callable[[], float]] = {"floor": floor_round}
     for chunk in args.chunks:
-        measures[f"enqueue_many {chunk}"] = partial(enqueue_many, dsn, n, chunk)
-        measures[f"INSERT path {chunk}"] = partial(
-            enqueue_many, dsn, n, chunk, copy=False
-        )
+        # enqueue_many as it is, and the path it does not take at that size.
+        if chunk >= COPY_MIN_JOBS:
+            measures[f"enqueue_many {chunk} (COPY)"] = partial(
+                enqueue_many, dsn, n, chunk
+            )
+            measures[f"INSERT path {chunk}"] = partial(
+                enqueue_many, dsn, n, chunk, copy=False
+            )
+        else:
+            measures[f"enqueue_many {chunk} (INSERT)"] = partial(
+                enqueue_many, dsn, n, chunk
+            )
+            measures[f"COPY path {chunk}"] = partial(
+                enqueue_many, dsn, n, chunk, force=True
+            )
     if args.pgqueuer:
         measures["pgqueuer 1000"] = partial(pgqueuer_bulk, dsn, n)
     got = rounds(measures, args.runs)
