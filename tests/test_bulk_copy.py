@@ -85,8 +85,18 @@ def statements(connection: Any) -> Iterator[Statements]:
 
 
 class TraceHook(pgqueue.EnqueueHook):
+    """Gives each call a trace context; keeps what each call's event ended with."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[list[int], list[bool]]] = []
+
     def before_enqueue(self, event: pgqueue.EnqueueEvent) -> None:
         event.trace_context = '{"traceparent": "00-abc-def-01"}'
+
+    def after_enqueue(
+        self, event: pgqueue.EnqueueEvent, state: Any, error: BaseException | None
+    ) -> None:
+        self.ended.append((event.ids, event.duplicates))
 
 
 def comparable(stored: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +125,8 @@ async def test_ids_come_back_in_input_order_and_match_the_rows(
 async def test_a_copied_batch_writes_the_rows_the_insert_path_writes(
     pool: asyncpg.Pool, queue_name: str, connection: Any, statements: Statements
 ) -> None:
-    queue = pgqueue.Queue(pool, name=queue_name, max_attempts=7, hooks=[TraceHook()])
+    hook = TraceHook()
+    queue = pgqueue.Queue(pool, name=queue_name, max_attempts=7, hooks=[hook])
     large, small = batch(LARGE), batch(SMALL)
     # One transaction: the same now() for both, so even delayed run_ats match.
     async with connection.transaction():
@@ -124,6 +135,10 @@ async def test_a_copied_batch_writes_the_rows_the_insert_path_writes(
         statements.sent.clear()
         inserted = await queue.enqueue_many(small, connection=connection)
         assert not statements.copied()
+    assert hook.ended == [
+        (copied, [False] * len(copied)),
+        (inserted, [False] * len(inserted)),
+    ]
     stored = {r["id"]: r for r in await rows(pool, queue_name)}
     for i, (a, b) in enumerate(zip(copied, inserted, strict=False)):
         assert comparable(stored[a]) == comparable(stored[b]), large[i]
