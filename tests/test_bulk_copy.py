@@ -120,6 +120,7 @@ async def test_ids_come_back_in_input_order_and_match_the_rows(
     for (job_type, payload), job_id in zip(jobs, ids, strict=True):
         assert stored[job_id]["job_type"] == job_type
         assert json.loads(stored[job_id]["payload"]) == payload
+        assert stored[job_id]["run_at"] == stored[job_id]["created_at"]
 
 
 async def test_a_copied_batch_writes_the_rows_the_insert_path_writes(
