@@ -69,6 +69,13 @@ class Statements:
 
 
 @pytest.fixture
+def dsn(fresh_dsn: str) -> str:
+    """A database of the test's own: tens of thousands of rows in the run's
+    database would make the dashboard's tests see a large table."""
+    return fresh_dsn
+
+
+@pytest.fixture
 async def connection(pool: asyncpg.Pool) -> AsyncIterator[Any]:
     """A connection of the pool."""
     async with pool.acquire() as connection:
