@@ -22,12 +22,13 @@ _Connection: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
 
 COPY_MIN_JOBS = 10_000
 """The smallest batch enqueue_many copies (smaller ones take one INSERT)."""
-# Measured with `python -m benchmarks.bulk --sweep` (PostgreSQL 15, 2 CPUs,
-# medians of 7 alternating rounds): the COPY path's jobs/s over the INSERT
-# path's is 0.82 at 1,000 jobs a call, 0.92 at 5,000, 1.03 at 7,500, 1.06
-# at 10,000 and 1.20 at 20,000. Below a few thousand rows one INSERT ...
-# SELECT unnest costs the server about what COPY does, and the COPY path
-# adds four round trips (BEGIN, the ids, the wakeup, COMMIT) and the ids.
+# Measured with `python -m benchmarks.bulk --sweep` (PostgreSQL 15, 2 CPUs;
+# two runs, medians of 7 and 9 alternating rounds): the COPY path's jobs/s
+# over the INSERT path's is 0.82-0.92 at 1,000 jobs a call, 0.92-0.97 at
+# 5,000, 0.99-1.03 at 7,500, 1.03-1.06 at 10,000 and 1.14 at 50,000. Below
+# a few thousand rows one INSERT ... SELECT unnest costs the server about
+# what COPY does, and the COPY path adds four round trips (BEGIN, the ids,
+# the wakeup, COMMIT) and the ids' reservation.
 
 COPY_MAX_DELAY = 1000 * 365.25 * 86400
 """The longest delay enqueue_many copies: run_at crosses the client as a
