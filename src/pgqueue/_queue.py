@@ -570,7 +570,7 @@ class _Batch:
 
     @property
     def copies(self) -> bool:
-        """Whether the batch takes the COPY path: large, without unique keys."""
+        """Whether the batch takes the COPY path: large, without unique keys or a delay past COPY_MAX_DELAY."""
         return (
             len(self.types) >= COPY_MIN_JOBS
             and not self.keyed
