@@ -46,7 +46,13 @@ from pgqueue._core.checks import (
     MAX_QUEUE_NAME_BYTES,
     NOTIFY_LIMIT,
 )
-from pgqueue._core.codec import MAX_PAYLOAD_DEPTH, encode_payload
+from pgqueue._core.codec import (
+    MAX_PAYLOAD_DEPTH,
+    encode_each,
+    encode_payload,
+    encode_payloads,
+    payload_encoder,
+)
 from pgqueue._pubsub import Subscriber, publish
 from tests.helpers import listening, queue_count, row, rows
 
@@ -613,6 +619,41 @@ async def test_a_five_megabyte_payload_reaches_a_worker_intact(
     [got] = delivered
     assert same(got, stored_form(payload))
     assert (await row(pool, job_id))["status"] == "completed"
+
+
+def _iso(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(type(value).__name__)
+
+
+@examples(300)
+@given(
+    batch=st.lists(st.one_of(PAYLOADS, RAW_PAYLOADS), max_size=6),
+    hooked=st.booleans(),
+)
+@example(batch=[{"a": 1}, {"b": [1e16, "1e+16"]}, {"c": "\\u0000"}], hooked=False)
+@example(batch=[{"a": 1}, {"b": "\x00"}, {"c": "\ud800"}], hooked=False)
+@example(batch=[{"a": 1}, {"when": datetime(2024, 1, 1, tzinfo=UTC)}], hooked=True)
+@example(batch=[{"when": datetime(2024, 1, 1, tzinfo=UTC)}], hooked=False)
+def test_encode_each_writes_what_encode_payload_writes(
+    batch: list[Any], hooked: bool
+) -> None:
+    # The COPY path's payloads (one text a job) and the INSERT path's (one
+    # array) hold the same JSON, and are refused alike, naming the same job.
+    encoder = payload_encoder(_iso if hooked else None)
+    try:
+        want = [encode_payload(payload, encoder) for payload in batch]
+    except (TypeError, ValueError):
+        with pytest.raises((TypeError, ValueError)) as each:
+            encode_each(batch, encoder)
+        with pytest.raises(type(each.value)) as array:
+            encode_payloads(batch, encoder)
+        assert str(each.value) == str(array.value)
+        assert str(each.value).startswith("job ")
+        return
+    assert encode_each(batch, encoder) == want
+    assert encode_payloads(batch, encoder) == "[" + ",".join(want) + "]"
 
 
 def test_a_reference_cycle_is_refused() -> None:

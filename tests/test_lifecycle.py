@@ -129,8 +129,13 @@ async def test_a_bad_priority_is_refused_before_any_sql(
 async def test_a_unique_key_returns_the_live_job_and_inserts_and_wakes_nothing(
     dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
-    first = await queue.enqueue("report", {"v": 1}, unique_key=f"{queue.name}-2026-12")
     async with listening(dsn, pgqueue.JOBS_CHANNEL) as wakeups:
+        first = await queue.enqueue(
+            "report", {"v": 1}, unique_key=f"{queue.name}-2026-12"
+        )
+        # Its wakeup follows the commit (sent by the pool's waker).
+        await wakeups.wait_for(queue.name)
+        wakeups.payloads.clear()
         again = await queue.enqueue(
             "report", {"v": 2}, unique_key=f"{queue.name}-2026-12"
         )

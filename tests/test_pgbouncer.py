@@ -28,6 +28,7 @@ import asyncpg
 import pytest
 
 import pgqueue
+from pgqueue._copy import COPY_MIN_JOBS
 from tests.helpers import listening, rows
 from tests.pgbouncer import PgBouncer, pgbouncer
 
@@ -193,14 +194,30 @@ async def test_enqueue_leaves_no_session_state(
 async def test_enqueue_many_leaves_no_session_state(
     bouncer: PgBouncer, pool: asyncpg.Pool, queue_name: str
 ) -> None:
+    await _enqueue_many_through(bouncer, pool, queue_name, 5)
+
+
+async def test_a_copied_enqueue_many_leaves_no_session_state(
+    fresh_dsn: str, queue_name: str
+) -> None:
+    # A database of its own: its rows would make the dashboard's tests see a large table.
+    with pgbouncer(fresh_dsn, pool_size=2) as bouncer:
+        async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=2) as pool:
+            await _enqueue_many_through(bouncer, pool, queue_name, COPY_MIN_JOBS)
+
+
+async def _enqueue_many_through(
+    bouncer: PgBouncer, pool: asyncpg.Pool, queue_name: str, size: int
+) -> None:
+    """Two calls of ``size`` jobs through the bouncer, on a pool and a connection."""
     before = await baseline(bouncer)
     async with bounced_pool(bouncer) as bounced:
         queue = pgqueue.Queue(bounced, name=queue_name)
-        ids = await queue.enqueue_many([("t", {"n": n}) for n in range(5)])
+        ids = await queue.enqueue_many([("t", {"n": n}) for n in range(size)])
         connection = await asyncpg.connect(bouncer.dsn, statement_cache_size=0)
         try:
             ids += await queue.enqueue_many(
-                [("t", {"n": n}) for n in range(5, 10)], connection=connection
+                [("t", {"n": n}) for n in range(size, 2 * size)], connection=connection
             )
         finally:
             await connection.close()

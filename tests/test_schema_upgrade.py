@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 
 import pgqueue
+from pgqueue._copy import COPY_MIN_JOBS
 from pgqueue.testing import with_database
 from tests.helpers import noop, row, rows, running, wait_for_row
 
@@ -164,6 +165,7 @@ async def test_a_worker_or_queue_on_a_go_table_fails_at_once_naming_what_is_miss
         queue.enqueue("t", {}),
         queue.enqueue("t", {}, unique_key="k"),
         queue.enqueue_many([("t", {})]),
+        queue.enqueue_many([("t", {})] * COPY_MIN_JOBS),
     ):
         with pytest.raises(pgqueue.SchemaError, match="SCHEMA_UPGRADE"):
             await enqueue
@@ -226,6 +228,21 @@ async def test_after_the_upgrade_both_libraries_share_the_table(
     await go_table.execute(GO_RESCUE, 60)
     assert (await row(go_table, dead))["status"] == "dead"
     assert (await row(go_table, rescued))["status"] == "pending"
+
+
+async def test_a_copied_batch_on_an_upgraded_go_table_is_claimed_by_the_go_worker(
+    go_table: asyncpg.Pool,
+) -> None:
+    await go_table.execute(pgqueue.SCHEMA_UPGRADE)
+    ids = await pgqueue.Queue(go_table, name="q").enqueue_many(
+        [("t", {"n": n}) for n in range(COPY_MIN_JOBS)]
+    )
+    claimed = await go_table.fetch(GO_CLAIM, "q", COPY_MIN_JOBS + 1)
+    assert sorted(r["id"] for r in claimed) == ids
+    stored = await rows(go_table, "q")
+    assert [json.loads(r["payload"]) for r in stored] == [
+        {"n": n} for n in range(COPY_MIN_JOBS)
+    ]
 
 
 def worker_for(pool: asyncpg.Pool) -> pgqueue.Worker:

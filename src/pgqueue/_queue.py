@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 import asyncpg
 
+from pgqueue._copy import COPY_MAX_DELAY, COPY_MIN_JOBS, Rows, copy_jobs
 from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
     check_bool,
@@ -21,7 +22,12 @@ from pgqueue._core.checks import (
     check_unique_key,
     check_when,
 )
-from pgqueue._core.codec import encode_payload, encode_payloads, payload_encoder
+from pgqueue._core.codec import (
+    encode_each,
+    encode_payload,
+    encode_payloads,
+    payload_encoder,
+)
 from pgqueue._core.errors import DuplicateJobError
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
@@ -297,13 +303,17 @@ class Queue:
         on_conflict: Literal["return", "raise"] = "return",
         connection: Connection | None = None,
     ) -> list[int]:
-        """Insert many jobs in one round trip with a single wakeup (sent as `enqueue` sends it).
+        """Insert many jobs in one transaction with a single wakeup (sent as `enqueue` sends it).
 
         All jobs are checked before anything is sent; one bad job means none
-        is written. Returns the ids in input order. The payloads travel as
-        one JSON array, so one call's payloads must stay under 256 MB
-        (PostgreSQL's limit for a jsonb value); beyond it the server refuses
-        the call and nothing is written.
+        is written. Returns the ids in input order. One statement inserts
+        them, in one round trip; a call of 10,000 jobs or more without a
+        ``unique_key`` is copied instead (COPY, faster for large calls:
+        the ids, the rows and the wakeup in a few round trips, in a
+        transaction of its own unless ``connection`` is in one). One
+        statement's payloads travel as one JSON array, so they must stay
+        under 256 MB (PostgreSQL's limit for a jsonb value); beyond it the
+        server refuses the call and nothing is written.
 
         Jobs with a ``unique_key`` behave as in `enqueue`: a duplicate of a
         pending or running job gets that job's id, and two jobs of one call
@@ -326,80 +336,93 @@ class Queue:
         checked_types: set[str] = set()
         hooked = bool(self._hooks)
         new_jobs: list[NewJob] = []
+        attempts = self._max_attempts
         for index, job in enumerate(jobs):
-            try:
-                (
-                    job_type,
-                    payload,
-                    max_attempts,
-                    run_at,
-                    delay,
-                    priority,
-                    key,
-                    track,
-                ) = _unpack(job)
-                if type(job_type) is not str or job_type not in checked_types:
-                    checked_types.add(check_name("job type", job_type))
-                batch.add(
-                    job_type,  # type: ignore[arg-type]
-                    payload,
-                    self._attempts(max_attempts),
-                    *check_when(run_at, delay),
-                    check_priority(priority),
-                    check_unique_key(key),
-                    check_bool("track", track),
-                )
-            except (TypeError, ValueError) as exc:
-                raise type(exc)(f"job {index}: {exc}") from exc
+            pair: object = job  # whatever the annotation says
+            if (
+                type(pair) is tuple
+                and len(pair) == 2
+                and type(pair[0]) is str
+                and pair[0] in checked_types
+            ):
+                # (job_type, payload) of a type already checked: nothing to check.
+                batch.add(pair[0], pair[1], attempts, None, None, 0, None, False)
+            else:
+                try:
+                    (
+                        job_type,
+                        payload,
+                        max_attempts,
+                        run_at,
+                        delay,
+                        priority,
+                        key,
+                        track,
+                    ) = _unpack(job)
+                    if type(job_type) is not str or job_type not in checked_types:
+                        checked_types.add(check_name("job type", job_type))
+                    batch.add(
+                        job_type,  # type: ignore[arg-type]
+                        payload,
+                        self._attempts(max_attempts),
+                        *check_when(run_at, delay),
+                        check_priority(priority),
+                        check_unique_key(key),
+                        check_bool("track", track),
+                    )
+                except (TypeError, ValueError) as exc:
+                    raise type(exc)(f"job {index}: {exc}") from exc
             if hooked:
                 new_jobs.append(job if isinstance(job, NewJob) else NewJob(*job))
         if not batch.types:
             return []
-        payload_array = encode_payloads(batch.payloads, self._encoder)
+        payloads = (
+            encode_each(batch.payloads, self._encoder)
+            if batch.copies
+            else encode_payloads(batch.payloads, self._encoder)
+        )
         if not hooked:
-            return await self._enqueue_many(connection, batch, payload_array, conflict)
+            return await self._enqueue_many(connection, batch, payloads, conflict)
         event = EnqueueEvent(self._name, new_jobs, batch=True)
         return await told(
             self._hooks,
             event,
             self._logger,
-            lambda: self._enqueue_many(
-                connection, batch, payload_array, conflict, event
-            ),
+            lambda: self._enqueue_many(connection, batch, payloads, conflict, event),
         )
 
     async def _enqueue_many(
         self,
         connection: Connection | None,
         batch: _Batch,
-        payload_array: str,
+        payloads: str | list[str],
         conflict: str,
         event: EnqueueEvent | None = None,
     ) -> list[int]:
-        """`enqueue_many` once its jobs are checked (and its hooks told)."""
+        """`enqueue_many` once its jobs are checked (and its hooks told).
+
+        ``payloads``: one JSON array for the INSERT path, or each job's JSON
+        text for the COPY path (a large batch without unique keys).
+        """
         trace_context = None if event is None else event.trace_context
-        args: tuple[Any, ...] = (
-            self._name,
-            batch.types,
-            payload_array,
-            *batch.columns(),
-            trace_context,
-        )
-        delayed = batch.delayed
-        if delayed:
-            args = (*args, batch.delays())
         executor: Executor = connection if connection is not None else self._pool
         wake = self._wake_after_commit(connection)
-        statement = _MANY[batch.keyed, delayed, wake is None]
-        duplicate = None
         try:
-            if not batch.keyed:
-                joined: str = await executor.fetchval(statement, *args)
-                ids = [int(job_id) for job_id in joined.split(",")]
-                duplicates = [False] * len(ids)
+            ids = None
+            if isinstance(payloads, list):
+                ids = await copy_jobs(
+                    executor,
+                    self._name,
+                    batch.rows(payloads),
+                    trace_context,
+                    notify=wake is None,
+                )
+            if ids is not None:
+                duplicate, duplicates = None, [False] * len(ids)
             else:
-                rows = await executor.fetch(statement, *args)
-                ids, duplicate, duplicates = batch.ids(rows)
+                ids, duplicate, duplicates = await self._insert_many(
+                    executor, batch, payloads, trace_context, notify=wake is None
+                )
         except SCHEMA_ERRORS as exc:
             raise await schema_failure(executor, str(exc)) from exc
         if wake is not None and not all(duplicates):
@@ -412,6 +435,36 @@ class Queue:
             "jobs enqueued", extra={"count": len(ids), "queue": self._name}
         )
         return ids
+
+    async def _insert_many(
+        self,
+        executor: Executor,
+        batch: _Batch,
+        payloads: str | list[str],
+        trace_context: str | None,
+        *,
+        notify: bool,
+    ) -> tuple[list[int], tuple[int, str] | None, list[bool]]:
+        """The INSERT path of `_enqueue_many`: ids, the first duplicate, and whether each job is one."""
+        if isinstance(payloads, list):  # COPY was refused (a jsonb codec)
+            payloads = "[" + ",".join(payloads) + "]"
+        args: tuple[Any, ...] = (
+            self._name,
+            batch.types,
+            payloads,
+            *batch.columns(),
+            trace_context,
+        )
+        delayed = batch.delayed
+        if delayed:
+            args = (*args, batch.delays())
+        statement = _MANY[batch.keyed, delayed, notify]
+        if not batch.keyed:
+            joined: str = await executor.fetchval(statement, *args)
+            ids = [int(job_id) for job_id in joined.split(",")]
+            return ids, None, [False] * len(ids)
+        rows = await executor.fetch(statement, *args)
+        return batch.ids(rows)
 
     async def cancel(
         self, *job_ids: int, connection: Connection | None = None
@@ -632,6 +685,30 @@ class _Batch:
             _sql.array(self._priorities) if special else "{}",
             _sql.booleans(self._tracked) if special else "{}",
             self._keys if self.keyed else [],
+        )
+
+    @property
+    def copies(self) -> bool:
+        """Whether the batch takes the COPY path: large, without unique keys or a delay past COPY_MAX_DELAY."""
+        return (
+            len(self.types) >= COPY_MIN_JOBS
+            and not self.keyed
+            and (
+                not self._delayed
+                or max(d for d in self._delays if d is not None) <= COPY_MAX_DELAY
+            )
+        )
+
+    def rows(self, payloads: list[str]) -> Rows:
+        """The columns of the COPY path, with each job's payload as JSON text."""
+        return Rows(
+            self.types,
+            payloads,
+            self._attempts,
+            self._run_ats,
+            self._delays,
+            self._priorities,
+            self._tracked,
         )
 
     @property
