@@ -1,0 +1,166 @@
+"""pgqueue's Sphinx extension: the reference pages that are generated from the code.
+
+Each directive reads the code as the build runs, so its page cannot drift
+from it; where a page pairs the code with prose (a log message and its
+meaning, a column and why it exists), the directive fails the build when
+one has no counterpart in the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import re
+from typing import TYPE_CHECKING, Any
+
+from sphinx.ext import intersphinx
+from sphinx.util.inspect import TypeAliasForwardRef
+
+from pgqueue_docs import api
+
+if TYPE_CHECKING:
+    from docutils.nodes import Element
+    from sphinx.addnodes import pending_xref
+    from sphinx.application import Sphinx
+    from sphinx.environment import BuildEnvironment
+
+__all__ = ["setup"]
+
+
+def attribute_descriptions(lines: list[str]) -> tuple[dict[str, list[str]], slice]:
+    """The entries of the Google-style ``Attributes:`` section of a docstring.
+
+    Returns each name's description (its lines, dedented) and where the
+    section lies in ``lines`` (an empty slice when there is none).
+    """
+    entries: dict[str, list[str]] = {}
+    start = next(
+        (i for i, line in enumerate(lines) if line.strip() == "Attributes:"), None
+    )
+    if start is None:
+        return entries, slice(0, 0)
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    end, current, body = start + 1, "", 0
+    for end in range(start + 1, len(lines) + 1):
+        if end == len(lines):
+            break
+        line = lines[end]
+        depth = len(line) - len(line.lstrip())
+        if line.strip() and depth <= indent:
+            break
+        match = re.match(r"(\w+)(?: \(.*\))?: ?(.*)", line.strip())
+        if match and line.strip() and (not current or depth <= body):
+            current, body = match[1], depth
+            entries[current] = [match[2]]
+        elif current:
+            entries[current].append(line[body + 4 :] if line.strip() else "")
+    while end > start and not lines[end - 1].strip():
+        end -= 1
+    return {name: _trimmed(text) for name, text in entries.items()}, slice(start, end)
+
+
+def _trimmed(lines: list[str]) -> list[str]:
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+def _dataclass(full_name: str) -> Any:
+    """The dataclass named ``full_name`` (``pgqueue.SchemaState``), or None."""
+    module_name, _, name = full_name.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return found if dataclasses.is_dataclass(found) else None
+
+
+def fields_where_they_are_documented(
+    app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
+    """Describe each dataclass field once: as an attribute of its own, with its type.
+
+    napoleon would make an attribute entry of each name in a class's
+    ``Attributes:`` section, and autodoc documents the dataclass's fields
+    too (their types from the annotations; Sphinx 9 documents every slot):
+    two entries for one name. So the section leaves the class's docstring
+    and each description becomes its field's docstring. Runs before
+    napoleon reads the docstrings.
+    """
+    del app, obj, options
+    if what in ("class", "exception") and (owner := _dataclass(name)):
+        fields = {field.name for field in dataclasses.fields(owner)}
+        described, section = attribute_descriptions(lines)
+        if described and set(described) <= fields:
+            del lines[section]
+    elif what == "attribute" and not any(line.strip() for line in lines):
+        owner_name, _, field = name.rpartition(".")
+        if owner := _dataclass(owner_name):
+            doc = inspect.cleandoc(owner.__doc__ or "").splitlines()
+            lines[:] = attribute_descriptions(doc)[0].get(field, lines)
+
+
+def _alias_names_in_unions() -> None:
+    """Show an ``autodoc_type_aliases`` name inside a union as the name it stands for.
+
+    Sphinx 9.0 evaluates ``Alias | None`` with a placeholder for ``Alias``
+    but writes the placeholder's ``repr`` into the signature
+    (``TypeAliasForwardRef('pgqueue.Connection') | None``): its repr becomes
+    the name (as sphinx-doc/sphinx#14004 did for evaluating such unions).
+    """
+    TypeAliasForwardRef.__repr__ = lambda self: str(self.name)  # type: ignore[method-assign]
+
+
+def aliased_reference(
+    app: Sphinx, env: BuildEnvironment, node: pending_xref, contnode: Element
+) -> Element | None:
+    """Resolve a name of ``autodoc_type_aliases`` that autodoc left as it was written.
+
+    autodoc applies the aliases only where it can evaluate a whole
+    signature; an annotation it cannot (a dataclass field's ``datetime``,
+    imported for type checking only) keeps the name, which is resolved here
+    as the alias says (``datetime.datetime``), here or through intersphinx.
+    """
+    target = app.config.autodoc_type_aliases.get(node.get("reftarget", ""))
+    if node.get("refdomain") != "py" or target is None:
+        return None
+    aliased = node.deepcopy()
+    aliased["reftarget"] = target
+    found = env.domains["py"].resolve_xref(
+        env, node["refdoc"], app.builder, node["reftype"], target, aliased, contnode
+    )
+    return found or intersphinx.missing_reference(app, env, aliased, contnode)
+
+
+def function_defaults_by_name(
+    app: Sphinx,
+    what: str,
+    name: str,
+    obj: Any,
+    options: Any,
+    signature: str | None,
+    return_annotation: str | None,
+) -> tuple[str | None, str | None] | None:
+    """Write a default that is a function by its name (``backoff=default_backoff``).
+
+    Its repr, ``<function default_backoff>``, is no Python expression: the
+    signature could not be parsed, and would show unlinked and unwrapped.
+    """
+    del app, what, name, obj, options
+    if signature is None or "<function " not in signature:
+        return None
+    return re.sub(r"<function ([\w.]+)[^>]*>", r"\1", signature), return_annotation
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    """Register the directives and the autodoc hooks."""
+    _alias_names_in_unions()
+    app.connect("missing-reference", aliased_reference)
+    app.connect("autodoc-process-signature", function_defaults_by_name)
+    app.connect(
+        "autodoc-process-docstring", fields_where_they_are_documented, priority=400
+    )
+    app.connect("autodoc-process-docstring", api.reexported_docstring, priority=400)
+    app.add_directive("pgqueue-type-alias", api.TypeAliasDirective)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
