@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sphinx.ext import intersphinx
 from sphinx.util.inspect import TypeAliasForwardRef
 
-from pgqueue_docs import api
+from pgqueue_docs import api, cli
 
 if TYPE_CHECKING:
     from docutils.nodes import Element
@@ -163,4 +163,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     )
     app.connect("autodoc-process-docstring", api.reexported_docstring, priority=400)
     app.add_directive("pgqueue-type-alias", api.TypeAliasDirective)
+    app.add_directive("pgqueue-cli", cli.CommandLineDirective)
+    app.add_directive("pgqueue-exit-codes", cli.ExitCodesDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
