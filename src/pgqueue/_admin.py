@@ -352,6 +352,11 @@ class Admin:
     method checks its arguments before any SQL runs: bad input raises
     `TypeError` or `ValueError` and writes nothing.
 
+    Args:
+        executor: the pool (or connection) of the database holding
+            ``pgqueue_jobs``.
+        logger: where to log; the ``pgqueue`` logger by default.
+
     Usage::
 
         admin = pgqueue.Admin(pool)
