@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 import re
 from typing import TYPE_CHECKING, Any
 
 from sphinx.ext import intersphinx
 from sphinx.util.inspect import TypeAliasForwardRef
 
-from pgqueue_docs import api, cli
+from pgqueue_docs import api, cli, configuration
+from pgqueue_docs._docstrings import section_entries
 
 if TYPE_CHECKING:
     from docutils.nodes import Element
@@ -26,44 +26,6 @@ if TYPE_CHECKING:
     from sphinx.environment import BuildEnvironment
 
 __all__ = ["setup"]
-
-
-def attribute_descriptions(lines: list[str]) -> tuple[dict[str, list[str]], slice]:
-    """The entries of the Google-style ``Attributes:`` section of a docstring.
-
-    Returns each name's description (its lines, dedented) and where the
-    section lies in ``lines`` (an empty slice when there is none).
-    """
-    entries: dict[str, list[str]] = {}
-    start = next(
-        (i for i, line in enumerate(lines) if line.strip() == "Attributes:"), None
-    )
-    if start is None:
-        return entries, slice(0, 0)
-    indent = len(lines[start]) - len(lines[start].lstrip())
-    end, current, body = start + 1, "", 0
-    for end in range(start + 1, len(lines) + 1):
-        if end == len(lines):
-            break
-        line = lines[end]
-        depth = len(line) - len(line.lstrip())
-        if line.strip() and depth <= indent:
-            break
-        match = re.match(r"(\w+)(?: \(.*\))?: ?(.*)", line.strip())
-        if match and line.strip() and (not current or depth <= body):
-            current, body = match[1], depth
-            entries[current] = [match[2]]
-        elif current:
-            entries[current].append(line[body + 4 :] if line.strip() else "")
-    while end > start and not lines[end - 1].strip():
-        end -= 1
-    return {name: _trimmed(text) for name, text in entries.items()}, slice(start, end)
-
-
-def _trimmed(lines: list[str]) -> list[str]:
-    while lines and not lines[-1].strip():
-        lines = lines[:-1]
-    return lines
 
 
 def _dataclass(full_name: str) -> Any:
@@ -91,14 +53,14 @@ def fields_where_they_are_documented(
     del app, obj, options
     if what in ("class", "exception") and (owner := _dataclass(name)):
         fields = {field.name for field in dataclasses.fields(owner)}
-        described, section = attribute_descriptions(lines)
+        described, section = section_entries(lines, "Attributes")
         if described and set(described) <= fields:
             del lines[section]
     elif what == "attribute" and not any(line.strip() for line in lines):
         owner_name, _, field = name.rpartition(".")
         if owner := _dataclass(owner_name):
-            doc = inspect.cleandoc(owner.__doc__ or "").splitlines()
-            lines[:] = attribute_descriptions(doc)[0].get(field, lines)
+            described = section_entries(owner.__doc__ or "", "Attributes")[0]
+            lines[:] = described.get(field, lines)
 
 
 def _alias_names_in_unions() -> None:
@@ -165,4 +127,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("pgqueue-type-alias", api.TypeAliasDirective)
     app.add_directive("pgqueue-cli", cli.CommandLineDirective)
     app.add_directive("pgqueue-exit-codes", cli.ExitCodesDirective)
+    app.add_directive("pgqueue-parameters", configuration.ParametersDirective)
+    app.add_directive("pgqueue-worker-options", configuration.WorkerOptionsDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -24,7 +24,13 @@ if TYPE_CHECKING:
     from docutils.nodes import Node
     from sphinx.application import Sphinx
 
-__all__ = ["TypeAliasDirective", "defining_module", "reexported_docstring"]
+__all__ = [
+    "TypeAliasDirective",
+    "alias_value",
+    "defining_module",
+    "public_name",
+    "reexported_docstring",
+]
 
 
 def _tree(module_name: str) -> ast.Module:
@@ -101,7 +107,7 @@ def _resolve(dotted: str) -> Any:
     return None
 
 
-def _public_name(dotted: str, package: str) -> str:
+def public_name(dotted: str, package: str) -> str:
     """``dotted``, or the name ``package`` exports the same object under."""
     found = _resolve(dotted)
     exported = importlib.import_module(package)
@@ -137,7 +143,7 @@ def alias_value(package: str, name: str) -> tuple[str, list[str]]:
     def qualified(match: re.Match[str]) -> str:
         head, dot, rest = match[0].partition(".")
         if head in names:
-            return _public_name(names[head] + dot + rest, package)
+            return public_name(names[head] + dot + rest, package)
         return match[0]  # a builtin (int, str...)
 
     return re.sub(r"[A-Za-z_][\w.]*", qualified, text), _attribute_docstring(
