@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sphinx.ext import intersphinx
 from sphinx.util.inspect import TypeAliasForwardRef
 
-from pgqueue_docs import api, cli, configuration
+from pgqueue_docs import api, cli, configuration, schema
 from pgqueue_docs._docstrings import section_entries
 
 if TYPE_CHECKING:
@@ -129,4 +129,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("pgqueue-exit-codes", cli.ExitCodesDirective)
     app.add_directive("pgqueue-parameters", configuration.ParametersDirective)
     app.add_directive("pgqueue-worker-options", configuration.WorkerOptionsDirective)
+    app.add_directive("pgqueue-table", schema.TableDirective)
+    app.add_directive("pgqueue-sql", schema.SQLDirective)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
