@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sphinx.ext import intersphinx
 from sphinx.util.inspect import TypeAliasForwardRef
 
-from pgqueue_docs import api, cli, configuration, schema
+from pgqueue_docs import api, cli, configuration, logs, schema
 from pgqueue_docs._docstrings import section_entries
 
 if TYPE_CHECKING:
@@ -131,4 +131,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("pgqueue-worker-options", configuration.WorkerOptionsDirective)
     app.add_directive("pgqueue-table", schema.TableDirective)
     app.add_directive("pgqueue-sql", schema.SQLDirective)
+    app.add_directive("pgqueue-log-messages", logs.LogMessagesDirective)
+    app.connect("env-check-consistency", logs.check_every_logger)
+    app.connect("env-purge-doc", logs.forget_document)
+    app.connect("env-merge-info", logs.merge_loggers)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

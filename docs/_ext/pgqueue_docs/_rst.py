@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from docutils.nodes import Node
     from sphinx.util.docutils import SphinxDirective
 
-__all__ = ["indented", "list_table", "parse"]
+__all__ = ["described_items", "indented", "list_table", "parse"]
 
 
 def parse(directive: SphinxDirective, lines: Iterable[str]) -> list[Node]:
@@ -44,3 +44,19 @@ def list_table(
             lines.append(bullet + cell_lines[0])
             lines.extend(indented(cell_lines[1:], " " * 7))
     return lines
+
+
+def described_items(content: Sequence[str]) -> dict[str, list[str]]:
+    """A directive's content of items: each name on a line of its own, its text indented below.
+
+    The name is the line as written (stripped); the text keeps its lines.
+    """
+    described: dict[str, list[str]] = {}
+    current = None
+    for line in content:
+        if line and not line[0].isspace():
+            current = line.strip()
+            described[current] = []
+        elif current is not None:
+            described[current].append(line.strip())
+    return described

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
-from pgqueue_docs._rst import indented, list_table, parse
+from pgqueue_docs._rst import described_items, indented, list_table, parse
 
 if TYPE_CHECKING:
     from docutils.nodes import Node
@@ -105,19 +105,6 @@ def _created_tables(sql: str) -> set[str]:
     return set(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", sql))
 
 
-def _descriptions(content: list[str]) -> dict[str, list[str]]:
-    """``name`` lines, each followed by its description indented below it."""
-    described: dict[str, list[str]] = {}
-    current = None
-    for line in content:
-        if line and not line[0].isspace():
-            current = line.strip()
-            described[current] = []
-        elif current is not None:
-            described[current].append(line.strip())
-    return described
-
-
 class TableDirective(SphinxDirective):
     """``.. pgqueue-table:: pgqueue_jobs``: its columns and indexes, each described.
 
@@ -135,7 +122,7 @@ class TableDirective(SphinxDirective):
         table = self.arguments[0]
         found, constraints = columns(pgqueue.SCHEMA, table)
         table_indexes = [i for i in indexes(pgqueue.SCHEMA) if i.table == table]
-        described = _descriptions(list(self.content))
+        described = described_items(list(self.content))
         self._check(
             table, [c.name for c in found] + [i.name for i in table_indexes], described
         )
