@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sphinx.ext import intersphinx
 from sphinx.util.inspect import TypeAliasForwardRef
 
-from pgqueue_docs import api, cli, configuration, logs, schema
+from pgqueue_docs import api, cli, configuration, logs, schema, telemetry
 from pgqueue_docs._docstrings import section_entries
 
 if TYPE_CHECKING:
@@ -132,6 +132,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("pgqueue-table", schema.TableDirective)
     app.add_directive("pgqueue-sql", schema.SQLDirective)
     app.add_directive("pgqueue-log-messages", logs.LogMessagesDirective)
+    app.add_directive("pgqueue-metrics", telemetry.MetricsDirective)
+    app.add_directive("pgqueue-spans", telemetry.SpansDirective)
     app.connect("env-check-consistency", logs.check_every_logger)
     app.connect("env-purge-doc", logs.forget_document)
     app.connect("env-merge-info", logs.merge_loggers)
