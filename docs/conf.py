@@ -1,4 +1,4 @@
-"""Sphinx configuration: furo, MyST Markdown, the API from the docstrings, the CLI from its parser.
+"""Sphinx configuration: furo, MyST Markdown, the reference generated from the code.
 
 Build with ``nox -s docs`` (``sphinx-build -n -W``: every reference must
 resolve and any warning fails the build). The build runs offline: the
@@ -28,7 +28,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.intersphinx",
-    "sphinxarg.ext",
     "sphinx_copybutton",
     "pgqueue_docs",
 ]
@@ -100,20 +99,24 @@ nitpick_ignore_regex = [("py:class", r"(pgqueue\.[\w.]+\.)?(C|H|P|R|T|PayloadT)"
 
 # Debian's documentation packages (python3.11-doc, python-django-doc,
 # python-sqlalchemy-doc; .ci/run installs them) hold the real inventories
-# of the releases they document; links go to those releases' pages.
+# of the releases they document, and links go to those releases' pages.
+# Without the package, intersphinx fetches the published inventory (which
+# needs a network: offline, the build then fails on it).
 DEBIAN = Path("/usr/share/doc")
+
+
+def debian(package: str) -> str | None:
+    """The inventory a Debian documentation package installs, if it is installed."""
+    inventory = DEBIAN / package / "html" / "objects.inv"
+    return str(inventory) if inventory.is_file() else None
+
+
 intersphinx_mapping = {
-    "python": (
-        "https://docs.python.org/3.11/",
-        str(DEBIAN / "python3.11" / "html" / "objects.inv"),
-    ),
-    "django": (
-        "https://docs.djangoproject.com/en/3.2/",
-        str(DEBIAN / "python-django-doc" / "html" / "objects.inv"),
-    ),
+    "python": ("https://docs.python.org/3.11/", debian("python3.11")),
+    "django": ("https://docs.djangoproject.com/en/3.2/", debian("python-django-doc")),
     "sqlalchemy": (
         "https://docs.sqlalchemy.org/en/14/",
-        str(DEBIAN / "python-sqlalchemy-doc" / "html" / "objects.inv"),
+        debian("python-sqlalchemy-doc"),
     ),
     # asyncpg, AnyIO, OpenTelemetry, prometheus_client, Starlette and pytest
     # ship no documentation package: inventories/<name>.txt lists the names
