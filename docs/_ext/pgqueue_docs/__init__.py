@@ -20,7 +20,7 @@ from pgqueue_docs import api, cli, configuration, logs, schema, telemetry
 from pgqueue_docs._docstrings import section_entries
 
 if TYPE_CHECKING:
-    from docutils.nodes import Element
+    from docutils.nodes import Element, TextElement
     from sphinx.addnodes import pending_xref
     from sphinx.application import Sphinx
     from sphinx.environment import BuildEnvironment
@@ -75,7 +75,7 @@ def _alias_names_in_unions() -> None:
 
 
 def aliased_reference(
-    app: Sphinx, env: BuildEnvironment, node: pending_xref, contnode: Element
+    app: Sphinx, env: BuildEnvironment, node: pending_xref, contnode: TextElement
 ) -> Element | None:
     """Resolve a name of ``autodoc_type_aliases`` that autodoc left as it was written.
 

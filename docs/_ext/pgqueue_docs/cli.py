@@ -48,7 +48,11 @@ def commands(
 
 
 def _raw(parser: argparse.ArgumentParser) -> bool:
-    return issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
+    """Whether the parser prints its description and epilog as written."""
+    formatter = parser.formatter_class
+    return isinstance(formatter, type) and issubclass(
+        formatter, argparse.RawDescriptionHelpFormatter
+    )
 
 
 def _text(parser: argparse.ArgumentParser, text: str | None) -> list[str]:

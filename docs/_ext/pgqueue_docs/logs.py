@@ -165,9 +165,9 @@ class _Keys:
             return set()
         found: set[str] = set()
         if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values, strict=True):
+            for key, item in zip(node.keys, node.values, strict=True):
                 if key is None:
-                    found |= self.of(value, module, depth + 1)
+                    found |= self.of(item, module, depth + 1)
                 elif isinstance(key, ast.Constant):
                     found.add(str(key.value))
         elif isinstance(node, ast.IfExp):
@@ -182,15 +182,15 @@ class _Keys:
             target = ast.unparse(node)
             scope = module.scope(node) if isinstance(node, ast.Name) else module.tree
             for statement in ast.walk(scope):
-                targets = (
-                    statement.targets
-                    if isinstance(statement, ast.Assign)
-                    else [statement.target]
-                    if isinstance(statement, ast.AnnAssign)
-                    else []
-                )
+                assigned: ast.expr | None
+                if isinstance(statement, ast.Assign):
+                    targets, assigned = statement.targets, statement.value
+                elif isinstance(statement, ast.AnnAssign):
+                    targets, assigned = [statement.target], statement.value
+                else:
+                    continue
                 if any(ast.unparse(t) == target for t in targets):
-                    found |= self.of(statement.value, module, depth + 1)
+                    found |= self.of(assigned, module, depth + 1)
             if not found and isinstance(node, ast.Name):
                 found |= self._argument(node.id, scope, module, depth)
         return found

@@ -21,9 +21,10 @@ from sphinx.util.docutils import SphinxDirective
 from pgqueue_docs._rst import list_table, parse
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from docutils.nodes import Node
+    from prometheus_client.metrics_core import Metric
 
 __all__ = ["MetricsDirective", "SpansDirective", "metrics", "spans"]
 
@@ -43,7 +44,7 @@ def metrics() -> list[tuple[str, str, dict[str, list[str]], str, str]]:
     from pgqueue.prometheus import ProducerMetrics, QueueCollector, WorkerMetrics
 
     registry = CollectorRegistry()
-    found = []
+    found: list[tuple[Metric, Sequence[str], str]] = []
     for maker in (WorkerMetrics, ProducerMetrics):
         made = maker(registry)
         for wrapper in vars(made).values():
@@ -89,7 +90,7 @@ def _every_outcome(metrics: Any) -> None:
     from pgqueue._core.outcome import Kind
 
     now = datetime.now(UTC)
-    job = Job(
+    job: Job[Any] = Job(
         id=1,
         queue="q",
         type="t",
@@ -167,7 +168,7 @@ def spans() -> list[tuple[str, str, str, list[str], bool, str]]:
                 raise outcome
 
         now = datetime.now(UTC)
-        job = Job(
+        job: Job[Any] = Job(
             id=1,
             queue=QUEUE,
             type="send_email",
@@ -178,8 +179,12 @@ def spans() -> list[tuple[str, str, str, list[str], bool, str]]:
             created_at=now,
             trace_context=trace_context,
         )
+
+        async def traced() -> None:
+            await tracing.middleware(handler)(job)
+
         with contextlib.suppress(Snooze, RuntimeError):  # what the handler raised
-            asyncio.run(tracing.middleware(handler)(job))
+            asyncio.run(traced())
 
     context = enqueue(batch=False)  # its span is the first case's
     cases: list[tuple[str, Callable[[], Any]]] = [
@@ -192,7 +197,7 @@ def spans() -> list[tuple[str, str, str, list[str], bool, str]]:
         ("a job run whose handler snoozes", lambda: run(Snooze(1), context)),
         ("a job run whose handler raises", lambda: run(RuntimeError("boom"), None)),
     ]
-    found = []
+    found: list[tuple[str, str, str, list[str], bool, str]] = []
     for case, act in cases:
         act()
         found.extend(
