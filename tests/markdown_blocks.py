@@ -4,8 +4,8 @@ Each block runs as a script in a subprocess (``-W error``) with
 ``PGQUEUE_DSN`` pointing at a database that has the schema, and must exit
 0. A block that cannot run alone (a fragment, a file of another tool) is
 marked in the Markdown by a MyST comment on the line right before its
-fence, ``% no-run: <reason>``: its parameter is skipped with that reason,
-so the run lists every block it did not run. Other fences (``sh``,
+fence, ``% no-run: <reason>``: its parameter is skipped with that reason
+(and the block's id), so the run lists every block it did not run. Other fences (``sh``,
 ``text``...) are never run.
 """
 
@@ -54,7 +54,7 @@ def python_blocks(text: str, prefix: str = "") -> list[ParameterSet]:
             if not reason:
                 msg = f"{block_id}: '% no-run:' needs a reason"
                 raise ValueError(msg)
-            marks.append(pytest.mark.skip(reason=f"no-run: {reason}"))
+            marks.append(pytest.mark.skip(reason=f"no-run ({block_id}): {reason}"))
         blocks.append(pytest.param(block[1], id=block_id, marks=marks))
     return blocks
 

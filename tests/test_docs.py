@@ -170,7 +170,7 @@ def test_no_run_blocks_are_skipped_with_their_reason() -> None:
     assert [block.id for block in blocks] == ["guide-1-guide", "guide-2-a-fragment"]
     assert not blocks[0].marks
     [skip] = blocks[1].marks
-    assert skip.kwargs["reason"] == "no-run: a fragment of the app"
+    assert skip.kwargs["reason"] == "no-run (guide-2-a-fragment): a fragment of the app"
 
 
 def test_a_no_run_marker_needs_a_reason() -> None:
