@@ -93,7 +93,7 @@ autodoc_type_aliases = {
 }
 # TypeVars are private names of the modules that use them: a signature
 # shows them, and there is nothing to link them to.
-nitpick_ignore_regex = [("py:class", r"(pgqueue\.[\w.]+\.)?(C|H|P|R|T|PayloadT)")]
+nitpick_ignore_regex = [("py:class", r"(pgqueue\.[\w.]+\.)?(C|H|P|R|PayloadT)")]
 
 # -- Other projects' documentation, from local inventories --------------------
 
