@@ -2,8 +2,8 @@
 
 Each directive reads the code as the build runs, so its page cannot drift
 from it; where a page pairs the code with prose (a log message and its
-meaning, a column and why it exists), the directive fails the build when
-one has no counterpart in the other.
+meaning, a column and why it exists), the directive warns when one has no
+counterpart in the other, which fails the build (``-W``).
 """
 
 from __future__ import annotations
