@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox`` runs lint, typecheck and tests; ``nox -s tests_embedded`` too."""
+"""Developer sessions: ``nox`` runs lint, typecheck and tests; ``nox -s tests_embedded`` and ``nox -s docs`` too."""
 
 from __future__ import annotations
 
@@ -48,6 +48,17 @@ def tests_embedded(session: nox.Session) -> None:
         *session.posargs,
         env={"PGQUEUE_TEST_PG": "embedded", "PGQUEUE_TEST_DSN": ""},
     )
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site: every warning an error, every reference resolved."""
+    session.install("-e", ".[docs]")
+    html = Path(session.create_tmp()) / "html"
+    session.run(
+        "sphinx-build", "-n", "-W", "--keep-going", "-b", "html", "docs", str(html)
+    )
+    session.log(f"the site is in {html}")
 
 
 @nox.session

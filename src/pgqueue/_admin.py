@@ -352,6 +352,11 @@ class Admin:
     method checks its arguments before any SQL runs: bad input raises
     `TypeError` or `ValueError` and writes nothing.
 
+    Args:
+        executor: the pool (or connection) of the database holding
+            ``pgqueue_jobs``.
+        logger: where to log; the ``pgqueue`` logger by default.
+
     Usage::
 
         admin = pgqueue.Admin(pool)
@@ -678,7 +683,7 @@ class Admin:
         """Retry every dead (or cancelled) job, of a queue and type if given.
 
         Walks the jobs in id order through the partial index of dead and
-        cancelled jobs, `RETRY_BATCH` ids per `retry` statement, so no
+        cancelled jobs, a bounded batch of ids per `retry` statement, so no
         statement grows with the number of jobs. Returns what `retry`
         returns for each job seen (``"retried"`` or ``"duplicate"``, unless
         another session changed the job meanwhile).

@@ -138,6 +138,9 @@ class Tracker:
             are reused for the LISTEN connection), or a DSN.
         poll_interval: seconds between reads of the rows still waited for.
         logger: where to log; the ``pgqueue`` logger by default.
+        connections: a `Connections` shared with the process's workers and
+            subscribers: the tracker then LISTENs on its one LISTEN
+            connection instead of a connection of its own.
 
     Usage::
 

@@ -344,7 +344,7 @@ class Worker:
 
     @property
     def pool(self) -> asyncpg.Pool[Any]:
-        """The pool the worker was given (borrowed: the worker never closes it).
+        """The pool the worker was given (borrowed; the worker never closes it).
 
         .. versionadded:: Unreleased
         """

@@ -5,10 +5,11 @@ never imports this module (nor opentelemetry).
 
 Spans follow OpenTelemetry's messaging semantic conventions:
 
-- ``send {queue}``, kind PRODUCER: one per `Queue.enqueue` call, and one per
-  `Queue.enqueue_many` call (with ``messaging.batch.message_count``). Its
+- ``send {queue}``, kind PRODUCER: one per `pgqueue.Queue.enqueue` call, and
+  one per `pgqueue.Queue.enqueue_many` call (with
+  ``messaging.batch.message_count``). Its
   context (W3C ``traceparent``, through the configured propagator) is stored
-  with the jobs (`Job.trace_context`).
+  with the jobs (`pgqueue.Job.trace_context`).
 - ``process {queue}``, kind CONSUMER: one per job run, a child of whatever
   span is current in the worker (usually none: a new trace), linked to the
   producer span when the job carries its context. Jobs from a Go producer, or

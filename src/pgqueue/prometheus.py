@@ -83,7 +83,7 @@ DURATION_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
     300.0, 900.0, 3600.0,
 )  # fmt: skip
-"""Buckets (seconds) of the duration and wait histograms: jobs last from
+"""Buckets (seconds) of the duration and wait histograms; jobs last from
 milliseconds to an hour, and wait as long."""
 
 UNKNOWN_JOB_TYPE = "(unknown)"
@@ -341,7 +341,8 @@ class QueueCollector(Collector):
         """Query the stats now and replace the cache.
 
         Raises:
-            Whatever the query raises (the cache is left as it was).
+            Exception: whatever the query raises (the cache is left as it
+                was).
         """
         stats = await self._admin.stats(self._queue)
         self._families = self._build(stats)

@@ -53,7 +53,7 @@ class Job(Generic[PayloadT]):
     ``Job`` is generic in its payload: a handler annotated
     ``job: Job[SendWelcome]``, where ``SendWelcome`` is a dataclass or a
     pydantic model, gets the payload as a ``SendWelcome`` (see
-    `pgqueue._core.typed.typed_handler`). A bare ``Job`` is ``Job[Any]``: plain JSON.
+    `Worker.handler`). A bare ``Job`` is ``Job[Any]``: plain JSON.
     """
 
     id: int

@@ -152,13 +152,14 @@ def postgres_server(kind: str | None = None) -> Iterator[str]:
     started is stopped and removed on exit, also when the body raises.
 
     Args:
-        kind: None to choose automatically, or one of :data:`KINDS`.
+        kind: None to choose automatically, or ``"dsn"``, ``"docker"`` or
+            ``"embedded"``.
 
     Yields:
         A ``postgresql://`` DSN that asyncpg accepts.
 
     Raises:
-        ValueError: ``kind`` is not None nor one of :data:`KINDS`.
+        ValueError: ``kind`` is not None nor one of those.
         ServerUnavailableError: No server of the requested kind is available.
     """
     with found_server(kind) as (_kind, dsn):

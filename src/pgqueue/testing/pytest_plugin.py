@@ -16,12 +16,14 @@ which server the tests used (``PostgreSQL 18.1 at
 postgres@127.0.0.1:5432/postgres (from PGQUEUE_TEST_DSN)``): its version,
 user, address and database, never a password.
 
-Fixtures:
-    pgqueue_admin_dsn: a superuser DSN of the server (session).
-    pgqueue_dsn: this run's database, with `pgqueue.SCHEMA` applied (session).
-    pgqueue_fresh_dsn: a database of the test's own with the schema, cloned
-        from a template (about 0.2 s each; use it when a test needs the whole
-        table to itself).
+The fixtures:
+
+- ``pgqueue_admin_dsn``: a superuser DSN of the server (session).
+- ``pgqueue_dsn``: this run's database, with `pgqueue.SCHEMA` applied
+  (session).
+- ``pgqueue_fresh_dsn``: a database of the test's own with the schema,
+  cloned from a template (about 0.2 s each; use it when a test needs the
+  whole table to itself).
 """
 
 from __future__ import annotations

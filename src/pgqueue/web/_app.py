@@ -107,7 +107,7 @@ def create_app(
             gets no lifespan of its own: pass a pool there).
         read_only: show no action buttons, and refuse every action with 403.
             With False, a dead or cancelled job can be retried (its attempts
-            are kept and ``max_attempts`` raised, as `Admin.retry` does),
+            are kept and ``max_attempts`` raised, as `pgqueue.Admin.retry` does),
             every dead job of a listing retried, a pending or running job
             cancelled; each asks for confirmation (GET or HEAD, which change
             nothing) and only a POST acts, carrying the confirmation page's
