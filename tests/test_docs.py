@@ -13,12 +13,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import posixpath
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.markdown_blocks import python_blocks, run_block
@@ -35,6 +38,9 @@ PUBLIC_MODULES = [
     "pgqueue.testing.pytest_plugin",
 ]
 """The modules whose ``__all__`` the reference documents."""
+
+CHROMIUM = Path("/usr/bin/chromium")
+"""Debian's Chromium, which the browser check drives (never ``playwright install``)."""
 
 needs_sphinx = pytest.mark.skipif(
     importlib.util.find_spec("sphinx") is None,
@@ -181,3 +187,59 @@ def test_a_no_run_marker_needs_a_reason() -> None:
 @pytest.mark.parametrize("code", BLOCKS)
 async def test_docs_block_runs(code: str, fresh_dsn: str, tmp_path: Path) -> None:
     await run_block(code, fresh_dsn, tmp_path)
+
+
+@needs_sphinx
+async def test_the_site_navigates_and_searches_in_chromium(site: Path) -> None:
+    """Served over HTTP, the built site's navigation and search work in a real browser."""
+    playwright_api = pytest.importorskip(
+        "playwright.async_api", reason="the browser check needs playwright"
+    )
+    uvicorn = pytest.importorskip("uvicorn", reason="the browser check needs uvicorn")
+    from starlette.staticfiles import StaticFiles
+
+    if not CHROMIUM.exists():
+        pytest.skip("no Chromium at /usr/bin/chromium (apt-get install chromium)")
+    expect = playwright_api.expect
+    listener = socket.create_server(("127.0.0.1", 0))
+    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    server = uvicorn.Server(
+        uvicorn.Config(
+            StaticFiles(directory=site, html=True), log_level="warning", lifespan="off"
+        )
+    )
+    with listener:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(server.serve, [listener])
+            try:
+                async with playwright_api.async_playwright() as playwright:
+                    browser = await playwright.chromium.launch(
+                        executable_path=str(CHROMIUM)
+                    )
+                    try:
+                        page = await browser.new_page()
+                        await page.goto(f"{base}/index.html")
+                        await expect(page).to_have_title(re.compile("pgqueue"))
+                        # The sidebar leads to every section.
+                        for section in ("Tutorial", "How-to guides", "Reference"):
+                            await (
+                                page.locator(".sidebar-tree")
+                                .get_by_role("link", name=section, exact=True)
+                                .click()
+                            )
+                            await expect(page).to_have_title(re.compile(section[:8]))
+                        # Search finds the API by name.
+                        await page.goto(f"{base}/search.html?q=enqueue_many")
+                        results = page.locator("#search-results")
+                        await expect(results.get_by_role("link").first).to_be_visible(
+                            timeout=10_000
+                        )
+                        await expect(results).to_contain_text("enqueue_many")
+                        if os.environ.get("PGQUEUE_SCREENSHOTS") == "1":
+                            await page.screenshot(
+                                path=str(DOCS / "screenshots" / "docs-search.png")
+                            )
+                    finally:
+                        await browser.close()
+            finally:
+                server.should_exit = True
