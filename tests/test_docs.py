@@ -41,6 +41,7 @@ PUBLIC_MODULES = [
 
 CHROMIUM = Path("/usr/bin/chromium")
 """Debian's Chromium, which the browser check drives (never ``playwright install``)."""
+HAVE_CHROMIUM = CHROMIUM.exists()
 
 needs_sphinx = pytest.mark.skipif(
     importlib.util.find_spec("sphinx") is None,
@@ -198,7 +199,7 @@ async def test_the_site_navigates_and_searches_in_chromium(site: Path) -> None:
     uvicorn = pytest.importorskip("uvicorn", reason="the browser check needs uvicorn")
     from starlette.staticfiles import StaticFiles
 
-    if not CHROMIUM.exists():
+    if not HAVE_CHROMIUM:
         pytest.skip("no Chromium at /usr/bin/chromium (apt-get install chromium)")
     expect = playwright_api.expect
     listener = socket.create_server(("127.0.0.1", 0))
