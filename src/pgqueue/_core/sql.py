@@ -430,9 +430,14 @@ ENQUEUE_MANY_UNIQUE_SILENT = _many_unique(_UNDELAYED_ROWS, notify=False)
 ENQUEUE_MANY_UNIQUE_DELAYED_SILENT = _many_unique(_DELAYED_ROWS, notify=False)
 
 # The wakeups `pgqueue._wake` sends after commits, one per queue of $1, in
-# one transaction: the channel and payload a Go worker listens for.
+# one transaction: the channel and payload a Go worker listens for. A
+# transaction that notifies gets a transaction id, so its commit would wait
+# for a WAL flush; nothing of it needs to survive a crash (the jobs are
+# durable already, and a lost wakeup costs a poll), so it commits without
+# waiting (synchronous_commit off, for this transaction only).
 WAKE = """
-SELECT pg_notify('pgqueue_jobs', queue) FROM unnest($1::text[]) AS queue
+SELECT set_config('synchronous_commit', 'off', true), pg_notify('pgqueue_jobs', queue)
+FROM unnest($1::text[]) AS queue
 """
 
 # enqueue_many's COPY path (pgqueue._copy), for batches without unique keys.
