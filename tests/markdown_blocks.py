@@ -5,8 +5,10 @@ Each block runs as a script in a subprocess (``-W error``) with
 0. A block that cannot run alone (a fragment, a file of another tool) is
 marked in the Markdown by a MyST comment on the line right before its
 fence, ``% no-run: <reason>``: its parameter is skipped with that reason
-(and the block's id), so the run lists every block it did not run. Other fences (``sh``,
-``text``...) are never run.
+(and the block's id), so the run lists every block it did not run. Other
+fences (``sh``, ``text``...) are not run here; `tests.test_docs` parses every
+``pgqueue`` command line of the site's shell blocks with the real parser and
+runs the read-only ones.
 """
 
 from __future__ import annotations

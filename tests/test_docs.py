@@ -16,6 +16,7 @@ import importlib.util
 import os
 import posixpath
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -244,3 +245,67 @@ async def test_the_site_navigates_and_searches_in_chromium(site: Path) -> None:
                         await browser.close()
             finally:
                 server.should_exit = True
+
+
+SHELL_FENCE = re.compile(
+    r"^```(?:sh|bash|console)\n(.*?)^```$", re.MULTILINE | re.DOTALL
+)
+
+RUNNABLE = (
+    ("schema", "check"),
+    ("stats",),
+    ("jobs", "list"),
+    ("periodic", "list"),
+    ("enqueue",),
+)
+"""Commands a shell line of the site may start with and that run alone on a
+fresh database: they read, or add one job (and exit 0, or 1 for a schema
+check that finds something to apply)."""
+
+
+def pgqueue_lines() -> list[pytest.ParameterSet]:
+    """Each ``pgqueue ...`` line of the site's shell blocks, with its page."""
+    lines = []
+    for page in sorted(DOCS.rglob("*.md")):
+        if "_build" in page.relative_to(DOCS).parts:
+            continue
+        name = page.relative_to(DOCS).with_suffix("").as_posix()
+        for block in SHELL_FENCE.finditer(page.read_text(encoding="utf-8")):
+            for line in block[1].splitlines():
+                command = line.split(" #", 1)[0].strip()
+                if command.startswith("pgqueue ") and "$" not in command:
+                    lines.append(pytest.param(command, id=f"{name}: {command[:60]}"))
+    return lines
+
+
+LINES = pgqueue_lines()
+
+
+def test_the_site_shows_pgqueue_commands() -> None:
+    assert len(LINES) >= 20
+
+
+@pytest.mark.parametrize("line", LINES)
+async def test_a_pgqueue_command_of_the_site_parses_and_runs_where_it_can(
+    line: str, fresh_dsn: str
+) -> None:
+    """Every command line parses with the real parser; the read-only ones run too."""
+    from pgqueue.cli import build_parser
+
+    words = shlex.split(line)[1:]
+    try:
+        build_parser().parse_args(words)
+    except SystemExit as exc:  # argparse's way of refusing
+        pytest.fail(f"{line!r} does not parse (exit {exc.code})")
+    if not any(tuple(words[: len(start)]) == start for start in RUNNABLE):
+        return
+    with anyio.fail_after(30):
+        result = await anyio.run_process(
+            [sys.executable, "-m", "pgqueue", *words],
+            env={**os.environ, "PGQUEUE_DSN": fresh_dsn},
+            check=False,
+        )
+    allowed = {0, 1} if words[:2] == ["schema", "check"] else {0}
+    assert result.returncode in allowed, (
+        f"{line!r} exited {result.returncode}:\n{result.stderr.decode()}"
+    )
