@@ -49,9 +49,9 @@ FINAL_SEND = 2.0
 
 _CHECK_EVERY = 0.1  # how often a lingering waker looks whether its pool closed
 
-_wakers: dict[
-    int, Waker
-] = {}  # by id(pool), while their task runs (and holds the pool)
+# The wakers by id(pool): an entry lives while its waker's task runs, and
+# that task holds the pool, so an id is not reused while its entry stands.
+_wakers: dict[int, Waker] = {}
 
 
 def waker_for(pool: asyncpg.Pool[Any], logger: Logger | None = None) -> Waker:
