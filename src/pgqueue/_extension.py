@@ -4,7 +4,7 @@ The extras (`pgqueue.cli`, `pgqueue.web`, `pgqueue.prometheus`,
 `pgqueue.otel` and `pgqueue.testing`) import public names from `pgqueue` and
 private ones from here, never from another private module. So this module
 is the list of what they lean on: input checks, the connection's target,
-error text, the dashboards' frames, the schema check, log formatting. The
+error text, the SQL enqueue's call and checks, the dashboards' frames, the schema check, log formatting. The
 worker's engine (claimer, policy, ledger, lanes, runner, writer, consumers,
 upkeep, leases, listener...) is never in it: an extra drives a `pgqueue.Worker`
 or watches one through its public hooks. The import contracts in
@@ -24,6 +24,7 @@ from pgqueue._core.checks import (
     check_queue_name,
 )
 from pgqueue._core.connect import check_dsn, target, target_of
+from pgqueue._core.enqueue_call import ENQUEUE_CALL, duplicate_of, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
 from pgqueue._core.job import PeriodicKey
 from pgqueue._core.log import JsonFormatter, default_logger
@@ -37,6 +38,7 @@ from pgqueue._dashboard import Frame, Sampler
 
 __all__ = [
     "DATABASE_ERRORS",
+    "ENQUEUE_CALL",
     "JOB_STATUSES",
     "PREVIEW_CHARS",
     "SCHEMA_ERRORS",
@@ -58,6 +60,8 @@ __all__ = [
     "check_schema",
     "default_logger",
     "describe",
+    "duplicate_of",
+    "enqueue_params",
     "first_line",
     "option_flags",
     "public_names",

@@ -194,6 +194,105 @@ CREATE TABLE IF NOT EXISTS pgqueue_leases
 );
 """
 
+# pgqueue_enqueue(...): an enqueue in SQL, in the caller's transaction, from
+# any driver, a trigger or psql; the same defaults, checks and row as
+# Queue.enqueue, and the wakeup rides the transaction. Parameters are read
+# as pgqueue_enqueue.<name> (they share names with the columns).
+_ENQUEUE_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgqueue_enqueue(
+    job_type      text,
+    payload       jsonb       DEFAULT '{}',
+    queue         text        DEFAULT 'default',
+    run_at        timestamptz DEFAULT NULL,
+    delay         interval    DEFAULT NULL,
+    max_attempts  int         DEFAULT 5,
+    priority      int         DEFAULT 0,
+    unique_key    text        DEFAULT NULL,
+    on_conflict   text        DEFAULT 'return',
+    track         boolean     DEFAULT false,
+    trace_context text        DEFAULT NULL
+) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $pgqueue_enqueue$
+#variable_conflict use_column
+DECLARE
+    new_id  bigint;
+    existed boolean := false;
+BEGIN
+    IF pgqueue_enqueue.job_type IS NULL OR pgqueue_enqueue.job_type = '' THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: job_type must not be empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.payload IS NULL THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: payload must not be NULL (give ''{}'' for none)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.queue IS NULL OR pgqueue_enqueue.queue = '' THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: queue must not be empty'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF octet_length(pgqueue_enqueue.queue) > 1024 THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: queue name is % bytes; at most 1024 are allowed',
+            octet_length(pgqueue_enqueue.queue)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.run_at IS NOT NULL AND pgqueue_enqueue.delay IS NOT NULL THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: give run_at or delay, not both'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.delay < interval '0' THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: delay must not be negative, got %', pgqueue_enqueue.delay
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.max_attempts IS NULL OR pgqueue_enqueue.max_attempts < 1 THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: max_attempts must be at least 1, got %',
+            coalesce(pgqueue_enqueue.max_attempts::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.priority IS NULL OR pgqueue_enqueue.priority NOT BETWEEN -5 AND 5 THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: priority must be from -5 to 5, got %',
+            coalesce(pgqueue_enqueue.priority::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.unique_key = '' THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: unique_key must not be empty (NULL for none)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.on_conflict IS NULL OR pgqueue_enqueue.on_conflict NOT IN ('return', 'raise') THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: on_conflict must be ''return'' or ''raise'', got %',
+            coalesce(quote_literal(pgqueue_enqueue.on_conflict), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.track IS NULL THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: track must be true or false, not NULL'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority,
+                              tracked, trace_context, unique_key)
+    VALUES (pgqueue_enqueue.queue, pgqueue_enqueue.job_type, pgqueue_enqueue.payload,
+            pgqueue_enqueue.max_attempts,
+            coalesce(pgqueue_enqueue.run_at, now() + pgqueue_enqueue.delay, now()),
+            pgqueue_enqueue.priority, pgqueue_enqueue.track,
+            pgqueue_enqueue.trace_context, pgqueue_enqueue.unique_key)
+    ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+    DO UPDATE SET unique_key = EXCLUDED.unique_key
+    RETURNING id, xmax <> 0 INTO new_id, existed;
+
+    IF existed THEN
+        IF pgqueue_enqueue.on_conflict = 'raise' THEN
+            RAISE EXCEPTION 'pgqueue_enqueue: job % of type % with unique key % is pending or running',
+                new_id, quote_literal(pgqueue_enqueue.job_type), quote_literal(pgqueue_enqueue.unique_key)
+                USING ERRCODE = 'unique_violation', DETAIL = new_id::text;
+        END IF;
+        RETURN new_id;
+    END IF;
+    PERFORM pg_notify('pgqueue_jobs', pgqueue_enqueue.queue);
+    RETURN new_id;
+END
+$pgqueue_enqueue$;
+"""
+
 SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS pgqueue_jobs
@@ -229,6 +328,7 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
     ON pgqueue_jobs (updated_at) WHERE status = 'running';
 """
     + _ADDED_IN_V2
+    + _ENQUEUE_FUNCTION
 )
 """Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic``, ``pgqueue_limits`` and ``pgqueue_leases`` (apply it in a migration).
 
@@ -277,6 +377,7 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_status;
 ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
 """
     + _ADDED_IN_V2
+    + _ENQUEUE_FUNCTION
 )
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
@@ -292,6 +393,7 @@ whole script in one transaction holds the first lock until the end.
 """
 
 SCHEMA_DOWN = """
+DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
 DROP TABLE IF EXISTS pgqueue_leases;
 DROP TABLE IF EXISTS pgqueue_limits;
 DROP TABLE IF EXISTS pgqueue_periodic;
