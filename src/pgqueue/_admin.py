@@ -10,7 +10,7 @@ import dataclasses
 import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
@@ -25,7 +25,7 @@ from pgqueue._core.checks import (
 from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.schema import SCHEMA_ERRORS, missing_pieces, schema_failure
+from pgqueue._core.schema import SCHEMA_ERRORS, Row, missing_pieces, schema_failure
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -51,12 +51,6 @@ EXACT_COMPLETED_PAGES = 1280
 
 RETRY_BATCH = 1000
 """The most ids one retry statement of `Admin.retry_all` carries."""
-
-
-class Row(Protocol):
-    """A row read by name: an asyncpg ``Record``, or a dict (psycopg's ``dict_row``)."""
-
-    def __getitem__(self, key: str, /) -> Any: ...
 
 
 _GO_COLUMNS = _sql.REQUIRED_COLUMNS[: _sql.REQUIRED_COLUMNS.index("completed_at") + 1]
