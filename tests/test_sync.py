@@ -74,10 +74,15 @@ async def test_a_rollback_leaves_neither_order_nor_job(
     pool: asyncpg.Pool, conn: psycopg.Connection[Any], queue_name: str
 ) -> None:
     order_id = uuid.uuid4().hex
-    with conn.transaction():
-        pgqueue.sync.Queue(conn, queue_name).enqueue("ship", {"order": order_id})
-        conn.execute("INSERT INTO sync_orders VALUES (%s, 0)", [order_id])
-        raise psycopg.Rollback  # as any exception would, without propagating
+
+    def place_order() -> None:
+        with conn.transaction():
+            pgqueue.sync.Queue(conn, queue_name).enqueue("ship", {"order": order_id})
+            conn.execute("INSERT INTO sync_orders VALUES (%s, 0)", [order_id])
+            raise RuntimeError("no stock")
+
+    with pytest.raises(RuntimeError, match="no stock"):
+        place_order()
     assert not order_exists(conn, order_id)
     assert await queue_count(pool, queue_name) == 0
 
@@ -142,18 +147,20 @@ async def test_a_duplicate_key_returns_the_job_or_raises_and_the_transaction_goe
     pool: asyncpg.Pool, conn: psycopg.Connection[Any], queue_name: str
 ) -> None:
     queue = pgqueue.sync.Queue(conn, queue_name)
-    first = queue.enqueue("t", {"n": 1}, unique_key="k")
-    assert queue.enqueue("t", {"n": 2}, unique_key="k") == first
+    first = queue.enqueue("t", {"n": 1}, unique_key=queue_name)
+    assert queue.enqueue("t", {"n": 2}, unique_key=queue_name) == first
     with conn.transaction():
         with pytest.raises(pgqueue.DuplicateJobError) as raised:
-            queue.enqueue("t", {"n": 3}, unique_key="k", on_conflict="raise")
-        assert (raised.value.job_id, raised.value.unique_key) == (first, "k")
+            queue.enqueue("t", {"n": 3}, unique_key=queue_name, on_conflict="raise")
+        assert (raised.value.job_id, raised.value.unique_key) == (first, queue_name)
         other = queue.enqueue("t", {"n": 4}, unique_key="other")
     assert [r["id"] for r in await rows(pool, queue_name)] == [first, other]
-    ids = queue.enqueue_many([pgqueue.NewJob("t", unique_key="k"), ("u", {})])
+    ids = queue.enqueue_many([pgqueue.NewJob("t", unique_key=queue_name), ("u", {})])
     assert ids[0] == first
     with pytest.raises(pgqueue.DuplicateJobError):
-        queue.enqueue_many([pgqueue.NewJob("t", unique_key="k")], on_conflict="raise")
+        queue.enqueue_many(
+            [pgqueue.NewJob("t", unique_key=queue_name)], on_conflict="raise"
+        )
 
 
 OPTIONS: list[dict[str, Any]] = [

@@ -249,6 +249,10 @@ def _sync_queue(
     )
     _require(dialect, "psycopg")
     connection = session if isinstance(session, sa.Connection) else session.connection()
+    if not connection.in_transaction():
+        # As a query would (autobegin): the job then commits with the
+        # connection's commit(). psycopg begins at the job's statement.
+        connection.begin()
     raw = connection.connection.driver_connection
     return pgqueue.sync.Queue(
         cast("psycopg.Connection[Any]", raw), name, json_encoder=json_encoder
