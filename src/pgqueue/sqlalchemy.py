@@ -274,3 +274,10 @@ def _refuse(session: object, expected: str, other: str) -> NoReturn:
         f"(pgqueue.sqlalchemy.{other} takes the other kind)"
     )
     raise TypeError(msg)
+
+
+def __dir__() -> list[str]:
+    """The public names: ``__all__``."""
+    from pgqueue._extension import public_names  # only when asked
+
+    return public_names(globals(), __all__)

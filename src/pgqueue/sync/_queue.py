@@ -98,7 +98,7 @@ class Queue:
         The arguments are `pgqueue.Queue.enqueue`'s; all are checked before
         any SQL runs. A duplicate ``unique_key`` returns the pending or
         running job's id (no wakeup), or with ``on_conflict="raise"`` raises
-        `DuplicateJobError`; either way the transaction stays usable.
+        `pgqueue.DuplicateJobError`; either way the transaction stays usable.
 
         Raises:
             DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
