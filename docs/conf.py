@@ -90,6 +90,11 @@ autodoc_type_aliases = {
     "CollectorRegistry": "prometheus_client.registry.CollectorRegistry",
     "Metric": "prometheus_client.metrics_core.Metric",
     "Starlette": "starlette.applications.Starlette",
+    "AsyncSession": "sqlalchemy.ext.asyncio.AsyncSession",
+    "AsyncConnection": "sqlalchemy.ext.asyncio.AsyncConnection",
+    "Session": "sqlalchemy.orm.Session",
+    "sa.Connection": "sqlalchemy.engine.Connection",
+    "psycopg.Connection": "psycopg.Connection",
 }
 # TypeVars are private names of the modules that use them: a signature
 # shows them, and there is nothing to link them to.
@@ -118,7 +123,7 @@ intersphinx_mapping = {
         "https://docs.sqlalchemy.org/en/14/",
         debian("python-sqlalchemy-doc"),
     ),
-    # asyncpg, AnyIO, OpenTelemetry, prometheus_client, Starlette and pytest
+    # asyncpg, AnyIO, OpenTelemetry, prometheus_client, psycopg, Starlette and pytest
     # ship no documentation package: inventories/<name>.txt lists the names
     # these pages refer to and where each project's documentation describes
     # them, written into an objects.inv at each build.

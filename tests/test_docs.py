@@ -37,6 +37,8 @@ PUBLIC_MODULES = [
     "pgqueue.web",
     "pgqueue.testing",
     "pgqueue.testing.pytest_plugin",
+    "pgqueue.sync",
+    "pgqueue.sqlalchemy",
 ]
 """The modules whose ``__all__`` the reference documents."""
 

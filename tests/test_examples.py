@@ -534,3 +534,49 @@ async def test_worker_process_cuts_jobs_short_on_a_second_signal(
     job_row = await row(pool, job_id)
     assert (job_row["status"], job_row["attempts"]) == ("pending", 1)
     assert job_row["last_error"]
+
+
+# --------------------------------------------------------------------------
+# fastapi_sqlalchemy_app.py
+
+
+@contextlib.asynccontextmanager
+async def sqlalchemy_client(dsn: str) -> AsyncIterator[httpx.AsyncClient]:
+    # poll_interval=30: within the test's deadlines only a wakeup runs a job.
+    app = load_example("fastapi_sqlalchemy_app").create_app(dsn, poll_interval=30)
+    async with (
+        LifespanManager(app, startup_timeout=15, shutdown_timeout=15) as manager,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://localhost"
+        ) as client,
+    ):
+        yield client
+
+
+async def test_fastapi_sqlalchemy_app_commits_the_order_and_its_job_and_the_idle_worker_ships_it(
+    dsn: str, pool: asyncpg.Pool, order_id: int
+) -> None:
+    async with sqlalchemy_client(dsn) as client:
+        with anyio.fail_after(10):
+            placed = await client.post("/orders", json={"id": order_id, "item": "pot"})
+        assert placed.status_code == 201, placed.text
+        job_id = placed.json()["job_id"]
+        await wait_for_row(pool, job_id, within=5, status="completed")
+        shipped = await client.get(f"/orders/{order_id}")
+        assert shipped.json() == {
+            "order_id": order_id,
+            "item": "pot",
+            "status": "shipped",
+        }
+        again = await client.post("/orders", json={"id": order_id, "item": "kettle"})
+        assert again.status_code == 409
+    order = await pool.fetchrow("SELECT * FROM shop_orders WHERE id = $1", order_id)
+    assert order is not None
+    assert (order["item"], order["ship_job_id"]) == ("pot", job_id)
+    # The second order's job rolled back with it.
+    jobs = await pool.fetch(
+        "SELECT id FROM pgqueue_jobs WHERE queue = 'shop'"
+        " AND payload = jsonb_build_object('order_id', $1::bigint)",
+        order_id,
+    )
+    assert [job["id"] for job in jobs] == [job_id]

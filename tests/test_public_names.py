@@ -17,9 +17,11 @@ from types import ModuleType
 import pytest
 
 import pgqueue
+import pgqueue.sqlalchemy
+import pgqueue.sync
 import pgqueue.testing
 
-PACKAGES = [pgqueue, pgqueue.testing]
+PACKAGES = [pgqueue, pgqueue.testing, pgqueue.sync, pgqueue.sqlalchemy]
 
 
 def fresh_dir(module: str) -> list[str]:
@@ -40,8 +42,13 @@ def test_dir_of_pgqueue_is_all_and_the_version() -> None:
     assert fresh_dir("pgqueue") == sorted([*pgqueue.__all__, "__version__"])
 
 
-def test_dir_of_pgqueue_testing_is_all() -> None:
-    assert fresh_dir("pgqueue.testing") == sorted(pgqueue.testing.__all__)
+@pytest.mark.parametrize(
+    "package",
+    [pgqueue.testing, pgqueue.sync, pgqueue.sqlalchemy],
+    ids=lambda p: p.__name__,
+)
+def test_dir_of_an_extra_is_all(package: ModuleType) -> None:
+    assert fresh_dir(package.__name__) == sorted(package.__all__)
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)

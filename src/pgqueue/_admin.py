@@ -25,10 +25,10 @@ from pgqueue._core.checks import (
 from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.schema import SCHEMA_ERRORS, missing_pieces, schema_failure
+from pgqueue._core.schema import SCHEMA_ERRORS, Row, missing_pieces, schema_failure
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable, Sequence
     from datetime import datetime
 
     from pgqueue._queue import Executor
@@ -51,6 +51,7 @@ EXACT_COMPLETED_PAGES = 1280
 
 RETRY_BATCH = 1000
 """The most ids one retry statement of `Admin.retry_all` carries."""
+
 
 _GO_COLUMNS = _sql.REQUIRED_COLUMNS[: _sql.REQUIRED_COLUMNS.index("completed_at") + 1]
 _V2_COLUMNS = frozenset(_sql.REQUIRED_COLUMNS) - frozenset(_GO_COLUMNS)
@@ -291,7 +292,8 @@ class SchemaState(_JSONShape):
         return "pgqueue.SCHEMA_UPGRADE (pgqueue schema apply --upgrade)"
 
 
-def _job_info(row: asyncpg.Record) -> JobInfo:
+def job_info(row: Row) -> JobInfo:
+    """The `JobInfo` of a row of `_sql.JOB` (or of a `jobs` listing)."""
     result = row["result"]
     return JobInfo(
         id=row["id"],
@@ -402,54 +404,17 @@ class Admin:
             rows = await self._executor.fetch(_sql.STATS, name)
             table = await self._executor.fetchrow(_sql.STATS_TABLE)
             assert table is not None
-            pages, live = int(table["pages"]), int(table["live"])
-            estimated = pages > EXACT_COMPLETED_PAGES
-            counts = {row[0]: list(row[1:]) for row in rows}
-            if name is not None:
-                counts.setdefault(name, [0, 0, 0, 0, 0, None, None, None])
-            if estimated:
-                completed = _estimate_completed(counts, live, table, name)
-            else:
-                completed = {
-                    row["queue"]: int(row["completed"])
-                    for row in await self._executor.fetch(_sql.STATS_COMPLETED, name)
-                }
-            slots: dict[str, tuple[int, int]] = {}
-            if table["has_limits"]:
-                slots = {
-                    row["queue"]: (int(row["in_use"]), int(row["global_limit"]))
-                    for row in await self._executor.fetch(_sql.STATS_LIMITS, name)
-                }
-        for extra in completed.keys() - counts.keys():
-            if completed[extra]:
-                counts[extra] = [0, 0, 0, 0, 0, None, None, None]
-        return [
-            QueueStats(
-                queue=queue_name,
-                ready=ready,
-                scheduled=scheduled,
-                running=running,
-                completed=completed.get(queue_name, 0),
-                dead=dead,
-                cancelled=cancelled,
-                lag=None if lag is None else max(lag, 0.0),
-                longest_running=None if longest is None else max(longest, 0.0),
-                oldest_heartbeat=None if heartbeat is None else max(heartbeat, 0.0),
-                completed_estimated=estimated,
-                slots_in_use=slots[queue_name][0] if queue_name in slots else None,
-                global_limit=slots[queue_name][1] if queue_name in slots else None,
+            completed = (
+                None
+                if completed_estimated(table)
+                else await self._executor.fetch(_sql.STATS_COMPLETED, name)
             )
-            for queue_name, (
-                ready,
-                scheduled,
-                running,
-                dead,
-                cancelled,
-                lag,
-                longest,
-                heartbeat,
-            ) in sorted(counts.items())
-        ]
+            slots = (
+                await self._executor.fetch(_sql.STATS_LIMITS, name)
+                if table["has_limits"]
+                else []
+            )
+        return queue_stats(name, rows, table, completed, slots)
 
     async def jobs(
         self,
@@ -492,7 +457,7 @@ class Admin:
         rows = await self._listing(
             _sql.jobs_query, queue, status, job_type, limit, before_id, after_id
         )
-        return [_job_info(row) for row in rows]
+        return [job_info(row) for row in rows]
 
     async def job_summaries(
         self,
@@ -540,29 +505,12 @@ class Admin:
         after_id: int | None,
     ) -> list[asyncpg.Record]:
         """Check a listing's arguments, then run it (newest first)."""
-        name = None if queue is None else check_queue_name(queue)
-        if status is not None and status not in _sql.JOB_STATUSES:
-            msg = (
-                f"status must be one of {', '.join(_sql.JOB_STATUSES)}, not {status!r}"
-            )
-            raise ValueError(msg)
-        kind = None if job_type is None else check_name("job type", job_type)
-        count = check_int("limit", limit)
-        before = None if before_id is None else check_job_id(before_id)
-        after = None if after_id is None else check_job_id(after_id)
-        if before is not None and after is not None:
-            msg = "give before_id or after_id, not both"
-            raise ValueError(msg)
-        newer = after is not None
+        statement, args = listing(
+            query, queue, status, job_type, limit, before_id, after_id
+        )
         async with self._schema_checked():
-            rows = await self._executor.fetch(
-                query(status, newer=newer),
-                name,
-                kind,
-                after if newer else before,
-                count,
-            )
-        if newer:
+            rows = await self._executor.fetch(statement, *args)
+        if after_id is not None:
             rows.reverse()
         return rows
 
@@ -576,7 +524,7 @@ class Admin:
         checked = check_job_id(job_id)
         async with self._schema_checked():
             row = await self._executor.fetchrow(_sql.JOB, checked)
-        return None if row is None else _job_info(row)
+        return None if row is None else job_info(row)
 
     async def job_summary(self, job_id: int) -> JobSummary | None:
         """One job without its payload and result, or None if no job has that id.
@@ -870,7 +818,7 @@ class Admin:
 def _estimate_completed(
     counts: dict[str, list[Any]],
     live: int,
-    table: asyncpg.Record,
+    table: Row,
     only: str | None,
 ) -> dict[str, int]:
     """Each queue's completed jobs, estimated (see `Admin.stats`)."""
@@ -894,3 +842,98 @@ def _estimate_completed(
         other = sum(int(n) for n in counts.get(name, [0] * 5)[:5])
         completed[name] = max(0, round(live * shares.get(name, fallback)) - other)
     return completed
+
+
+def completed_estimated(table: Row) -> bool:
+    """Whether `Admin.stats` estimates completed jobs, from a row of `_sql.STATS_TABLE`."""
+    return int(table["pages"]) > EXACT_COMPLETED_PAGES
+
+
+def queue_stats(
+    name: str | None,
+    rows: Iterable[Sequence[Any]],
+    table: Row,
+    completed_rows: Iterable[Row] | None,
+    slot_rows: Iterable[Row],
+) -> list[QueueStats]:
+    """`Admin.stats` from its statements' rows.
+
+    ``name``: the one queue asked for, or None; ``rows``: `_sql.STATS`'s;
+    ``table``: `_sql.STATS_TABLE`'s; ``completed_rows``: `_sql.STATS_COMPLETED`'s,
+    None when `completed_estimated`; ``slot_rows``: `_sql.STATS_LIMITS`'s.
+    """
+    estimated = completed_rows is None
+    counts = {row[0]: list(row[1:]) for row in rows}
+    if name is not None:
+        counts.setdefault(name, [0, 0, 0, 0, 0, None, None, None])
+    if completed_rows is None:
+        completed = _estimate_completed(counts, int(table["live"]), table, name)
+    else:
+        completed = {row["queue"]: int(row["completed"]) for row in completed_rows}
+    slots = {
+        row["queue"]: (int(row["in_use"]), int(row["global_limit"]))
+        for row in slot_rows
+    }
+    for extra in completed.keys() - counts.keys():
+        if completed[extra]:
+            counts[extra] = [0, 0, 0, 0, 0, None, None, None]
+    return [
+        QueueStats(
+            queue=queue_name,
+            ready=ready,
+            scheduled=scheduled,
+            running=running,
+            completed=completed.get(queue_name, 0),
+            dead=dead,
+            cancelled=cancelled,
+            lag=None if lag is None else max(lag, 0.0),
+            longest_running=None if longest is None else max(longest, 0.0),
+            oldest_heartbeat=None if heartbeat is None else max(heartbeat, 0.0),
+            completed_estimated=estimated,
+            slots_in_use=slots[queue_name][0] if queue_name in slots else None,
+            global_limit=slots[queue_name][1] if queue_name in slots else None,
+        )
+        for queue_name, (
+            ready,
+            scheduled,
+            running,
+            dead,
+            cancelled,
+            lag,
+            longest,
+            heartbeat,
+        ) in sorted(counts.items())
+    ]
+
+
+def listing(
+    query: Callable[..., str],
+    queue: str | None,
+    status: str | None,
+    job_type: str | None,
+    limit: int,
+    before_id: int | None,
+    after_id: int | None,
+) -> tuple[str, tuple[object, ...]]:
+    """A listing's statement (of ``query``) and arguments, checked as `Admin.jobs` checks them.
+
+    With ``after_id``, its rows come oldest first: the caller reverses them.
+    """
+    name = None if queue is None else check_queue_name(queue)
+    if status is not None and status not in _sql.JOB_STATUSES:
+        msg = f"status must be one of {', '.join(_sql.JOB_STATUSES)}, not {status!r}"
+        raise ValueError(msg)
+    kind = None if job_type is None else check_name("job type", job_type)
+    count = check_int("limit", limit)
+    before = None if before_id is None else check_job_id(before_id)
+    after = None if after_id is None else check_job_id(after_id)
+    if before is not None and after is not None:
+        msg = "give before_id or after_id, not both"
+        raise ValueError(msg)
+    newer = after is not None
+    return query(status, newer=newer), (
+        name,
+        kind,
+        after if newer else before,
+        count,
+    )

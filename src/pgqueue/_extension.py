@@ -1,10 +1,12 @@
 """The private names the extras may use: the one door from them into pgqueue's internals.
 
 The extras (`pgqueue.cli`, `pgqueue.web`, `pgqueue.prometheus`,
-`pgqueue.otel` and `pgqueue.testing`) import public names from `pgqueue` and
+`pgqueue.otel`, `pgqueue.testing`, `pgqueue.sync` and `pgqueue.sqlalchemy`) import public names from `pgqueue` and
 private ones from here, never from another private module. So this module
 is the list of what they lean on: input checks, the connection's target,
-error text, the SQL enqueue's call and checks, the dashboards' frames, the schema check, log formatting. The
+error text, the SQL enqueue's call and checks, the statements and the pure
+code around them for other drivers (enqueue_many's batch, the admin's rows),
+the dashboards' frames, the schema check, log formatting. The
 worker's engine (claimer, policy, ledger, lanes, runner, writer, consumers,
 upkeep, leases, listener...) is never in it: an extra drives a `pgqueue.Worker`
 or watches one through its public hooks. The import contracts in
@@ -13,16 +15,32 @@ or watches one through its public hooks. The import contracts in
 
 from __future__ import annotations
 
-from pgqueue._admin import PREVIEW_CHARS
+from pgqueue._admin import (
+    PREVIEW_CHARS,
+    completed_estimated,
+    job_info,
+    listing,
+    queue_stats,
+)
+from pgqueue._core import sql
+from pgqueue._core.batch import check_jobs, insert_many
 from pgqueue._core.checks import (
+    check_bool,
     check_channel,
     check_dsn_or_pool,
     check_duration,
     check_int,
+    check_job_id,
+    check_max_attempts,
     check_name,
+    check_on_conflict,
     check_origin,
+    check_priority,
     check_queue_name,
+    check_unique_key,
+    check_when,
 )
+from pgqueue._core.codec import encode_payload, encode_payloads, payload_encoder
 from pgqueue._core.connect import check_dsn, target, target_of
 from pgqueue._core.enqueue_call import ENQUEUE_CALL, duplicate_of, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
@@ -31,7 +49,7 @@ from pgqueue._core.log import JsonFormatter, default_logger
 from pgqueue._core.options import Flag, option_flags
 from pgqueue._core.outcome import Kind
 from pgqueue._core.public import public_names
-from pgqueue._core.schema import SCHEMA_ERRORS, check_schema
+from pgqueue._core.schema import SCHEMA_ERRORS, check_schema, schema_error
 from pgqueue._core.sql import JOB_STATUSES, SERVER_IDENTITY
 from pgqueue._core.text import first_line, seconds_text
 from pgqueue._dashboard import Frame, Sampler
@@ -49,23 +67,41 @@ __all__ = [
     "Kind",
     "PeriodicKey",
     "Sampler",
+    "check_bool",
     "check_channel",
     "check_dsn",
     "check_dsn_or_pool",
     "check_duration",
     "check_int",
+    "check_job_id",
+    "check_jobs",
+    "check_max_attempts",
     "check_name",
+    "check_on_conflict",
     "check_origin",
+    "check_priority",
     "check_queue_name",
     "check_schema",
+    "check_unique_key",
+    "check_when",
+    "completed_estimated",
     "default_logger",
     "describe",
     "duplicate_of",
+    "encode_payload",
+    "encode_payloads",
     "enqueue_params",
     "first_line",
+    "insert_many",
+    "job_info",
+    "listing",
     "option_flags",
+    "payload_encoder",
     "public_names",
+    "queue_stats",
+    "schema_error",
     "seconds_text",
+    "sql",
     "target",
     "target_of",
 ]

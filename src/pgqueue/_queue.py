@@ -10,6 +10,7 @@ import asyncpg
 
 from pgqueue._copy import COPY_MAX_DELAY, COPY_MIN_JOBS, Rows, copy_jobs
 from pgqueue._core import sql as _sql
+from pgqueue._core.batch import Batch, check_jobs, insert_many
 from pgqueue._core.checks import (
     check_bool,
     check_duration,
@@ -332,53 +333,14 @@ class Queue:
             TypeError, ValueError: as `enqueue`, naming the bad job's index.
         """
         conflict = check_on_conflict(on_conflict)
-        batch = _Batch()
-        checked_types: set[str] = set()
         hooked = bool(self._hooks)
         new_jobs: list[NewJob] = []
-        attempts = self._max_attempts
-        for index, job in enumerate(jobs):
-            pair: object = job  # whatever the annotation says
-            if (
-                type(pair) is tuple
-                and len(pair) == 2
-                and type(pair[0]) is str
-                and pair[0] in checked_types
-            ):
-                # (job_type, payload) of a type already checked: nothing to check.
-                batch.add(pair[0], pair[1], attempts, None, None, 0, None, False)
-            else:
-                try:
-                    (
-                        job_type,
-                        payload,
-                        max_attempts,
-                        run_at,
-                        delay,
-                        priority,
-                        key,
-                        track,
-                    ) = _unpack(job)
-                    if type(job_type) is not str or job_type not in checked_types:
-                        checked_types.add(check_name("job type", job_type))
-                    batch.add(
-                        job_type,  # type: ignore[arg-type]
-                        payload,
-                        self._attempts(max_attempts),
-                        *check_when(run_at, delay),
-                        check_priority(priority),
-                        check_unique_key(key),
-                        check_bool("track", track),
-                    )
-                except (TypeError, ValueError) as exc:
-                    raise type(exc)(f"job {index}: {exc}") from exc
-            if hooked:
-                new_jobs.append(job if isinstance(job, NewJob) else NewJob(*job))
+        batch = check_jobs(jobs, self._max_attempts, new_jobs if hooked else None)
         if not batch.types:
             return []
         payloads = (
             encode_each(batch.payloads, self._encoder)
-            if batch.copies
+            if _copies(batch)
             else encode_payloads(batch.payloads, self._encoder)
         )
         if not hooked:
@@ -394,7 +356,7 @@ class Queue:
     async def _enqueue_many(
         self,
         connection: Connection | None,
-        batch: _Batch,
+        batch: Batch,
         payloads: str | list[str],
         conflict: str,
         event: EnqueueEvent | None = None,
@@ -413,7 +375,7 @@ class Queue:
                 ids = await copy_jobs(
                     executor,
                     self._name,
-                    batch.rows(payloads),
+                    _rows(batch, payloads),
                     trace_context,
                     notify=wake is None,
                 )
@@ -439,7 +401,7 @@ class Queue:
     async def _insert_many(
         self,
         executor: Executor,
-        batch: _Batch,
+        batch: Batch,
         payloads: str | list[str],
         trace_context: str | None,
         *,
@@ -448,17 +410,9 @@ class Queue:
         """The INSERT path of `_enqueue_many`: ids, the first duplicate, and whether each job is one."""
         if isinstance(payloads, list):  # COPY was refused (a jsonb codec)
             payloads = "[" + ",".join(payloads) + "]"
-        args: tuple[Any, ...] = (
-            self._name,
-            batch.types,
-            payloads,
-            *batch.columns(),
-            trace_context,
+        statement, args = insert_many(
+            self._name, batch, payloads, trace_context, notify=notify
         )
-        delayed = batch.delayed
-        if delayed:
-            args = (*args, batch.delays())
-        statement = _MANY[batch.keyed, delayed, notify]
         if not batch.keyed:
             joined: str = await executor.fetchval(statement, *args)
             ids = [int(job_id) for job_id in joined.split(",")]
@@ -589,165 +543,26 @@ class Queue:
         return f"Queue(name={self._name!r}, max_attempts={self._max_attempts})"
 
 
-# enqueue_many's statement by (unique keys, delays, NOTIFY in the statement).
-_MANY = {
-    (False, False, True): _sql.ENQUEUE_MANY,
-    (False, True, True): _sql.ENQUEUE_MANY_DELAYED,
-    (True, False, True): _sql.ENQUEUE_MANY_UNIQUE,
-    (True, True, True): _sql.ENQUEUE_MANY_UNIQUE_DELAYED,
-    (False, False, False): _sql.ENQUEUE_MANY_SILENT,
-    (False, True, False): _sql.ENQUEUE_MANY_DELAYED_SILENT,
-    (True, False, False): _sql.ENQUEUE_MANY_UNIQUE_SILENT,
-    (True, True, False): _sql.ENQUEUE_MANY_UNIQUE_DELAYED_SILENT,
-}
-
-
-def _unpack(
-    job: object,
-) -> tuple[object, Any, object, object, object, object, object, object]:
-    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track) of a job for enqueue_many."""
-    if isinstance(job, tuple) and len(job) == 2:
-        return job[0], job[1], None, None, None, 0, None, False
-    if isinstance(job, NewJob):
-        return (
-            job.job_type,
-            job.payload,
-            job.max_attempts,
-            job.run_at,
-            job.delay,
-            job.priority,
-            job.unique_key,
-            job.track,
+def _copies(batch: Batch) -> bool:
+    """Whether a batch takes the COPY path: large, without unique keys or a delay past COPY_MAX_DELAY."""
+    return (
+        len(batch.types) >= COPY_MIN_JOBS
+        and not batch.keyed
+        and (
+            not batch.delayed
+            or max(d for d in batch.delays if d is not None) <= COPY_MAX_DELAY
         )
-    msg = f"expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
-    raise TypeError(msg)
+    )
 
 
-class _Batch:
-    """The checked jobs of one enqueue_many call, as the statement's columns.
-
-    Jobs of the call with the same type and unique key are merged into the
-    first; the columns of priority, tracking, keys and delays stay empty when no job
-    uses them (the statement pads them with defaults).
-    """
-
-    def __init__(self) -> None:
-        self.types: list[str] = []
-        self.payloads: list[Any] = []
-        self._attempts: list[int] = []
-        self._run_ats: list[datetime | None] = []
-        self._delays: list[float | None] = []
-        self._priorities: list[int] = []
-        self._tracked: list[bool] = []
-        self._keys: list[str | None] = []
-        self._index_of: list[int] = []  # each input job's row
-        self._row_of_key: dict[tuple[str, str], int] = {}
-        self.keyed = False
-        self._special = False
-        self._delayed = False
-
-    def add(
-        self,
-        job_type: str,
-        payload: Any,
-        max_attempts: int,
-        run_at: datetime | None,
-        delay: float | None,
-        priority: int,
-        key: str | None,
-        track: bool,
-    ) -> None:
-        if key is not None:
-            row = self._row_of_key.get((job_type, key))
-            if row is not None:
-                self._index_of.append(row)
-                return
-            self._row_of_key[job_type, key] = len(self.types)
-            self.keyed = True
-        self._index_of.append(len(self.types))
-        self.types.append(job_type)
-        self.payloads.append(payload)
-        self._attempts.append(max_attempts)
-        self._run_ats.append(run_at)
-        self._delays.append(delay)
-        self._delayed = self._delayed or delay is not None
-        self._priorities.append(priority)
-        self._tracked.append(track)
-        self._keys.append(key)
-        self._special = self._special or priority != 0 or track
-
-    def columns(self) -> tuple[str, str, str, str, list[str | None]]:
-        """max_attempts, run_at, priority, tracked and unique_key, as parameters."""
-        special = self._special
-        return (
-            _sql.array(self._attempts),
-            _sql.timestamps(self._run_ats),
-            _sql.array(self._priorities) if special else "{}",
-            _sql.booleans(self._tracked) if special else "{}",
-            self._keys if self.keyed else [],
-        )
-
-    @property
-    def copies(self) -> bool:
-        """Whether the batch takes the COPY path: large, without unique keys or a delay past COPY_MAX_DELAY."""
-        return (
-            len(self.types) >= COPY_MIN_JOBS
-            and not self.keyed
-            and (
-                not self._delayed
-                or max(d for d in self._delays if d is not None) <= COPY_MAX_DELAY
-            )
-        )
-
-    def rows(self, payloads: list[str]) -> Rows:
-        """The columns of the COPY path, with each job's payload as JSON text."""
-        return Rows(
-            self.types,
-            payloads,
-            self._attempts,
-            self._run_ats,
-            self._delays,
-            self._priorities,
-            self._tracked,
-        )
-
-    @property
-    def delayed(self) -> bool:
-        """Whether a job of the batch has a delay (it then takes the _DELAYED statements)."""
-        return self._delayed
-
-    def delays(self) -> str:
-        """Each job's delay in seconds (or none), as a parameter."""
-        return _sql.seconds(self._delays)
-
-    def ids(
-        self, rows: list[asyncpg.Record]
-    ) -> tuple[list[int], tuple[int, str] | None, list[bool]]:
-        """From ENQUEUE_MANY_UNIQUE's rows: each input job's id, the first
-        duplicate, and whether each input job is a duplicate (of a job that
-        existed, or of an earlier one of the call)."""
-        by_key = {
-            (row["job_type"], row["unique_key"]): row
-            for row in rows
-            if row["unique_key"] is not None
-        }
-        unkeyed = iter(sorted(row["id"] for row in rows if row["unique_key"] is None))
-        row_ids: list[int] = []
-        existed: list[bool] = []
-        duplicate = None
-        for job_type, key in zip(self.types, self._keys, strict=True):
-            if key is None:
-                row_ids.append(next(unkeyed))
-                existed.append(False)
-                continue
-            row = by_key[job_type, key]
-            row_ids.append(row["id"])
-            existed.append(row["existed"])
-            if row["existed"] and duplicate is None:
-                duplicate = (row["id"], key)
-        seen: set[int] = set()
-        duplicates = []
-        for index in self._index_of:
-            duplicates.append(existed[index] or index in seen)
-            seen.add(index)
-        return [row_ids[row] for row in self._index_of], duplicate, duplicates
+def _rows(batch: Batch, payloads: list[str]) -> Rows:
+    """The columns of the COPY path, with each job's payload as JSON text."""
+    return Rows(
+        batch.types,
+        payloads,
+        batch.attempts,
+        batch.run_ats,
+        batch.delays,
+        batch.priorities,
+        batch.tracked,
+    )

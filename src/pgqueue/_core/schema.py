@@ -12,6 +12,7 @@ from pgqueue._core.errors import SchemaError
 
 __all__ = [
     "SCHEMA_ERRORS",
+    "Row",
     "check_schema",
     "missing_pieces",
     "schema_error",
@@ -25,6 +26,12 @@ SCHEMA_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.InvalidColumnReferenceError,
 )
 """What a statement meets when the schema lacks what it needs."""
+
+
+class Row(Protocol):
+    """A row read by name: an asyncpg ``Record``, or a dict (psycopg's ``dict_row``)."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
 
 
 class _Fetches(Protocol):
@@ -62,7 +69,7 @@ async def schema_failure(
 
 
 def schema_error(
-    row: asyncpg.Record | None, *, limits: bool = False, where: str | None = None
+    row: Row | None, *, limits: bool = False, where: str | None = None
 ) -> SchemaError | None:
     """The `SchemaError` for an answer of `_sql.SCHEMA_CHECK`, or None if nothing is missing.
 
@@ -94,7 +101,7 @@ def schema_error(
 _LIMITS_TABLE = "tables pgqueue_limits and pgqueue_leases"
 
 
-def missing_pieces(row: asyncpg.Record, *, limits: bool = True) -> list[str]:
+def missing_pieces(row: Row, *, limits: bool = True) -> list[str]:
     """What an answer of `_sql.SCHEMA_CHECK` on an existing table says is missing, in order.
 
     ``limits``: whether missing limits' tables count.

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADMIN_INDEXES",
+    "BEGIN_PROBE",
     "CANCEL",
     "CANCEL_REQUESTED",
     "CLAIM",
@@ -995,6 +996,11 @@ FROM t
 """
 
 PUBLISH = "SELECT pg_notify($1, $2)"
+
+# Run through SQLAlchemy's asyncpg adapter, which begins its transaction
+# only at its first statement: after it, an enqueue on the adapter's
+# asyncpg connection rides that transaction (pgqueue.sqlalchemy).
+BEGIN_PROBE = "SELECT 1"
 
 # Who and what the test run's server is (pgqueue.testing's pytest plugin
 # prints it): never the password, which the server does not know anyway.

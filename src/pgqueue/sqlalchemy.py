@@ -1,0 +1,283 @@
+"""Enqueue jobs in a SQLAlchemy session's transaction.
+
+``pip install 'pgqueue-asyncio[sqlalchemy]'``. The job is written on the
+session's own database connection, inside its transaction: the commit that
+writes your rows writes the job and wakes its workers; a rollback writes
+neither.
+
+- `enqueue` and `enqueue_many` are awaited, with an ``AsyncSession`` or
+  ``AsyncConnection`` of the ``postgresql+asyncpg`` dialect; they hand the
+  session's asyncpg connection to `pgqueue.Queue`.
+- `enqueue_sync` and `enqueue_many_sync` are not, with a ``Session`` or
+  ``Connection`` of the ``postgresql+psycopg`` dialect; they hand the
+  session's psycopg connection to `pgqueue.sync.Queue`.
+
+Two names rather than one that is sometimes awaitable: each has one return
+type, and a type checker flags an ``enqueue`` that is not awaited. Other
+drivers (psycopg2, pg8000, SQLite...) are refused with `TypeError` before
+any SQL runs.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import Session
+
+import pgqueue
+import pgqueue.sync
+from pgqueue._extension import (
+    check_jobs,
+    encode_payloads,
+    enqueue_params,
+    payload_encoder,
+    sql,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from datetime import datetime, timedelta
+
+    import asyncpg
+    import psycopg
+
+__all__ = ["enqueue", "enqueue_many", "enqueue_many_sync", "enqueue_sync"]
+
+
+async def enqueue(
+    session: AsyncSession | AsyncConnection,
+    job_type: str,
+    payload: Any = None,
+    *,
+    queue: str = "default",
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    priority: int = 0,
+    unique_key: str | None = None,
+    on_conflict: Literal["return", "raise"] = "return",
+    track: bool = False,
+    json_encoder: Callable[[Any], Any] | None = None,
+) -> int:
+    """Enqueue a job in ``session``'s transaction; its id.
+
+    The options are `pgqueue.Queue.enqueue`'s, with ``queue`` (its name)
+    and ``json_encoder`` (as `pgqueue.Queue`'s); ``max_attempts`` is 5 by
+    default. A session with no transaction yet begins one, as a query
+    would: nothing is written until it commits.
+
+    Usage::
+
+        async with sessionmaker() as session, session.begin():
+            session.add(Order(id=42))
+            await pgqueue.sqlalchemy.enqueue(session, "ship", {"order": 42})
+
+    Raises:
+        TypeError: ``session`` is not asyncpg's, or as `pgqueue.Queue.enqueue`.
+        ValueError, DuplicateJobError, SchemaError: as `pgqueue.Queue.enqueue`.
+    """
+    connection = await _asyncpg_connection(
+        session,
+        lambda: enqueue_params(
+            job_type,
+            payload,
+            queue=queue,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=5 if max_attempts is None else max_attempts,
+            priority=priority,
+            unique_key=unique_key,
+            on_conflict=on_conflict,
+            track=track,
+            json_encoder=json_encoder,
+        ),
+    )
+    return await _queue(connection, queue, json_encoder).enqueue(
+        job_type,
+        payload,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        priority=priority,
+        unique_key=unique_key,
+        on_conflict=on_conflict,
+        track=track,
+        connection=connection,
+    )
+
+
+async def enqueue_many(
+    session: AsyncSession | AsyncConnection,
+    jobs: Iterable[pgqueue.NewJob | tuple[str, Any]],
+    *,
+    queue: str = "default",
+    on_conflict: Literal["return", "raise"] = "return",
+    json_encoder: Callable[[Any], Any] | None = None,
+) -> list[int]:
+    """Enqueue many jobs in ``session``'s transaction, as `pgqueue.Queue.enqueue_many`; their ids.
+
+    Raises:
+        TypeError: ``session`` is not asyncpg's, or as `pgqueue.Queue.enqueue_many`.
+        ValueError, DuplicateJobError, SchemaError: as `pgqueue.Queue.enqueue_many`.
+    """
+    listed = list(jobs)
+
+    def check() -> None:
+        payloads = check_jobs(listed, 5).payloads
+        encode_payloads(payloads, payload_encoder(json_encoder))
+
+    connection = await _asyncpg_connection(session, check)
+    return await _queue(connection, queue, json_encoder).enqueue_many(
+        listed, on_conflict=on_conflict, connection=connection
+    )
+
+
+def enqueue_sync(
+    session: Session | sa.Connection,
+    job_type: str,
+    payload: Any = None,
+    *,
+    queue: str = "default",
+    run_at: datetime | None = None,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    priority: int = 0,
+    unique_key: str | None = None,
+    on_conflict: Literal["return", "raise"] = "return",
+    track: bool = False,
+    json_encoder: Callable[[Any], Any] | None = None,
+) -> int:
+    """`enqueue` for a ``Session`` or ``Connection`` of the psycopg dialect, without await.
+
+    Usage::
+
+        with Session(engine) as session, session.begin():
+            session.add(Order(id=42))
+            pgqueue.sqlalchemy.enqueue_sync(session, "ship", {"order": 42})
+
+    Raises:
+        TypeError: ``session`` is not psycopg's, or as `pgqueue.Queue.enqueue`.
+        ValueError, DuplicateJobError, SchemaError: as `pgqueue.Queue.enqueue`.
+    """
+    return _sync_queue(session, queue, json_encoder).enqueue(
+        job_type,
+        payload,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        priority=priority,
+        unique_key=unique_key,
+        on_conflict=on_conflict,
+        track=track,
+    )
+
+
+def enqueue_many_sync(
+    session: Session | sa.Connection,
+    jobs: Iterable[pgqueue.NewJob | tuple[str, Any]],
+    *,
+    queue: str = "default",
+    on_conflict: Literal["return", "raise"] = "return",
+    json_encoder: Callable[[Any], Any] | None = None,
+) -> list[int]:
+    """`enqueue_many` for a ``Session`` or ``Connection`` of the psycopg dialect, without await.
+
+    Raises:
+        TypeError: ``session`` is not psycopg's, or as `pgqueue.Queue.enqueue_many`.
+        ValueError, DuplicateJobError, SchemaError: as `pgqueue.Queue.enqueue_many`.
+    """
+    return _sync_queue(session, queue, json_encoder).enqueue_many(
+        jobs, on_conflict=on_conflict
+    )
+
+
+async def _asyncpg_connection(
+    session: AsyncSession | AsyncConnection, check: Callable[[], object]
+) -> asyncpg.Connection[Any]:
+    """The asyncpg connection of ``session``, in its transaction (begun if need be).
+
+    ``check`` checks the call's arguments before the statement that begins
+    the transaction, if one is needed.
+    """
+    given: object = session  # whatever the annotation says
+    if not isinstance(given, AsyncSession | AsyncConnection):
+        _refuse(session, "an AsyncSession or AsyncConnection", "enqueue_sync")
+    dialect = (
+        session.dialect
+        if isinstance(session, AsyncConnection)
+        else session.get_bind().dialect
+    )
+    _require(dialect, "asyncpg")
+    connection = (
+        session if isinstance(session, AsyncConnection) else await session.connection()
+    )
+    raw = (await connection.get_raw_connection()).driver_connection
+    driver = cast("asyncpg.Connection[Any]", raw)
+    if not driver.is_in_transaction():
+        check()
+        await connection.exec_driver_sql(sql.BEGIN_PROBE)
+    return driver
+
+
+def _queue(
+    connection: asyncpg.Connection[Any],
+    name: str,
+    json_encoder: Callable[[Any], Any] | None,
+) -> pgqueue.Queue:
+    # Enqueues given connection= never use the pool: the connection stands in.
+    pool = cast("asyncpg.Pool[Any]", connection)
+    return pgqueue.Queue(pool, name, json_encoder=json_encoder)
+
+
+def _sync_queue(
+    session: Session | sa.Connection,
+    name: str,
+    json_encoder: Callable[[Any], Any] | None,
+) -> pgqueue.sync.Queue:
+    """A `pgqueue.sync.Queue` on the psycopg connection of ``session``."""
+    given: object = session  # whatever the annotation says
+    if not isinstance(given, Session | sa.Connection):
+        _refuse(session, "a Session or Connection", "enqueue")
+    dialect = (
+        session.dialect
+        if isinstance(session, sa.Connection)
+        else session.get_bind().dialect
+    )
+    _require(dialect, "psycopg")
+    connection = session if isinstance(session, sa.Connection) else session.connection()
+    if not connection.in_transaction():
+        # As a query would (autobegin): the job then commits with the
+        # connection's commit(). psycopg begins at the job's statement.
+        connection.begin()
+    raw = connection.connection.driver_connection
+    return pgqueue.sync.Queue(
+        cast("psycopg.Connection[Any]", raw), name, json_encoder=json_encoder
+    )
+
+
+def _require(dialect: sa.Dialect, driver: str) -> None:
+    if dialect.name != "postgresql" or dialect.driver != driver:
+        msg = (
+            f"pgqueue.sqlalchemy needs the postgresql+{driver} dialect here, "
+            f"not {dialect.name}+{dialect.driver}"
+        )
+        raise TypeError(msg)
+
+
+def _refuse(session: object, expected: str, other: str) -> NoReturn:
+    msg = (
+        f"expected {expected}, got {type(session).__name__} "
+        f"(pgqueue.sqlalchemy.{other} takes the other kind)"
+    )
+    raise TypeError(msg)
+
+
+def __dir__() -> list[str]:
+    """The public names: ``__all__``."""
+    from pgqueue._extension import public_names  # only when asked
+
+    return public_names(globals(), __all__)

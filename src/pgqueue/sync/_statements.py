@@ -1,0 +1,97 @@
+"""pgqueue's statements run on psycopg: placeholders translated, schema errors named."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row, tuple_row
+
+from pgqueue import SchemaError
+from pgqueue._extension import schema_error, sql
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["fetch", "fetch_dicts", "fetch_one"]
+
+_SCHEMA_ERRORS = (
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+    # ON CONFLICT without the unique index it names.
+    psycopg.errors.InvalidColumnReference,
+)
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+_NAMES = tuple(f"p{n}" for n in range(1, 33))
+
+
+@functools.cache
+def _psycopg_text(statement: str) -> str:
+    """``statement`` with its ``$n`` placeholders as psycopg's ``%(pn)s`` (and ``%`` escaped)."""
+    return _PLACEHOLDER.sub(r"%(p\1)s", statement.replace("%", "%%"))
+
+
+def fetch(
+    connection: psycopg.Connection[Any], statement: str, args: Sequence[object]
+) -> list[tuple[Any, ...]]:
+    """Run ``statement`` (with ``$n`` placeholders) on ``connection``; its rows as tuples.
+
+    Raises:
+        SchemaError: the table (or a column, an index) it needs is missing.
+    """
+    with connection.cursor(row_factory=tuple_row) as cursor:
+        _execute(cursor, statement, args)
+        return cursor.fetchall()
+
+
+def fetch_dicts(
+    connection: psycopg.Connection[Any], statement: str, args: Sequence[object]
+) -> list[dict[str, Any]]:
+    """As `fetch`, each row a dict by column name."""
+    with connection.cursor(row_factory=dict_row) as cursor:
+        _execute(cursor, statement, args)
+        return cursor.fetchall()
+
+
+def fetch_one(
+    connection: psycopg.Connection[Any], statement: str, args: Sequence[object]
+) -> tuple[Any, ...]:
+    """As `fetch`, for a statement that answers one row."""
+    with connection.cursor(row_factory=tuple_row) as cursor:
+        _execute(cursor, statement, args)
+        row = cursor.fetchone()
+    assert row is not None
+    return row
+
+
+def _execute(
+    cursor: psycopg.Cursor[Any], statement: str, args: Sequence[object]
+) -> None:
+    try:
+        cursor.execute(_psycopg_text(statement), dict(zip(_NAMES, args, strict=False)))
+    except _SCHEMA_ERRORS as exc:
+        raise _schema_failure(cursor.connection, str(exc)) from exc
+
+
+def _schema_failure(connection: psycopg.Connection[Any], message: str) -> SchemaError:
+    """The `SchemaError` for a statement that met a missing table, column or index.
+
+    Names what is missing when the connection can still ask (autocommit);
+    a transaction the error aborted cannot, and gets the statement's error.
+    """
+    info = connection.info
+    where = f"{info.user}@{info.host}:{info.port}/{info.dbname}"
+    if info.transaction_status == TransactionStatus.IDLE:
+        rows = fetch_dicts(
+            connection,
+            sql.SCHEMA_CHECK,
+            (list(sql.REQUIRED_COLUMNS), list(sql.REQUIRED_INDEXES)),
+        )
+        error = schema_error(rows[0] if rows else None, where=where)
+        if error is not None:
+            return error
+    return SchemaError(message.strip(), where=where)
