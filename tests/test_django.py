@@ -12,10 +12,12 @@ no Python 3.12 or newer is found: ``PGQUEUE_TEST_PYTHON312``, then
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import glob
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,8 +28,6 @@ import asyncpg
 import pytest
 
 from pgqueue.testing import with_database
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv-django"
@@ -96,6 +96,7 @@ def empty_database(admin_dsn: str):
         asyncio.run(run(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.mark.slow
 def test_the_django_suite_passes_in_a_python_312_virtualenv(
     empty_database: str,
 ) -> None:
@@ -121,3 +122,17 @@ def test_the_django_suite_passes_in_a_python_312_virtualenv(
     sys.stdout.write(
         suite.stdout.splitlines()[-1] + "\n"
     )  # the suite's summary, with -s
+
+
+def test_the_reference_lists_every_public_name() -> None:
+    # Read without importing: Django 6 is not installable on this Python.
+    tree = ast.parse((ROOT / "src" / "pgqueue" / "django" / "__init__.py").read_text())
+    names = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and getattr(node.targets[0], "id", "") == "__all__"
+    )
+    page = (ROOT / "docs" / "reference" / "django.md").read_text()
+    documented = set(re.findall(r"^\.\. py:(?!module)\w+:: (\w+)", page, re.MULTILINE))
+    assert documented == set(names)

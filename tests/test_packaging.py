@@ -15,7 +15,7 @@ def test_import_pgqueue_loads_no_extra() -> None:
         "import sys, pgqueue\n"
         "extras = ('rich', 'prometheus_client', 'opentelemetry', 'pgqueue.cli',"
         " 'pgqueue.prometheus', 'pgqueue.otel', 'pytest', 'testcontainers',"
-        " 'pgqueue.web', 'starlette', 'uvicorn')\n"
+        " 'pgqueue.web', 'starlette', 'uvicorn', 'django', 'pgqueue.django')\n"
         "print(sorted(m for m in sys.modules if m.startswith(extras)))\n"
     )
     loaded = subprocess.run(
