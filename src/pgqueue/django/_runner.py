@@ -78,9 +78,15 @@ def database_dsn(alias: str = "default") -> str:
 def _backend(alias: str) -> Backend:
     import django
     from django.apps import apps
+    from django.conf import settings
 
     if not apps.ready:
-        django.setup()  # settings from DJANGO_SETTINGS_MODULE
+        if not (settings.configured or os.environ.get("DJANGO_SETTINGS_MODULE")):
+            msg = (
+                "set DJANGO_SETTINGS_MODULE to the project's settings (mysite.settings)"
+            )
+            raise ImproperlyConfigured(msg)
+        django.setup()
     backend = task_backends[alias]
     if not isinstance(backend, Backend):
         msg = f"TASKS[{alias!r}] is a {type(backend).__name__}, not pgqueue.django.Backend"
