@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["pgqueue.testing.pytest_plugin"]
 
+# Django 6's suite runs under Python 3.12 in a virtualenv of its own (tests/test_django.py).
+collect_ignore = ["django_suite"]
+
 
 @pytest.fixture(scope="session")
 def admin_dsn(pgqueue_admin_dsn: str) -> str:

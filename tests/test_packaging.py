@@ -16,7 +16,7 @@ def test_import_pgqueue_loads_no_extra() -> None:
         "extras = ('rich', 'prometheus_client', 'opentelemetry', 'pgqueue.cli',"
         " 'pgqueue.prometheus', 'pgqueue.otel', 'pytest', 'testcontainers',"
         " 'pgqueue.web', 'starlette', 'uvicorn', 'pgqueue.sync', 'psycopg',"
-        " 'pgqueue.sqlalchemy', 'sqlalchemy')\n"
+        " 'pgqueue.sqlalchemy', 'sqlalchemy', 'django', 'pgqueue.django')\n"
         "print(sorted(m for m in sys.modules if m.startswith(extras)))\n"
     )
     loaded = subprocess.run(

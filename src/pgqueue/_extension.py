@@ -1,12 +1,14 @@
 """The private names the extras may use: the one door from them into pgqueue's internals.
 
 The extras (`pgqueue.cli`, `pgqueue.web`, `pgqueue.prometheus`,
-`pgqueue.otel`, `pgqueue.testing`, `pgqueue.sync` and `pgqueue.sqlalchemy`) import public names from `pgqueue` and
-private ones from here, never from another private module. So this module
-is the list of what they lean on: input checks, the connection's target,
-error text, the SQL enqueue's call and checks, the statements and the pure
-code around them for other drivers (enqueue_many's batch, the admin's rows),
-the dashboards' frames, the schema check, log formatting. The
+`pgqueue.otel`, `pgqueue.testing`, `pgqueue.sync`, `pgqueue.sqlalchemy` and
+`pgqueue.django`) import public names from `pgqueue` and private ones from
+here, never from another private module. So this module is the list of
+what they lean on: input checks, the connection's target, error text, the
+SQL enqueue's call and checks, the statements and the pure code around them
+for other drivers (enqueue_many's batch, the admin's rows, the rows the
+Django backend reads), the dashboards' frames, the schema check, log
+formatting. The
 worker's engine (claimer, policy, ledger, lanes, runner, writer, consumers,
 upkeep, leases, listener...) is never in it: an extra drives a `pgqueue.Worker`
 or watches one through its public hooks. The import contracts in
@@ -50,17 +52,26 @@ from pgqueue._core.options import Flag, option_flags
 from pgqueue._core.outcome import Kind
 from pgqueue._core.public import public_names
 from pgqueue._core.schema import SCHEMA_ERRORS, check_schema, schema_error
-from pgqueue._core.sql import JOB_STATUSES, SERVER_IDENTITY
+from pgqueue._core.sql import (
+    FOREIGN_JOBS_PYFORMAT,
+    JOB_PYFORMAT,
+    JOB_STATUSES,
+    SERVER_IDENTITY,
+    TABLE_EXISTS,
+)
 from pgqueue._core.text import first_line, seconds_text
 from pgqueue._dashboard import Frame, Sampler
 
 __all__ = [
     "DATABASE_ERRORS",
     "ENQUEUE_CALL",
+    "FOREIGN_JOBS_PYFORMAT",
+    "JOB_PYFORMAT",
     "JOB_STATUSES",
     "PREVIEW_CHARS",
     "SCHEMA_ERRORS",
     "SERVER_IDENTITY",
+    "TABLE_EXISTS",
     "Flag",
     "Frame",
     "JsonFormatter",

@@ -43,10 +43,12 @@ __all__ = [
     "ENQUEUE_UNIQUE_SILENT",
     "ERROR_LINE_CHARS",
     "FINISH",
+    "FOREIGN_JOBS_PYFORMAT",
     "HEAD_OF_LINE",
     "JOB",
     "JOBS_CHANNEL",
     "JOB_PREVIEW",
+    "JOB_PYFORMAT",
     "JOB_STATUSES",
     "JOB_SUMMARY",
     "LEASE",
@@ -1175,6 +1177,21 @@ _JOB_COLUMNS = f"""
 """
 
 JOB = f"SELECT {_JOB_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
+
+# The same row for DB-API drivers (psycopg, psycopg2 through Django), with a
+# pyformat placeholder; times as they are (the driver decodes every year).
+JOB_PYFORMAT = """
+SELECT id, queue, job_type, status, attempts, max_attempts, priority, run_at,
+       created_at, updated_at, completed_at, last_error,
+       payload::text AS payload, result::text AS result
+FROM pgqueue_jobs WHERE id = CAST(%(id)s AS bigint)
+"""
+
+# Whether pgqueue_jobs holds a job of a type other than %(job_type)s: the
+# Django migration's reverse drops the table only when it holds none.
+FOREIGN_JOBS_PYFORMAT = """
+SELECT EXISTS (SELECT 1 FROM pgqueue_jobs WHERE job_type <> CAST(%(job_type)s AS text))
+"""
 
 ERROR_LINE_CHARS = 300
 """The most characters of an error's first line a summary carries."""

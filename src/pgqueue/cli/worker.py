@@ -70,13 +70,17 @@ OPTION_FLAGS: dict[str, Flag] = option_flags()
 with a `Flag`). Each flag's parsed value lands under the option's own name
 (``--queue NAME=N`` under ``queues``)."""
 
+DJANGO_TARGET = "pgqueue.django:worker"
+"""What ``--django`` runs; imported only then, by name (Django is an extra)."""
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(process)d]: %(message)s"
 
 METRICS_EXTRA = "pip install 'pgqueue-asyncio[prometheus]'"
 
 DESCRIPTION = """\
 Run the worker that MODULE:ATTR defines: a pgqueue.Worker, a function (sync
-or async) returning one, or an async context manager factory yielding one.
+or async) returning one, or an async context manager factory yielding one
+(--django: the worker of Django's tasks, pgqueue.django:worker).
 The current directory is importable. A Worker whose pool was made with
 asyncpg.create_pool(...) and not awaited is opened here and closed on exit.
 Flags given here replace the worker's own options (--middleware and
@@ -119,7 +123,15 @@ def add_to(commands: Commands) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", metavar="MODULE:ATTR", help="the worker to run")
+    parser.add_argument(
+        "target", metavar="MODULE:ATTR", nargs="?", help="the worker to run"
+    )
+    parser.add_argument(
+        "--django",
+        action="store_true",
+        help=f"run the tasks of Django's TASKS['default'] (a pgqueue.django.Backend; "
+        f"settings from DJANGO_SETTINGS_MODULE): MODULE:ATTR is {DJANGO_TARGET}",
+    )
     options = parser.add_argument_group(
         "worker options", "each replaces the option the worker was built with"
     )
@@ -324,6 +336,14 @@ def _whole(action: argparse.Action, text: str) -> int:
 
 async def run(args: argparse.Namespace) -> int:
     """The body of ``pgqueue worker``: one worker here, or ``--processes`` children."""
+    if args.django:
+        if args.target is not None:
+            msg = "give MODULE:ATTR or --django, not both"
+            raise UsageError(msg)
+        args.target = DJANGO_TARGET
+    elif args.target is None:
+        msg = "the worker to run is missing: give MODULE:ATTR (or --django)"
+        raise UsageError(msg)
     handler = text_log_handler(LOG_FORMAT)
     if args.log_format == "json":
         handler.setFormatter(JsonFormatter())

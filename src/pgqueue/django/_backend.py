@@ -1,0 +1,229 @@
+"""`Backend`: tasks enqueued on Django's own connection, results read from their jobs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core import checks
+from django.db import connections
+from django.tasks import TaskResult, TaskResultStatus
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import Task, TaskError
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.utils.module_loading import import_string
+
+from pgqueue._extension import ENQUEUE_CALL, JOB_PYFORMAT, enqueue_params
+from pgqueue.django._outcome import JOB_TYPE, read_error
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["Backend", "pgqueue_priority"]
+
+_STATUSES = {
+    "pending": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "completed": TaskResultStatus.SUCCESSFUL,
+    "dead": TaskResultStatus.FAILED,
+    "cancelled": TaskResultStatus.FAILED,
+}
+_ENDED = {"completed", "dead", "cancelled"}
+_MAX_ID = 2**63 - 1
+
+
+def pgqueue_priority(priority: int) -> int:
+    """Django's priority (-100 to 100) as pgqueue's (-5 to 5), higher first in both.
+
+    Bands of 20 counted away from 0: 1 to 20 is 1, 81 to 100 is 5, -1 to
+    -20 is -1, so only 0 stays 0 and the order is kept (ties aside).
+    """
+    band = (abs(priority) + 19) // 20
+    return band if priority >= 0 else -band
+
+
+class Backend(BaseTaskBackend):
+    """A ``django.tasks`` backend that enqueues pgqueue jobs in Django's transaction.
+
+    Settings::
+
+        TASKS = {
+            "default": {
+                "BACKEND": "pgqueue.django.Backend",
+                "QUEUES": ["default", "emails"],
+                "OPTIONS": {
+                    "DATABASE": "default",  # the alias holding pgqueue_jobs
+                    "MAX_ATTEMPTS": 3,  # runs of a task before it fails (default 1)
+                    "WORKER": {"concurrency": 8},  # pgqueue.Worker keyword arguments
+                },
+            }
+        }
+
+    ``enqueue`` runs ``pgqueue_enqueue(...)`` on the connection of
+    ``DATABASE``: inside ``transaction.atomic()`` the job, and the wakeup
+    of the workers, exist only once the transaction commits. The result's
+    id is the job's id.
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.database: str = self.options.get("DATABASE", "default")
+        self.max_attempts: object = self.options.get("MAX_ATTEMPTS", 1)
+        self.worker_options: dict[str, Any] = dict(self.options.get("WORKER", {}))
+
+    def enqueue(
+        self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> TaskResult:
+        """Insert the task's job in the current transaction of ``DATABASE``.
+
+        Raises:
+            InvalidTask: the task does not suit this backend (its queue, priority...).
+            TypeError: an argument is not JSON; ValueError: a bad ``MAX_ATTEMPTS``.
+                Both before any SQL runs.
+        """
+        self.validate_task(task)
+        run_after = task.run_after
+        payload = {
+            "task": task.module_path,
+            "args": list(args),
+            "kwargs": dict(kwargs),
+            "priority": task.priority,
+            "run_after": None if run_after is None else run_after.isoformat(),
+        }
+        try:
+            params = enqueue_params(
+                JOB_TYPE,
+                payload,
+                queue=task.queue_name,
+                run_at=run_after,
+                max_attempts=self.max_attempts,
+                priority=pgqueue_priority(task.priority),
+            )
+        except TypeError as exc:
+            msg = f"the arguments of task {task.module_path} must be JSON: {exc}"
+            raise TypeError(msg) from exc
+        with connections[self.database].cursor() as cursor:
+            cursor.execute(ENQUEUE_CALL, params)
+            job_id = cursor.fetchone()[0]
+            row = _fetch(cursor, job_id)
+        assert row is not None  # inserted by this transaction
+        return self._result(task, row)
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The task's state from its job's row, read on ``DATABASE``'s connection.
+
+        Raises:
+            TaskResultDoesNotExist: no job of the backend's has this id.
+        """
+        text = str(result_id)
+        if not (text.isascii() and text.isdigit() and int(text) <= _MAX_ID):
+            raise TaskResultDoesNotExist(result_id)
+        with connections[self.database].cursor() as cursor:
+            row = _fetch(cursor, int(text))
+        if row is None or row["job_type"] != JOB_TYPE:
+            raise TaskResultDoesNotExist(result_id)
+        payload = json.loads(row["payload"])
+        return self._result(self._task(payload, row["queue"]), row)
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Report a ``DATABASE`` that is missing or not PostgreSQL."""
+        found = settings.DATABASES.get(self.database)
+        if found is None:
+            return [
+                checks.Error(
+                    f"TASKS[{self.alias!r}]: DATABASE {self.database!r} is not in DATABASES",
+                    id="pgqueue.E001",
+                )
+            ]
+        if "postgresql" not in found.get("ENGINE", ""):
+            return [
+                checks.Error(
+                    f"TASKS[{self.alias!r}]: DATABASE {self.database!r} is not PostgreSQL",
+                    id="pgqueue.E002",
+                )
+            ]
+        return []
+
+    def _task(self, payload: dict[str, Any], queue: str) -> Task:
+        """The task a job's payload names, as it was enqueued."""
+        path = payload.get("task")
+        try:
+            task = import_string(path)
+        except (ImportError, AttributeError, TypeError) as exc:
+            msg = f"{path!r} does not import as a task"
+            raise InvalidTask(msg) from exc
+        if not isinstance(task, Task):
+            msg = f"{path!r} is not a task"
+            raise InvalidTask(msg)
+        run_after = payload.get("run_after")
+        return replace(
+            task,
+            queue_name=queue,
+            priority=payload.get("priority", 0),
+            run_after=None if run_after is None else datetime.fromisoformat(run_after),
+            backend=self.alias,
+        )
+
+    def _result(self, task: Task, row: dict[str, Any]) -> TaskResult:
+        payload = json.loads(row["payload"])
+        status = row["status"]
+        outcome = json.loads(row["result"]) if row["result"] is not None else None
+        if not isinstance(outcome, dict) or "return_value" not in outcome:
+            outcome = None
+        error = None if row["last_error"] is None else read_error(row["last_error"])
+        # The table keeps one start, the last attempt's: in the result of a
+        # completed job, in the error of a failed attempt, or updated_at
+        # (the claim, then each heartbeat) while it runs.
+        started: Any = None
+        worker_id = None
+        if status == "running":
+            started = row["updated_at"]
+        elif status == "completed" and outcome is not None:
+            started, worker_id = outcome.get("started_at"), outcome.get("worker_id")
+        elif error is not None and status != "completed":
+            started, worker_id = error.started_at, error.worker_id
+        if isinstance(started, str):
+            started = datetime.fromisoformat(started)
+        result = TaskResult(
+            task=task,
+            id=str(row["id"]),
+            status=_STATUSES[status],
+            enqueued_at=row["created_at"],
+            started_at=started,
+            finished_at=(row["completed_at"] or row["updated_at"])
+            if status in _ENDED
+            else None,
+            last_attempted_at=started,
+            args=payload.get("args", []),
+            kwargs=payload.get("kwargs", {}),
+            backend=self.alias,
+            errors=[]
+            if error is None
+            else [
+                TaskError(
+                    exception_class_path=error.exception_class_path,
+                    traceback=error.traceback,
+                )
+            ],
+            # One per attempt; the table does not say which worker ran which.
+            worker_ids=[worker_id or ""] * row["attempts"],
+        )
+        if outcome is not None:
+            object.__setattr__(result, "_return_value", outcome["return_value"])
+        return result
+
+
+def _fetch(cursor: Any, job_id: int) -> dict[str, Any] | None:
+    cursor.execute(JOB_PYFORMAT, {"id": job_id})
+    found = cursor.fetchone()
+    if found is None:
+        return None
+    return dict(zip((c[0] for c in cursor.description), found, strict=True))

@@ -1,0 +1,67 @@
+"""``python manage.py pgqueue_worker``: run the tasks of a ``pgqueue.django.Backend``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from pgqueue.django._runner import run_worker
+
+
+class Command(BaseCommand):
+    """Run a pgqueue worker of the tasks until SIGINT or SIGTERM."""
+
+    help = (
+        "Run the tasks of a pgqueue.django.Backend until SIGINT or SIGTERM. "
+        "`pgqueue worker --django` runs the same worker with every option of pgqueue's."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        """The backend, its queues, and the worker options most often set."""
+        parser.add_argument(
+            "--backend", default="default", help="the alias in TASKS (default: default)"
+        )
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queue_names",
+            metavar="NAME",
+            help="a queue to take tasks from, repeated (default: the backend's QUEUES)",
+        )
+        parser.add_argument(
+            "--concurrency", type=int, help="tasks run at once (per queue)"
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=float,
+            metavar="SECONDS",
+            help="look for due tasks this often besides the wakeups",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="run the tasks that are ready, then exit",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=float,
+            default=30.0,
+            metavar="SECONDS",
+            help="how long the tasks in flight may finish after a signal (default 30)",
+        )
+
+    def handle(self, *args: Any, **given: Any) -> None:
+        """Run the worker until a signal, or drained with --burst."""
+        options = {
+            name: given[name]
+            for name in ("concurrency", "poll_interval")
+            if given[name] is not None
+        }
+        run_worker(
+            given["backend"],
+            queue_names=given["queue_names"],
+            burst=given["burst"],
+            shutdown_timeout=given["shutdown_timeout"],
+            **options,
+        )

@@ -1,0 +1,269 @@
+"""pgqueue.django on a real server: enqueue in a view's transaction, a real worker, the results."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.tasks import TaskResultStatus, default_task_backend
+from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+from django.test import Client
+from django.utils import timezone
+from shop.models import Order
+from shop.tasks import PaymentDeclinedError, attempt, charge, send_receipt, total
+
+from pgqueue.django import JOB_TYPE, database_dsn, pgqueue_priority
+from tests.django_suite.conftest import PROJECT, ROOT, Process, wait_until
+
+PROMPTLY = 10.0  # seconds; the worker polls only every 60
+
+
+def jobs() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pgqueue_jobs")
+        (count,) = cursor.fetchone()
+    return int(count)
+
+
+def table_exists() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('pgqueue_jobs') IS NOT NULL")
+        (exists,) = cursor.fetchone()
+    return bool(exists)
+
+
+def finished(result_id: str) -> Any:
+    def check() -> Any:
+        result = default_task_backend.get_result(result_id)
+        return result if result.is_finished else None
+
+    return check
+
+
+def test_the_migration_applies_reverses_and_upgrades_a_go_table() -> None:
+    assert table_exists()
+    call_command("migrate", "pgqueue", "zero", verbosity=0)
+    assert not table_exists()
+
+    # A table a Go producer made, holding its job: upgraded in place, kept.
+    source = (ROOT / "tests" / "test_schema_upgrade.py").read_text()
+    go_schema = next(
+        node.value.value
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        and getattr(node.targets[0], "id", None) == "GO_SCHEMA"
+        and isinstance(node.value, ast.Constant)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(go_schema)
+        cursor.execute("INSERT INTO pgqueue_jobs (job_type) VALUES ('go.report')")
+    call_command("migrate", "pgqueue", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT job_type, priority FROM pgqueue_jobs")
+        assert cursor.fetchall() == [("go.report", 0)]
+    # Reversing would drop the Go producer's job: refused.
+    with pytest.raises(RuntimeError, match="not Django tasks"):
+        call_command("migrate", "pgqueue", "zero", verbosity=0)
+    assert table_exists()
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM pgqueue_jobs")
+    call_command("migrate", "pgqueue", "zero", verbosity=0)
+    assert not table_exists()
+    call_command("migrate", verbosity=0)
+    assert table_exists()
+
+
+def test_a_views_transaction_writes_the_order_and_a_woken_worker_runs_its_task(
+    worker: Process,
+) -> None:
+    client = Client()
+    started = time.monotonic()
+    response = client.post(
+        "/orders", {"item": "tea", "cents": 250}, content_type="application/json"
+    )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert Order.objects.filter(pk=body["order"]).exists()
+
+    result = wait_until(finished(body["task"]), PROMPTLY, "the receipt task")
+    assert time.monotonic() - started < PROMPTLY  # NOTIFY, not the 60 s poll
+    assert result.status == TaskResultStatus.SUCCESSFUL, result.errors
+    assert result.return_value == {"order": body["order"], "item": "tea"}
+    assert result.id == body["task"]
+    assert result.args == [body["order"]]
+    assert result.attempts == 1
+    assert result.errors == []
+    assert result.enqueued_at <= result.started_at <= result.finished_at
+    assert Order.objects.get(pk=body["order"]).receipt_sent
+
+    # The other ways to read it agree, and refresh() updates a stale one.
+    assert send_receipt.get_result(body["task"]).return_value == result.return_value
+    status = client.get(f"/tasks/{body['task']}").json()
+    assert status == {
+        "status": "SUCCESSFUL",
+        "attempts": 1,
+        "return_value": result.return_value,
+    }
+
+    stale = send_receipt.enqueue(body["order"])
+    assert stale.status == TaskResultStatus.READY
+    wait_until(finished(stale.id), PROMPTLY, "a second receipt")
+    stale.refresh()
+    assert stale.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_async_and_context_tasks_run(worker: Process) -> None:
+    orders = [Order.objects.create(item="a", cents=c).pk for c in (100, 250)]
+    summed = total.enqueue(orders)
+    counted = attempt.enqueue()
+    assert wait_until(finished(summed.id), PROMPTLY, "total").return_value == 350
+    assert wait_until(finished(counted.id), PROMPTLY, "attempt").return_value == 1
+
+
+def test_a_failing_task_is_failed_with_its_error_after_its_retries(
+    worker: Process,
+) -> None:
+    result = charge.enqueue(7)
+    failed = wait_until(finished(result.id), PROMPTLY, "the failing task")
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.attempts == 2  # OPTIONS["MAX_ATTEMPTS"]
+    [error] = failed.errors
+    assert error.exception_class is PaymentDeclinedError
+    assert error.exception_class_path == "shop.tasks.PaymentDeclinedError"
+    assert "card declined for order 7" in error.traceback
+    assert error.traceback.startswith("Traceback (most recent call last):")
+    assert failed.finished_at is not None
+    with pytest.raises(ValueError, match="Task failed"):
+        _ = failed.return_value
+    # Its priority (50) is pgqueue's 3; its queue is the task's.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT queue, priority, job_type, status FROM pgqueue_jobs WHERE id = %s",
+            [int(result.id)],
+        )
+        assert cursor.fetchone() == ("payments", 3, JOB_TYPE, "dead")
+
+
+def test_a_rolled_back_view_writes_nothing_and_wakes_no_worker() -> None:
+    before_jobs, before_orders = jobs(), Order.objects.count()
+    with psycopg.connect(database_dsn(), autocommit=True) as listener:
+        listener.execute("LISTEN pgqueue_jobs")
+        client = Client(raise_request_exception=False)
+        response = client.post(
+            "/orders",
+            {"item": "tea", "cents": 250, "fail": True},
+            content_type="application/json",
+        )
+        assert response.status_code == 500
+        # A NOTIFY sent after the rollback: any wakeup the rollback let
+        # through would be delivered before it.
+        with connection.cursor() as cursor:
+            cursor.execute("NOTIFY pgqueue_jobs, 'sentinel'")
+        payloads = []
+        for notify in listener.notifies(timeout=PROMPTLY):
+            payloads.append(notify.payload)
+            if notify.payload == "sentinel":
+                break
+    assert payloads == ["sentinel"]
+    assert (jobs(), Order.objects.count()) == (before_jobs, before_orders)
+
+
+def test_bad_input_raises_before_anything_is_written() -> None:
+    before = jobs()
+    with transaction.atomic():
+        with pytest.raises(TypeError, match="must be JSON"):
+            send_receipt.enqueue(object())
+        with pytest.raises(TypeError, match="must be JSON"):
+            send_receipt.enqueue(timezone.now())
+        with pytest.raises(InvalidTask, match="priority"):
+            send_receipt.using(priority=101)
+        with pytest.raises(InvalidTask, match="priority"):
+            send_receipt.using(priority=-101)
+        with pytest.raises(InvalidTask, match="Queue 'nope' is not valid"):
+            send_receipt.using(queue_name="nope")
+        with pytest.raises(InvalidTask, match="aware"):
+            send_receipt.using(run_after=timezone.now().replace(tzinfo=None))
+    assert jobs() == before
+    for bad in ("abc", "-1", "1.5", "99999999999999999999", str(10**6)):
+        with pytest.raises(TaskResultDoesNotExist):
+            default_task_backend.get_result(bad)
+
+
+def test_run_after_priority_and_queue_reach_the_job() -> None:
+    later = timezone.now() + timedelta(hours=1)
+    result = charge.using(run_after=later, priority=-100).enqueue(order_id=3)
+    assert result.status == TaskResultStatus.READY
+    assert result.task.run_after == later
+    assert result.task.priority == -100
+    assert result.kwargs == {"order_id": 3}
+    again = charge.get_result(result.id)
+    assert (again.task.run_after, again.task.priority, again.task.queue_name) == (
+        later,
+        -100,
+        "payments",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT run_at, priority, payload::text FROM pgqueue_jobs WHERE id = %s",
+            [int(result.id)],
+        )
+        run_at, priority, payload = cursor.fetchone()
+        cursor.execute("DELETE FROM pgqueue_jobs WHERE id = %s", [int(result.id)])
+    assert (run_at, priority) == (later, -5)
+    assert json.loads(payload) == {
+        "task": "shop.tasks.charge",
+        "args": [],
+        "kwargs": {"order_id": 3},
+        "priority": -100,
+        "run_after": later.isoformat(),
+    }
+
+
+def test_priorities_keep_their_order_in_pgqueues_range() -> None:
+    mapped = [pgqueue_priority(p) for p in range(-100, 101)]
+    assert mapped == sorted(mapped)
+    assert (mapped[0], mapped[100], mapped[-1]) == (-5, 0, 5)
+    assert (pgqueue_priority(1), pgqueue_priority(-1), pgqueue_priority(20)) == (
+        1,
+        -1,
+        1,
+    )
+    assert (pgqueue_priority(21), pgqueue_priority(81)) == (2, 5)
+
+
+def test_pgqueue_worker_django_runs_the_tasks_and_never_shows_the_password() -> None:
+    result = send_receipt.enqueue(Order.objects.create(item="b", cents=1).pk)
+    env = dict(os.environ)
+    dsn = urlsplit(env["PGQUEUE_DSN"])
+    password = dsn.password
+    if password is None:  # the test server trusts: any password will do
+        password = "s3cret-pw"
+        env["PGQUEUE_DSN"] = dsn._replace(
+            netloc=f"{dsn.username}:{password}@{dsn.netloc.rpartition('@')[2]}"
+        ).geturl()
+    cli = subprocess.run(
+        [sys.executable, "-m", "pgqueue", "worker", "--django", "--burst"],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert (
+        default_task_backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    )
+    assert f"running the tasks of backend default from {dsn.username}@" in cli.stderr
+    assert password not in cli.stderr
