@@ -140,7 +140,7 @@ async def test_a_trigger_rolled_back_with_its_business_row_leaves_neither(
     class Abort(Exception):
         pass
 
-    async def order_then_fail(connection: asyncpg.Connection) -> None:
+    async def order_then_fail(connection: pgqueue.Connection) -> None:
         async with connection.transaction():
             await connection.execute(f"INSERT INTO {orders} (item) VALUES ('book')")
             raise Abort
