@@ -10,6 +10,7 @@ import dataclasses
 import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
@@ -29,18 +30,19 @@ from pgqueue._core.schema import SCHEMA_ERRORS, missing_pieces, schema_failure
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
-    from datetime import datetime
 
     from pgqueue._queue import Executor
 
 __all__ = [
     "Admin",
+    "FailedAttempt",
     "JobInfo",
     "JobPreview",
     "JobSummary",
     "QueueStats",
     "ScheduleInfo",
     "SchemaState",
+    "SnoozedAttempt",
 ]
 
 PREVIEW_CHARS = 50_000
@@ -58,7 +60,9 @@ _V2_COLUMNS = frozenset(_sql.REQUIRED_COLUMNS) - frozenset(_GO_COLUMNS)
 
 def _json_value(value: object) -> Any:
     if isinstance(value, tuple):
-        return list(value)
+        return [_json_value(item) for item in value]
+    if isinstance(value, _JSONShape):
+        return value.to_json()
     isoformat = getattr(value, "isoformat", None)
     return isoformat() if callable(isoformat) else value
 
@@ -74,6 +78,87 @@ class _JSONShape:
             field.name: _json_value(getattr(self, field.name))
             for field in dataclasses.fields(self)  # type: ignore[arg-type]
         }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedAttempt(_JSONShape):
+    """One failed attempt of a job, in `JobInfo.errors`.
+
+    Attributes:
+        attempt: the attempt that failed (1 for the first).
+        at: when its failure was written (the database's clock).
+        error: its error, as ``last_error`` held it then (capped alike);
+            ``no heartbeat for N s`` for a run the rescue sweep found
+            orphaned.
+
+    .. versionadded:: 0.1
+    """
+
+    attempt: int | None
+    at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnoozedAttempt(_JSONShape):
+    """One snooze of a job (its handler raised `pgqueue.Snooze`), in `JobInfo.snoozed`.
+
+    A snooze gives its attempt back, so it is no failure: snoozes are kept
+    apart from `JobInfo.errors`, with a history of their own.
+
+    Attributes:
+        attempt: the attempt that snoozed (and was given back).
+        at: when the snooze was written (the database's clock).
+        delay: the seconds the job was put off.
+
+    .. versionadded:: 0.1
+    """
+
+    attempt: int | None
+    at: datetime | None
+    delay: float | None
+
+
+def _history(text: str | None, detail: str) -> tuple[Any, ...]:
+    """The entries of a history column's JSON text, oldest first.
+
+    ``detail`` names the entry's own field: ``error`` (`FailedAttempt`) or
+    ``delay`` (`SnoozedAttempt`). pgqueue writes them; a field that is
+    missing or of the wrong type (written by hand) reads as None rather
+    than failing the read.
+    """
+    if text is None:
+        return ()
+    entries = json.loads(text)
+    if not isinstance(entries, list):
+        return ()
+    found: list[FailedAttempt | SnoozedAttempt] = []
+    for entry in entries[-_sql.HISTORY_KEPT :]:
+        if not isinstance(entry, dict):
+            continue
+        attempt = entry.get("attempt")
+        if not isinstance(attempt, int) or isinstance(attempt, bool):
+            attempt = None
+        at = _moment(entry.get("at"))
+        value = entry.get(detail)
+        if detail == "error":
+            error = value if isinstance(value, str) else None
+            found.append(FailedAttempt(attempt=attempt, at=at, error=error))
+        else:
+            delay = None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                delay = float(value)
+            found.append(SnoozedAttempt(attempt=attempt, at=at, delay=delay))
+    return tuple(found)
+
+
+def _moment(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +218,14 @@ class JobInfo(_JSONShape):
     ``payload`` and ``result`` are the decoded JSON values (``result`` is
     None until a handler returns one). ``status`` is one of the five
     statuses (pending, running, completed, dead, cancelled).
+
+    Attributes:
+        errors: the job's failed attempts, oldest first, the newest 20
+            kept. Each retried or dead-lettered attempt is one, and so is
+            each run the rescue sweep found orphaned. Attempts a Go worker failed are not there (it
+            sets ``last_error`` only).
+        snoozed: the job's snoozes, oldest first, the newest 20 kept
+            (``snoozes`` counts them all).
     """
 
     id: int
@@ -152,6 +245,8 @@ class JobInfo(_JSONShape):
     cancel_requested: bool
     payload: Any
     result: Any
+    errors: tuple[FailedAttempt, ...] = ()
+    snoozed: tuple[SnoozedAttempt, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,9 +302,11 @@ class JobPreview(_JSONShape):
             None. For a completed job, it is the error of an earlier
             attempt.
         last_error_truncated: whether ``last_error`` was cut.
+        errors: `JobInfo.errors`, each error cut to its first
+            ``max_chars`` characters in the database.
+        snoozed: `JobInfo.snoozed`.
 
-    .. versionadded:: 0.1
-    """
+    .. versionadded:: 0.1"""
 
     id: int
     queue: str
@@ -231,6 +328,8 @@ class JobPreview(_JSONShape):
     result_truncated: bool
     last_error: str | None
     last_error_truncated: bool
+    errors: tuple[FailedAttempt, ...] = ()
+    snoozed: tuple[SnoozedAttempt, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -311,6 +410,8 @@ def _job_info(row: asyncpg.Record) -> JobInfo:
         cancel_requested=row["cancel_requested"],
         payload=json.loads(row["payload"]),
         result=None if result is None else json.loads(result),
+        errors=_history(row["errors"], "error"),
+        snoozed=_history(row["snoozed"], "delay"),
     )
 
 
@@ -340,6 +441,8 @@ def _job_preview(row: asyncpg.Record, size: int) -> JobPreview:
         result_truncated=result_cut,
         last_error=error,
         last_error_truncated=error_cut,
+        errors=_history(row["errors"], "error"),
+        snoozed=_history(row["snoozed"], "delay"),
     )
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "ERROR_LINE_CHARS",
     "FINISH",
     "HEAD_OF_LINE",
+    "HISTORY_KEPT",
     "JOB",
     "JOBS_CHANNEL",
     "JOB_PREVIEW",
@@ -318,7 +319,9 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     snoozes          INT         NOT NULL DEFAULT 0,
     result           JSONB,
     tracked          BOOLEAN     NOT NULL DEFAULT false,
-    trace_context    TEXT
+    trace_context    TEXT,
+    errors           JSONB,
+    snoozed          JSONB
 );
 
 -- The Go module's claims, and ours of jobs without a priority.
@@ -346,7 +349,9 @@ ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS snoozes          INT      NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS result           JSONB,
     ADD COLUMN IF NOT EXISTS tracked          BOOLEAN  NOT NULL DEFAULT false,
-    ADD COLUMN IF NOT EXISTS trace_context    TEXT;
+    ADD COLUMN IF NOT EXISTS trace_context    TEXT,
+    ADD COLUMN IF NOT EXISTS errors           JSONB,
+    ADD COLUMN IF NOT EXISTS snoozed          JSONB;
 
 DO $$
 DECLARE
@@ -831,6 +836,40 @@ RETURNING (SELECT slots FROM granted)
 # A worker gives its leases back as it stops ($1, its id).
 RELEASE_LEASES = "DELETE FROM pgqueue_leases WHERE worker = $1"
 
+HISTORY_KEPT = 20
+"""The most entries ``errors`` (failed attempts) and ``snoozed`` (snoozes) keep: the newest."""
+
+
+def _appended(column: str, entry: str) -> str:
+    """``column`` (a JSON array, or NULL) with ``entry`` appended, keeping the last `HISTORY_KEPT`.
+
+    Anything but an array there (written by hand) starts a new history
+    rather than failing the outcome write.
+    """
+    return (
+        f"CASE WHEN jsonb_typeof({column}) = 'array'"
+        f" THEN jsonb_path_query_array({column}, '$[last - {HISTORY_KEPT - 2} to last]')"
+        f" ELSE '[]'::jsonb END || jsonb_build_array({entry})"
+    )
+
+
+# A failed attempt's entry in ``errors`` (oldest first): its attempt, when
+# it ended (the database's clock) and its error, the same text as
+# last_error (capped alike, before it is sent). A snooze's entry in
+# ``snoozed``: the attempt it gave back, when, and for how many seconds.
+_FAILED_ATTEMPT = _appended(
+    "j.errors",
+    "jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', o.error)",
+)
+_NO_HEARTBEAT = """jsonb_build_object(
+    'attempt', j.attempts, 'at', now(),
+    'error', 'no heartbeat for '
+             || coalesce(floor(extract(epoch FROM now() - j.updated_at))::int8::text, '?') || ' s')"""
+_SNOOZE = _appended(
+    "j.snoozed",
+    "jsonb_build_object('attempt', j.attempts, 'at', now(), 'delay', o.delay)",
+)
+
 # One statement writes the outcomes of many runs. Each row is fenced on the
 # attempt it claimed: a run that was rescued and superseded matches nothing.
 # status is 'completed' (with its result), 'dead', 'cancelled', 'pending'
@@ -865,6 +904,9 @@ SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'sno
                         ELSE o.error END,
     result       = CASE WHEN o.status = 'completed' THEN o.result::jsonb ELSE j.result END,
     completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
+    errors       = CASE WHEN o.status IN ('pending', 'dead') THEN {_FAILED_ATTEMPT} ELSE j.errors END,
+    snoozed      = CASE WHEN o.status = 'snoozed' AND NOT j.cancel_requested
+                        THEN {_SNOOZE} ELSE j.snoozed END,
     updated_at   = now()
 FROM unnest($1::text::bigint[], $2::text::int[], $3::text[], $4::text::float8[], $5::text[], $6::text[])
     AS o(id, attempts, status, delay, error, result)
@@ -903,14 +945,18 @@ SELECT id FROM touched WHERE cancel_requested
 # cancelled. Orphans of the worker's queues ($1, a text[]); each row comes
 # back with its queue and new status. At most $3 rows a statement; rows
 # another session holds (a heartbeat or an outcome being written) are skipped.
-RESCUE = """
+# An orphan put back or dead-lettered records its attempt in the history
+# ("no heartbeat for N s", N the whole seconds since the row was last seen).
+RESCUE = f"""
 WITH rescued AS (
-    UPDATE pgqueue_jobs
+    UPDATE pgqueue_jobs AS j
     SET status     = CASE WHEN cancel_requested THEN 'cancelled'
                           WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
         last_error = CASE WHEN cancel_requested THEN 'cancelled by request'
                           WHEN attempts < max_attempts THEN last_error
                           ELSE 'rescued after exceeding max attempts' END,
+        errors     = CASE WHEN cancel_requested THEN errors
+                          ELSE {_appended("j.errors", _NO_HEARTBEAT)} END,
         updated_at = now()
     WHERE id = ANY(ARRAY(
         SELECT id
@@ -956,6 +1002,8 @@ REQUIRED_COLUMNS = (
     "result",
     "tracked",
     "trace_context",
+    "errors",
+    "snoozed",
 )
 """The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
@@ -1165,7 +1213,8 @@ _JOB_COLUMNS = f"""
     id, queue, job_type, status, attempts, max_attempts, priority, {_readable("run_at")},
     {_readable("created_at")}, {_readable("updated_at")}, {_readable("completed_at")},
     last_error, unique_key, snoozes, cancel_requested,
-    payload::text AS payload, result::text AS result
+    payload::text AS payload, result::text AS result,
+    errors::text AS errors, snoozed::text AS snoozed
 """
 
 JOB = f"SELECT {_JOB_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
@@ -1190,6 +1239,24 @@ _SUMMARY_COLUMNS = f"""{_SCALAR_COLUMNS},
 # One job's summary (the dashboard's confirmation pages).
 JOB_SUMMARY = f"SELECT {_SUMMARY_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
 
+
+def _history_preview(column: str, detail: str) -> str:
+    """The last `HISTORY_KEPT` entries of ``column`` as JSON text, each bounded.
+
+    ``attempt`` is kept only if it is a number and ``at`` cut to 40
+    characters; ``detail`` is the entry's own field (its error cut to the
+    preview's size). A history written by hand costs no more to read.
+    """
+    return f"""(
+           SELECT jsonb_agg(jsonb_build_object(
+                      'attempt', CASE WHEN jsonb_typeof(e->'attempt') = 'number' THEN e->'attempt' END,
+                      'at', substr(e->>'at', 1, 40), {detail}) ORDER BY x.n)::text
+           FROM jsonb_array_elements(CASE WHEN jsonb_typeof({column}) = 'array' THEN {column} END)
+                WITH ORDINALITY AS x(e, n)
+           WHERE x.n > jsonb_array_length({column}) - {HISTORY_KEPT} AND jsonb_typeof(e) = 'object'
+       )"""
+
+
 # One job with its payload and result as JSON text, and its last error,
 # each cut to $2 + 1 characters in the database (one more than shown, which
 # says it was cut), so a job of any size costs a bounded read.
@@ -1197,7 +1264,9 @@ JOB_PREVIEW = f"""
 SELECT {_SCALAR_COLUMNS},
        substr(payload::text, 1, c.chars) AS payload,
        substr(result::text, 1, c.chars) AS result,
-       substr(last_error, 1, c.chars) AS last_error
+       substr(last_error, 1, c.chars) AS last_error,
+       {_history_preview("errors", "'error', CASE WHEN jsonb_typeof(e->'error') = 'string' THEN substr(e->>'error', 1, c.chars - 1) END")} AS errors,
+       {_history_preview("snoozed", "'delay', CASE WHEN jsonb_typeof(e->'delay') = 'number' THEN e->'delay' END")} AS snoozed
 FROM pgqueue_jobs, (SELECT least($2::int8 + 1, 2147483647)::int AS chars) AS c
 WHERE id = $1
 """
