@@ -307,6 +307,7 @@ async def test_jobs_lists_newest_first_by_keyset_and_filters(
         "result",
         "errors",
         "snoozed",
+        "checkpoint",
     ]
     assert shape["run_at"] == later.isoformat()
     assert await admin.job(2**62) is None

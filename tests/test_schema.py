@@ -59,6 +59,7 @@ V2_COLUMNS = {
     "trace_context": ("text", "YES", None),
     "errors": ("jsonb", "YES", None),
     "snoozed": ("jsonb", "YES", None),
+    "checkpoint": ("jsonb", "YES", None),
 }
 
 

@@ -226,6 +226,9 @@ class JobInfo(_JSONShape):
             sets ``last_error`` only).
         snoozed: the job's snoozes, oldest first, the newest 20 kept
             (``snoozes`` counts them all).
+        checkpoint: the value the job's handler last stored with
+            `Job.checkpoint` (decoded JSON), which its next attempt resumes
+            from; None when there is none. Completion clears it.
     """
 
     id: int
@@ -247,6 +250,7 @@ class JobInfo(_JSONShape):
     result: Any
     errors: tuple[FailedAttempt, ...] = ()
     snoozed: tuple[SnoozedAttempt, ...] = ()
+    checkpoint: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -305,6 +309,9 @@ class JobPreview(_JSONShape):
         errors: `JobInfo.errors`, each error cut to its first
             ``max_chars`` characters in the database.
         snoozed: `JobInfo.snoozed`.
+        checkpoint: the checkpoint's JSON text, at most ``max_chars``
+            characters, or None.
+        checkpoint_truncated: whether ``checkpoint`` was cut.
 
     .. versionadded:: 0.1"""
 
@@ -330,6 +337,8 @@ class JobPreview(_JSONShape):
     last_error_truncated: bool
     errors: tuple[FailedAttempt, ...] = ()
     snoozed: tuple[SnoozedAttempt, ...] = ()
+    checkpoint: str | None = None
+    checkpoint_truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -391,7 +400,7 @@ class SchemaState(_JSONShape):
 
 
 def _job_info(row: asyncpg.Record) -> JobInfo:
-    result = row["result"]
+    result, checkpoint = row["result"], row["checkpoint"]
     return JobInfo(
         id=row["id"],
         queue=row["queue"],
@@ -412,6 +421,7 @@ def _job_info(row: asyncpg.Record) -> JobInfo:
         result=None if result is None else json.loads(result),
         errors=_history(row["errors"], "error"),
         snoozed=_history(row["snoozed"], "delay"),
+        checkpoint=None if checkpoint is None else json.loads(checkpoint),
     )
 
 
@@ -433,6 +443,7 @@ def _job_preview(row: asyncpg.Record, size: int) -> JobPreview:
     payload, payload_cut = _cut(row["payload"], size)
     result, result_cut = _cut(row["result"], size)
     error, error_cut = _cut(row["last_error"], size)
+    checkpoint, checkpoint_cut = _cut(row["checkpoint"], size)
     return JobPreview(
         **scalars,
         payload=payload or "",
@@ -443,6 +454,8 @@ def _job_preview(row: asyncpg.Record, size: int) -> JobPreview:
         last_error_truncated=error_cut,
         errors=_history(row["errors"], "error"),
         snoozed=_history(row["snoozed"], "delay"),
+        checkpoint=checkpoint,
+        checkpoint_truncated=checkpoint_cut,
     )
 
 
@@ -724,7 +737,7 @@ class Admin:
 
         One statement for all ids. A retried job is ``pending`` with
         ``run_at = now()``, its cancel request cleared, its ``last_error``
-        kept, and ``max_attempts`` raised to ``attempts + N``: its
+        and checkpoint kept (its next attempt resumes from it), and ``max_attempts`` raised to ``attempts + N``: its
         ``attempts`` are never reset, so a stale run still holding an old
         attempt number stays fenced off and can overwrite nothing. Workers
         of its queue are woken at once (a NOTIFY on ``pgqueue_jobs``).

@@ -18,6 +18,7 @@ __all__ = [
     "ADMIN_INDEXES",
     "CANCEL",
     "CANCEL_REQUESTED",
+    "CHECKPOINT",
     "CLAIM",
     "CLAIM_TYPES",
     "COMPLETE",
@@ -61,6 +62,7 @@ __all__ = [
     "PERIODIC_TABLE_EXISTS",
     "PERIODIC_TICK",
     "PRIORITIES",
+    "PROGRESS_CHARS",
     "PRUNE",
     "PRUNE_BATCH",
     "PRUNE_BATCH_ANY",
@@ -321,7 +323,8 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     tracked          BOOLEAN     NOT NULL DEFAULT false,
     trace_context    TEXT,
     errors           JSONB,
-    snoozed          JSONB
+    snoozed          JSONB,
+    checkpoint       JSONB
 );
 
 -- The Go module's claims, and ours of jobs without a priority.
@@ -351,7 +354,8 @@ ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS tracked          BOOLEAN  NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS trace_context    TEXT,
     ADD COLUMN IF NOT EXISTS errors           JSONB,
-    ADD COLUMN IF NOT EXISTS snoozed          JSONB;
+    ADD COLUMN IF NOT EXISTS snoozed          JSONB,
+    ADD COLUMN IF NOT EXISTS checkpoint       JSONB;
 
 DO $$
 DECLARE
@@ -732,6 +736,7 @@ CLAIM_COLUMNS = (
     "snoozes",
     "claimed_at",
     "trace_context",
+    "checkpoint",
 )
 """The columns a claim returns, in this order (`pgqueue._engine.claimer.jobs_from_rows` unpacks them)."""
 
@@ -745,6 +750,7 @@ _CLAIM_EXPRESSIONS = {
         "         ELSE format('run_at %s, created_at %s', run_at, created_at) END"
     ),
     "claimed_at": "(extract(epoch FROM now()) * 1000000)::int8",
+    "checkpoint": "checkpoint::text",
 }
 _CLAIM_RETURNING = ",\n    ".join(
     f"{_CLAIM_EXPRESSIONS[name]} AS {name}" if name in _CLAIM_EXPRESSIONS else name
@@ -904,6 +910,7 @@ SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'sno
                         ELSE o.error END,
     result       = CASE WHEN o.status = 'completed' THEN o.result::jsonb ELSE j.result END,
     completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
+    checkpoint   = CASE WHEN o.status = 'completed' THEN NULL ELSE j.checkpoint END,
     errors       = CASE WHEN o.status IN ('pending', 'dead') THEN {_FAILED_ATTEMPT} ELSE j.errors END,
     snoozed      = CASE WHEN o.status = 'snoozed' AND NOT j.cancel_requested
                         THEN {_SNOOZE} ELSE j.snoozed END,
@@ -915,15 +922,27 @@ WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
 FINISH = f"{_FINISH}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
 
 # FINISH for a batch of runs that all completed, a drain's usual batch:
-# the same write without FINISH's per-row cases.
+# the same write without FINISH's per-row cases. Completion clears the
+# job's checkpoint (FINISH's too).
 _COMPLETE = f"""
 UPDATE pgqueue_jobs AS j
-SET status = 'completed', result = o.result::jsonb, completed_at = now(), updated_at = now()
+SET status = 'completed', result = o.result::jsonb, checkpoint = NULL,
+    completed_at = now(), updated_at = now()
 FROM unnest($1::text::bigint[], $2::text::int[], $3::text[]) AS o(id, attempts, result)
 WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
 """
 COMPLETE = f"{_COMPLETE}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
 
+# A handler's checkpoint ($3, JSON text) of job $1, fenced like every
+# outcome on the attempt its run claimed ($2): a run that was rescued and
+# superseded matches nothing, and gets no row back. It counts as a
+# heartbeat of that run.
+CHECKPOINT = f"""
+UPDATE pgqueue_jobs AS j
+SET checkpoint = $3::text::jsonb, updated_at = now()
+WHERE j.id = $1 AND j.attempts = $2 AND {_STILL_RUNNING}
+RETURNING true
+"""
 
 # A heartbeat: running rows this worker still holds were seen alive now
 # (fenced like FINISH, and spelled like it for the same plan). Returns the
@@ -1004,6 +1023,7 @@ REQUIRED_COLUMNS = (
     "trace_context",
     "errors",
     "snoozed",
+    "checkpoint",
 )
 """The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
@@ -1081,15 +1101,20 @@ GROUP BY queue
 
 # The $2 jobs running longest: seconds since they were due (run_at, as
 # Admin's longest_running) and since they were last heard from (claimed or
-# heartbeat, updated_at). The running rows come through the rescue index,
+# heartbeat, updated_at), and their progress: the first PROGRESS_CHARS
+# characters of their checkpoint's JSON text. The running rows come through the rescue index,
 # and are few (no more than the workers' concurrency, plus orphans).
 # Queue $1, or every queue.
-DASHBOARD_RUNNING = """
+PROGRESS_CHARS = 200
+"""The most characters of a running job's checkpoint a dashboard frame reads."""
+
+DASHBOARD_RUNNING = f"""
 SELECT id, queue, job_type,
        CASE WHEN isfinite(run_at)
             THEN greatest(extract(epoch FROM now() - run_at), 0)::float8 END AS running_for,
        CASE WHEN isfinite(updated_at)
-            THEN greatest(extract(epoch FROM now() - updated_at), 0)::float8 END AS heard_from
+            THEN greatest(extract(epoch FROM now() - updated_at), 0)::float8 END AS heard_from,
+       left(checkpoint::text, {PROGRESS_CHARS}) AS progress
 FROM pgqueue_jobs
 WHERE status = 'running' AND ($1::text IS NULL OR queue = $1)
 ORDER BY run_at, id
@@ -1214,7 +1239,7 @@ _JOB_COLUMNS = f"""
     {_readable("created_at")}, {_readable("updated_at")}, {_readable("completed_at")},
     last_error, unique_key, snoozes, cancel_requested,
     payload::text AS payload, result::text AS result,
-    errors::text AS errors, snoozed::text AS snoozed
+    errors::text AS errors, snoozed::text AS snoozed, checkpoint::text AS checkpoint
 """
 
 JOB = f"SELECT {_JOB_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
@@ -1264,6 +1289,7 @@ JOB_PREVIEW = f"""
 SELECT {_SCALAR_COLUMNS},
        substr(payload::text, 1, c.chars) AS payload,
        substr(result::text, 1, c.chars) AS result,
+       substr(checkpoint::text, 1, c.chars) AS checkpoint,
        substr(last_error, 1, c.chars) AS last_error,
        {_history_preview("errors", "'error', CASE WHEN jsonb_typeof(e->'error') = 'string' THEN substr(e->>'error', 1, c.chars - 1) END")} AS errors,
        {_history_preview("snoozed", "'delay', CASE WHEN jsonb_typeof(e->'delay') = 'number' THEN e->'delay' END")} AS snoozed
