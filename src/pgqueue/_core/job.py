@@ -12,7 +12,6 @@ from pgqueue._core.errors import PgQueueError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-    from contextvars import Token
 
     from typing_extensions import TypeVar as DefaultedTypeVar
 
@@ -59,16 +58,15 @@ A context variable, not a field of `Job`: a handler's job may be a copy
 stays what users build."""
 
 
-def checkpoints_through(
-    write: CheckpointWriter | None,
-) -> Token[CheckpointWriter | None]:
-    """Let handlers run from here on (this task, and tasks it starts) checkpoint through ``write``."""
-    return _CHECKPOINTS.set(write)
+def checkpoints_through(write: CheckpointWriter | None) -> None:
+    """Let handlers run from here on (this task, and tasks it starts) checkpoint through ``write``.
 
-
-def checkpoints_done(token: Token[CheckpointWriter | None]) -> None:
-    """Undo `checkpoints_through` (the run has ended)."""
-    _CHECKPOINTS.reset(token)
+    A worker's writer is the same for every job it runs, so it is set once
+    per task that runs jobs (a get costs less than a set and its reset):
+    each job's checkpoint is fenced on its own id and attempt.
+    """
+    if _CHECKPOINTS.get() is not write:
+        _CHECKPOINTS.set(write)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,7 +232,7 @@ _fix_frozen_slots(Job)
     _set_snoozes,
     _set_trace_context,
     _set_last_checkpoint,
-) = (getattr(Job, f.name).__set__ for f in fields(Job))
+) = (getattr(Job, field.name).__set__ for field in fields(Job))
 
 
 def claimed_job(

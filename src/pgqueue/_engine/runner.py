@@ -15,7 +15,7 @@ import anyio.to_thread
 from pgqueue._core.backoff import MAX_BACKOFF
 from pgqueue._core.codec import encode_payload
 from pgqueue._core.errors import RetryAfter, Snooze, describe, is_permanent, storable
-from pgqueue._core.job import checkpoints_done, checkpoints_through
+from pgqueue._core.job import checkpoints_through
 from pgqueue._core.outcome import CANCELLED_ERROR, Kind, Outcome
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ class JobRunner:
         timeout = self._timeout
         running = self._running
         running[job.id] = task or asyncio.current_task()  # type: ignore[assignment]
-        checkpoints = checkpoints_through(self._checkpoints)
+        checkpoints_through(self._checkpoints)
         try:
             if timeout is None:
                 value = await handler(job)
@@ -170,7 +170,6 @@ class JobRunner:
             failure = exc
         finally:
             running.pop(job.id, None)
-            checkpoints_done(checkpoints)
         if self._cancelled and job.id in self._cancelled:
             self._cancelled.discard(job.id)
             _forget_own_cancel()
