@@ -5,8 +5,9 @@
 or ``none``).
 
 Every job of type ``record`` inserts ``(job_id, attempt)`` into
-``fault_invocations`` (the test creates that table) and completes. The
-worker runs until the process is killed or interrupted; the test kills it.
+``fault_invocations`` (the test creates that table) and completes; one of
+type ``hang`` inserts it too, then never returns. The worker runs until the
+process is killed or interrupted; the test kills it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ async def main(dsn: str, queue: str, concurrency: str) -> None:
         @worker.handler("record")
         async def record(job: pgqueue.Job) -> None:
             await pool.execute(RECORD, job.id, job.attempts)
+
+        @worker.handler("hang")
+        async def hang(job: pgqueue.Job) -> None:
+            await pool.execute(RECORD, job.id, job.attempts)
+            await anyio.sleep_forever()
 
         await worker.run()
 

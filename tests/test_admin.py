@@ -305,6 +305,9 @@ async def test_jobs_lists_newest_first_by_keyset_and_filters(
         "cancel_requested",
         "payload",
         "result",
+        "errors",
+        "snoozed",
+        "checkpoint",
     ]
     assert shape["run_at"] == later.isoformat()
     assert await admin.job(2**62) is None

@@ -57,6 +57,9 @@ V2_COLUMNS = {
     "result": ("jsonb", "YES", None),
     "tracked": ("boolean", "NO", "false"),
     "trace_context": ("text", "YES", None),
+    "errors": ("jsonb", "YES", None),
+    "snoozed": ("jsonb", "YES", None),
+    "checkpoint": ("jsonb", "YES", None),
 }
 
 

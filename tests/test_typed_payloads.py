@@ -185,6 +185,7 @@ def test_a_bare_job_keeps_its_fields_and_defaults() -> None:
         "unique_key",
         "snoozes",
         "trace_context",
+        "last_checkpoint",
     ]
     assert (
         plain.last_error,
@@ -192,7 +193,8 @@ def test_a_bare_job_keeps_its_fields_and_defaults() -> None:
         plain.unique_key,
         plain.snoozes,
         plain.trace_context,
-    ) == (None, 0, None, 0, None)
+        plain.last_checkpoint,
+    ) == (None, 0, None, 0, None, None)
     assert not hasattr(plain, "__dict__")  # slotted
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from pgqueue._admin import (
     Admin,
+    FailedAttempt,
     JobInfo,
     JobPreview,
     JobSummary,
     QueueStats,
     ScheduleInfo,
     SchemaState,
+    SnoozedAttempt,
 )
 from pgqueue._core.backoff import Backoff, default_backoff
 from pgqueue._core.errors import (
@@ -58,6 +60,7 @@ __all__ = [
     "EnqueueEvent",
     "EnqueueHook",
     "Executor",
+    "FailedAttempt",
     "Handler",
     "Job",
     "JobInfo",
@@ -81,6 +84,7 @@ __all__ = [
     "SchemaError",
     "SchemaState",
     "Snooze",
+    "SnoozedAttempt",
     "Status",
     "Subscriber",
     "SyncHandler",

@@ -10,6 +10,7 @@ import dataclasses
 import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
@@ -29,18 +30,19 @@ from pgqueue._core.schema import SCHEMA_ERRORS, Row, missing_pieces, schema_fail
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-    from datetime import datetime
 
     from pgqueue._queue import Executor
 
 __all__ = [
     "Admin",
+    "FailedAttempt",
     "JobInfo",
     "JobPreview",
     "JobSummary",
     "QueueStats",
     "ScheduleInfo",
     "SchemaState",
+    "SnoozedAttempt",
 ]
 
 PREVIEW_CHARS = 50_000
@@ -59,7 +61,9 @@ _V2_COLUMNS = frozenset(_sql.REQUIRED_COLUMNS) - frozenset(_GO_COLUMNS)
 
 def _json_value(value: object) -> Any:
     if isinstance(value, tuple):
-        return list(value)
+        return [_json_value(item) for item in value]
+    if isinstance(value, _JSONShape):
+        return value.to_json()
     isoformat = getattr(value, "isoformat", None)
     return isoformat() if callable(isoformat) else value
 
@@ -75,6 +79,87 @@ class _JSONShape:
             field.name: _json_value(getattr(self, field.name))
             for field in dataclasses.fields(self)  # type: ignore[arg-type]
         }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedAttempt(_JSONShape):
+    """One failed attempt of a job, in `JobInfo.errors`.
+
+    Attributes:
+        attempt: the attempt that failed (1 for the first).
+        at: when its failure was written (the database's clock).
+        error: its error, as ``last_error`` held it then (capped alike);
+            ``no heartbeat for N s`` for a run the rescue sweep found
+            orphaned.
+
+    .. versionadded:: 0.1
+    """
+
+    attempt: int | None
+    at: datetime | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnoozedAttempt(_JSONShape):
+    """One snooze of a job (its handler raised `pgqueue.Snooze`), in `JobInfo.snoozed`.
+
+    A snooze gives its attempt back, so it is no failure: snoozes are kept
+    apart from `JobInfo.errors`, with a history of their own.
+
+    Attributes:
+        attempt: the attempt that snoozed (and was given back).
+        at: when the snooze was written (the database's clock).
+        delay: the seconds the job was put off.
+
+    .. versionadded:: 0.1
+    """
+
+    attempt: int | None
+    at: datetime | None
+    delay: float | None
+
+
+def _history(text: str | None, detail: str) -> tuple[Any, ...]:
+    """The entries of a history column's JSON text, oldest first.
+
+    ``detail`` names the entry's own field: ``error`` (`FailedAttempt`) or
+    ``delay`` (`SnoozedAttempt`). pgqueue writes them; a field that is
+    missing or of the wrong type (written by hand) reads as None rather
+    than failing the read.
+    """
+    if text is None:
+        return ()
+    entries = json.loads(text)
+    if not isinstance(entries, list):
+        return ()
+    found: list[FailedAttempt | SnoozedAttempt] = []
+    for entry in entries[-_sql.HISTORY_KEPT :]:
+        if not isinstance(entry, dict):
+            continue
+        attempt = entry.get("attempt")
+        if not isinstance(attempt, int) or isinstance(attempt, bool):
+            attempt = None
+        at = _moment(entry.get("at"))
+        value = entry.get(detail)
+        if detail == "error":
+            error = value if isinstance(value, str) else None
+            found.append(FailedAttempt(attempt=attempt, at=at, error=error))
+        else:
+            delay = None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                delay = float(value)
+            found.append(SnoozedAttempt(attempt=attempt, at=at, delay=delay))
+    return tuple(found)
+
+
+def _moment(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +219,17 @@ class JobInfo(_JSONShape):
     ``payload`` and ``result`` are the decoded JSON values (``result`` is
     None until a handler returns one). ``status`` is one of the five
     statuses (pending, running, completed, dead, cancelled).
+
+    Attributes:
+        errors: the job's failed attempts, oldest first, the newest 20
+            kept. Each retried or dead-lettered attempt is one, and so is
+            each run the rescue sweep found orphaned. Attempts a Go worker failed are not there (it
+            sets ``last_error`` only).
+        snoozed: the job's snoozes, oldest first, the newest 20 kept
+            (``snoozes`` counts them all).
+        checkpoint: the value the job's handler last stored with
+            `Job.checkpoint` (decoded JSON), which its next attempt resumes
+            from; None when there is none. Completion clears it.
     """
 
     id: int
@@ -153,6 +249,9 @@ class JobInfo(_JSONShape):
     cancel_requested: bool
     payload: Any
     result: Any
+    errors: tuple[FailedAttempt, ...] = ()
+    snoozed: tuple[SnoozedAttempt, ...] = ()
+    checkpoint: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,9 +307,14 @@ class JobPreview(_JSONShape):
             None. For a completed job, it is the error of an earlier
             attempt.
         last_error_truncated: whether ``last_error`` was cut.
+        errors: `JobInfo.errors`, each error cut to its first
+            ``max_chars`` characters in the database.
+        snoozed: `JobInfo.snoozed`.
+        checkpoint: the checkpoint's JSON text, at most ``max_chars``
+            characters, or None.
+        checkpoint_truncated: whether ``checkpoint`` was cut.
 
-    .. versionadded:: 0.1
-    """
+    .. versionadded:: 0.1"""
 
     id: int
     queue: str
@@ -232,6 +336,10 @@ class JobPreview(_JSONShape):
     result_truncated: bool
     last_error: str | None
     last_error_truncated: bool
+    errors: tuple[FailedAttempt, ...] = ()
+    snoozed: tuple[SnoozedAttempt, ...] = ()
+    checkpoint: str | None = None
+    checkpoint_truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,7 +402,7 @@ class SchemaState(_JSONShape):
 
 def job_info(row: Row) -> JobInfo:
     """The `JobInfo` of a row of `_sql.JOB` (or of a `jobs` listing)."""
-    result = row["result"]
+    result, checkpoint = row["result"], row["checkpoint"]
     return JobInfo(
         id=row["id"],
         queue=row["queue"],
@@ -313,6 +421,9 @@ def job_info(row: Row) -> JobInfo:
         cancel_requested=row["cancel_requested"],
         payload=json.loads(row["payload"]),
         result=None if result is None else json.loads(result),
+        errors=_history(row["errors"], "error"),
+        snoozed=_history(row["snoozed"], "delay"),
+        checkpoint=None if checkpoint is None else json.loads(checkpoint),
     )
 
 
@@ -334,6 +445,7 @@ def _job_preview(row: asyncpg.Record, size: int) -> JobPreview:
     payload, payload_cut = _cut(row["payload"], size)
     result, result_cut = _cut(row["result"], size)
     error, error_cut = _cut(row["last_error"], size)
+    checkpoint, checkpoint_cut = _cut(row["checkpoint"], size)
     return JobPreview(
         **scalars,
         payload=payload or "",
@@ -342,6 +454,10 @@ def _job_preview(row: asyncpg.Record, size: int) -> JobPreview:
         result_truncated=result_cut,
         last_error=error,
         last_error_truncated=error_cut,
+        errors=_history(row["errors"], "error"),
+        snoozed=_history(row["snoozed"], "delay"),
+        checkpoint=checkpoint,
+        checkpoint_truncated=checkpoint_cut,
     )
 
 
@@ -569,7 +685,7 @@ class Admin:
 
         One statement for all ids. A retried job is ``pending`` with
         ``run_at = now()``, its cancel request cleared, its ``last_error``
-        kept, and ``max_attempts`` raised to ``attempts + N``: its
+        and checkpoint kept (its next attempt resumes from it), and ``max_attempts`` raised to ``attempts + N``: its
         ``attempts`` are never reset, so a stale run still holding an old
         attempt number stays fenced off and can overwrite nothing. Workers
         of its queue are woken at once (a NOTIFY on ``pgqueue_jobs``).

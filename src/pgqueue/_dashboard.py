@@ -86,6 +86,8 @@ class RunningJob:
     """Seconds since its ``run_at`` (when this attempt was due)."""
     heard_from: float | None
     """Seconds since it was claimed or its worker's last heartbeat."""
+    progress: str | None = None
+    """Its checkpoint's JSON text (`pgqueue.Job.checkpoint`), its first 200 characters; None without one."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,6 +217,7 @@ class Sampler:
                     job_type=row["job_type"],
                     running_for=row["running_for"],
                     heard_from=row["heard_from"],
+                    progress=row["progress"],
                 )
                 for row in running
             ],

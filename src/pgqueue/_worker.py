@@ -78,6 +78,7 @@ from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.options import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, WorkerOptions
 from pgqueue._core.outcome import Outcome
 from pgqueue._core.typed import is_async, typed_handler
+from pgqueue._engine.checkpoints import Checkpoints
 from pgqueue._engine.consumers import RUNNING_FOR
 from pgqueue._engine.control import CancelHints, read_cancel_requested
 from pgqueue._engine.lanes import Lane, LaneServices, LaneSettings, Routes
@@ -701,6 +702,7 @@ class Worker:
             job_timeout=self._job_timeout,
             backoff=SafeBackoff(self._backoff, logger),
             logger=logger,
+            checkpoints=Checkpoints(upkeep_connection),
         )
         self._routes = routes = Routes(self._lanes, self._runner)
         self._writer = OutcomeWriter(

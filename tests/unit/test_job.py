@@ -26,6 +26,7 @@ FIELDS: dict[str, Any] = {
     "unique_key": "k",
     "snoozes": 4,
     "trace_context": '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
+    "last_checkpoint": {"step": [3]},
 }
 
 
@@ -85,6 +86,7 @@ def test_a_claimed_row_is_read_by_the_claim_columns() -> None:
         "snoozes": 4,
         "claimed_at": 1_700_000_000_000_000,
         "trace_context": FIELDS["trace_context"],
+        "checkpoint": '{"step": [3]}',
     }
     assert set(columns) == set(_sql.CLAIM_COLUMNS)
     row = tuple(columns[name] for name in _sql.CLAIM_COLUMNS)
@@ -96,3 +98,28 @@ def test_a_claimed_row_is_read_by_the_claim_columns() -> None:
     ends = [returning.index(f"{name},") for name in _sql.CLAIM_COLUMNS[:-1]]
     assert ends == sorted(ends)
     assert returning.rstrip().endswith(_sql.CLAIM_COLUMNS[-1])
+
+
+def test_a_checkpoint_python_cannot_decode_dead_letters_the_job() -> None:
+    # Written by hand or by another library: 5000 digits is past Python's
+    # int limit. The job cannot resume from it, so it does not run.
+    columns: dict[str, Any] = dict.fromkeys(_sql.CLAIM_COLUMNS)
+    columns.update(
+        id=7,
+        queue="q",
+        job_type="t",
+        payload="{}",
+        attempts=1,
+        max_attempts=5,
+        run_at=FIELDS["run_at"],
+        created_at=FIELDS["created_at"],
+        priority=0,
+        snoozes=0,
+        claimed_at=1_700_000_000_000_000,
+        checkpoint="9" * 5000,
+    )
+    claimed = jobs_from_rows([tuple(columns[name] for name in _sql.CLAIM_COLUMNS)])
+    assert claimed.jobs == []
+    [dead] = claimed.dead
+    assert dead.error is not None
+    assert dead.error.startswith("checkpoint could not be decoded: ValueError")

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import enum
+from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, fields
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar
+
+from pgqueue._core.errors import PgQueueError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from typing_extensions import TypeVar as DefaultedTypeVar
 
     # The default (PEP 696) makes a bare ``Job`` mean ``Job[Any]`` to type
@@ -19,6 +24,7 @@ else:
 
 __all__ = [
     "PERIODIC_KEY_PREFIX",
+    "CheckpointWriter",
     "Job",
     "NewJob",
     "PeriodicKey",
@@ -39,6 +45,30 @@ class Status(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+CheckpointWriter: TypeAlias = "Callable[[Job[Any], Any], Awaitable[bool]]"
+"""What writes the checkpoints of the jobs a worker runs."""
+
+_CHECKPOINTS: ContextVar[CheckpointWriter | None] = ContextVar(
+    "pgqueue_checkpoints", default=None
+)
+"""The checkpoint writer of the worker whose handler runs in this context.
+
+A context variable, not a field of `Job`: a handler's job may be a copy
+(`dataclasses.replace`, as a typed handler's is), and the job's signature
+stays what users build."""
+
+
+def checkpoints_through(write: CheckpointWriter | None) -> None:
+    """Let handlers run from here on (this task, and tasks it starts) checkpoint through ``write``.
+
+    A worker's writer is the same for every job it runs, so it is set once
+    per task that runs jobs (a get costs less than a set and its reset):
+    each job's checkpoint is fenced on its own id and attempt.
+    """
+    if _CHECKPOINTS.get() is not write:
+        _CHECKPOINTS.set(write)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Job(Generic[PayloadT]):
     """A claimed job as a handler sees it.
@@ -54,6 +84,12 @@ class Job(Generic[PayloadT]):
     ``job: Job[SendWelcome]``, where ``SendWelcome`` is a dataclass or a
     pydantic model, gets the payload as a ``SendWelcome`` (see
     `Worker.handler`). A bare ``Job`` is ``Job[Any]``: plain JSON.
+
+    ``last_checkpoint`` is the value the job's last `checkpoint` stored
+    (decoded JSON), from this attempt's start: ``None`` when there is none
+    (a job's first attempt, or one whose earlier attempts stored none). A
+    handler that checkpoints its progress resumes from it when it is run
+    again (after a retry, a rescue or `Admin.retry`); completion clears it.
     """
 
     id: int
@@ -69,6 +105,48 @@ class Job(Generic[PayloadT]):
     unique_key: str | None = None
     snoozes: int = 0
     trace_context: str | None = None
+    last_checkpoint: Any = None
+
+    async def checkpoint(self, value: Any) -> bool:
+        """Store ``value`` on the job's row, for the job's next attempts to resume from.
+
+        ``value`` is any JSON value (as a payload: what ``enqueue`` takes);
+        it replaces the job's previous checkpoint. The job's next attempt
+        reads it as `last_checkpoint`: after a retry, a rescue or
+        `Admin.retry`, so a handler can pick up where it stopped. Completing
+        the job clears it; a dead or cancelled job keeps it.
+
+        The write is fenced like every outcome: it lands only while this
+        run still holds its attempt. Waits for one statement on the
+        worker's upkeep connection (shielded from cancellation: a handler
+        cut off meanwhile stops once it returns), and counts as a heartbeat.
+        Call it from the handler's task, or a task it started.
+
+        Returns:
+            True once the value is stored; False if it was not, because
+            this run has been superseded (rescued while it looked
+            orphaned, and the job run again) or has ended: the run's own
+            outcome will be dropped too, so the handler may as well stop.
+
+        Raises:
+            TypeError, ValueError: ``value`` cannot be stored as JSON
+                (nothing is written).
+            PgQueueError: no worker's handler runs here (a `Job` made by
+                hand, or a task the handler did not start).
+            Exception: what the write raised when it failed (the database
+                unreachable, say): the handler decides what to do (raising
+                it fails the attempt, which is retried as any failure).
+
+        .. versionadded:: 0.1
+        """
+        write = _CHECKPOINTS.get()
+        if write is None:
+            msg = (
+                f"job {self.id} is not run by a worker here: checkpoint from "
+                "the handler a worker runs (or a task it started)"
+            )
+            raise PgQueueError(msg)
+        return await write(self, value)
 
     @property
     def tick(self) -> datetime | None:
@@ -153,6 +231,7 @@ _fix_frozen_slots(Job)
     _set_unique_key,
     _set_snoozes,
     _set_trace_context,
+    _set_last_checkpoint,
 ) = (getattr(Job, field.name).__set__ for field in fields(Job))
 
 
@@ -170,6 +249,7 @@ def claimed_job(
     unique_key: str | None,
     snoozes: int,
     trace_context: str | None,
+    last_checkpoint: Any = None,
 ) -> Job[Any]:
     """The same `Job` as ``Job(...)`` with these fields, built for the claim loop."""
     job: Job[Any] = object.__new__(Job)
@@ -186,6 +266,7 @@ def claimed_job(
     _set_unique_key(job, unique_key)
     _set_snoozes(job, snoozes)
     _set_trace_context(job, trace_context)
+    _set_last_checkpoint(job, last_checkpoint)
     return job
 
 

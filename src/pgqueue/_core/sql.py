@@ -19,6 +19,7 @@ __all__ = [
     "BEGIN_PROBE",
     "CANCEL",
     "CANCEL_REQUESTED",
+    "CHECKPOINT",
     "CLAIM",
     "CLAIM_TYPES",
     "COMPLETE",
@@ -45,6 +46,7 @@ __all__ = [
     "FINISH",
     "FOREIGN_JOBS_PYFORMAT",
     "HEAD_OF_LINE",
+    "HISTORY_KEPT",
     "JOB",
     "JOBS_CHANNEL",
     "JOB_PREVIEW",
@@ -63,6 +65,7 @@ __all__ = [
     "PERIODIC_TABLE_EXISTS",
     "PERIODIC_TICK",
     "PRIORITIES",
+    "PROGRESS_CHARS",
     "PRUNE",
     "PRUNE_BATCH",
     "PRUNE_BATCH_ANY",
@@ -321,7 +324,10 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     snoozes          INT         NOT NULL DEFAULT 0,
     result           JSONB,
     tracked          BOOLEAN     NOT NULL DEFAULT false,
-    trace_context    TEXT
+    trace_context    TEXT,
+    errors           JSONB,
+    snoozed          JSONB,
+    checkpoint       JSONB
 );
 
 -- The Go module's claims, and ours of jobs without a priority.
@@ -349,7 +355,10 @@ ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS snoozes          INT      NOT NULL DEFAULT 0,
     ADD COLUMN IF NOT EXISTS result           JSONB,
     ADD COLUMN IF NOT EXISTS tracked          BOOLEAN  NOT NULL DEFAULT false,
-    ADD COLUMN IF NOT EXISTS trace_context    TEXT;
+    ADD COLUMN IF NOT EXISTS trace_context    TEXT,
+    ADD COLUMN IF NOT EXISTS errors           JSONB,
+    ADD COLUMN IF NOT EXISTS snoozed          JSONB,
+    ADD COLUMN IF NOT EXISTS checkpoint       JSONB;
 
 DO $$
 DECLARE
@@ -730,6 +739,7 @@ CLAIM_COLUMNS = (
     "snoozes",
     "claimed_at",
     "trace_context",
+    "checkpoint",
 )
 """The columns a claim returns, in this order (`pgqueue._engine.claimer.jobs_from_rows` unpacks them)."""
 
@@ -743,6 +753,7 @@ _CLAIM_EXPRESSIONS = {
         "         ELSE format('run_at %s, created_at %s', run_at, created_at) END"
     ),
     "claimed_at": "(extract(epoch FROM now()) * 1000000)::int8",
+    "checkpoint": "checkpoint::text",
 }
 _CLAIM_RETURNING = ",\n    ".join(
     f"{_CLAIM_EXPRESSIONS[name]} AS {name}" if name in _CLAIM_EXPRESSIONS else name
@@ -834,6 +845,40 @@ RETURNING (SELECT slots FROM granted)
 # A worker gives its leases back as it stops ($1, its id).
 RELEASE_LEASES = "DELETE FROM pgqueue_leases WHERE worker = $1"
 
+HISTORY_KEPT = 20
+"""The most entries ``errors`` (failed attempts) and ``snoozed`` (snoozes) keep: the newest."""
+
+
+def _appended(column: str, entry: str) -> str:
+    """``column`` (a JSON array, or NULL) with ``entry`` appended, keeping the last `HISTORY_KEPT`.
+
+    Anything but an array there (written by hand) starts a new history
+    rather than failing the outcome write.
+    """
+    return (
+        f"CASE WHEN jsonb_typeof({column}) = 'array'"
+        f" THEN jsonb_path_query_array({column}, '$[last - {HISTORY_KEPT - 2} to last]')"
+        f" ELSE '[]'::jsonb END || jsonb_build_array({entry})"
+    )
+
+
+# A failed attempt's entry in ``errors`` (oldest first): its attempt, when
+# it ended (the database's clock) and its error, the same text as
+# last_error (capped alike, before it is sent). A snooze's entry in
+# ``snoozed``: the attempt it gave back, when, and for how many seconds.
+_FAILED_ATTEMPT = _appended(
+    "j.errors",
+    "jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', o.error)",
+)
+_NO_HEARTBEAT = """jsonb_build_object(
+    'attempt', j.attempts, 'at', now(),
+    'error', 'no heartbeat for '
+             || coalesce(floor(extract(epoch FROM now() - j.updated_at))::int8::text, '?') || ' s')"""
+_SNOOZE = _appended(
+    "j.snoozed",
+    "jsonb_build_object('attempt', j.attempts, 'at', now(), 'delay', o.delay)",
+)
+
 # One statement writes the outcomes of many runs. Each row is fenced on the
 # attempt it claimed: a run that was rescued and superseded matches nothing.
 # status is 'completed' (with its result), 'dead', 'cancelled', 'pending'
@@ -868,6 +913,10 @@ SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'sno
                         ELSE o.error END,
     result       = CASE WHEN o.status = 'completed' THEN o.result::jsonb ELSE j.result END,
     completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
+    checkpoint   = CASE WHEN o.status = 'completed' THEN NULL ELSE j.checkpoint END,
+    errors       = CASE WHEN o.status IN ('pending', 'dead') THEN {_FAILED_ATTEMPT} ELSE j.errors END,
+    snoozed      = CASE WHEN o.status = 'snoozed' AND NOT j.cancel_requested
+                        THEN {_SNOOZE} ELSE j.snoozed END,
     updated_at   = now()
 FROM unnest($1::text::bigint[], $2::text::int[], $3::text[], $4::text::float8[], $5::text[], $6::text[])
     AS o(id, attempts, status, delay, error, result)
@@ -876,15 +925,27 @@ WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
 FINISH = f"{_FINISH}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
 
 # FINISH for a batch of runs that all completed, a drain's usual batch:
-# the same write without FINISH's per-row cases.
+# the same write without FINISH's per-row cases. Completion clears the
+# job's checkpoint (FINISH's too).
 _COMPLETE = f"""
 UPDATE pgqueue_jobs AS j
-SET status = 'completed', result = o.result::jsonb, completed_at = now(), updated_at = now()
+SET status = 'completed', result = o.result::jsonb, checkpoint = NULL,
+    completed_at = now(), updated_at = now()
 FROM unnest($1::text::bigint[], $2::text::int[], $3::text[]) AS o(id, attempts, result)
 WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
 """
 COMPLETE = f"{_COMPLETE}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
 
+# A handler's checkpoint ($3, JSON text) of job $1, fenced like every
+# outcome on the attempt its run claimed ($2): a run that was rescued and
+# superseded matches nothing, and gets no row back. It counts as a
+# heartbeat of that run.
+CHECKPOINT = f"""
+UPDATE pgqueue_jobs AS j
+SET checkpoint = $3::text::jsonb, updated_at = now()
+WHERE j.id = $1 AND j.attempts = $2 AND {_STILL_RUNNING}
+RETURNING true
+"""
 
 # A heartbeat: running rows this worker still holds were seen alive now
 # (fenced like FINISH, and spelled like it for the same plan). Returns the
@@ -906,14 +967,18 @@ SELECT id FROM touched WHERE cancel_requested
 # cancelled. Orphans of the worker's queues ($1, a text[]); each row comes
 # back with its queue and new status. At most $3 rows a statement; rows
 # another session holds (a heartbeat or an outcome being written) are skipped.
-RESCUE = """
+# An orphan put back or dead-lettered records its attempt in the history
+# ("no heartbeat for N s", N the whole seconds since the row was last seen).
+RESCUE = f"""
 WITH rescued AS (
-    UPDATE pgqueue_jobs
+    UPDATE pgqueue_jobs AS j
     SET status     = CASE WHEN cancel_requested THEN 'cancelled'
                           WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
         last_error = CASE WHEN cancel_requested THEN 'cancelled by request'
                           WHEN attempts < max_attempts THEN last_error
                           ELSE 'rescued after exceeding max attempts' END,
+        errors     = CASE WHEN cancel_requested THEN errors
+                          ELSE {_appended("j.errors", _NO_HEARTBEAT)} END,
         updated_at = now()
     WHERE id = ANY(ARRAY(
         SELECT id
@@ -959,6 +1024,9 @@ REQUIRED_COLUMNS = (
     "result",
     "tracked",
     "trace_context",
+    "errors",
+    "snoozed",
+    "checkpoint",
 )
 """The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
@@ -1041,15 +1109,20 @@ GROUP BY queue
 
 # The $2 jobs running longest: seconds since they were due (run_at, as
 # Admin's longest_running) and since they were last heard from (claimed or
-# heartbeat, updated_at). The running rows come through the rescue index,
+# heartbeat, updated_at), and their progress: the first PROGRESS_CHARS
+# characters of their checkpoint's JSON text. The running rows come through the rescue index,
 # and are few (no more than the workers' concurrency, plus orphans).
 # Queue $1, or every queue.
-DASHBOARD_RUNNING = """
+PROGRESS_CHARS = 200
+"""The most characters of a running job's checkpoint a dashboard frame reads."""
+
+DASHBOARD_RUNNING = f"""
 SELECT id, queue, job_type,
        CASE WHEN isfinite(run_at)
             THEN greatest(extract(epoch FROM now() - run_at), 0)::float8 END AS running_for,
        CASE WHEN isfinite(updated_at)
-            THEN greatest(extract(epoch FROM now() - updated_at), 0)::float8 END AS heard_from
+            THEN greatest(extract(epoch FROM now() - updated_at), 0)::float8 END AS heard_from,
+       left(checkpoint::text, {PROGRESS_CHARS}) AS progress
 FROM pgqueue_jobs
 WHERE status = 'running' AND ($1::text IS NULL OR queue = $1)
 ORDER BY run_at, id
@@ -1173,7 +1246,8 @@ _JOB_COLUMNS = f"""
     id, queue, job_type, status, attempts, max_attempts, priority, {_readable("run_at")},
     {_readable("created_at")}, {_readable("updated_at")}, {_readable("completed_at")},
     last_error, unique_key, snoozes, cancel_requested,
-    payload::text AS payload, result::text AS result
+    payload::text AS payload, result::text AS result,
+    errors::text AS errors, snoozed::text AS snoozed, checkpoint::text AS checkpoint
 """
 
 JOB = f"SELECT {_JOB_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
@@ -1213,6 +1287,24 @@ _SUMMARY_COLUMNS = f"""{_SCALAR_COLUMNS},
 # One job's summary (the dashboard's confirmation pages).
 JOB_SUMMARY = f"SELECT {_SUMMARY_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
 
+
+def _history_preview(column: str, detail: str) -> str:
+    """The last `HISTORY_KEPT` entries of ``column`` as JSON text, each bounded.
+
+    ``attempt`` is kept only if it is a number and ``at`` cut to 40
+    characters; ``detail`` is the entry's own field (its error cut to the
+    preview's size). A history written by hand costs no more to read.
+    """
+    return f"""(
+           SELECT jsonb_agg(jsonb_build_object(
+                      'attempt', CASE WHEN jsonb_typeof(e->'attempt') = 'number' THEN e->'attempt' END,
+                      'at', substr(e->>'at', 1, 40), {detail}) ORDER BY x.n)::text
+           FROM jsonb_array_elements(CASE WHEN jsonb_typeof({column}) = 'array' THEN {column} END)
+                WITH ORDINALITY AS x(e, n)
+           WHERE x.n > jsonb_array_length({column}) - {HISTORY_KEPT} AND jsonb_typeof(e) = 'object'
+       )"""
+
+
 # One job with its payload and result as JSON text, and its last error,
 # each cut to $2 + 1 characters in the database (one more than shown, which
 # says it was cut), so a job of any size costs a bounded read.
@@ -1220,7 +1312,10 @@ JOB_PREVIEW = f"""
 SELECT {_SCALAR_COLUMNS},
        substr(payload::text, 1, c.chars) AS payload,
        substr(result::text, 1, c.chars) AS result,
-       substr(last_error, 1, c.chars) AS last_error
+       substr(checkpoint::text, 1, c.chars) AS checkpoint,
+       substr(last_error, 1, c.chars) AS last_error,
+       {_history_preview("errors", "'error', CASE WHEN jsonb_typeof(e->'error') = 'string' THEN substr(e->>'error', 1, c.chars - 1) END")} AS errors,
+       {_history_preview("snoozed", "'delay', CASE WHEN jsonb_typeof(e->'delay') = 'number' THEN e->'delay' END")} AS snoozed
 FROM pgqueue_jobs, (SELECT least($2::int8 + 1, 2147483647)::int AS chars) AS c
 WHERE id = $1
 """

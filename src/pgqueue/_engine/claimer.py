@@ -314,6 +314,7 @@ def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
         snoozes,
         _claimed_at,
         trace_context,
+        checkpoint_text,
     ) in rows:
         error = None
         try:
@@ -321,6 +322,12 @@ def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
         except (ValueError, RecursionError) as exc:
             payload = None
             error = f"payload could not be decoded: {describe(exc)}"[:1000]
+        checkpoint = None
+        if checkpoint_text is not None:
+            try:
+                checkpoint = json.loads(checkpoint_text)
+            except (ValueError, RecursionError) as exc:
+                error = f"checkpoint could not be decoded: {describe(exc)}"[:1000]
         if unrepresentable is not None:
             run_at = created_at = _UNREPRESENTABLE
             error = f"a time Python cannot represent ({unrepresentable})"
@@ -344,6 +351,7 @@ def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
             unique_key,
             snoozes,
             trace_context,
+            checkpoint,
         )
         if error is None:
             jobs.append(job)

@@ -15,6 +15,7 @@ import anyio.to_thread
 from pgqueue._core.backoff import MAX_BACKOFF
 from pgqueue._core.codec import encode_payload
 from pgqueue._core.errors import RetryAfter, Snooze, describe, is_permanent, storable
+from pgqueue._core.job import checkpoints_through
 from pgqueue._core.outcome import CANCELLED_ERROR, Kind, Outcome
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
     from pgqueue._core.backoff import SafeBackoff
     from pgqueue._core.handler import Handler, SyncHandler
-    from pgqueue._core.job import Job
+    from pgqueue._core.job import CheckpointWriter, Job
     from pgqueue._core.log import Logger
 
 __all__ = [
@@ -98,8 +99,10 @@ class JobRunner:
         job_timeout: float | None,
         backoff: SafeBackoff,
         logger: Logger,
+        checkpoints: CheckpointWriter | None = None,
     ) -> None:
         self._handlers = handlers
+        self._checkpoints = checkpoints
         self._timeout = job_timeout
         self._backoff = backoff
         self._logger = logger
@@ -150,6 +153,7 @@ class JobRunner:
         timeout = self._timeout
         running = self._running
         running[job.id] = task or asyncio.current_task()  # type: ignore[assignment]
+        checkpoints_through(self._checkpoints)
         try:
             if timeout is None:
                 value = await handler(job)

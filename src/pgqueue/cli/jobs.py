@@ -229,6 +229,8 @@ def _print_job(job: JobInfo) -> None:
     table.add_column(style="bold")
     table.add_column()
     for name, value in job.to_json().items():
+        if name in ("errors", "snoozed"):
+            continue  # tables of their own, below
         if name in ("payload", "result"):
             text = printable(
                 json.dumps(value, indent=2, ensure_ascii=False), newlines=True
@@ -240,6 +242,30 @@ def _print_job(job: JobInfo) -> None:
             label = "earlier attempt's error"
         table.add_row(label, Text(text))
     console.print(table, markup=False, highlight=False)
+    if job.errors:
+        errors = Table(title="failed attempts, oldest first", title_justify="left")
+        for column in ("attempt", "at", "error"):
+            errors.add_column(column)
+        for failed in job.errors:
+            errors.add_row(
+                _number(failed.attempt),
+                _time(failed.at),
+                Text(printable(failed.error or "-", newlines=True)),
+            )
+        console.print(errors, markup=False, highlight=False)
+    if job.snoozed:
+        snoozed = Table(title="snoozes, oldest first", title_justify="left")
+        for column in ("attempt", "at", "delay (s)"):
+            snoozed.add_column(column)
+        for snooze in job.snoozed:
+            snoozed.add_row(
+                _number(snooze.attempt), _time(snooze.at), _number(snooze.delay)
+            )
+        console.print(snoozed, markup=False, highlight=False)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
 
 
 def _time(value: datetime | None) -> str:

@@ -145,6 +145,7 @@ def render(
     running.add_column("type", overflow="fold")
     running.add_column("running for", justify="right")
     running.add_column("heartbeat", justify="right")
+    running.add_column("progress", overflow="ellipsis", no_wrap=True, ratio=1)
     for r in frame.longest_running:
         running.add_row(
             str(r.id),
@@ -152,9 +153,10 @@ def render(
             shown(r.job_type),
             seconds_text(r.running_for),
             f"{seconds_text(r.heard_from)} ago",
+            shown(r.progress),
         )
     if not frame.longest_running:
-        running.add_row("", Text("none", style="dim"), "", "", "")
+        running.add_row("", Text("none", style="dim"), "", "", "", "")
 
     dead = Table(title="Latest dead", title_justify="left", box=box.SIMPLE_HEAD)
     dead.add_column("id", justify="right")
