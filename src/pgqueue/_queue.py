@@ -529,8 +529,9 @@ class Queue:
 
         Enqueues with ``connection=`` inside the block (of this queue or any
         other) send no NOTIFY from the transaction: once it commits, one
-        wakeup per queue is sent from a connection of pgqueue's own, as
-        for an enqueue without ``connection=``. If the block raises, the
+        wakeup per queue is sent by the pool's waker, from a connection of
+        pgqueue's own (always, even when no other enqueue is in flight).
+        If the block raises, the
         transaction rolls back and nothing is woken. A NOTIFY in a
         transaction makes its commit wait for every other notifying
         commit; this is the way out for services that commit many
