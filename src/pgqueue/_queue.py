@@ -167,10 +167,10 @@ class Queue:
 
         Without ``connection``: one round trip, which returns once the row
         is committed. The wakeup (a NOTIFY on ``pgqueue_jobs``) rides that
-        statement when no other enqueue of the pool is in flight (a lone
-        notifying commit holds up nobody); else it is sent after the
-        commit, from a connection of pgqueue's own, coalesced with the
-        wakeups of other enqueues in this process.
+        statement when no other enqueue of the pool is in flight and no
+        wakeup is pending (a lone notifying commit holds up nobody); else
+        it is sent after the commit, from a connection of pgqueue's own,
+        coalesced with the wakeups of other enqueues in this process.
         With ``connection`` inside a transaction, the row and its wakeup
         (sent in that transaction) become visible only if it commits; in a
         `transaction` block, the wakeup is sent after the block commits.
@@ -531,8 +531,8 @@ class Queue:
         other) send no NOTIFY from the transaction: once it commits, one
         wakeup per queue is sent by the pool's waker, from a connection of
         pgqueue's own (always, even when no other enqueue is in flight).
-        If the block raises, the
-        transaction rolls back and nothing is woken. A NOTIFY in a
+        If the block raises, the transaction rolls back and nothing is
+        woken. A NOTIFY in a
         transaction makes its commit wait for every other notifying
         commit; this is the way out for services that commit many
         enqueueing transactions at once.
