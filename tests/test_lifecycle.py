@@ -140,7 +140,7 @@ async def test_a_unique_key_returns_the_live_job_and_inserts_and_wakes_nothing(
         first = await queue.enqueue(
             "report", {"v": 1}, unique_key=f"{queue.name}-2026-12"
         )
-        # Its wakeup follows the commit (sent by the pool's waker).
+        # Its wakeup comes with the commit (a lone enqueue NOTIFYs itself).
         await wakeups.wait_for(queue.name)
         wakeups.payloads.clear()
         again = await queue.enqueue(

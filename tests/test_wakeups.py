@@ -1,8 +1,12 @@
 """When the wakeup of an enqueued job is sent, and by whom.
 
-An enqueue that commits by itself commits without NOTIFY; the pool's
-waker (`pgqueue._wake`) sends ``pg_notify('pgqueue_jobs', queue)`` after the
-commit, from a connection of its own, coalesced per queue. In the caller's
+An enqueue that commits by itself, alone (no other of its pool in flight,
+the pool's waker idle), NOTIFYs from its own statement. While another is in
+flight it commits without NOTIFY, and the pool's waker (`pgqueue._wake`)
+sends ``pg_notify('pgqueue_jobs', queue)`` after the commit, from a
+connection of its own, coalesced per queue. The tests hold an enqueue in
+flight for real: its unique key is taken by a row another connection has
+inserted and not committed (`an_enqueue_in_flight`). In the caller's
 transaction the NOTIFY rides the transaction, unless the transaction is a
 `Queue.transaction` block, which wakes after its commit. Every test listens
 as a Go worker does (``LISTEN pgqueue_jobs``) and looks at which backend
@@ -82,7 +86,70 @@ async def nothing_heard_for(
     assert [payload for _, payload in heard.items[after:] if payload == queue] == []
 
 
-async def test_an_enqueue_by_itself_is_woken_after_its_commit_by_the_waker(
+@contextlib.asynccontextmanager
+async def an_enqueue_in_flight(
+    dsn: str, pool: asyncpg.Pool, queue: str
+) -> AsyncIterator[None]:
+    """An enqueue to ``queue`` on ``pool`` without ``connection=``, in flight until the block ends.
+
+    Its statement waits on the lock of a row with its type and unique key
+    that another connection inserted and has not committed (`holding`).
+    When the block ends, that transaction rolls back, and the enqueue
+    inserts its job and returns.
+    """
+    key = f"held-{uuid.uuid4().hex[:8]}"
+
+    async def enqueue() -> None:
+        await pgqueue.Queue(pool, name=queue).enqueue("held", {}, unique_key=key)
+
+    # On the way out, the row's transaction rolls back first; then the task
+    # group waits for the enqueue, which can insert its job.
+    async with (
+        anyio.create_task_group() as tg,
+        holding(dsn, f"{queue}-blocker", key) as blocker_pid,
+    ):
+        tg.start_soon(enqueue)
+        await wait_until(lambda: _waits_on(pool, blocker_pid), within=5)
+        yield
+
+
+@contextlib.asynccontextmanager
+async def holding(dsn: str, queue: str, key: str) -> AsyncIterator[int]:
+    """A job of type ``held`` with unique ``key``, inserted and not committed until the block ends.
+
+    Yields the pid of the backend holding it. Its transaction
+    rolls back at the end: the row never existed, and wakes nothing.
+    """
+    blocker = await asyncpg.connect(dsn)
+    try:
+        transaction = blocker.transaction()
+        await transaction.start()
+        await blocker.execute(_HOLD, queue, key)
+        try:
+            yield blocker.get_server_pid()
+        finally:
+            await transaction.rollback()
+    finally:
+        await blocker.close()
+
+
+_HOLD = """
+INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, unique_key)
+VALUES ($1, 'held', '{}', 1, $2)
+"""
+
+
+async def _waits_on(pool: asyncpg.Pool, pid: int) -> bool:
+    """Whether a backend waits on a lock the backend ``pid`` holds."""
+    waiting: bool = await pool.fetchval(
+        "SELECT EXISTS (SELECT FROM pg_stat_activity"
+        " WHERE $1 = ANY (pg_blocking_pids(pid)))",
+        pid,
+    )
+    return waiting
+
+
+async def test_a_lone_enqueue_is_woken_by_its_own_statement(
     dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
     started = anyio.Event()
@@ -93,24 +160,41 @@ async def test_an_enqueue_by_itself_is_woken_after_its_commit_by_the_waker(
     async def handle(_job: pgqueue.Job) -> None:
         started.set()
 
+    waker = waker_for(pool)
     async with go_listener(dsn) as heard, running(worker):
         await queue.enqueue("t", {})
         sender = await heard.wait_for(queue.name)
         with anyio.fail_after(5):
             await started.wait()
-    assert sender == waker_for(pool).connection_pid
+    # A backend of the pool sent it, with the commit; the waker sent nothing.
+    assert sender in await _pool_pids(pool)
+    assert sender != waker.connection_pid
+    assert waker.sent == 0
+    assert heard.of(queue.name) == [sender]
 
 
-async def test_the_waker_sends_from_its_own_connection(
-    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+@pytest.mark.parametrize("many", [False, True], ids=["enqueue", "enqueue_many"])
+async def test_an_enqueue_beside_another_in_flight_is_woken_by_the_waker(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue, many: bool
 ) -> None:
+    other = f"{queue.name}-other"
     async with go_listener(dsn) as heard:
-        await queue.enqueue("t", {})
-        sender = await heard.wait_for(queue.name)
-        assert sender == waker_for(pool).connection_pid
-        # Every backend of the pool, and none of them sent it.
-        pool_pids = await _pool_pids(pool)
-        assert sender not in pool_pids
+        async with an_enqueue_in_flight(dsn, pool, other):
+            if many:
+                await queue.enqueue_many([("t", {}), ("t", {})])
+            else:
+                await queue.enqueue("t", {})
+            sender = await heard.wait_for(queue.name)
+            waker = waker_for(pool)
+            assert sender == waker.connection_pid
+            # Its count follows the NOTIFY's round trip back to the waker.
+            await wait_until(lambda: _true(waker.sent == 1), within=5)
+            # Every backend of the pool, and none of them sent it.
+            assert sender not in await _pool_pids(pool)
+        # The held enqueue started alone: its own statement wakes its queue.
+        held_sender = await heard.wait_for(other)
+        assert held_sender != waker.connection_pid
+    assert heard.of(queue.name) == [sender]
 
 
 async def _pool_pids(pool: asyncpg.Pool) -> set[int]:
@@ -197,18 +281,24 @@ async def test_a_rolled_back_transaction_wakes_nothing_and_leaves_no_row(
     assert await queue_count(pool, queue.name) == 0
 
 
+@pytest.mark.parametrize("beside", [False, True], ids=["alone", "beside_another"])
 async def test_a_duplicate_unique_key_wakes_nothing(
-    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue, beside: bool
 ) -> None:
     async with go_listener(dsn) as heard:
         first = await queue.enqueue("t", {}, unique_key=queue.name)
         await heard.wait_for(queue.name)
         after = len(heard.items)
-        assert await queue.enqueue("t", {}, unique_key=queue.name) == first
-        assert await queue.enqueue_many(
-            [pgqueue.NewJob("t", {}, unique_key=queue.name)]
-        ) == [first]
-        await nothing_heard_for(heard, queue.name, pool, after=after)
+        async with contextlib.AsyncExitStack() as stack:
+            if beside:  # the duplicates take the silent statements
+                await stack.enter_async_context(
+                    an_enqueue_in_flight(dsn, pool, f"{queue.name}-other")
+                )
+            assert await queue.enqueue("t", {}, unique_key=queue.name) == first
+            assert await queue.enqueue_many(
+                [pgqueue.NewJob("t", {}, unique_key=queue.name)]
+            ) == [first]
+            await nothing_heard_for(heard, queue.name, pool, after=after)
 
 
 async def test_many_producers_share_few_wakeups_and_strand_no_job(
@@ -242,21 +332,28 @@ async def test_many_producers_share_few_wakeups_and_strand_no_job(
         with anyio.fail_after(10):
             await all_handled.wait()
     assert waker_for(pool) is waker
-    # Coalesced: a pool of 8 commits in parallel, the waker one at a time.
+    # Coalesced: a pool of 8 commits in parallel, the waker one at a time;
+    # only an enqueue that found none of the others in flight sent its own.
     assert 1 <= waker.sent < total
     assert 1 <= len(heard.of(queue.name)) < total
+    assert waker.connection_pid in heard.of(queue.name)
 
 
 async def test_a_lost_waker_connection_is_replaced(
     dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
-    async with go_listener(dsn) as heard:
+    async with (
+        go_listener(dsn) as heard,
+        an_enqueue_in_flight(dsn, pool, f"{queue.name}-other"),
+    ):
         await queue.enqueue("t", {})
         old = await heard.wait_for(queue.name)
+        assert old == waker_for(pool).connection_pid
         await pool.execute("SELECT pg_terminate_backend($1)", old)
         after = len(heard.items)
         await queue.enqueue("t", {})
         new = await heard.wait_for(queue.name, after=after)
+        assert new == waker_for(pool).connection_pid
     assert new != old
 
 
@@ -274,8 +371,8 @@ async def test_the_waker_closes_its_connection_when_the_pool_closes(
     async with asyncpg.create_pool(
         dsn, min_size=1, max_size=1, server_settings={"application_name": name}
     ) as app_pool:
-        await pgqueue.Queue(app_pool, name=name).enqueue("t", {})
         waker = waker_for(app_pool)
+        waker.wake([name])
         await wait_until(lambda: _true(waker.connection_pid is not None))
         assert await sessions() == 2  # the pool's and the waker's
     # Well before LINGER: the waker sees its pool close.
@@ -295,10 +392,22 @@ PRODUCER = textwrap.dedent(
     import asyncio, os, signal, sys
     import asyncpg, pgqueue
 
+    BLOCKED = "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE $1 = ANY (pg_blocking_pids(pid)))"
+
     async def main() -> None:
-        pool = await asyncpg.create_pool(sys.argv[1], min_size=1, max_size=1)
-        await pgqueue.Queue(pool, name=sys.argv[2]).enqueue("t", {})
-        # Committed; the waker's task has not run yet (nothing awaited since).
+        dsn, name, blocker_pid, key = sys.argv[1:]
+        pool = await asyncpg.create_pool(dsn, min_size=2, max_size=2)
+        queue = pgqueue.Queue(pool, name=name)
+        # In flight until the test rolls back the row holding its key.
+        held = pgqueue.Queue(pool, name=name + "-other").enqueue(
+            "held", {}, unique_key=key
+        )
+        task = asyncio.ensure_future(held)
+        while not await pool.fetchval(BLOCKED, int(blocker_pid)):
+            await asyncio.sleep(0.01)
+        await queue.enqueue("t", {})
+        # Committed silently (another enqueue is in flight); the waker's
+        # task has not run yet (nothing awaited since).
         os.kill(os.getpid(), signal.SIGKILL)
 
     asyncio.run(main())
@@ -317,12 +426,26 @@ async def test_a_producer_killed_between_commit_and_wakeup_loses_no_job(
     async def handle(_job: pgqueue.Job) -> None:
         started.set()
 
-    async with go_listener(dsn) as heard, running(worker):
-        result = await anyio.run_process(
-            [sys.executable, "-c", PRODUCER, dsn, queue.name],
-            check=False,
-            env={**os.environ},
-        )
+    key = f"held-{uuid.uuid4().hex[:8]}"
+    async with (
+        go_listener(dsn) as heard,
+        running(worker),
+        holding(dsn, f"{queue.name}-blocker", key) as blocker_pid,
+    ):
+        with anyio.fail_after(30):
+            result = await anyio.run_process(
+                [
+                    sys.executable,
+                    "-c",
+                    PRODUCER,
+                    dsn,
+                    queue.name,
+                    str(blocker_pid),
+                    key,
+                ],
+                check=False,
+                env={**os.environ},
+            )
         assert result.returncode == -9, result.stderr.decode()
         assert await queue_count(pool, queue.name) == 1  # committed
         killed_at = anyio.current_time()
@@ -341,7 +464,13 @@ SCRIPT = textwrap.dedent(
 
     async def main() -> None:
         async with asyncpg.create_pool(sys.argv[1], min_size=1, max_size=1) as pool:
-            await pgqueue.Queue(pool, name=sys.argv[2]).enqueue("t", {})
+            print(await pool.fetchval("SELECT pg_backend_pid()"))
+            # The first starts alone and NOTIFYs itself; the second, started
+            # while the first is in flight, is left to the waker.
+            await asyncio.gather(
+                pgqueue.Queue(pool, name=sys.argv[2]).enqueue("t", {}),
+                pgqueue.Queue(pool, name=sys.argv[2] + "-2").enqueue("t", {}),
+            )
 
     asyncio.run(main())
     """
@@ -352,10 +481,14 @@ async def test_a_script_that_enqueues_and_exits_still_wakes_the_workers(
     dsn: str, queue: pgqueue.Queue
 ) -> None:
     async with go_listener(dsn) as heard:
-        result = await anyio.run_process(
-            [sys.executable, "-W", "error", "-c", SCRIPT, dsn, queue.name],
-            check=False,
-        )
+        with anyio.fail_after(30):
+            result = await anyio.run_process(
+                [sys.executable, "-W", "error", "-c", SCRIPT, dsn, queue.name],
+                check=False,
+            )
         assert result.returncode == 0, result.stderr.decode()
         assert result.stderr == b""
-        await heard.wait_for(queue.name)
+        pool_pid = int(result.stdout)
+        assert await heard.wait_for(queue.name) == pool_pid
+        # Sent by the waker, as the loop shut down.
+        assert await heard.wait_for(f"{queue.name}-2") != pool_pid

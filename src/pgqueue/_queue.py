@@ -37,7 +37,7 @@ from pgqueue._core.schema import SCHEMA_ERRORS, schema_failure
 from pgqueue._wake import waker_for
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
     from datetime import datetime, timedelta
 
     from asyncpg.pool import PoolConnectionProxy
@@ -167,9 +167,11 @@ class Queue:
         """Insert a job and wake the queue's workers.
 
         Without ``connection``: one round trip, which returns once the row
-        is committed; the wakeup (a NOTIFY on ``pgqueue_jobs``) is sent
-        after the commit, from a connection of pgqueue's own, coalesced
-        with the wakeups of other enqueues to the queue in this process.
+        is committed. The wakeup (a NOTIFY on ``pgqueue_jobs``) rides that
+        statement when no other enqueue of the pool is in flight and no
+        wakeup is pending (a lone notifying commit holds up nobody); else
+        it is sent after the commit, from a connection of pgqueue's own,
+        coalesced with the wakeups of other enqueues in this process.
         With ``connection`` inside a transaction, the row and its wakeup
         (sent in that transaction) become visible only if it commits; in a
         `transaction` block, the wakeup is sent after the block commits.
@@ -253,32 +255,34 @@ class Queue:
         """`enqueue` once its arguments are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
         executor: Executor = connection if connection is not None else self._pool
-        wake = self._wake_after_commit(connection)
-        try:
-            if key is None:
-                job_id: int = await executor.fetchval(
-                    _sql.ENQUEUE if wake is None else _sql.ENQUEUE_SILENT,
-                    self._name,
-                    *args,
-                    trace_context,
-                    delay,
-                )
-                existed = False
-            else:
-                row = await executor.fetchrow(
-                    _sql.ENQUEUE_UNIQUE if wake is None else _sql.ENQUEUE_UNIQUE_SILENT,
-                    self._name,
-                    *args,
-                    trace_context,
-                    key,
-                    delay,
-                )
-                assert row is not None
-                job_id, existed = row["id"], row["existed"]
-        except SCHEMA_ERRORS as exc:
-            raise await schema_failure(executor, str(exc)) from exc
-        if wake is not None and not existed:
-            wake()
+        with self._wakeup(connection) as wake:
+            try:
+                if key is None:
+                    job_id: int = await executor.fetchval(
+                        _sql.ENQUEUE if wake is None else _sql.ENQUEUE_SILENT,
+                        self._name,
+                        *args,
+                        trace_context,
+                        delay,
+                    )
+                    existed = False
+                else:
+                    row = await executor.fetchrow(
+                        _sql.ENQUEUE_UNIQUE
+                        if wake is None
+                        else _sql.ENQUEUE_UNIQUE_SILENT,
+                        self._name,
+                        *args,
+                        trace_context,
+                        key,
+                        delay,
+                    )
+                    assert row is not None
+                    job_id, existed = row["id"], row["existed"]
+            except SCHEMA_ERRORS as exc:
+                raise await schema_failure(executor, str(exc)) from exc
+            if wake is not None and not existed:
+                wake()
         if event is not None:
             event.ids.append(job_id)
             event.duplicates.append(existed)
@@ -368,27 +372,27 @@ class Queue:
         """
         trace_context = None if event is None else event.trace_context
         executor: Executor = connection if connection is not None else self._pool
-        wake = self._wake_after_commit(connection)
-        try:
-            ids = None
-            if isinstance(payloads, list):
-                ids = await copy_jobs(
-                    executor,
-                    self._name,
-                    _rows(batch, payloads),
-                    trace_context,
-                    notify=wake is None,
-                )
-            if ids is not None:
-                duplicate, duplicates = None, [False] * len(ids)
-            else:
-                ids, duplicate, duplicates = await self._insert_many(
-                    executor, batch, payloads, trace_context, notify=wake is None
-                )
-        except SCHEMA_ERRORS as exc:
-            raise await schema_failure(executor, str(exc)) from exc
-        if wake is not None and not all(duplicates):
-            wake()
+        with self._wakeup(connection) as wake:
+            try:
+                ids = None
+                if isinstance(payloads, list):
+                    ids = await copy_jobs(
+                        executor,
+                        self._name,
+                        _rows(batch, payloads),
+                        trace_context,
+                        notify=wake is None,
+                    )
+                if ids is not None:
+                    duplicate, duplicates = None, [False] * len(ids)
+                else:
+                    ids, duplicate, duplicates = await self._insert_many(
+                        executor, batch, payloads, trace_context, notify=wake is None
+                    )
+            except SCHEMA_ERRORS as exc:
+                raise await schema_failure(executor, str(exc)) from exc
+            if wake is not None and not all(duplicates):
+                wake()
         if event is not None:
             event.ids, event.duplicates = ids, duplicates
         if duplicate is not None and conflict == "raise":
@@ -479,9 +483,10 @@ class Queue:
 
         Enqueues with ``connection=`` inside the block (of this queue or any
         other) send no NOTIFY from the transaction: once it commits, one
-        wakeup per queue is sent from a connection of pgqueue's own, as
-        for an enqueue without ``connection=``. If the block raises, the
-        transaction rolls back and nothing is woken. A NOTIFY in a
+        wakeup per queue is sent by the pool's waker, from a connection of
+        pgqueue's own (always, even when no other enqueue is in flight).
+        If the block raises, the transaction rolls back and nothing is
+        woken. A NOTIFY in a
         transaction makes its commit wait for every other notifying
         commit; this is the way out for services that commit many
         enqueueing transactions at once.
@@ -510,26 +515,35 @@ class Queue:
         if deferred.queues:
             waker_for(self._waker_pool, self._logger).wake(deferred.queues)
 
-    def _wake_after_commit(
+    @contextlib.contextmanager
+    def _wakeup(
         self, connection: Connection | None
-    ) -> Callable[[], None] | None:
-        """How an enqueue on ``connection`` is woken after it commits; None: by its own NOTIFY.
+    ) -> Iterator[Callable[[], None] | None]:
+        """For the time of an enqueue on ``connection``: what to call after it commits; None: its statement NOTIFYs.
 
-        Without one, the statement commits by itself on the pool, and the
-        pool's waker sends the wakeup once it has. In a `transaction` block
-        on ``connection``, the block sends it after its commit. Otherwise
-        the job rides the caller's transaction, and so does its NOTIFY.
+        Without ``connection``, the statement commits by itself on the pool,
+        and the pool's waker counts it while it runs (`Waker.enqueuing`):
+        alone, it keeps its NOTIFY (a lone notifying commit contends with
+        nobody); while other enqueues of the pool are in flight or the
+        waker is busy, it is silent and the waker sends its wakeup once it
+        has committed. In a `transaction` block on ``connection``, the block
+        sends the wakeup after its commit. Otherwise the job rides the
+        caller's transaction, and so does its NOTIFY. (The CLI's single
+        connection, standing in for a pool, always NOTIFYs.)
         """
         if connection is None:
-            return None if self._waker_pool is None else self._wake
+            if self._waker_pool is None:
+                yield None
+                return
+            waker = waker_for(self._waker_pool, self._logger)
+            with waker.enqueuing() as alone:
+                yield None if alone else lambda: waker.wake((self._name,))
+            return
         deferred = _deferred.get()
         if deferred is not None and deferred.connection is connection:
-            return lambda: deferred.queues.setdefault(self._name)
-        return None
-
-    def _wake(self) -> None:
-        assert self._waker_pool is not None
-        waker_for(self._waker_pool, self._logger).wake((self._name,))
+            yield lambda: deferred.queues.setdefault(self._name)
+        else:
+            yield None
 
     def _attempts(self, max_attempts: object) -> int:
         """A job's ``max_attempts``: its own, checked, or the queue's default."""

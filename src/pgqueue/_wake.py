@@ -2,12 +2,17 @@
 
 A transaction that sends NOTIFY takes a lock of the whole cluster from
 before its commit until its commit record is flushed: notifying commits go
-one at a time and lose group commit. So an enqueue that commits by itself
-commits without NOTIFY, and tells the `Waker` of its pool, which sends
-``pg_notify('pgqueue_jobs', queue)`` (what Go workers listen for too) after
-the commit: at once when no wakeup is in flight, else once the one in
-flight is done, for every queue enqueued to meanwhile. However many
-producers commit, at most one notifying transaction per pool is in flight.
+one at a time and lose group commit. A lone notifying commit contends with
+nobody, though. So an enqueue that commits by itself on a pool (see
+`Waker.enqueuing`) keeps the NOTIFY in its own statement when it is alone:
+no other such enqueue of the pool is in flight, and the pool's `Waker` has
+nothing due and no wakeup in flight. Otherwise it commits without NOTIFY,
+and tells the waker, which sends ``pg_notify('pgqueue_jobs', queue)`` (what
+Go workers listen for too) after the commit: at once when no wakeup is in
+flight, else once the one in flight is done, for every queue enqueued to
+meanwhile. However many producers commit at once, at most one notifying
+transaction per pool is in flight, plus the lone enqueue that started
+before the others, if any.
 
 Nothing waits for a wakeup: when it cannot be sent (the database is gone,
 the process dies first), the workers' poll finds the job, within one
@@ -32,7 +37,7 @@ from pgqueue._core.connect import connect_like
 from pgqueue._core.log import Logger, default_logger
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
 
     import asyncpg
 
@@ -49,8 +54,9 @@ FINAL_SEND = 2.0
 
 _CHECK_EVERY = 0.1  # how often a lingering waker looks whether its pool closed
 
-# The wakers by id(pool): an entry lives while its waker's task runs, and
-# that task holds the pool, so an id is not reused while its entry stands.
+# The wakers by id(pool): an entry lives while its waker's task runs or an
+# enqueue it counts is in flight, and both hold the pool, so an id is not
+# reused while its entry stands.
 _wakers: dict[int, Waker] = {}
 
 
@@ -72,6 +78,8 @@ class Waker:
         self._more = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._connection: asyncpg.Connection[Any] | None = None
+        self._sending = False  # a wakeup transaction is in flight
+        self._enqueuing = 0  # self-committing enqueues of the pool in flight
         self.sent = 0
         """How many wakeup transactions were sent (for tests)."""
 
@@ -80,6 +88,24 @@ class Waker:
         """The backend pid of the waker's connection while it is open."""
         connection = self._connection
         return None if connection is None else connection.get_server_pid()
+
+    @contextlib.contextmanager
+    def enqueuing(self) -> Iterator[bool]:
+        """Count an enqueue that commits by itself on the pool while it runs; yield whether it is alone.
+
+        Alone (no other such enqueue in flight, nothing due, no wakeup in
+        flight), its statement sends the NOTIFY itself: its commit contends
+        with no notifying commit of this pool, and idle workers wake at the
+        commit, a round trip sooner than through the waker. Otherwise its
+        statement is silent, and it calls `wake` once it has committed.
+        """
+        alone = not (self._enqueuing or self._due or self._sending)
+        self._enqueuing += 1
+        try:
+            yield alone
+        finally:
+            self._enqueuing -= 1
+            self._forget_if_idle()
 
     def wake(self, queues: Iterable[str]) -> None:
         """Wake the workers of ``queues`` soon; call it after the jobs' commit."""
@@ -107,9 +133,14 @@ class Waker:
             raise
         finally:
             self._task = None
-            if _wakers.get(id(self.pool)) is self:
-                del _wakers[id(self.pool)]
+            self._forget_if_idle()
             await self._close()
+
+    def _forget_if_idle(self) -> None:
+        """Drop the registry's entry once no task runs and no enqueue is counted."""
+        idle = self._task is None and not self._enqueuing
+        if idle and _wakers.get(id(self.pool)) is self:
+            del _wakers[id(self.pool)]
 
     async def _wait_for_more(self) -> bool:
         """Whether there is something to send, waiting up to LINGER or until the pool closes."""
@@ -128,11 +159,14 @@ class Waker:
         queues = list(self._due)
         self._due.clear()
         self._more.clear()
+        self._sending = True
         try:
             await self._send(queues)
         except asyncio.CancelledError:
             self._due.update(dict.fromkeys(queues))
             raise
+        finally:
+            self._sending = False
 
     async def _send(self, queues: list[str]) -> None:
         """One NOTIFY per queue in one transaction, on a new connection if the last one broke."""

@@ -425,10 +425,12 @@ DROP TABLE IF EXISTS pgqueue_jobs;
 
 # Inside the caller's transaction, the row and its wakeup ride one
 # statement, so the job wakes workers only if that transaction commits. An
-# enqueue that commits by itself takes the _SILENT statement instead, and
-# its wakeup is sent after the commit (`pgqueue._wake`): a transaction that
-# sends NOTIFY holds a lock of the whole cluster from before its commit until
-# its commit record is flushed, so notifying commits cannot share a flush.
+# enqueue that commits by itself while others of its pool are in flight
+# takes the _SILENT statement instead, and its wakeup is sent after the
+# commit (`pgqueue._wake`): a transaction that sends NOTIFY holds a lock of
+# the whole cluster from before its commit until its commit record is
+# flushed, so notifying commits cannot share a flush. A lone one keeps its
+# NOTIFY here: it shares the flush with nobody.
 # trace_context ($8) is opaque text an enqueue hook gives (pgqueue.otel: the
 # producer span's propagation headers as JSON); NULL without one, as in a
 # Go producer's rows. A delay ($9, seconds, NULL without one) counts from
