@@ -8,6 +8,7 @@ database's ``now()``, never the client's clock.
 
 from __future__ import annotations
 
+import textwrap
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -85,6 +86,7 @@ __all__ = [
     "SCHEMA_DOWN",
     "SCHEMA_UPGRADE",
     "SEED_LIMIT",
+    "SETTLE",
     "STATS",
     "STATS_COMPLETED",
     "STATS_LIMITS",
@@ -152,9 +154,42 @@ def _timestamp(value: datetime | None) -> str:
     return value.isoformat()
 
 
+# What a parent's ending does to its children (see pgqueue_parent_ended in
+# _ADDED_IN_V2, which runs it with the parent's id and new status): SETTLE
+# is the same statement with those as $1 and $2, for the plan tests.
+_SETTLE = """
+WITH settled AS (
+    UPDATE pgqueue_dependencies SET settled = true
+    WHERE parent_id = {id} AND NOT settled
+    RETURNING child_id
+), changed AS (
+    UPDATE pgqueue_jobs AS c
+    SET parents_left = c.parents_left - 1,
+        status       = CASE WHEN {status} <> 'completed' AND c.on_parent_failure = 'cancel'
+                            THEN 'cancelled'
+                            WHEN c.parents_left <= 1 THEN 'pending'
+                            ELSE 'waiting' END,
+        run_at       = CASE WHEN c.parents_left <= 1 THEN greatest(c.run_at, now())
+                            ELSE c.run_at END,
+        last_error   = CASE WHEN {status} <> 'completed' AND c.on_parent_failure = 'cancel'
+                            THEN format('parent job %s is %s', {id}, {status})
+                            ELSE c.last_error END,
+        updated_at   = now()
+    FROM settled AS s
+    WHERE c.id = s.child_id AND c.status = 'waiting'
+    RETURNING c.id, c.queue, c.status, c.tracked
+)
+SELECT count(n.sent){into}
+FROM changed AS c,
+     LATERAL (SELECT CASE WHEN c.status = 'pending' THEN pg_notify('pgqueue_jobs', c.queue)
+                          WHEN c.tracked THEN pg_notify('pgqueue_outcomes', c.id::text) END
+              AS sent) AS n;
+"""
+SETTLE = _SETTLE.format(id="$1::int8", status="$2::text", into="").rstrip().rstrip(";")
+
 # What schema v2 adds beside the Go module's table and indexes: the same
 # text in SCHEMA and SCHEMA_UPGRADE, idempotent.
-_ADDED_IN_V2 = """
+_ADDED_IN_V2_TEXT = """
 -- Our claims of jobs with a priority (COLLATE "C": only they can use it).
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
     ON pgqueue_jobs (queue, priority, run_at, id)
@@ -230,33 +265,7 @@ AS $pgqueue_parent_ended$
 DECLARE
     woken int;
 BEGIN
-    WITH settled AS (
-        UPDATE pgqueue_dependencies SET settled = true
-        WHERE parent_id = NEW.id AND NOT settled
-        RETURNING child_id
-    ), changed AS (
-        UPDATE pgqueue_jobs AS c
-        SET parents_left = c.parents_left - 1,
-            status       = CASE WHEN NEW.status <> 'completed' AND c.on_parent_failure = 'cancel'
-                                THEN 'cancelled'
-                                WHEN c.parents_left <= 1 THEN 'pending'
-                                ELSE 'waiting' END,
-            run_at       = CASE WHEN c.parents_left <= 1 THEN greatest(c.run_at, now())
-                                ELSE c.run_at END,
-            last_error   = CASE WHEN NEW.status <> 'completed' AND c.on_parent_failure = 'cancel'
-                                THEN format('parent job %s is %s', NEW.id, NEW.status)
-                                ELSE c.last_error END,
-            updated_at   = now()
-        FROM settled AS s
-        WHERE c.id = s.child_id AND c.status = 'waiting'
-        RETURNING c.id, c.queue, c.status, c.tracked
-    )
-    SELECT count(n.sent) INTO woken
-    FROM changed AS c,
-         LATERAL (SELECT CASE WHEN c.status = 'pending' THEN pg_notify('pgqueue_jobs', c.queue)
-                              WHEN c.tracked THEN pg_notify('pgqueue_outcomes', c.id::text) END
-                  AS sent) AS n;
-    RETURN NULL;
+{settle}    RETURN NULL;
 END
 $pgqueue_parent_ended$;
 
@@ -273,6 +282,15 @@ BEGIN
     END IF;
 END $$;
 """
+_ADDED_IN_V2 = _ADDED_IN_V2_TEXT.replace(
+    "{settle}",
+    textwrap.indent(
+        _SETTLE.format(id="NEW.id", status="NEW.status", into=" INTO woken").strip("\n"),
+        "    ",
+    )
+    + "\n",
+)
+
 
 # pgqueue_enqueue(...): an enqueue in SQL, in the caller's transaction, from
 # any driver, a trigger or psql; the same defaults, checks and row as
