@@ -266,3 +266,38 @@ async def test_retention_keeps_a_parent_while_a_child_of_it_has_not_finished(
         )
         == 0
     )
+
+
+async def test_dependencies_ride_the_callers_transaction(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    parent = await queue.enqueue("a", {})
+    async with pool.acquire() as connection:
+        transaction = connection.transaction()
+        await transaction.start()
+        child = await queue.enqueue("b", {}, after=[parent], connection=connection)
+        assert (await row(connection, child))["status"] == "waiting"
+        await transaction.rollback()
+        async with queue.transaction(connection), connection.transaction():
+            kept = await queue.enqueue("b", {}, after=[parent], connection=connection)
+    assert await queue_count(pool, queue.name) == 2
+    assert (await row(pool, kept))["status"] == "waiting"
+    assert (await row(pool, parent))["has_children"] is True
+
+
+async def test_enqueue_hooks_see_the_parents(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    events: list[pgqueue.EnqueueEvent] = []
+
+    class Hook(pgqueue.EnqueueHook):
+        def before_enqueue(self, event: pgqueue.EnqueueEvent) -> None:
+            events.append(event)
+
+    queue = pgqueue.Queue(pool, name=queue_name, hooks=[Hook()])
+    parent = await queue.enqueue("a", {})
+    child = await queue.enqueue("b", {"n": 1}, after=[parent], on_parent_failure="run")
+    (event_job,) = events[-1].jobs
+    assert events[-1].ids == [child]
+    assert (event_job.after, event_job.on_parent_failure) == ((parent,), "run")
+    assert event_job.payload == {"n": 1}
