@@ -276,7 +276,10 @@ async def test_dependencies_ride_the_callers_transaction(
         transaction = connection.transaction()
         await transaction.start()
         child = await queue.enqueue("b", {}, after=[parent], connection=connection)
-        assert (await row(connection, child))["status"] == "waiting"
+        status = await connection.fetchval(
+            "SELECT status FROM pgqueue_jobs WHERE id = $1", child
+        )
+        assert status == "waiting"
         await transaction.rollback()
         async with queue.transaction(connection), connection.transaction():
             kept = await queue.enqueue("b", {}, after=[parent], connection=connection)

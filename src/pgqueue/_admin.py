@@ -818,7 +818,8 @@ class Admin:
     async def cancel(self, *job_ids: int) -> dict[int, str]:
         """Cancel jobs of any queue; the same statement and answers as `Queue.cancel`.
 
-        ``"cancelled"`` (it was pending), ``"requested"`` (it was running:
+        ``"cancelled"`` (it was pending or waiting; its waiting children
+        that cancel on a parent's failure are cancelled too), ``"requested"`` (it was running:
         its worker cancels the handler), ``"finished"`` (completed, dead or
         cancelled already: nothing written) or ``"not_found"``.
 

@@ -543,8 +543,10 @@ class Queue:
     ) -> dict[int, str]:
         """Cancel jobs, in one statement; return what became of each id.
 
-        - ``"cancelled"``: it was pending; now it is ``cancelled`` and no
-          worker will claim it (a Go worker neither).
+        - ``"cancelled"``: it was pending (or waiting for its parents); now
+          it is ``cancelled`` and no worker will claim it (a Go worker
+          neither). Its waiting children that cancel on a parent's failure
+          are cancelled too, and theirs in turn (see ``after``).
         - ``"requested"``: it was running; the worker running it cancels the
           handler (within a second through a NOTIFY, or at its next
           heartbeat) and the job ends ``cancelled``, never retried, unless

@@ -335,7 +335,9 @@ def depend_args(
         left = 0
         failed: tuple[int, str] | None = None
         for parent in after:
-            if parent < 0:  # a job of the call: pending, unless it waits or was cancelled
+            if (
+                parent < 0
+            ):  # a job of the call: pending, unless it waits or was cancelled
                 parent_id = ids[index + parent]
                 status = status_of.get(parent_id, "pending")
             else:

@@ -285,7 +285,9 @@ END $$;
 _ADDED_IN_V2 = _ADDED_IN_V2_TEXT.replace(
     "{settle}",
     textwrap.indent(
-        _SETTLE.format(id="NEW.id", status="NEW.status", into=" INTO woken").strip("\n"),
+        _SETTLE.format(id="NEW.id", status="NEW.status", into=" INTO woken").strip(
+            "\n"
+        ),
         "    ",
     )
     + "\n",
