@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import KW_ONLY, dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, fields
 from datetime import UTC, datetime, timedelta
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeAlias, TypeVar
 
 from pgqueue._core.errors import PgQueueError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
 
     from typing_extensions import TypeVar as DefaultedTypeVar
 
@@ -48,7 +48,29 @@ class Status(enum.StrEnum):
     """Enqueued with ``after=``, some of its parents not finished: no claim takes it (a Go worker's neither)."""
 
 
-NO_PARENTS: Mapping[int, Any] = MappingProxyType({})
+class _NoParents(Mapping[int, Any]):
+    """The empty ``parent_results`` of a job without parents: immutable and
+    hashable, so a frozen dataclass takes it as a plain default."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: int) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+
+NO_PARENTS: Mapping[int, Any] = _NoParents()
 """The parent_results of a job without parents (shared: it cannot change)."""
 
 CheckpointWriter: TypeAlias = "Callable[[Job[Any], Any], Awaitable[bool]]"
@@ -117,7 +139,7 @@ class Job(Generic[PayloadT]):
     snoozes: int = 0
     trace_context: str | None = None
     last_checkpoint: Any = None
-    parent_results: Mapping[int, Any] = field(default_factory=lambda: NO_PARENTS)
+    parent_results: Mapping[int, Any] = NO_PARENTS
 
     async def checkpoint(self, value: Any) -> bool:
         """Store ``value`` on the job's row, for the job's next attempts to resume from.
@@ -293,7 +315,7 @@ class NewJob:
     ``timedelta`` from the database's ``now()``; not both), and so on.
 
     ``after``: the jobs this one waits for, by id; a negative number is a
-    job earlier in the same `enqueue_many` call, counted back from this
+    job earlier in the same `Queue.enqueue_many` call, counted back from this
     one (``-1`` the job just before it, ``-2`` the one before that).
     """
 
