@@ -250,6 +250,10 @@ CREATE TABLE IF NOT EXISTS pgqueue_dependencies
 );
 CREATE INDEX IF NOT EXISTS idx_pgqueue_dependencies_child
     ON pgqueue_dependencies (child_id);
+-- The listings of waiting jobs (pgqueue.Admin, pgqueue jobs, the dashboard):
+-- only jobs with unfinished parents are in it.
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_waiting
+    ON pgqueue_jobs (queue, id) WHERE status = 'waiting';
 
 -- A parent (has_children) that ends, by any writer (a Go worker's too),
 -- settles its unsettled edges, in the transaction of its outcome: each
@@ -495,10 +499,12 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
 Only adds: columns with constant defaults or none (no table rewrite), the status
-check widened to allow ``cancelled`` (added ``NOT VALID``, then validated,
-which does not block writes), three partial indexes, and the
-``pgqueue_periodic`` table of periodic schedules and the ``pgqueue_limits``
-and ``pgqueue_leases`` tables of fleet-wide limits. Idempotent. Go
+check widened to allow ``cancelled`` and ``waiting`` (added ``NOT VALID``,
+then validated, which does not block writes), four partial indexes, the
+``pgqueue_periodic`` table of periodic schedules, the ``pgqueue_limits``
+and ``pgqueue_leases`` tables of fleet-wide limits, and the
+``pgqueue_dependencies`` table with the ``pgqueue_parent_ended`` trigger
+that releases a job's children when it ends. Idempotent. Go
 producers and workers keep working on the upgraded table. On a large table,
 run each ``VALIDATE`` and ``CREATE INDEX`` in a transaction of its own (or
 build the indexes ``CONCURRENTLY`` first): a migration tool that wraps the
