@@ -60,6 +60,9 @@ V2_COLUMNS = {
     "errors": ("jsonb", "YES", None),
     "snoozed": ("jsonb", "YES", None),
     "checkpoint": ("jsonb", "YES", None),
+    "has_children": ("boolean", "NO", "false"),
+    "parents_left": ("integer", "YES", None),
+    "on_parent_failure": ("text", "YES", None),
 }
 
 
@@ -119,6 +122,7 @@ def test_status_values() -> None:
         "completed",
         "dead",
         "cancelled",
+        "waiting",
     ]
     assert str(pgqueue.Status.DEAD) == "dead"
 

@@ -153,9 +153,10 @@ async def test_a_worker_or_queue_on_a_go_table_fails_at_once_naming_what_is_miss
     message = (
         "column priority, column unique_key, column cancel_requested, column snoozes, "
         "column result, column tracked, column trace_context, column errors, "
-        "column snoozed, column checkpoint, "
+        "column snoozed, column checkpoint, column has_children, "
+        "column parents_left, column on_parent_failure, "
         "index idx_pgqueue_jobs_priority, "
-        "index idx_pgqueue_jobs_unique, a status check that allows 'cancelled'"
+        "index idx_pgqueue_jobs_unique, a status check that allows 'waiting'"
     )
     with anyio.fail_after(10), pytest.raises(pgqueue.SchemaError) as raised:
         await pgqueue.Worker(go_table, queue="q").run(until_empty=True)
@@ -283,3 +284,56 @@ async def test_a_worker_started_before_the_upgrade_runs_after_it(
     job_id = await pgqueue.Queue(go_table, name="q").enqueue("t", {})
     async with running(worker_for(go_table)):
         await wait_for_row(go_table, job_id, status="completed")
+
+
+async def test_a_go_worker_never_claims_a_waiting_job_and_its_outcomes_release_children(
+    go_table: asyncpg.Pool,
+) -> None:
+    await go_table.execute(pgqueue.SCHEMA_UPGRADE)
+    queue = pgqueue.Queue(go_table, name="q")
+    parent, other = await queue.enqueue_many([("t", 1), ("t", 2)])
+    child = await queue.enqueue("t", 3, after=[parent])
+    doomed = await queue.enqueue("t", 4, after=[other])
+    assert (await row(go_table, child))["status"] == "waiting"
+    claimed = {r["id"]: r["attempts"] for r in await go_table.fetch(GO_CLAIM, "q", 10)}
+    assert set(claimed) == {parent, other}
+    assert await go_table.fetch(GO_CLAIM, "q", 10) == []
+    # The Go worker's outcome writes release (or cancel) the children too:
+    # the trigger runs in their transaction, whoever writes them.
+    assert await go_table.execute(GO_COMPLETE, parent, claimed[parent]) == "UPDATE 1"
+    assert await go_table.execute(GO_DEAD, other, claimed[other], "boom") == "UPDATE 1"
+    assert (await row(go_table, child))["status"] == "pending"
+    assert (await row(go_table, doomed))["status"] == "cancelled"
+    assert [r["id"] for r in await go_table.fetch(GO_CLAIM, "q", 10)] == [child]
+
+
+async def test_the_upgrade_replaces_the_status_check_of_a_table_without_waiting(
+    fresh_dsn: str,
+) -> None:
+    # The schema before dependencies: its status check allows 'cancelled'
+    # but not 'waiting', and it has neither their columns nor their table.
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=2) as pool:
+        await pool.execute(pgqueue.SCHEMA_DOWN)
+        await pool.execute(pgqueue.SCHEMA)
+        installed = await _catalog(pool)
+        await pool.execute(
+            """
+            DROP TABLE pgqueue_dependencies;
+            DROP TRIGGER pgqueue_parent_ended ON pgqueue_jobs;
+            ALTER TABLE pgqueue_jobs DROP COLUMN has_children, DROP COLUMN parents_left,
+                DROP COLUMN on_parent_failure, DROP CONSTRAINT chk_pgqueue_jobs_status;
+            ALTER TABLE pgqueue_jobs ADD CONSTRAINT chk_pgqueue_jobs_status
+                CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled'));
+            """
+        )
+        with pytest.raises(asyncpg.CheckViolationError):
+            await pool.execute(
+                "INSERT INTO pgqueue_jobs (job_type, status) VALUES ('t', 'waiting')"
+            )
+        await pool.execute(pgqueue.SCHEMA_UPGRADE)
+        await pool.execute(pgqueue.SCHEMA_UPGRADE)  # idempotent
+        assert await _catalog(pool) == installed
+        queue = pgqueue.Queue(pool, name="q")
+        parent = await queue.enqueue("t", 1)
+        child = await queue.enqueue("t", 2, after=[parent])
+        assert (await row(pool, child))["status"] == "waiting"

@@ -309,3 +309,13 @@ async def test_a_missing_table_raises_schema_error_naming_the_database(
         ):
             pgqueue.sync.Queue(c).enqueue_many([("t", {})])
         assert raised.value.where is not None
+
+
+def test_enqueue_many_refuses_jobs_with_parents_before_any_sql(
+    conn: psycopg.Connection[Any], queue_name: str
+) -> None:
+    with pytest.raises(ValueError, match=r"after=\.\.\."):
+        pgqueue.sync.Queue(conn, queue_name).enqueue_many(
+            [("a", {}), pgqueue.NewJob("b", after=[-1])]
+        )
+    assert conn.info.transaction_status == TransactionStatus.IDLE

@@ -186,6 +186,7 @@ def test_a_bare_job_keeps_its_fields_and_defaults() -> None:
         "snoozes",
         "trace_context",
         "last_checkpoint",
+        "parent_results",
     ]
     assert (
         plain.last_error,
@@ -194,7 +195,8 @@ def test_a_bare_job_keeps_its_fields_and_defaults() -> None:
         plain.snoozes,
         plain.trace_context,
         plain.last_checkpoint,
-    ) == (None, 0, None, 0, None, None)
+        dict(plain.parent_results),
+    ) == (None, 0, None, 0, None, None, {})
     assert not hasattr(plain, "__dict__")  # slotted
 
 

@@ -680,7 +680,9 @@ class Admin:
             row = await self._executor.fetchrow(_sql.JOB_PREVIEW, checked, size)
         return None if row is None else _job_preview(row, size)
 
-    async def retry(self, *job_ids: int, attempts: int | None = None) -> dict[int, str]:
+    async def retry(
+        self, *job_ids: int, attempts: int | None = None, children: bool = False
+    ) -> dict[int, str]:
         """Put dead and cancelled jobs back in line, due now; return what became of each id.
 
         One statement for all ids. A retried job is ``pending`` with
@@ -703,6 +705,14 @@ class Admin:
                 its ``max_attempts``: a job that died after using all of
                 them gets as many again (and one retried again after that
                 gets twice as many, its ``max_attempts`` having doubled).
+            children: also bring back to ``waiting`` the children (and
+                their descendants) that a retried job cancelled when it
+                ended dead or cancelled (enqueued ``after`` it with
+                ``on_parent_failure="cancel"``), unless another parent of
+                theirs is still dead or cancelled. Off by default: those
+                cancellations were outcomes, announced to trackers and
+                shown as final, and retrying one job to look at it should
+                not silently restart a tree of others.
 
         Raises:
             TypeError, ValueError: an id that is not a positive int, or
@@ -724,6 +734,13 @@ class Admin:
                         done.update(await self._retry([job_id], extra))
                     except asyncpg.UniqueViolationError:
                         done[job_id] = "duplicate"
+        if children:
+            parents = [job_id for job_id, result in done.items() if result == "retried"]
+            while parents:
+                rows = await self._executor.fetch(
+                    _sql.RETRY_CHILDREN, _sql.array(parents)
+                )
+                parents = [row["id"] for row in rows]
         self._logger.debug("retry", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
 
@@ -801,7 +818,8 @@ class Admin:
     async def cancel(self, *job_ids: int) -> dict[int, str]:
         """Cancel jobs of any queue; the same statement and answers as `Queue.cancel`.
 
-        ``"cancelled"`` (it was pending), ``"requested"`` (it was running:
+        ``"cancelled"`` (it was pending or waiting; its waiting children
+        that cancel on a parent's failure are cancelled too), ``"requested"`` (it was running:
         its worker cancels the handler), ``"finished"`` (completed, dead or
         cancelled already: nothing written) or ``"not_found"``.
 

@@ -10,7 +10,15 @@ import asyncpg
 
 from pgqueue._copy import COPY_MAX_DELAY, COPY_MIN_JOBS, Rows, copy_jobs
 from pgqueue._core import sql as _sql
-from pgqueue._core.batch import Batch, check_jobs, insert_many
+from pgqueue._core.batch import (
+    Batch,
+    check_after,
+    check_jobs,
+    check_on_parent_failure,
+    depend_args,
+    insert_many,
+    outside_parents,
+)
 from pgqueue._core.checks import (
     check_bool,
     check_duration,
@@ -29,7 +37,7 @@ from pgqueue._core.codec import (
     encode_payloads,
     payload_encoder,
 )
-from pgqueue._core.errors import DuplicateJobError
+from pgqueue._core.errors import DuplicateJobError, JobNotFoundError
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
@@ -162,6 +170,8 @@ class Queue:
         unique_key: str | None = None,
         on_conflict: Literal["return", "raise"] = "return",
         track: bool = False,
+        after: Sequence[int] = (),
+        on_parent_failure: Literal["cancel", "run"] = "cancel",
         connection: Connection | None = None,
     ) -> int:
         """Insert a job and wake the queue's workers.
@@ -198,6 +208,16 @@ class Queue:
                 duplicate instead of returning the existing id.
             track: announce the job's outcome to `Tracker` waits at once (an
                 untracked job's outcome is found by the tracker's poll).
+            after: ids of jobs this one waits for (its parents): it is
+                ``waiting`` until each has ended, then ``pending``, in the
+                transaction of the last parent's outcome; its handler reads
+                their results as `Job.parent_results`. A parent already
+                ended counts at once. Not with ``unique_key``. See
+                :doc:`/howto/workflows`.
+            on_parent_failure: what a parent ending ``dead`` or
+                ``cancelled`` does: ``"cancel"`` cancels this job (and its
+                own waiting children, in turn); ``"run"`` lets it run once
+                every parent has ended, however.
             connection: run on this connection (and its transaction).
 
         Returns:
@@ -205,6 +225,8 @@ class Queue:
 
         Raises:
             DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
+            JobNotFoundError: a parent in ``after`` that no job has
+                (nothing is written).
             TypeError: a payload that is not JSON-serializable (the message
                 names the field), or an argument of the wrong type.
             ValueError: bytes that are not JSON, a NUL character, an empty
@@ -223,6 +245,22 @@ class Queue:
         )
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
+        failure = check_on_parent_failure(on_parent_failure)
+        if after:
+            parents = check_after(after, None)
+            if key is not None:
+                msg = "a job with a unique_key cannot have parents (after=...)"
+                raise ValueError(msg)
+            return await self._enqueue_after(
+                connection,
+                args,
+                seconds,
+                payload,
+                delay,
+                max_attempts,
+                parents,
+                failure,
+            )
         if not self._hooks:
             return await self._enqueue(connection, args, seconds, key, conflict)
         new_job = NewJob(
@@ -301,6 +339,45 @@ class Queue:
         )
         return job_id
 
+    async def _enqueue_after(
+        self,
+        connection: Connection | None,
+        args: tuple[str, str, int, datetime | None, int, bool],
+        seconds: float | None,
+        payload: Any,
+        delay: float | timedelta | None,
+        max_attempts: int | None,
+        parents: tuple[int, ...],
+        on_parent_failure: str,
+    ) -> int:
+        """`enqueue` of a job with parents: `enqueue_many`'s path, with one job."""
+        batch = Batch()
+        batch.add(args[0], None, args[2], args[3], seconds, args[4], None, args[5])
+        batch.depend(0, parents, on_parent_failure)
+        payloads = "[" + args[1] + "]"
+        if not self._hooks:
+            (job_id,) = await self._enqueue_many(connection, batch, payloads, "return")
+            return job_id
+        new_job = NewJob(
+            args[0],
+            payload,
+            run_at=args[3],
+            delay=delay,
+            max_attempts=max_attempts,
+            priority=args[4],
+            track=args[5],
+            after=parents,
+            on_parent_failure=on_parent_failure,  # type: ignore[arg-type]
+        )
+        event = EnqueueEvent(self._name, (new_job,), batch=False)
+        (job_id,) = await told(
+            self._hooks,
+            event,
+            self._logger,
+            lambda: self._enqueue_many(connection, batch, payloads, "return", event),
+        )
+        return job_id
+
     async def enqueue_many(
         self,
         jobs: Iterable[NewJob | tuple[str, Any]],
@@ -375,7 +452,11 @@ class Queue:
         with self._wakeup(connection) as wake:
             try:
                 ids = None
-                if isinstance(payloads, list):
+                if batch.parents is not None:
+                    ids = await self._insert_dependent(
+                        connection, batch, payloads, trace_context, notify=wake is None
+                    )
+                elif isinstance(payloads, list):
                     ids = await copy_jobs(
                         executor,
                         self._name,
@@ -400,6 +481,43 @@ class Queue:
         self._logger.debug(
             "jobs enqueued", extra={"count": len(ids), "queue": self._name}
         )
+        return ids
+
+    async def _insert_dependent(
+        self,
+        connection: Connection | None,
+        batch: Batch,
+        payloads: str | list[str],
+        trace_context: str | None,
+        *,
+        notify: bool,
+    ) -> list[int]:
+        """`_enqueue_many` of a call with dependencies: lock the parents, insert, then DEPEND.
+
+        In one transaction (a savepoint inside the caller's): an unknown
+        parent raises `JobNotFoundError` before anything is inserted.
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            pool: object = self._pool
+            if connection is not None:
+                conn: Connection = connection
+            elif isinstance(pool, asyncpg.Pool):
+                conn = await stack.enter_async_context(self._pool.acquire())
+            else:  # the CLI's single connection
+                conn = cast("Connection", pool)
+            async with conn.transaction():
+                wanted = outside_parents(batch)
+                found: dict[int, str] = {}
+                if wanted:
+                    rows = await conn.fetch(_sql.LOCK_PARENTS, _sql.array(wanted))
+                    found = {row["id"]: row["status"] for row in rows}
+                for parent in wanted:
+                    if parent not in found:
+                        raise JobNotFoundError(parent)
+                ids, _, _ = await self._insert_many(
+                    conn, batch, payloads, trace_context, notify=notify
+                )
+                await conn.execute(_sql.DEPEND, *depend_args(batch, ids, found))
         return ids
 
     async def _insert_many(
@@ -429,8 +547,10 @@ class Queue:
     ) -> dict[int, str]:
         """Cancel jobs, in one statement; return what became of each id.
 
-        - ``"cancelled"``: it was pending; now it is ``cancelled`` and no
-          worker will claim it (a Go worker neither).
+        - ``"cancelled"``: it was pending (or waiting for its parents); now
+          it is ``cancelled`` and no worker will claim it (a Go worker
+          neither). Its waiting children that cancel on a parent's failure
+          are cancelled too, and theirs in turn (see ``after``).
         - ``"requested"``: it was running; the worker running it cancels the
           handler (within a second through a NOTIFY, or at its next
           heartbeat) and the job ends ``cancelled``, never retried, unless
@@ -468,8 +588,7 @@ class Queue:
         """
         seconds = check_duration("older_than", older_than)
         executor: Executor = connection if connection is not None else self._pool
-        status: str = await executor.execute(_sql.PRUNE, self._name, seconds)
-        removed = int(status.rsplit(" ", 1)[-1])
+        removed: int = await executor.fetchval(_sql.PRUNE, self._name, seconds)
         if removed:
             self._logger.debug(
                 "pruned finished jobs",
@@ -562,6 +681,7 @@ def _copies(batch: Batch) -> bool:
     return (
         len(batch.types) >= COPY_MIN_JOBS
         and not batch.keyed
+        and batch.parents is None
         and (
             not batch.delayed
             or max(d for d in batch.delays if d is not None) <= COPY_MAX_DELAY

@@ -27,6 +27,7 @@ FIELDS: dict[str, Any] = {
     "snoozes": 4,
     "trace_context": '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
     "last_checkpoint": {"step": [3]},
+    "parent_results": {3: {"rows": 2}, 4: None},
 }
 
 
@@ -87,6 +88,7 @@ def test_a_claimed_row_is_read_by_the_claim_columns() -> None:
         "claimed_at": 1_700_000_000_000_000,
         "trace_context": FIELDS["trace_context"],
         "checkpoint": '{"step": [3]}',
+        "parent_results": '{"3": {"rows": 2}, "4": null}',
     }
     assert set(columns) == set(_sql.CLAIM_COLUMNS)
     row = tuple(columns[name] for name in _sql.CLAIM_COLUMNS)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
     check_bool,
+    check_job_id,
     check_max_attempts,
     check_name,
     check_priority,
@@ -25,7 +26,15 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
     from datetime import datetime
 
-__all__ = ["Batch", "check_jobs", "insert_many"]
+__all__ = [
+    "Batch",
+    "check_after",
+    "check_jobs",
+    "check_on_parent_failure",
+    "depend_args",
+    "insert_many",
+    "outside_parents",
+]
 
 
 def check_jobs(
@@ -64,6 +73,8 @@ def check_jobs(
                     priority,
                     key,
                     track,
+                    after,
+                    on_parent_failure,
                 ) = _unpack(job)
                 if type(job_type) is not str or job_type not in checked_types:
                     checked_types.add(check_name("job type", job_type))
@@ -76,11 +87,52 @@ def check_jobs(
                     check_unique_key(key),
                     check_bool("track", track),
                 )
+                if after:
+                    batch.depend(
+                        index,
+                        check_after(after, index),
+                        check_on_parent_failure(on_parent_failure),
+                    )
+                else:
+                    check_on_parent_failure(on_parent_failure)
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"job {index}: {exc}") from exc
         if new_jobs is not None:
             new_jobs.append(job if isinstance(job, NewJob) else NewJob(*job))
+    if batch.parents is not None and batch.keyed:
+        msg = "jobs with a unique_key cannot be enqueued in a call with dependencies (after=...)"
+        raise ValueError(msg)
     return batch
+
+
+def check_after(after: object, index: int | None) -> tuple[int, ...]:
+    """A job's ``after``: job ids, or (with ``index``, its place in an
+    enqueue_many call) negative numbers counting back to earlier jobs of the call."""
+    if isinstance(after, (str, bytes)) or not hasattr(after, "__iter__"):
+        msg = f"after must be a sequence of job ids, not {type(after).__name__}"
+        raise TypeError(msg)
+    parents: list[int] = []
+    for parent in after:
+        if isinstance(parent, int) and not isinstance(parent, bool) and parent < 0:
+            if index is None:
+                msg = f"after: {parent} counts back to an earlier job of an enqueue_many call; enqueue takes job ids"
+                raise ValueError(msg)
+            if index + parent < 0:
+                msg = f"after: {parent} counts back past the call's first job"
+                raise ValueError(msg)
+        else:
+            check_job_id(parent)
+        if parent not in parents:
+            parents.append(parent)
+    return tuple(parents)
+
+
+def check_on_parent_failure(value: object) -> str:
+    """``on_parent_failure``: ``"cancel"`` or ``"run"``."""
+    if value == "cancel" or value == "run":
+        return value
+    msg = f'on_parent_failure must be "cancel" or "run", got {value!r:.80}'
+    raise ValueError(msg)
 
 
 def insert_many(
@@ -126,10 +178,10 @@ _MANY = {
 
 def _unpack(
     job: object,
-) -> tuple[object, Any, object, object, object, object, object, object]:
-    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track) of a job for enqueue_many."""
+) -> tuple[object, Any, object, object, object, object, object, object, object, object]:
+    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track, after, on_parent_failure) of a job for enqueue_many."""
     if isinstance(job, tuple) and len(job) == 2:
-        return job[0], job[1], None, None, None, 0, None, False
+        return job[0], job[1], None, None, None, 0, None, False, (), "cancel"
     if isinstance(job, NewJob):
         return (
             job.job_type,
@@ -140,6 +192,8 @@ def _unpack(
             job.priority,
             job.unique_key,
             job.track,
+            job.after,
+            job.on_parent_failure,
         )
     msg = f"expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
     raise TypeError(msg)
@@ -168,6 +222,18 @@ class Batch:
         self._special = False
         self.delayed = False
         """Whether a job has a delay (the batch then takes the _DELAYED statements)."""
+        self.parents: dict[int, tuple[tuple[int, ...], str]] | None = None
+        """Each job with ``after``, by its row: its parents (ids, or negative
+        numbers counting back to earlier rows) and on_parent_failure; None
+        for a call without dependencies."""
+
+    def depend(
+        self, index: int, parents: tuple[int, ...], on_parent_failure: str
+    ) -> None:
+        """Job ``index`` (a row: calls with dependencies merge no jobs) waits for ``parents``."""
+        if self.parents is None:
+            self.parents = {}
+        self.parents[index] = (parents, on_parent_failure)
 
     def add(
         self,
@@ -241,3 +307,76 @@ class Batch:
             duplicates.append(existed[index] or index in seen)
             seen.add(index)
         return [row_ids[row] for row in self._index_of], duplicate, duplicates
+
+
+_ENDED = frozenset({"completed", "dead", "cancelled"})
+_FAILED = frozenset({"dead", "cancelled"})
+
+
+def depend_args(
+    batch: Batch, ids: Sequence[int], parents: Mapping[int, str]
+) -> tuple[Any, ...]:
+    """DEPEND's arguments, for ``batch`` inserted as ``ids`` (pending),
+    whose parents outside the call have the statuses ``parents`` (locked).
+
+    A parent that has ended counts at once: a job whose parents have all
+    ended stays pending; one with a parent dead or cancelled and
+    ``on_parent_failure="cancel"`` is cancelled (and so are its own
+    children of the call, in turn); else it waits.
+    """
+    assert batch.parents is not None
+    status_of = dict(parents)
+    edges: tuple[list[int], list[int], list[bool]] = ([], [], [])
+    rows: dict[
+        int, list[Any]
+    ] = {}  # id: [parent, status, left, on_parent_failure, error]
+    for index, (after, on_parent_failure) in sorted(batch.parents.items()):
+        child = ids[index]
+        left = 0
+        failed: tuple[int, str] | None = None
+        for parent in after:
+            if (
+                parent < 0
+            ):  # a job of the call: pending, unless it waits or was cancelled
+                parent_id = ids[index + parent]
+                status = status_of.get(parent_id, "pending")
+            else:
+                parent_id, status = parent, status_of[parent]
+            ended = status in _ENDED
+            left += not ended
+            if failed is None and status in _FAILED:
+                failed = (parent_id, status)
+            edges[0].append(parent_id)
+            edges[1].append(child)
+            edges[2].append(ended)
+            rows.setdefault(parent_id, [True, None, None, None, None])[0] = True
+        now: str | None = "waiting" if left else None
+        error = None
+        if failed is not None and on_parent_failure == "cancel":
+            now, error = "cancelled", f"parent job {failed[0]} is {failed[1]}"
+        rows.setdefault(child, [False, None, None, None, None])[1:] = [
+            now,
+            left,
+            on_parent_failure,
+            error,
+        ]
+        status_of[child] = now or "pending"
+    return (
+        _sql.array(edges[0]),
+        _sql.array(edges[1]),
+        _sql.booleans(edges[2]),
+        _sql.array(rows),
+        _sql.booleans(row[0] for row in rows.values()),
+        [row[1] for row in rows.values()],
+        "{"
+        + ",".join("NULL" if row[2] is None else str(row[2]) for row in rows.values())
+        + "}",
+        [row[3] for row in rows.values()],
+        [row[4] for row in rows.values()],
+    )
+
+
+def outside_parents(batch: Batch) -> list[int]:
+    """The ids of the parents of ``batch`` that are not jobs of the call."""
+    assert batch.parents is not None
+    return sorted({p for after, _ in batch.parents.values() for p in after if p > 0})

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, fields
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeAlias, TypeVar
 
 from pgqueue._core.errors import PgQueueError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
 
     from typing_extensions import TypeVar as DefaultedTypeVar
 
@@ -43,7 +44,34 @@ class Status(enum.StrEnum):
     COMPLETED = "completed"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    WAITING = "waiting"
+    """Enqueued with ``after=``, some of its parents not finished: no claim takes it (a Go worker's neither)."""
 
+
+class _NoParents(Mapping[int, Any]):
+    """The empty ``parent_results`` of a job without parents: immutable and
+    hashable, so a frozen dataclass takes it as a plain default."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: int) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return "{}"
+
+
+NO_PARENTS: Mapping[int, Any] = _NoParents()
+"""The parent_results of a job without parents (shared: it cannot change)."""
 
 CheckpointWriter: TypeAlias = "Callable[[Job[Any], Any], Awaitable[bool]]"
 """What writes the checkpoints of the jobs a worker runs."""
@@ -90,6 +118,11 @@ class Job(Generic[PayloadT]):
     (a job's first attempt, or one whose earlier attempts stored none). A
     handler that checkpoints its progress resumes from it when it is run
     again (after a retry, a rescue or `Admin.retry`); completion clears it.
+
+    ``parent_results`` maps the id of each job this one was enqueued
+    ``after`` to that job's stored result (decoded JSON; ``None`` for a
+    parent that ended dead or cancelled, or returned nothing): empty for a
+    job without parents.
     """
 
     id: int
@@ -106,6 +139,7 @@ class Job(Generic[PayloadT]):
     snoozes: int = 0
     trace_context: str | None = None
     last_checkpoint: Any = None
+    parent_results: Mapping[int, Any] = NO_PARENTS
 
     async def checkpoint(self, value: Any) -> bool:
         """Store ``value`` on the job's row, for the job's next attempts to resume from.
@@ -232,7 +266,8 @@ _fix_frozen_slots(Job)
     _set_snoozes,
     _set_trace_context,
     _set_last_checkpoint,
-) = (getattr(Job, field.name).__set__ for field in fields(Job))
+    _set_parent_results,
+) = (getattr(Job, f.name).__set__ for f in fields(Job))
 
 
 def claimed_job(
@@ -250,6 +285,7 @@ def claimed_job(
     snoozes: int,
     trace_context: str | None,
     last_checkpoint: Any = None,
+    parent_results: Mapping[int, Any] = NO_PARENTS,
 ) -> Job[Any]:
     """The same `Job` as ``Job(...)`` with these fields, built for the claim loop."""
     job: Job[Any] = object.__new__(Job)
@@ -267,6 +303,7 @@ def claimed_job(
     _set_snoozes(job, snoozes)
     _set_trace_context(job, trace_context)
     _set_last_checkpoint(job, last_checkpoint)
+    _set_parent_results(job, parent_results)
     return job
 
 
@@ -276,6 +313,10 @@ class NewJob:
 
     The options are `Queue.enqueue`'s: ``run_at`` or ``delay`` (seconds or a
     ``timedelta`` from the database's ``now()``; not both), and so on.
+
+    ``after``: the jobs this one waits for, by id; a negative number is a
+    job earlier in the same `Queue.enqueue_many` call, counted back from this
+    one (``-1`` the job just before it, ``-2`` the one before that).
     """
 
     job_type: str
@@ -287,3 +328,5 @@ class NewJob:
     priority: int = 0
     unique_key: str | None = None
     track: bool = False
+    after: Sequence[int] = ()
+    on_parent_failure: Literal["cancel", "run"] = "cancel"

@@ -109,7 +109,7 @@ def missing_pieces(row: Row, *, limits: bool = True) -> list[str]:
     missing = [f"column {name}" for name in row["missing_columns"]]
     missing += [f"index {name}" for name in row["missing_indexes"]]
     if row["old_status_check"]:
-        missing.append("a status check that allows 'cancelled'")
+        missing.append("a status check that allows 'waiting'")
     if limits and not row["has_limits"]:
         missing.append(_LIMITS_TABLE)
     return missing

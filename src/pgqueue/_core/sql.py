@@ -8,6 +8,7 @@ database's ``now()``, never the client's clock.
 
 from __future__ import annotations
 
+import textwrap
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ __all__ = [
     "DASHBOARD_NEWEST",
     "DASHBOARD_RUNNING",
     "DEAD_COUNT",
+    "DEPEND",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_DELAYED",
@@ -55,6 +57,7 @@ __all__ = [
     "JOB_SUMMARY",
     "LEASE",
     "LOCK_LIMIT",
+    "LOCK_PARENTS",
     "NOTIFY_JOBS",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
@@ -77,11 +80,13 @@ __all__ = [
     "RESERVE_IDS",
     "RETRY",
     "RETRYABLE_IDS",
+    "RETRY_CHILDREN",
     "SCHEMA",
     "SCHEMA_CHECK",
     "SCHEMA_DOWN",
     "SCHEMA_UPGRADE",
     "SEED_LIMIT",
+    "SETTLE",
     "STATS",
     "STATS_COMPLETED",
     "STATS_LIMITS",
@@ -149,9 +154,42 @@ def _timestamp(value: datetime | None) -> str:
     return value.isoformat()
 
 
+# What a parent's ending does to its children (see pgqueue_parent_ended in
+# _ADDED_IN_V2, which runs it with the parent's id and new status): SETTLE
+# is the same statement with those as $1 and $2, for the plan tests.
+_SETTLE = """
+WITH settled AS (
+    UPDATE pgqueue_dependencies SET settled = true
+    WHERE parent_id = {id} AND NOT settled
+    RETURNING child_id
+), changed AS (
+    UPDATE pgqueue_jobs AS c
+    SET parents_left = c.parents_left - 1,
+        status       = CASE WHEN {status} <> 'completed' AND c.on_parent_failure = 'cancel'
+                            THEN 'cancelled'
+                            WHEN c.parents_left <= 1 THEN 'pending'
+                            ELSE 'waiting' END,
+        run_at       = CASE WHEN c.parents_left <= 1 THEN greatest(c.run_at, now())
+                            ELSE c.run_at END,
+        last_error   = CASE WHEN {status} <> 'completed' AND c.on_parent_failure = 'cancel'
+                            THEN format('parent job %s is %s', {id}, {status})
+                            ELSE c.last_error END,
+        updated_at   = now()
+    FROM settled AS s
+    WHERE c.id = s.child_id AND c.status = 'waiting'
+    RETURNING c.id, c.queue, c.status, c.tracked
+)
+SELECT count(n.sent){into}
+FROM changed AS c,
+     LATERAL (SELECT CASE WHEN c.status = 'pending' THEN pg_notify('pgqueue_jobs', c.queue)
+                          WHEN c.tracked THEN pg_notify('pgqueue_outcomes', c.id::text) END
+              AS sent) AS n;
+"""
+SETTLE = _SETTLE.format(id="$1::int8", status="$2::text", into="").rstrip().rstrip(";")
+
 # What schema v2 adds beside the Go module's table and indexes: the same
 # text in SCHEMA and SCHEMA_UPGRADE, idempotent.
-_ADDED_IN_V2 = """
+_ADDED_IN_V2_TEXT = """
 -- Our claims of jobs with a priority (COLLATE "C": only they can use it).
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
     ON pgqueue_jobs (queue, priority, run_at, id)
@@ -198,7 +236,67 @@ CREATE TABLE IF NOT EXISTS pgqueue_leases
     expires_at TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (queue, worker)
 );
+
+-- Dependencies (Queue.enqueue(after=...)): one row per parent and child,
+-- found by parent (the primary key) when the parent ends and by child for
+-- its handler's parent_results. settled: the parent's end has been counted
+-- on the child (once: a parent retried and ending again is not counted twice).
+CREATE TABLE IF NOT EXISTS pgqueue_dependencies
+(
+    parent_id BIGINT  NOT NULL,
+    child_id  BIGINT  NOT NULL,
+    settled   BOOLEAN NOT NULL DEFAULT false,
+    PRIMARY KEY (parent_id, child_id)
+);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_dependencies_child
+    ON pgqueue_dependencies (child_id);
+-- The listings of waiting jobs (pgqueue.Admin, pgqueue jobs, the dashboard):
+-- only jobs with unfinished parents are in it.
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_waiting
+    ON pgqueue_jobs (queue, id) WHERE status = 'waiting';
+
+-- A parent (has_children) that ends, by any writer (a Go worker's too),
+-- settles its unsettled edges, in the transaction of its outcome: each
+-- waiting child counts one parent fewer (parents_left) and becomes pending
+-- at zero, its queue woken; a child with on_parent_failure 'cancel' of a
+-- parent that ended dead or cancelled is cancelled, naming the parent, and
+-- being a status change of its own, cancels its own waiting children alike.
+-- Each parent touches its own edges and children only: no statement reads a
+-- child's other parents.
+CREATE OR REPLACE FUNCTION pgqueue_parent_ended() RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+AS $pgqueue_parent_ended$
+DECLARE
+    woken int;
+BEGIN
+{settle}    RETURN NULL;
+END
+$pgqueue_parent_ended$;
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass
+                   AND tgname = 'pgqueue_parent_ended') THEN
+        CREATE TRIGGER pgqueue_parent_ended
+            AFTER UPDATE OF status ON pgqueue_jobs
+            FOR EACH ROW
+            WHEN (NEW.has_children AND NEW.status IN ('completed', 'dead', 'cancelled')
+                  AND OLD.status NOT IN ('completed', 'dead', 'cancelled'))
+            EXECUTE FUNCTION pgqueue_parent_ended();
+    END IF;
+END $$;
 """
+_ADDED_IN_V2 = _ADDED_IN_V2_TEXT.replace(
+    "{settle}",
+    textwrap.indent(
+        _SETTLE.format(id="NEW.id", status="NEW.status", into=" INTO woken").strip(
+            "\n"
+        ),
+        "    ",
+    )
+    + "\n",
+)
+
 
 # pgqueue_enqueue(...): an enqueue in SQL, in the caller's transaction, from
 # any driver, a trigger or psql; the same defaults, checks and row as
@@ -309,7 +407,7 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     payload          JSONB       NOT NULL DEFAULT '{}'::jsonb,
     status           TEXT        NOT NULL DEFAULT 'pending'
         CONSTRAINT chk_pgqueue_jobs_status
-        CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled')),
+        CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled', 'waiting')),
     attempts         INT         NOT NULL DEFAULT 0,
     max_attempts     INT         NOT NULL DEFAULT 5,
     run_at           TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -327,7 +425,10 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     trace_context    TEXT,
     errors           JSONB,
     snoozed          JSONB,
-    checkpoint       JSONB
+    checkpoint       JSONB,
+    has_children     BOOLEAN     NOT NULL DEFAULT false,
+    parents_left     INT,
+    on_parent_failure TEXT
 );
 
 -- The Go module's claims, and ours of jobs without a priority.
@@ -358,25 +459,29 @@ ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS trace_context    TEXT,
     ADD COLUMN IF NOT EXISTS errors           JSONB,
     ADD COLUMN IF NOT EXISTS snoozed          JSONB,
-    ADD COLUMN IF NOT EXISTS checkpoint       JSONB;
+    ADD COLUMN IF NOT EXISTS checkpoint       JSONB,
+    ADD COLUMN IF NOT EXISTS has_children     BOOLEAN  NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS parents_left     INT,
+    ADD COLUMN IF NOT EXISTS on_parent_failure TEXT;
 
 DO $$
 DECLARE
     old record;
 BEGIN
-    -- The Go module's status check does not allow 'cancelled': replace it.
+    -- The Go module's status check does not allow 'cancelled', nor
+    -- pgqueue's before dependencies 'waiting': replace it.
     FOR old IN
         SELECT conname FROM pg_constraint
         WHERE conrelid = 'pgqueue_jobs'::regclass AND contype = 'c'
           AND pg_get_constraintdef(oid) LIKE '%status%'
-          AND pg_get_constraintdef(oid) NOT LIKE '%cancelled%'
+          AND pg_get_constraintdef(oid) NOT LIKE '%waiting%'
     LOOP
         EXECUTE format('ALTER TABLE pgqueue_jobs DROP CONSTRAINT %I', old.conname);
     END LOOP;
     IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass
                    AND conname = 'chk_pgqueue_jobs_status') THEN
         ALTER TABLE pgqueue_jobs ADD CONSTRAINT chk_pgqueue_jobs_status
-            CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled')) NOT VALID;
+            CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled', 'waiting')) NOT VALID;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass
                    AND conname = 'chk_pgqueue_jobs_priority') THEN
@@ -394,10 +499,12 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
 Only adds: columns with constant defaults or none (no table rewrite), the status
-check widened to allow ``cancelled`` (added ``NOT VALID``, then validated,
-which does not block writes), three partial indexes, and the
-``pgqueue_periodic`` table of periodic schedules and the ``pgqueue_limits``
-and ``pgqueue_leases`` tables of fleet-wide limits. Idempotent. Go
+check widened to allow ``cancelled`` and ``waiting`` (added ``NOT VALID``,
+then validated, which does not block writes), four partial indexes, the
+``pgqueue_periodic`` table of periodic schedules, the ``pgqueue_limits``
+and ``pgqueue_leases`` tables of fleet-wide limits, and the
+``pgqueue_dependencies`` table with the ``pgqueue_parent_ended`` trigger
+that releases a job's children when it ends. Idempotent. Go
 producers and workers keep working on the upgraded table. On a large table,
 run each ``VALIDATE`` and ``CREATE INDEX`` in a transaction of its own (or
 build the indexes ``CONCURRENTLY`` first): a migration tool that wraps the
@@ -409,7 +516,9 @@ DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval
 DROP TABLE IF EXISTS pgqueue_leases;
 DROP TABLE IF EXISTS pgqueue_limits;
 DROP TABLE IF EXISTS pgqueue_periodic;
+DROP TABLE IF EXISTS pgqueue_dependencies;
 DROP TABLE IF EXISTS pgqueue_jobs;
+DROP FUNCTION IF EXISTS pgqueue_parent_ended();
 """
 """Drop everything `SCHEMA` creates."""
 
@@ -585,8 +694,42 @@ COPY_COLUMNS = (
 )
 NOTIFY_JOBS = "SELECT pg_notify('pgqueue_jobs', $1)"
 
-# Cancel the jobs $1: pending ones at once (no worker claims them, Go's
-# included), running ones by request (cancel_requested, and a control
+# An enqueue with dependencies (after=...), in one transaction: first the
+# parents $1 are locked, in id order, and their statuses read (a parent
+# ending meanwhile waits for the enqueue's commit, and its trigger then sees
+# the new edges; a parent that ended first is seen ended, and counts at
+# once), then the jobs are inserted as any others, then DEPEND.
+LOCK_PARENTS = """
+SELECT id, status FROM pgqueue_jobs
+WHERE id = ANY($1::text::bigint[])
+ORDER BY id
+FOR NO KEY UPDATE
+"""
+# The edges ($1 parent, $2 child, $3 settled: the parent had ended), then
+# in one update of each row concerned ($4): whether it is a parent now
+# ($5), and a child's status ($6, 'waiting' or 'cancelled'; NULL keeps
+# 'pending'), unfinished parents ($7), on_parent_failure ($8) and
+# last_error ($9). A row is both parent and child at most once here.
+DEPEND = """
+WITH edges AS (
+    INSERT INTO pgqueue_dependencies (parent_id, child_id, settled)
+    SELECT * FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::boolean[])
+    ON CONFLICT DO NOTHING
+)
+UPDATE pgqueue_jobs AS j
+SET has_children      = j.has_children OR o.parent,
+    status            = coalesce(o.status, j.status),
+    parents_left      = coalesce(o.parents_left, j.parents_left),
+    on_parent_failure = coalesce(o.on_parent_failure, j.on_parent_failure),
+    last_error        = coalesce(o.last_error, j.last_error)
+FROM unnest($4::text::bigint[], $5::text::boolean[], $6::text[], $7::text::int[], $8::text[], $9::text[])
+    AS o(id, parent, status, parents_left, on_parent_failure, last_error)
+WHERE j.id = o.id
+"""
+
+# Cancel the jobs $1: pending and waiting ones at once (no worker claims
+# them, Go's included; a waiting job's own waiting children are cancelled
+# by the pgqueue_parent_ended trigger), running ones by request (cancel_requested, and a control
 # NOTIFY to the worker running them). Each id comes back with what was done:
 # cancelled, requested, finished (already completed, dead or cancelled:
 # nothing written) or not_found. Locked first, so a claim that commits
@@ -598,13 +741,13 @@ WITH wanted AS (
     SELECT id, status FROM pgqueue_jobs WHERE id IN (SELECT id FROM wanted) FOR UPDATE
 ), changed AS (
     UPDATE pgqueue_jobs AS j
-    SET status           = CASE WHEN f.status = 'pending' THEN 'cancelled' ELSE j.status END,
+    SET status           = CASE WHEN f.status IN ('pending', 'waiting') THEN 'cancelled' ELSE j.status END,
         cancel_requested = j.cancel_requested OR f.status = 'running',
-        last_error       = CASE WHEN f.status = 'pending' THEN 'cancelled by request' ELSE j.last_error END,
-        updated_at       = CASE WHEN f.status = 'pending' THEN now() ELSE j.updated_at END
+        last_error       = CASE WHEN f.status IN ('pending', 'waiting') THEN 'cancelled by request' ELSE j.last_error END,
+        updated_at       = CASE WHEN f.status IN ('pending', 'waiting') THEN now() ELSE j.updated_at END
     FROM found AS f
-    WHERE j.id = f.id AND f.status IN ('pending', 'running')
-    RETURNING j.id, f.status AS was, j.tracked
+    WHERE j.id = f.id AND f.status IN ('pending', 'waiting', 'running')
+    RETURNING j.id, CASE WHEN f.status = 'waiting' THEN 'pending' ELSE f.status END AS was, j.tracked
 )
 SELECT w.id,
        CASE WHEN c.was = 'pending' THEN 'cancelled'
@@ -623,11 +766,23 @@ CANCEL_REQUESTED = """
 SELECT id FROM pgqueue_jobs WHERE id = ANY($1::text::bigint[]) AND cancel_requested
 """
 
+# A parent stays while a child of it has not finished (its result is the
+# child's parent_results); a child's edges go with it. Returns how many rows went.
 PRUNE = """
-DELETE FROM pgqueue_jobs
-WHERE queue = $1
-  AND status IN ('completed', 'dead', 'cancelled')
-  AND updated_at < now() - make_interval(secs => $2)
+WITH gone AS (
+    DELETE FROM pgqueue_jobs
+    WHERE queue = $1
+      AND status IN ('completed', 'dead', 'cancelled')
+      AND updated_at < now() - make_interval(secs => $2)
+      AND NOT (has_children AND EXISTS (
+          SELECT FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS c ON c.id = d.child_id
+          WHERE d.parent_id = pgqueue_jobs.id AND c.status IN ('waiting', 'pending', 'running')))
+    RETURNING id, parents_left
+), edges AS (
+    DELETE FROM pgqueue_dependencies
+    WHERE child_id IN (SELECT id FROM gone WHERE parents_left IS NOT NULL)
+)
+SELECT count(*)::int FROM gone
 """
 
 
@@ -637,7 +792,9 @@ def _prune_batch(queue_matches: str) -> str:
     A sweep walks the table once however many batches it takes, and no batch
     holds a connection (the worker's upkeep, and its heartbeats) for long.
     Rows another session has locked are skipped (the next sweep gets them),
-    never waited for. Returns how many rows went and the last id among them.
+    never waited for. A parent stays while a child of it has not finished
+    (its result is the child's ``parent_results``); a child's edges go
+    with it. Returns how many rows went and the last id among them.
     """
     return f"""
 WITH gone AS (
@@ -648,11 +805,17 @@ WITH gone AS (
         WHERE id > $3 AND {queue_matches}
           AND status IN ('completed', 'dead', 'cancelled')
           AND updated_at < now() - make_interval(secs => $2)
+          AND NOT (has_children AND EXISTS (
+              SELECT FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS c ON c.id = d.child_id
+              WHERE d.parent_id = pgqueue_jobs.id AND c.status IN ('waiting', 'pending', 'running')))
         ORDER BY id
         LIMIT $4
         FOR UPDATE SKIP LOCKED
     ))
-    RETURNING id
+    RETURNING id, parents_left
+), edges AS (
+    DELETE FROM pgqueue_dependencies
+    WHERE child_id IN (SELECT id FROM gone WHERE parents_left IS NOT NULL)
 )
 SELECT count(*)::int AS removed, coalesce(max(id), $3) AS last_id FROM gone
 """
@@ -742,6 +905,7 @@ CLAIM_COLUMNS = (
     "claimed_at",
     "trace_context",
     "checkpoint",
+    "parent_results",
 )
 """The columns a claim returns, in this order (`pgqueue._engine.claimer.jobs_from_rows` unpacks them)."""
 
@@ -756,6 +920,12 @@ _CLAIM_EXPRESSIONS = {
     ),
     "claimed_at": "(extract(epoch FROM now()) * 1000000)::int8",
     "checkpoint": "checkpoint::text",
+    # Only a job with parents looks them up (CASE evaluates the subquery
+    # for it alone): {parent id: result}, as JSON text.
+    "parent_results": """CASE WHEN parents_left IS NOT NULL THEN (
+        SELECT jsonb_object_agg(d.parent_id::text, p.result)::text
+        FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS p ON p.id = d.parent_id
+        WHERE d.child_id = pgqueue_jobs.id) END""",
 }
 _CLAIM_RETURNING = ",\n    ".join(
     f"{_CLAIM_EXPRESSIONS[name]} AS {name}" if name in _CLAIM_EXPRESSIONS else name
@@ -895,7 +1065,9 @@ _SNOOZE = _appended(
 # rescue index's row estimate is usually stale (one row), and using it would
 # make every write scan every running row of every queue.
 # A tracked job that ends is announced on pgqueue_outcomes, at commit.
-_STILL_RUNNING = "j.status NOT IN ('pending', 'completed', 'dead', 'cancelled')"
+_STILL_RUNNING = (
+    "j.status NOT IN ('pending', 'completed', 'dead', 'cancelled', 'waiting')"
+)
 _ANNOUNCE_ENDED = """CASE WHEN j.tracked AND j.status IN ('completed', 'dead', 'cancelled')
                   THEN pg_notify('pgqueue_outcomes', j.id::text) END"""
 _FINISH = f"""
@@ -1029,14 +1201,20 @@ REQUIRED_COLUMNS = (
     "errors",
     "snoozed",
     "checkpoint",
+    "has_children",
+    "parents_left",
+    "on_parent_failure",
 )
 """The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
 REQUIRED_INDEXES = ("idx_pgqueue_jobs_priority", "idx_pgqueue_jobs_unique")
+# (and the table pgqueue_dependencies, with the trigger pgqueue_parent_ended:
+# both come with the status check that allows 'waiting', in one upgrade)
 """The indexes pgqueue's own statements need (beyond the Go module's)."""
 
 # Whether pgqueue_jobs is visible on the search_path; which of the columns
-# $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'cancelled';
+# $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'waiting'
+# (the Go module's refuses 'cancelled' too);
 # whether pgqueue_limits (fleet-wide limits) is visible.
 SCHEMA_CHECK = """
 WITH t AS (SELECT to_regclass('pgqueue_jobs') AS oid)
@@ -1061,7 +1239,7 @@ SELECT t.oid IS NOT NULL AS table_exists,
            SELECT 1 FROM pg_constraint
            WHERE conrelid = t.oid AND contype = 'c'
              AND pg_get_constraintdef(oid) LIKE '%status%'
-             AND pg_get_constraintdef(oid) NOT LIKE '%cancelled%'
+             AND pg_get_constraintdef(oid) NOT LIKE '%waiting%'
        ) AS old_status_check,
        to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits
 FROM t
@@ -1348,6 +1526,7 @@ _STATUS_FILTERS = {
     "ready": "status = 'pending' AND run_at <= now()",
     "scheduled": "status = 'pending' AND run_at > now()",
     "running": "status = 'running'",
+    "waiting": "status = 'waiting'",
     "completed": "status = 'completed'",
     "dead": "status = 'dead'",
     "cancelled": "status = 'cancelled'",
@@ -1428,6 +1607,38 @@ FROM wanted AS w
 LEFT JOIN found AS f ON f.id = w.id
 LEFT JOIN eligible AS e ON e.id = w.id
 LEFT JOIN retried AS r ON r.id = w.id
+"""
+
+# Admin.retry(..., children=True): the cancelled children ($1: jobs just
+# retried, or children brought back) of those jobs that were cancelled for
+# a parent's failure (on_parent_failure 'cancel') and have no parent dead or
+# cancelled now go back to waiting, counting the parents not completed
+# (their edges unsettled again). Returns their ids, for the next round.
+RETRY_CHILDREN = """
+WITH kids AS MATERIALIZED (
+    SELECT DISTINCT c.id
+    FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS c ON c.id = d.child_id
+    WHERE d.parent_id = ANY($1::text::bigint[])
+      AND c.status = 'cancelled' AND c.on_parent_failure = 'cancel'
+      AND NOT EXISTS (
+          SELECT FROM pgqueue_dependencies AS e JOIN pgqueue_jobs AS p ON p.id = e.parent_id
+          WHERE e.child_id = c.id AND p.status IN ('dead', 'cancelled'))
+), unsettled AS (
+    UPDATE pgqueue_dependencies AS e SET settled = false
+    FROM kids AS k, pgqueue_jobs AS p
+    WHERE e.child_id = k.id AND p.id = e.parent_id AND p.status <> 'completed'
+    RETURNING e.child_id
+)
+UPDATE pgqueue_jobs AS c
+SET status       = CASE WHEN n.left_ > 0 THEN 'waiting' ELSE 'pending' END,
+    parents_left = n.left_,
+    last_error   = NULL,
+    run_at       = now(),
+    updated_at   = now()
+FROM (SELECT k.id, (SELECT count(*) FROM unsettled AS u WHERE u.child_id = k.id)::int AS left_
+      FROM kids AS k) AS n
+WHERE c.id = n.id
+RETURNING c.id, c.queue, c.status, CASE WHEN c.status = 'pending' THEN pg_notify('pgqueue_jobs', c.queue) END
 """
 
 # The next $4 dead (or cancelled: $1) jobs past id $5, of queue $2 and type

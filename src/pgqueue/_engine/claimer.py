@@ -12,7 +12,7 @@ import anyio
 
 from pgqueue._core import sql as _sql
 from pgqueue._core.errors import describe, is_transient
-from pgqueue._core.job import Job, claimed_job
+from pgqueue._core.job import NO_PARENTS, Job, claimed_job
 from pgqueue._core.outcome import Kind, Outcome
 from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
 from pgqueue._core.schema import SCHEMA_ERRORS, check_schema, schema_failure
@@ -315,6 +315,7 @@ def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
         _claimed_at,
         trace_context,
         checkpoint_text,
+        parents_text,
     ) in rows:
         error = None
         try:
@@ -328,6 +329,16 @@ def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
                 checkpoint = json.loads(checkpoint_text)
             except (ValueError, RecursionError) as exc:
                 error = f"checkpoint could not be decoded: {describe(exc)}"[:1000]
+        parent_results = NO_PARENTS
+        if parents_text is not None:
+            try:
+                parent_results = {
+                    int(key): value for key, value in json.loads(parents_text).items()
+                }
+            except (ValueError, RecursionError) as exc:
+                error = f"a parent's result could not be decoded: {describe(exc)}"[
+                    :1000
+                ]
         if unrepresentable is not None:
             run_at = created_at = _UNREPRESENTABLE
             error = f"a time Python cannot represent ({unrepresentable})"
@@ -352,6 +363,7 @@ def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
             snoozes,
             trace_context,
             checkpoint,
+            parent_results,
         )
         if error is None:
             jobs.append(job)

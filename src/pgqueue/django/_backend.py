@@ -26,6 +26,9 @@ __all__ = ["Backend", "pgqueue_priority"]
 
 _STATUSES = {
     "pending": TaskResultStatus.READY,
+    # A job enqueued after=[...] (through pgqueue, not Django) waiting for
+    # its parents: Django has no such state, and it is not running yet.
+    "waiting": TaskResultStatus.READY,
     "running": TaskResultStatus.RUNNING,
     "completed": TaskResultStatus.SUCCESSFUL,
     "dead": TaskResultStatus.FAILED,

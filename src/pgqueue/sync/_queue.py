@@ -151,6 +151,12 @@ class Queue:
         """
         conflict = check_on_conflict(on_conflict)
         batch = check_jobs(jobs, self._max_attempts)
+        if batch.parents is not None:
+            msg = (
+                "pgqueue.sync does not enqueue jobs with parents (after=...):"
+                " use pgqueue.Queue"
+            )
+            raise ValueError(msg)
         if not batch.types:
             return []
         payloads = encode_payloads(batch.payloads, self._encoder)
