@@ -97,8 +97,11 @@ async def test_a_higher_priority_job_overtakes_a_backlog_at_once(
     # Once its enqueue has returned (committed), at most the jobs already
     # held (4) and one claim round in flight (4 more) start before it. The
     # other consumer keeps starting jobs while the enqueue runs, however
-    # long the commit takes on a loaded disk: count from its return.
-    assert committed_at[0] <= position <= committed_at[0] + 8, (
+    # long the commit takes on a loaded disk: count from its return. It may
+    # start before that return (a lone enqueue's wakeup leaves at its
+    # commit, before the commit's answer reaches the producer), never
+    # before the 50 jobs that led to its enqueue.
+    assert 50 <= position <= committed_at[0] + 8, (
         position,
         committed_at,
     )
