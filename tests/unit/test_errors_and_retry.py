@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
 
-from pgqueue._core.errors import MAX_ERROR_LENGTH, describe, storable
+from pgqueue._core.errors import (
+    MAX_ERROR_LENGTH,
+    describe,
+    ends_session,
+    is_outage,
+    is_transient,
+    storable,
+)
 from pgqueue._core.retry import FIRST_RETRY_DELAY, QUIET_FAILURES, Failures, retry_delay
 from tests.helpers import RecordingLogger
 
@@ -103,3 +111,42 @@ async def test_a_periodic_loop_pauses_its_interval_or_less_after_failures() -> N
         assert failures.pause(0.2) <= 0.2
     failures.succeeded()
     assert failures.pause(0.2) == 0.2
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        asyncpg.ReadOnlySQLTransactionError(
+            "cannot execute UPDATE in a read-only transaction"
+        ),
+        asyncpg.AdminShutdownError(
+            "terminating connection due to administrator command"
+        ),
+        asyncpg.CrashShutdownError("terminating connection because of crash"),
+        asyncpg.CannotConnectNowError("the database system is shutting down"),
+        asyncpg.ConnectionFailureError("connection failure"),  # 08006
+        asyncpg.ClientCannotConnectError("cannot connect"),  # 08001
+        asyncpg.TargetServerAttributeNotMatched("no host is read-write"),
+        ConnectionResetError("reset"),
+        TimeoutError(),
+    ],
+)
+def test_a_server_that_is_gone_shutting_down_or_read_only_is_an_outage(
+    exc: Exception,
+) -> None:
+    # An outage: retried on a new connection (a multi-host DSN then finds
+    # the primary), never a refused outcome nor a failed job.
+    assert is_outage(exc)
+    assert is_transient(exc)
+    assert ends_session(exc)
+
+
+def test_busy_is_transient_but_no_outage_and_refused_is_neither() -> None:
+    deadlock = asyncpg.DeadlockDetectedError("deadlock detected")
+    assert is_transient(deadlock)
+    assert not is_outage(deadlock)
+    assert not ends_session(deadlock)
+    refused = asyncpg.RaiseError("this completion is refused")
+    assert not is_transient(refused)
+    assert not is_outage(refused)
+    assert not ends_session(refused)
