@@ -13,7 +13,13 @@ from pgqueue._core.errors import (
     is_transient,
     storable,
 )
-from pgqueue._core.retry import FIRST_RETRY_DELAY, QUIET_FAILURES, Failures, retry_delay
+from pgqueue._core.retry import (
+    FIRST_RETRY_DELAY,
+    QUIET_FAILURES,
+    Failures,
+    Outage,
+    retry_delay,
+)
 from tests.helpers import RecordingLogger
 
 
@@ -150,3 +156,50 @@ def test_busy_is_transient_but_no_outage_and_refused_is_neither() -> None:
     assert not is_transient(refused)
     assert not is_outage(refused)
     assert not ends_session(refused)
+
+
+def test_an_outage_is_said_once_and_ends_when_every_part_that_failed_is_back() -> None:
+    logger = RecordingLogger()
+    now = [100.0]
+    outage = Outage(logger, fields={"queue": "q"}, clock=lambda: now[0])
+    claims, listen = object(), object()
+    lost = ConnectionResetError("reset")
+    outage.up(claims, "u@h:1/d")  # up while nothing was down: nothing to say
+    outage.down(claims, lost, "u@h:1/d")
+    outage.down(listen, lost, "u@h:1/d")
+    outage.down(claims, lost, "u@h:1/d")
+    ongoing = [outage.ongoing]
+    now[0] = 102.5
+    outage.up(claims, "u@h:2/d")
+    ongoing.append(outage.ongoing)  # LISTEN is still down
+    now[0] = 103.25
+    outage.up(listen, "u@h:2/d")
+    ongoing.append(outage.ongoing)
+    assert ongoing == [True, True, False]
+    assert logger.records == [
+        (
+            "warning",
+            "database %s unavailable (%s); retrying until it is back",
+            {
+                "database": "u@h:1/d",
+                "error": "ConnectionResetError: reset",
+                "queue": "q",
+            },
+        ),
+        (
+            "info",
+            "database %s available again after %.1f s",
+            {"database": "u@h:2/d", "seconds": 3.25, "queue": "q"},
+        ),
+    ]
+    # The next outage is said again.
+    outage.down(listen, lost, "u@h:2/d")
+    assert logger.messages("warning")[1:] == [logger.records[0][1]]
+
+
+async def test_quiet_failures_log_an_outage_at_debug_and_the_rest_as_before() -> None:
+    logger = RecordingLogger()
+    failures = Failures(logger, "claim failed; retrying", quiet=True)
+    failures.failed(asyncpg.ReadOnlySQLTransactionError("read-only"))
+    failures.failed(asyncpg.DeadlockDetectedError("deadlock detected"))
+    assert [level for level, _, _ in logger.records] == ["debug", "warning"]

@@ -70,7 +70,10 @@ class OutcomeWriter:
     async def run(self) -> None:
         """Flush until cancelled."""
         failures = Failures(
-            self._logger, "writing job outcomes failed; retrying", fields=self._fields
+            self._logger,
+            "writing job outcomes failed; retrying",
+            fields=self._fields,
+            quiet=True,
         )
         while True:
             if not self._buffer:
