@@ -198,6 +198,9 @@ class ReplicatedCluster:
         )
         with (standby.data / "postgresql.conf").open("a") as conf:
             conf.write(f"port = {standby.port}\n")
+            # Promoted, it has no standby of its own: commits must not wait
+            # for one (what Patroni or an operator sets on promotion).
+            conf.write("synchronous_standby_names = ''\n")
         standby.start()
         self._wait_synchronous()
 
