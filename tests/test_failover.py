@@ -446,5 +446,7 @@ def test_the_servers_and_their_files_are_removed_even_when_a_test_fails() -> Non
         raise RuntimeError("a failing test")
     assert not made[0].root.exists()
     for node in (made[0].primary, made[0].standby):
-        with socket.socket() as sock:  # the port is free again: no server left
+        with socket.socket() as sock:  # no server listens on the port any more
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", node.port))
+            sock.listen()
