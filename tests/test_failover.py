@@ -9,22 +9,28 @@ why, where the PostgreSQL binaries are missing.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import socket
+import sys
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import asyncpg
+import httpx
 import pytest
 
 import pgqueue
+from pgqueue.web import create_app
 from tests.cli_apps import RUNS
 from tests.helpers import RecordingLogger, running, wait_until
 from tests.replicated import binaries, replicated_cluster
 from tests.test_cli_worker import APPS, started
 
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import (
         AsyncIterator,
         Awaitable,
@@ -450,3 +456,77 @@ def test_the_servers_and_their_files_are_removed_even_when_a_test_fails() -> Non
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", node.port))
             sock.listen()
+
+
+async def pgqueue_cli(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``pgqueue ARGS`` to its end."""
+    with anyio.fail_after(30):
+        return await anyio.run_process(
+            [sys.executable, "-m", "pgqueue", *args],
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
+
+
+async def test_the_read_dsn_commands_and_the_dashboard_read_the_standby(
+    cluster: ReplicatedCluster, pool: asyncpg.Pool
+) -> None:
+    """Replay paused: listings and counts show the standby's rows; actions go to the primary."""
+    queue = pgqueue.Queue(pool, name="reads")
+    first = await queue.enqueue("t", {})
+    primary, standby = cluster.primary.dsn, cluster.standby.dsn
+    async with asyncpg.create_pool(standby, min_size=1) as standby_pool:
+
+        async def replayed() -> bool:
+            jobs = await pgqueue.Admin(standby_pool).jobs(queue="reads")
+            return [j.id for j in jobs] == [first]
+
+        await wait_until(replayed, within=10)
+        await standby_pool.execute("SELECT pg_wal_replay_pause()")
+        try:
+            second = await queue.enqueue("t", {})  # not on the standby yet
+            stats = await pgqueue_cli(
+                "stats", "--dsn", primary, "--read-dsn", standby, "--json"
+            )
+            assert stats.returncode == 0, stats.stderr
+            (reads,) = [s for s in json.loads(stats.stdout) if s["queue"] == "reads"]
+            assert reads["ready"] == 1
+            listed = await pgqueue_cli(
+                "jobs", "list", "--queue", "reads", "--json", "--dsn", primary,
+                env={"PGQUEUE_READ_DSN": standby},
+            )  # fmt: skip
+            assert listed.returncode == 0, listed.stderr
+            assert [j["id"] for j in json.loads(listed.stdout)] == [first]
+            shown = await pgqueue_cli(
+                "jobs", "show", str(second), "--dsn", primary, "--read-dsn", standby
+            )
+            assert shown.returncode == 1
+            assert b"no job has id" in shown.stderr
+            top = await pgqueue_cli(
+                "top", "--once", "--json", "--queue", "reads",
+                "--dsn", primary, "--read-dsn", standby,
+            )  # fmt: skip
+            assert top.returncode == 0, top.stderr
+            assert '"ready": 1' in top.stdout.decode()
+            # Without a read DSN every command reads the primary.
+            both = await pgqueue_cli("stats", "--dsn", primary, "--json")
+            (reads,) = [s for s in json.loads(both.stdout) if s["queue"] == "reads"]
+            assert reads["ready"] == 2
+            # The dashboard reads the standby; its actions (and the
+            # confirmation that reads the job acted on) go to the primary.
+            app = create_app(pool, read=standby_pool, read_only=False)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1"
+            ) as client:
+                listing = await client.get("/jobs", params={"queue": "reads"})
+                assert listing.status_code == 200
+                assert f"/jobs/{first}" in listing.text
+                assert f"/jobs/{second}" not in listing.text
+                assert (await client.get(f"/jobs/{second}")).status_code == 404
+                confirm = await client.get(f"/jobs/{second}/cancel")
+                assert confirm.status_code == 200
+        finally:
+            await standby_pool.execute("SELECT pg_wal_replay_resume()")
