@@ -155,6 +155,17 @@ class RecordingLogger:
                 self._arrived = anyio.Event()
                 await self._arrived.wait()
 
+    async def wait_until_logged(
+        self,
+        predicate: Callable[[str, str, dict[str, Any]], bool],
+        within: float = 10.0,
+    ) -> None:
+        """Wait for a record ``predicate(level, msg, extra)`` holds for."""
+        with anyio.fail_after(within):
+            while not any(predicate(*record) for record in self.records):
+                self._arrived = anyio.Event()
+                await self._arrived.wait()
+
 
 async def noop(_job: pgqueue.Job) -> None:
     """A handler that completes its job."""

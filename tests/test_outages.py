@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import asyncpg
@@ -20,6 +21,7 @@ import pytest
 
 import pgqueue
 from pgqueue._core import sql as _sql
+from pgqueue._core.connect import target as pgqueue_target
 from tests.helpers import (
     RecordingLogger,
     noop,
@@ -95,9 +97,20 @@ async def test_thousands_of_failures_in_a_row_are_waited_out(
             await queue.enqueue("t", {})
             with anyio.fail_after(10):
                 await done.wait()
+    # One warning for the whole outage, naming the server; each retry at DEBUG.
+    assert logger.messages("warning") == [
+        "database %s unavailable (%s); retrying until it is back"
+    ]
+    assert logger.messages("error") == []
+    assert [e["database"] for _, m, e in logger.records if "unavailable" in m] == [
+        pgqueue_target(via(dsn, proxy.port))
+    ]
     assert any(
-        level == "error" and m == "claim failed; retrying"
+        level == "debug" and m == "claim failed; retrying"
         for level, m, _ in logger.records
+    )
+    assert (
+        logger.messages("info").count("database %s available again after %.1f s") == 1
     )
 
 
@@ -522,3 +535,66 @@ async def test_start_returns_once_the_worker_listens(
         job_id = await queue.enqueue("t", {})
         await wait_for_row(pool, job_id, status="completed", within=5)
         await worker.stop()
+
+
+async def test_an_outage_is_one_warning_naming_the_server_then_one_line_when_back(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, dsn: str
+) -> None:
+    """Every connection of the worker fails, many times: one WARNING, one INFO."""
+    logger = RecordingLogger()
+    done = anyio.Event()
+    async with proxy_to(dsn) as proxy:
+        # A password in the DSN (trust auth ignores it): never in a log line.
+        parts = urlsplit(via(dsn, proxy.port))
+        secret_dsn = urlunsplit(
+            parts._replace(netloc=parts.netloc.replace("@", ":hunter2-secret@", 1))
+        )
+        async with asyncpg.create_pool(secret_dsn, min_size=1) as proxied:
+            worker = pgqueue.Worker(
+                proxied, queue=queue.name, poll_interval=0.05, logger=logger
+            )
+
+            @worker.handler("t")
+            async def handle(_job: pgqueue.Job) -> None:
+                done.set()
+
+            async with running(worker):
+                proxy.refuse()
+                began = anyio.current_time()
+
+                def retried(what: str) -> Callable[[str, str, dict[str, Any]], bool]:
+                    return lambda level, msg, extra: (
+                        level == "debug"
+                        and msg.startswith(what)
+                        and extra["failures"] > 3
+                    )
+
+                # Claims and LISTEN both fail again and again.
+                await logger.wait_until_logged(retried("claim failed"), within=20)
+                await logger.wait_until_logged(retried("LISTEN connection"), within=20)
+                down_for = anyio.current_time() - began
+                proxy.accept()
+                await logger.wait_for("available again", within=20)
+                await queue.enqueue("t", {})
+                with anyio.fail_after(10):
+                    await done.wait()
+    where = pgqueue_target(via(dsn, proxy.port))
+    warnings = [(m, e) for lv, m, e in logger.records if lv == "warning"]
+    assert warnings == [
+        (
+            "database %s unavailable (%s); retrying until it is back",
+            {
+                "database": where,
+                "error": warnings[0][1]["error"],
+                "queue": queue.name,
+            },
+        )
+    ]
+    assert "@" in where
+    assert "hunter2" not in where
+    assert logger.messages("error") == []
+    back = [e for lv, m, e in logger.records if lv == "info" and "available again" in m]
+    assert len(back) == 1
+    assert back[0]["database"] == where
+    assert back[0]["seconds"] >= down_for
+    assert "hunter2-secret" not in repr(logger.records)

@@ -77,6 +77,7 @@ from pgqueue._core.hooks import Observer, call_observers
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.options import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, WorkerOptions
 from pgqueue._core.outcome import Outcome
+from pgqueue._core.retry import Outage
 from pgqueue._core.typed import is_async, typed_handler
 from pgqueue._engine.checkpoints import Checkpoints
 from pgqueue._engine.consumers import RUNNING_FOR
@@ -768,9 +769,12 @@ class Worker:
 
     async def _supervise(self, until_empty: bool) -> None:
         connections = self._connections_used
+        # One warning when the database becomes unavailable, one line when back.
+        outage = Outage(self._logger, fields=self._fields)
         try:
             with anyio.CancelScope(shield=True):
                 async with self._private or contextlib.nullcontext():
+                    connections._watch(outage)
                     async with anyio.create_task_group() as services:
                         services.start_soon(self._writer.run)
                         if self._listens:
@@ -805,6 +809,7 @@ class Worker:
                     if self._keeper is not None:
                         await self._keeper.release()
         finally:
+            connections._unwatch(outage)
             try:
                 self._logger.info("worker stopped", extra=self._fields)
             finally:

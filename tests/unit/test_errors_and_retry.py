@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
 
-from pgqueue._core.errors import MAX_ERROR_LENGTH, describe, storable
-from pgqueue._core.retry import FIRST_RETRY_DELAY, QUIET_FAILURES, Failures, retry_delay
+from pgqueue._core.errors import (
+    MAX_ERROR_LENGTH,
+    describe,
+    ends_session,
+    is_outage,
+    is_transient,
+    storable,
+)
+from pgqueue._core.retry import (
+    FIRST_RETRY_DELAY,
+    QUIET_FAILURES,
+    Failures,
+    Outage,
+    retry_delay,
+)
 from tests.helpers import RecordingLogger
 
 
@@ -103,3 +117,89 @@ async def test_a_periodic_loop_pauses_its_interval_or_less_after_failures() -> N
         assert failures.pause(0.2) <= 0.2
     failures.succeeded()
     assert failures.pause(0.2) == 0.2
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        asyncpg.ReadOnlySQLTransactionError(
+            "cannot execute UPDATE in a read-only transaction"
+        ),
+        asyncpg.AdminShutdownError(
+            "terminating connection due to administrator command"
+        ),
+        asyncpg.CrashShutdownError("terminating connection because of crash"),
+        asyncpg.CannotConnectNowError("the database system is shutting down"),
+        asyncpg.ConnectionFailureError("connection failure"),  # 08006
+        asyncpg.ClientCannotConnectError("cannot connect"),  # 08001
+        asyncpg.TargetServerAttributeNotMatched("no host is read-write"),
+        ConnectionResetError("reset"),
+        TimeoutError(),
+    ],
+)
+def test_a_server_that_is_gone_shutting_down_or_read_only_is_an_outage(
+    exc: Exception,
+) -> None:
+    # An outage: retried on a new connection (a multi-host DSN then finds
+    # the primary), never a refused outcome nor a failed job.
+    assert is_outage(exc)
+    assert is_transient(exc)
+    assert ends_session(exc)
+
+
+def test_busy_is_transient_but_no_outage_and_refused_is_neither() -> None:
+    deadlock = asyncpg.DeadlockDetectedError("deadlock detected")
+    assert is_transient(deadlock)
+    assert not is_outage(deadlock)
+    assert not ends_session(deadlock)
+    refused = asyncpg.RaiseError("this completion is refused")
+    assert not is_transient(refused)
+    assert not is_outage(refused)
+    assert not ends_session(refused)
+
+
+def test_an_outage_is_said_once_and_ends_when_every_part_that_failed_is_back() -> None:
+    logger = RecordingLogger()
+    now = [100.0]
+    outage = Outage(logger, fields={"queue": "q"}, clock=lambda: now[0])
+    claims, listen = object(), object()
+    lost = ConnectionResetError("reset")
+    outage.up(claims, "u@h:1/d")  # up while nothing was down: nothing to say
+    outage.down(claims, lost, "u@h:1/d")
+    outage.down(listen, lost, "u@h:1/d")
+    outage.down(claims, lost, "u@h:1/d")
+    ongoing = [outage.ongoing]
+    now[0] = 102.5
+    outage.up(claims, "u@h:2/d")
+    ongoing.append(outage.ongoing)  # LISTEN is still down
+    now[0] = 103.25
+    outage.up(listen, "u@h:2/d")
+    ongoing.append(outage.ongoing)
+    assert ongoing == [True, True, False]
+    assert logger.records == [
+        (
+            "warning",
+            "database %s unavailable (%s); retrying until it is back",
+            {
+                "database": "u@h:1/d",
+                "error": "ConnectionResetError: reset",
+                "queue": "q",
+            },
+        ),
+        (
+            "info",
+            "database %s available again after %.1f s",
+            {"database": "u@h:2/d", "seconds": 3.25, "queue": "q"},
+        ),
+    ]
+    # The next outage is said again.
+    outage.down(listen, lost, "u@h:2/d")
+    assert logger.messages("warning")[1:] == [logger.records[0][1]]
+
+
+async def test_quiet_failures_log_an_outage_at_debug_and_the_rest_as_before() -> None:
+    logger = RecordingLogger()
+    failures = Failures(logger, "claim failed; retrying", quiet=True)
+    failures.failed(asyncpg.ReadOnlySQLTransactionError("read-only"))
+    failures.failed(asyncpg.DeadlockDetectedError("deadlock detected"))
+    assert [level for level, _, _ in logger.records] == ["debug", "warning"]

@@ -37,6 +37,7 @@ __all__ = [
     "TrackerClosedError",
     "describe",
     "ends_session",
+    "is_outage",
     "is_permanent",
     "is_transient",
     "storable",
@@ -172,30 +173,58 @@ def is_permanent(exc: BaseException) -> bool:
     return False
 
 
-# What a lost, unreachable or busy database raises: worth retrying later, on a
-# new connection. Anything else the server says is about the statement or its
-# data, and the same statement would fail again.
+# What a lost, unreachable, busy or read-only database raises: worth retrying
+# later, on a new connection. Anything else the server says is about the
+# statement or its data, and the same statement would fail again.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (
     OSError,
     TimeoutError,
     asyncpg.InterfaceError,
     # Raised for a statement on a connection whose FATAL message (the server
-    # ended the session) arrived before the socket closed.
+    # ended the session) arrived before the socket closed, and when no host
+    # of a multi-host DSN matches its target_session_attrs.
     asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.TransactionRollbackError,
     asyncpg.InsufficientResourcesError,
     asyncpg.OperatorInterventionError,
     asyncpg.LockNotAvailableError,
+    # 25006: a standby, a demoted primary, default_transaction_read_only.
+    asyncpg.ReadOnlySQLTransactionError,
 )
 
-# Server errors after which the session is still usable.
-_SESSION_ENDING_STATES = frozenset({"57P01", "57P02", "57P03", "57P05"})
+# The server cannot serve this session (shutting down, starting up, crashed,
+# or unable to write): the database is unavailable, not the statement wrong.
+_OUTAGE_STATES = frozenset({"25006", "57P01", "57P02", "57P03"})
+
+# Server errors after which the session is not usable (or, read-only, not
+# worth keeping: a new connection through a multi-host DSN finds the primary).
+_SESSION_ENDING_STATES = _OUTAGE_STATES | {"57P05"}
+
+_UNREACHABLE: tuple[type[Exception], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    asyncpg.PostgresConnectionError,  # the 08xxx class
+)
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Report whether ``exc`` says the database was unreachable or busy, not that it refused."""
+    """Report whether ``exc`` says the database was unreachable, busy or read-only, not that it refused."""
     return isinstance(exc, DATABASE_ERRORS)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Report whether ``exc`` says the database is unavailable (an outage), not just busy.
+
+    A lost or refused connection, a statement deadline, the 08xxx class, a
+    server shutting down or starting up (57P01, 57P02, 57P03) or unable to
+    write (25006). A deadlock or a lock timeout is transient, not an outage.
+    """
+    if isinstance(exc, _UNREACHABLE):
+        return True
+    return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _OUTAGE_STATES
 
 
 def ends_session(exc: BaseException) -> bool:

@@ -159,6 +159,7 @@ class Claimer:
             "claim failed; retrying",
             cap=self._retry_cap,
             fields={"queue": self._queue},
+            quiet=True,
         )
         while True:
             now = clock()
@@ -258,6 +259,7 @@ class Claimer:
             f"{what} failed; retrying",
             cap=self._retry_cap,
             fields={"queue": self._queue},
+            quiet=True,
         )
         while True:
             try:

@@ -97,7 +97,10 @@ class CancelHints:
     async def run(self) -> None:
         """Read the named jobs' rows when hinted, at most every ``interval``; cancel those asked to."""
         failures = Failures(
-            self._logger, "reading cancel requests failed", fields=self._fields
+            self._logger,
+            "reading cancel requests failed",
+            fields=self._fields,
+            quiet=True,
         )
         while True:
             await self._hinted.wait()

@@ -170,7 +170,9 @@ class LeaseKeeper:
 
     async def run(self) -> None:
         """Renew every lease each interval, until cancelled."""
-        failures = Failures(self._logger, "lease renewal failed", fields=self._fields)
+        failures = Failures(
+            self._logger, "lease renewal failed", fields=self._fields, quiet=True
+        )
         while True:
             await anyio.sleep(self._interval)
             try:

@@ -319,7 +319,10 @@ class Schedules:
         pending = {s.name: s for s in schedules}  # not yet registered
         starts: dict[str, datetime | None] = {s.name: None for s in schedules}
         failures = Failures(
-            logger, "periodic scheduler failed", fields={"queue": queue}
+            logger,
+            "periodic scheduler failed",
+            fields={"queue": queue},
+            quiet=True,
         )
         clock = self.clock
         logger.info(

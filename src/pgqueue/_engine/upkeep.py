@@ -81,7 +81,9 @@ class Upkeep:
         the NOTIFY was missed).
         """
         interval = self._rescue_after / HEARTBEATS_PER_RESCUE
-        failures = Failures(self._logger, "heartbeat failed", fields=self._fields)
+        failures = Failures(
+            self._logger, "heartbeat failed", fields=self._fields, quiet=True
+        )
         while True:
             await anyio.sleep(failures.pause(interval))
             keys = sorted(self._keys())  # in id order, as outcome writes lock rows
@@ -102,7 +104,9 @@ class Upkeep:
 
     async def rescue(self) -> None:
         """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
-        failures = Failures(self._logger, "rescue sweep failed", fields=self._fields)
+        failures = Failures(
+            self._logger, "rescue sweep failed", fields=self._fields, quiet=True
+        )
         while True:
             try:
                 self._report(await self._rescue_all())
@@ -149,7 +153,9 @@ class Upkeep:
 
     async def retention(self, retain: float) -> None:
         """Delete the worker's queues' finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""
-        failures = Failures(self._logger, "retention sweep failed", fields=self._fields)
+        failures = Failures(
+            self._logger, "retention sweep failed", fields=self._fields, quiet=True
+        )
         while True:
             try:
                 removed = await self._prune_all(retain)

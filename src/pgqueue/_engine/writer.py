@@ -31,8 +31,9 @@ class OutcomeWriter:
     written, so an idle worker writes within a round trip, and a busy one
     writes everything that arrived during the previous flush at once.
 
-    A flush that fails because the database is unreachable is retried with
-    the retry-delay rule. One the server refuses for its data never blocks
+    A flush that fails because the database is unavailable (unreachable,
+    shutting down, or read-only: `pgqueue._core.errors.is_transient`) is
+    retried with the retry-delay rule, on a new connection. One the server refuses for its data never blocks
     the others: the batch is split until the refused outcomes are found;
     each is written again with a placeholder error, then as dead with one,
     and given up (left to the rescue sweep) only if even that is refused.
@@ -69,7 +70,10 @@ class OutcomeWriter:
     async def run(self) -> None:
         """Flush until cancelled."""
         failures = Failures(
-            self._logger, "writing job outcomes failed; retrying", fields=self._fields
+            self._logger,
+            "writing job outcomes failed; retrying",
+            fields=self._fields,
+            quiet=True,
         )
         while True:
             if not self._buffer:

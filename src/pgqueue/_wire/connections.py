@@ -12,7 +12,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Self, cast
 
 from pgqueue._core.checks import check_dsn_or_pool
-from pgqueue._core.connect import connect_like
+from pgqueue._core.connect import connect_like, target_of
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.taskgroup import BlockTaskGroup
 from pgqueue._wire.dedicated import STATEMENT_TIMEOUT, worker_connections
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     import asyncpg
+
+    from pgqueue._core.retry import Outage
 
 __all__ = ["Connections", "check_connections", "private_connections"]
 
@@ -109,6 +111,19 @@ class Connections:
         assert self._listener is not None
         return self._listener.route(channels, on_notify, on_connect=on_connect)
 
+    def _watch(self, outage: Outage) -> None:
+        """Tell ``outage`` of every outage of these connections, until `_unwatch`."""
+        self.check_entered()
+        assert self._listener is not None
+        for part in (self.claims, self.writes, self.upkeep, self._listener):
+            part.outages.append(outage)
+
+    def _unwatch(self, outage: Outage) -> None:
+        """Stop telling ``outage``."""
+        for part in (self.claims, self.writes, self.upkeep, self._listener):
+            if part is not None and outage in part.outages:
+                part.outages.remove(outage)
+
     def check_entered(self) -> None:
         """Raise RuntimeError unless these connections are open (entered, not yet left)."""
         if self._stack is None:
@@ -131,6 +146,7 @@ class Connections:
                 start=tg.start_soon,
                 keepalive=self._keepalive,
                 probe_timeout=self._probe_timeout,
+                where=target_of(self._listen_target) or "the database",
             )
             self._stack = stack.pop_all()
         return self

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from pgqueue._core import sql as _sql
-from pgqueue._core.connect import connect_like
-from pgqueue._core.errors import ends_session
+from pgqueue._core.connect import connect_like, target_of
+from pgqueue._core.errors import ends_session, is_outage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import asyncpg
 
     from pgqueue._core.connect import Connect
+    from pgqueue._core.retry import Outage
 
 __all__ = [
     "CLOSE_TIMEOUT",
@@ -49,12 +50,22 @@ class DedicatedConnection:
     is cancelled or loses its session drops the connection (closing the
     socket at once); the next statement opens a new one. A statement the
     server refuses for its data keeps it.
+
+    Each `Outage` in ``outages`` is told when a statement (or opening the
+    connection) fails with an outage, and when one succeeds again after it;
+    ``where`` names the server last connected to (or else the one
+    configured): ``user@host:port/database``.
     """
 
-    def __init__(self, connect: Connect, *, timeout: float) -> None:
+    def __init__(
+        self, connect: Connect, *, timeout: float, where: str = "the database"
+    ) -> None:
         self._connect = connect
         self._connection: asyncpg.Connection[Any] | None = None
         self.timeout = timeout
+        self.where = where
+        self.outages: list[Outage] = []
+        self._down = False
         # Not anyio's Lock: it yields to the event loop even when free, and a
         # claim should reach the socket before the caller's next job runs.
         self._lock = asyncio.Lock()
@@ -105,17 +116,30 @@ class DedicatedConnection:
         # asyncio's timeout, not anyio's fail_after: this is every claim's and
         # every outcome write's path, and a cancel scope costs several times
         # as much to set up.
-        async with self._lock, asyncio.timeout(self.timeout):
-            connection = self._connection
-            if connection is None or connection.is_closed():
-                connection = self._connection = await self._connect()
-            try:
-                return await call(connection)
-            except BaseException as exc:
-                if ends_session(exc) or connection.is_closed():
-                    self._connection = None
-                    connection.terminate()
-                raise
+        try:
+            async with self._lock, asyncio.timeout(self.timeout):
+                connection = self._connection
+                if connection is None or connection.is_closed():
+                    connection = self._connection = await self._connect()
+                    self.where = target_of(connection) or self.where
+                try:
+                    result = await call(connection)
+                except BaseException as exc:
+                    if ends_session(exc) or connection.is_closed():
+                        self._connection = None
+                        connection.terminate()
+                    raise
+        except Exception as exc:
+            if is_outage(exc):
+                self._down = True
+                for outage in self.outages:
+                    outage.down(self, exc, self.where)
+            raise
+        if self._down:
+            self._down = False
+            for outage in self.outages:
+                outage.up(self, self.where)
+        return result
 
     async def aclose(self) -> None:
         """Close the connection politely, or drop it; never raises, never waits long."""
@@ -136,7 +160,9 @@ def worker_connections(
 
     def dedicated() -> DedicatedConnection:
         return DedicatedConnection(
-            connect_like(pool_or_dsn, _sql.WORKER_SETTINGS), timeout=timeout
+            connect_like(pool_or_dsn, _sql.WORKER_SETTINGS),
+            timeout=timeout,
+            where=target_of(pool_or_dsn) or "the database",
         )
 
     return dedicated(), dedicated(), dedicated()

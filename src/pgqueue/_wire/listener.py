@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from pgqueue._core.connect import target_of
+from pgqueue._core.errors import is_outage
 from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
 
 if TYPE_CHECKING:
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
     from pgqueue._core.connect import Connect
     from pgqueue._core.log import Logger
+    from pgqueue._core.retry import Outage
 
 __all__ = ["LISTEN_KEEPALIVE", "LISTEN_PROBE_TIMEOUT", "Listener", "SharedListener"]
 
@@ -47,6 +50,12 @@ class Listener:
             declared dead.
         max_delay: the longest pause between reconnect attempts (see
             `pgqueue._core.retry.retry_delay`).
+        where: the server, ``user@host:port/database``, until connected.
+
+    Each `Outage` in ``outages`` is told when connecting fails or the
+    connection is lost with an outage, and when LISTEN is back; while
+    there is one, the retries and the reconnect are logged at DEBUG and
+    INFO (the outage says it), else at WARNING.
     """
 
     def __init__(
@@ -60,8 +69,11 @@ class Listener:
         keepalive: float = LISTEN_KEEPALIVE,
         probe_timeout: float = LISTEN_PROBE_TIMEOUT,
         max_delay: float = MAX_RETRY_WAIT,
+        where: str = "the database",
     ) -> None:
         self._connect = connect
+        self.where = where
+        self.outages: list[Outage] = []
         self._channels = list(channels)
         self._connection: asyncpg.Connection[Any] | None = None
         self._listened: set[str] = set()
@@ -84,13 +96,17 @@ class Listener:
         retry-delay rule. Cancellation is prompt in every state.
         """
         failures = Failures(
-            self._logger, "LISTEN connection failed; retrying", cap=self._max_delay
+            self._logger,
+            "LISTEN connection failed; retrying",
+            cap=self._max_delay,
+            quiet=lambda: bool(self.outages),
         )
         reconnect = False
         while True:
             try:
                 connection = await self._connect()
             except Exception as exc:
+                self._down(exc)
                 await anyio.sleep(failures.failed(exc, channels=list(self._channels)))
                 reconnect = True
                 continue
@@ -98,10 +114,19 @@ class Listener:
                 lost = anyio.Event()
                 connection.add_termination_listener(_setter(lost))
                 self._connection = connection
+                self.where = target_of(connection) or self.where
                 await self.listen([])
                 self.pid = connection.get_server_pid()
                 failures.succeeded()
-                if reconnect:
+                for outage in self.outages:
+                    outage.up(self, self.where)
+                if reconnect and self.outages:  # part of an outage said once
+                    self._logger.info(
+                        "LISTEN connection re-established; "
+                        "notifications sent while it was down were missed",
+                        extra={"channels": list(self._channels)},
+                    )
+                elif reconnect:
                     self._logger.warning(
                         "LISTEN connection re-established; "
                         "notifications sent while it was down were missed",
@@ -113,6 +138,7 @@ class Listener:
                 task_status = anyio.TASK_STATUS_IGNORED
                 await self._watch(connection, lost)
             except Exception as exc:
+                self._down(exc)
                 wait = failures.failed(
                     exc,
                     "LISTEN connection lost; reconnecting",
@@ -125,6 +151,11 @@ class Listener:
                 connection.terminate()
             reconnect = True
             await anyio.sleep(wait)  # _watch ends only by raising
+
+    def _down(self, exc: Exception) -> None:
+        if is_outage(exc):
+            for outage in self.outages:
+                outage.down(self, exc, self.where)
 
     async def listen(self, channels: Sequence[str]) -> None:
         """Add ``channels``; LISTEN at once on each new one if the connection is up."""
@@ -183,6 +214,7 @@ class SharedListener:
         start: Callable[[Callable[[], Coroutine[Any, Any, None]]], object],
         keepalive: float = LISTEN_KEEPALIVE,
         probe_timeout: float = LISTEN_PROBE_TIMEOUT,
+        where: str = "the database",
     ) -> None:
         self._listener = Listener(
             connect,
@@ -192,7 +224,10 @@ class SharedListener:
             on_connect=self._on_connect,
             keepalive=keepalive,
             probe_timeout=probe_timeout,
+            where=where,
         )
+        self.outages = self._listener.outages
+        """The `Outage` objects told of the shared connection's outages."""
         self._start = start
         self._started = False
         self._routes: list[ListenerRoute] = []

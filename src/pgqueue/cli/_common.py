@@ -28,6 +28,7 @@ __all__ = [
     "PrintableFormatter",
     "Run",
     "UsageError",
+    "add_read_dsn",
     "cannot_connect",
     "connect",
     "delay",
@@ -42,6 +43,7 @@ __all__ = [
     "print_json",
     "print_table",
     "printable",
+    "read_dsn_of",
     "reports_database_errors",
     "rich_console",
     "seconds_of",
@@ -91,6 +93,31 @@ def dsn_of(args: argparse.Namespace) -> str | None:
     return dsn or None
 
 
+READ_DSN_VARIABLE = "PGQUEUE_READ_DSN"
+"""Where listings and counts are read from when ``--read-dsn`` is not given."""
+
+
+def add_read_dsn(parser: argparse.ArgumentParser) -> None:
+    """Add ``--read-dsn`` to a command that only reads (or reads for its listings)."""
+    parser.add_argument(
+        "--read-dsn",
+        metavar="DSN",
+        help=(
+            "read listings and counts from this server instead, a standby say "
+            f"(default: ${READ_DSN_VARIABLE}, else the --dsn server); "
+            "actions still go to --dsn"
+        ),
+    )
+
+
+def read_dsn_of(args: argparse.Namespace) -> str | None:
+    """``--read-dsn``, else ``PGQUEUE_READ_DSN``, else `dsn_of`."""
+    dsn: str | None = getattr(args, "read_dsn", None) or os.environ.get(
+        READ_DSN_VARIABLE
+    )
+    return dsn or dsn_of(args)
+
+
 def place(dsn: str | None) -> str:
     """Where a connection goes, ``user@host:port/database`` (no password), for a message.
 
@@ -111,10 +138,13 @@ def place(dsn: str | None) -> str:
 
 @asynccontextmanager
 async def connect(
-    args: argparse.Namespace, *, connect_timeout: float = 10.0
+    args: argparse.Namespace, *, connect_timeout: float = 10.0, read: bool = False
 ) -> AsyncIterator[asyncpg.Connection[Any]]:
-    """One connection from ``--dsn``/``PGQUEUE_DSN``/``PG*``; `UsageError` if it fails."""
-    dsn = dsn_of(args)
+    """One connection from ``--dsn``/``PGQUEUE_DSN``/``PG*``; `UsageError` if it fails.
+
+    With ``read``, from `read_dsn_of` (``--read-dsn``, ``PGQUEUE_READ_DSN``) first.
+    """
+    dsn = read_dsn_of(args) if read else dsn_of(args)
     place(dsn)  # a DSN asyncpg would misread fails here, quoting nothing of it
     try:
         conn: asyncpg.Connection[Any] = await asyncpg.connect(

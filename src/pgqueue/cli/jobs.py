@@ -22,6 +22,7 @@ from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     UsageError,
+    add_read_dsn,
     connect,
     delay,
     duration,
@@ -81,13 +82,14 @@ def _add_stats(commands: Commands) -> None:
         ),
     )
     parser.add_argument("--queue", help="only this queue")
+    add_read_dsn(parser)
     _json_flag(parser)
     parser.set_defaults(run=reports_database_errors(stats))
 
 
 async def stats(args: argparse.Namespace) -> int:
     """Print each queue's stats."""
-    async with connect(args) as connection:
+    async with connect(args, read=True) as connection:
         found = await _checked(Admin(connection).stats(args.queue))
     if args.json:
         print_json([s.to_json() for s in found])
@@ -158,6 +160,7 @@ def _add_jobs(commands: Commands) -> None:
     listing.add_argument(
         "--before-id", type=job_id, help="only jobs with a smaller id (the next page)"
     )
+    add_read_dsn(listing)
     _json_flag(listing)
     listing.set_defaults(run=reports_database_errors(list_jobs))
 
@@ -165,13 +168,14 @@ def _add_jobs(commands: Commands) -> None:
         "show", help="show one job", description="Show one job, payload and result."
     )
     show.add_argument("id", type=job_id, help="the job's id")
+    add_read_dsn(show)
     _json_flag(show)
     show.set_defaults(run=reports_database_errors(show_job))
 
 
 async def list_jobs(args: argparse.Namespace) -> int:
     """Print a page of jobs."""
-    async with connect(args) as connection:
+    async with connect(args, read=True) as connection:
         found = await _checked(
             Admin(connection).jobs(
                 queue=args.queue,
@@ -208,7 +212,7 @@ async def list_jobs(args: argparse.Namespace) -> int:
 
 async def show_job(args: argparse.Namespace) -> int:
     """Print one job; exit 1 if there is none."""
-    async with connect(args) as connection:
+    async with connect(args, read=True) as connection:
         job = await _checked(Admin(connection).job(args.id))
     if job is None:
         print(f"pgqueue: no job has id {args.id}", file=sys.stderr)

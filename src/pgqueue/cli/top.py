@@ -30,12 +30,13 @@ from pgqueue.cli._common import (
     EXIT_OK,
     Commands,
     UsageError,
+    add_read_dsn,
     connect,
-    dsn_of,
     duration,
     place,
     print_json,
     printable,
+    read_dsn_of,
     rich_console,
 )
 
@@ -76,6 +77,7 @@ def add_to(commands: Commands) -> None:
     )
     parser.add_argument("--once", action="store_true", help="print one frame and exit")
     parser.add_argument("--queue", help="show only this queue")
+    add_read_dsn(parser)
     parser.add_argument(
         "--json",
         action="store_true",
@@ -189,7 +191,7 @@ async def run(args: argparse.Namespace) -> int:
             msg = f"--queue: {exc}"
             raise UsageError(msg) from exc
     console = None if args.json else rich_console()
-    async with connect(args) as conn:
+    async with connect(args, read=True) as conn:
         await check_schema(conn)
         sampler = Sampler(conn, queue=queue)
         try:
@@ -198,7 +200,7 @@ async def run(args: argparse.Namespace) -> int:
                 return EXIT_OK
             async with anyio.create_task_group() as tasks:
                 await tasks.start(_until_signal, tasks.cancel_scope)
-                await _frames(sampler, console, interval, dsn_of(args))
+                await _frames(sampler, console, interval, read_dsn_of(args))
         except _FAILURES as exc:
             print(f"pgqueue: top: {printable(describe(exc))}", file=sys.stderr)
             return EXIT_ERROR

@@ -22,8 +22,10 @@ from pgqueue.cli._common import (
     CONNECT_ERRORS,
     EXIT_OK,
     UsageError,
+    add_read_dsn,
     cannot_connect,
     dsn_of,
+    read_dsn_of,
     reports_database_errors,
 )
 
@@ -91,6 +93,7 @@ def add_to(commands: Commands) -> None:
             "loopback 127.0.0.1, localhost and [::1]; '*' answers any; repeatable"
         ),
     )
+    add_read_dsn(parser)
     parser.set_defaults(run=reports_database_errors(run))
 
 
@@ -166,11 +169,18 @@ async def run(args: argparse.Namespace) -> int:
         raise UsageError(msg) from exc
     with listener:
         pool = await _open_pool(dsn_of(args))
+        read_dsn = read_dsn_of(args)
         try:
-            await check_schema(pool)
+            reads = await _open_pool(read_dsn) if read_dsn != dsn_of(args) else None
+        except BaseException:
+            await pool.close()
+            raise
+        try:
+            await check_schema(reads or pool)
             port = listener.getsockname()[1]
             app = create_app(
                 pool,
+                read=reads,
                 read_only=not args.allow_actions,
                 show_payloads=not args.hide_payloads,
                 secret=secret,
@@ -202,6 +212,8 @@ async def run(args: argparse.Namespace) -> int:
             await uvicorn.Server(config).serve(sockets=[listener])
         finally:
             await pool.close()
+            if reads is not None:
+                await reads.close()
     return EXIT_OK
 
 

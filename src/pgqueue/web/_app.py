@@ -86,6 +86,7 @@ _UNREACHABLE = (
 def create_app(
     dsn_or_pool: str | asyncpg.Pool[Any],
     *,
+    read: str | asyncpg.Pool[Any] | None = None,
     read_only: bool = True,
     show_payloads: bool = True,
     secret: str | bytes | None = None,
@@ -105,6 +106,11 @@ def create_app(
             app then opens a small pool of its own at its first request and
             closes it when its lifespan ends (an app mounted in another
             gets no lifespan of its own: pass a pool there).
+        read: where the pages read their listings and counts instead (a
+            standby, so that a busy dashboard does not load the primary): a
+            pool or a DSN, as ``dsn_or_pool``. Actions (and the confirmation
+            page of one, which reads the job acted on) still go to
+            ``dsn_or_pool``. None reads from ``dsn_or_pool``.
         read_only: show no action buttons, and refuse every action with 403.
             With False, a dead or cancelled job can be retried (its attempts
             are kept and ``max_attempts`` raised, as `pgqueue.Admin.retry` does),
@@ -141,8 +147,11 @@ def create_app(
     .. versionchanged:: Unreleased
        ``allowed_hosts`` (loopback names by default); tokens bound to their
        action and an hour; ``secret`` of at least 16 bytes; only a POST acts.
+       ``read``: listings and counts from a standby.
     """
     _check_source(dsn_or_pool)
+    if read is not None:
+        _check_source(read)
     interval = check_duration("poll_interval", poll_interval, positive=True)
     check_int("page_size", page_size)
     hosts = check_allowed_hosts(allowed_hosts)
@@ -150,7 +159,8 @@ def create_app(
         read_only=bool(read_only), secret=secret, trusted_origins=trusted_origins
     )
     dashboard = _Dashboard(
-        dsn_or_pool,
+        _Source(dsn_or_pool),
+        None if read is None else _Source(read),
         show_payloads=bool(show_payloads),
         guard=guard,
         poll_interval=interval,
@@ -225,22 +235,49 @@ def _cursor(params: Mapping[str, str], name: str) -> int | None:
         raise HTTPException(400, f"{name} must be a job id") from None
 
 
+class _Source:
+    """A pool given, or one opened from a DSN at first use and closed with the app."""
+
+    def __init__(self, source: str | asyncpg.Pool[Any]) -> None:
+        self._dsn = source if isinstance(source, str) else None
+        self._pool = None if isinstance(source, str) else source
+        self._owned: asyncpg.Pool[Any] | None = None
+        self._opening = anyio.Lock()
+
+    async def pool(self) -> asyncpg.Pool[Any]:
+        """The pool: the one given, or the app's own (opened at first use)."""
+        if self._pool is not None:
+            return self._pool
+        async with self._opening:
+            if self._pool is None:
+                self._owned = self._pool = await asyncpg.create_pool(
+                    self._dsn, min_size=1, max_size=4
+                )
+        return self._pool
+
+    async def aclose(self) -> None:
+        """Close the pool this opened (a borrowed pool is left open)."""
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            self._pool = None
+            await owned.close()
+
+
 class _Dashboard:
-    """One app's state and handlers: its pool, its frames, its action guard."""
+    """One app's state and handlers: its pools, its frames, its action guard."""
 
     def __init__(
         self,
-        source: str | asyncpg.Pool[Any],
+        source: _Source,
+        reads: _Source | None,
         *,
         show_payloads: bool,
         guard: ActionGuard,
         poll_interval: float,
         page_size: int,
     ) -> None:
-        self._dsn = source if isinstance(source, str) else None
-        self._pool = None if isinstance(source, str) else source
-        self._owned: asyncpg.Pool[Any] | None = None
-        self._opening = anyio.Lock()
+        self._source = source
+        self._reads = reads or source
         self.read_only = guard.read_only
         self.show_payloads = show_payloads
         self._guard = guard
@@ -262,28 +299,26 @@ class _Dashboard:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
-        """Close the pool the app opened (a borrowed pool is left open)."""
+        """Close the pools the app opened (a borrowed pool is left open)."""
         try:
             yield
         finally:
-            owned, self._owned = self._owned, None
-            if owned is not None:
-                self._pool = None
-                await owned.close()
+            try:
+                await self._reads.aclose()
+            finally:
+                await self._source.aclose()
 
     async def pool(self) -> asyncpg.Pool[Any]:
-        """The pool: the one given, or the app's own (opened at first use)."""
-        if self._pool is not None:
-            return self._pool
-        async with self._opening:
-            if self._pool is None:
-                self._owned = self._pool = await asyncpg.create_pool(
-                    self._dsn, min_size=1, max_size=4
-                )
-        return self._pool
+        """The pool the pages read from (the read pool, else the main one)."""
+        return await self._reads.pool()
+
+    async def reader(self) -> Admin:
+        """An Admin on the read pool: listings and counts."""
+        return Admin(await self._reads.pool())
 
     async def admin(self) -> Admin:
-        return Admin(await self.pool())
+        """An Admin on the main pool: actions."""
+        return Admin(await self._source.pool())
 
     def page(
         self,
@@ -422,7 +457,7 @@ class _Dashboard:
         before, after = _cursor(params, "before"), _cursor(params, "after")
         if before is not None and after is not None:
             raise HTTPException(400, "give before or after, not both")
-        admin = await self.admin()
+        admin = await self.reader()
         size = self._page_size
         found = await admin.job_summaries(
             queue=queue,
@@ -488,7 +523,7 @@ class _Dashboard:
         return admin, job
 
     async def job(self, request: Request) -> Response:
-        admin = await self.admin()
+        admin = await self.reader()
         job_id = _job_id(request.path_params["job_id"])
         # Payload, result and error are cut in the database: a page of any
         # job stays small.
@@ -519,7 +554,7 @@ class _Dashboard:
         )
 
     async def periodic(self, request: Request) -> Response:
-        admin = await self.admin()
+        admin = await self.reader()
         try:
             schedules = await admin.schedules()
         except SchemaError:
