@@ -191,6 +191,7 @@ async def test_stats_json_matches_the_table(fresh_dsn: str) -> None:
         await pool.execute(
             "UPDATE pgqueue_jobs SET status = 'dead' WHERE id = ANY($1)", ids[:2]
         )
+        await queue.enqueue("t", {}, after=[ids[2]])
         await pgqueue.Queue(pool, name="r").enqueue("t", {})
         result = await cli(fresh_dsn, "stats", "--json")
         assert result.code == EXIT_OK, result
@@ -210,16 +211,21 @@ async def test_stats_json_matches_the_table(fresh_dsn: str) -> None:
             "completed_estimated",
             "slots_in_use",
             "global_limit",
+            "waiting",
         ]
         q = found[0]
         assert (q["ready"], q["scheduled"], q["dead"], q["completed"]) == (2, 1, 2, 0)
+        assert (q["waiting"], found[1]["waiting"]) == (1, 0)
         assert q["lag"] >= 0
         only = await cli(fresh_dsn, "stats", "--queue", "r", "--json")
         assert [s["queue"] for s in only.json()] == ["r"]
         text = await cli(fresh_dsn, "stats")
         assert text.code == EXIT_OK
-        assert "ready" in text.out
-        assert "q" in text.out
+        header, *lines = text.out.splitlines()
+        assert header.split()[:3] == ["queue", "waiting", "ready"]
+        rows = {line.split()[0]: line.split()[1:3] for line in lines if line.strip()}
+        assert rows["q"] == ["1", "2"]
+        assert rows["r"] == ["0", "1"]
 
 
 async def test_jobs_list_and_show(

@@ -108,7 +108,8 @@ def buttons(page: str) -> list[str]:
 async def test_queues_page_counts_each_status_and_lag(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    await seed(pool, queue_name)
+    ids = await seed(pool, queue_name)
+    await pgqueue.Queue(pool, name=queue_name).enqueue("mail", {}, after=ids["running"])
     limited = f"{queue_name}-limited"
     await pgqueue.Queue(pool, name=limited).enqueue("t", {})
     await pool.execute(_sql.SEED_LIMIT, limited, 4)
@@ -132,6 +133,7 @@ async def test_queues_page_counts_each_status_and_lag(
             "completed": "2",
         }
         assert (row_["dead"], row_["cancelled"], row_["slots"]) == ("2", "1", "-")
+        assert (row_["waiting"], cells(page.text, limited)["waiting"]) == ("1", "0")
         assert row_["lag"].endswith("s")
         assert cells(page.text, limited)["slots"] == "1 of 4"
         # Each count links to the listing it counts.

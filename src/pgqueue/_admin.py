@@ -175,6 +175,7 @@ class QueueStats(_JSONShape):
             ``completed_estimated`` is true.
         dead: dead-lettered jobs.
         cancelled: cancelled jobs.
+        waiting: jobs waiting for their parents (``after=``) to finish.
         lag: seconds the oldest ready job has waited since its ``run_at``,
             or None when no job is ready.
         longest_running: seconds since the oldest running job became due
@@ -194,7 +195,7 @@ class QueueStats(_JSONShape):
             ``global_limit`` its workers started with); None without one.
 
     .. versionchanged:: 0.1
-        ``slots_in_use`` and ``global_limit``.
+        ``slots_in_use``, ``global_limit`` and ``waiting``.
     """
 
     queue: str
@@ -210,6 +211,7 @@ class QueueStats(_JSONShape):
     completed_estimated: bool
     slots_in_use: int | None = None
     global_limit: int | None = None
+    waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -495,8 +497,8 @@ class Admin:
         """Count each queue's jobs by state; sorted by queue name.
 
         Every count but ``completed`` is exact and read through a partial
-        index, so the call costs what the pending, running, dead and
-        cancelled jobs cost, however many completed jobs the table retains.
+        index, so the call costs what the pending, running, dead, cancelled
+        and waiting jobs cost, however many completed jobs the table retains.
         ``completed`` is counted exactly while the table is small (up to 10
         MB); beyond that it is estimated from the planner's statistics (the
         table's live rows as the planner estimates them, rows per page at the
@@ -973,7 +975,7 @@ def _estimate_completed(
     )
     completed = {}
     for name in queues:
-        other = sum(int(n) for n in counts.get(name, [0] * 5)[:5])
+        other = sum(int(n) for n in counts.get(name, [0] * 6)[:6])
         completed[name] = max(0, round(live * shares.get(name, fallback)) - other)
     return completed
 
@@ -999,7 +1001,7 @@ def queue_stats(
     estimated = completed_rows is None
     counts = {row[0]: list(row[1:]) for row in rows}
     if name is not None:
-        counts.setdefault(name, [0, 0, 0, 0, 0, None, None, None])
+        counts.setdefault(name, [0, 0, 0, 0, 0, 0, None, None, None])
     if completed_rows is None:
         completed = _estimate_completed(counts, int(table["live"]), table, name)
     else:
@@ -1010,7 +1012,7 @@ def queue_stats(
     }
     for extra in completed.keys() - counts.keys():
         if completed[extra]:
-            counts[extra] = [0, 0, 0, 0, 0, None, None, None]
+            counts[extra] = [0, 0, 0, 0, 0, 0, None, None, None]
     return [
         QueueStats(
             queue=queue_name,
@@ -1026,6 +1028,7 @@ def queue_stats(
             completed_estimated=estimated,
             slots_in_use=slots[queue_name][0] if queue_name in slots else None,
             global_limit=slots[queue_name][1] if queue_name in slots else None,
+            waiting=waiting,
         )
         for queue_name, (
             ready,
@@ -1033,6 +1036,7 @@ def queue_stats(
             running,
             dead,
             cancelled,
+            waiting,
             lag,
             longest,
             heartbeat,

@@ -1323,7 +1323,8 @@ ADMIN_INDEXES = ("idx_pgqueue_jobs_failed",)
 # Per queue: pending jobs due (ready) and not yet due (scheduled), and how
 # long the oldest due job has waited (through the claim index); running
 # jobs, the earliest run_at among them and their stalest heartbeat (through
-# the rescue index); dead and cancelled jobs (through the failed index).
+# the rescue index); dead and cancelled jobs (through the failed index);
+# jobs waiting for their parents (through the waiting index).
 # $1: one queue, or NULL for every queue. Completed jobs are not counted
 # here (see STATS_COMPLETED and STATS_TABLE).
 STATS = """
@@ -1349,14 +1350,20 @@ WITH pending AS (
     FROM pgqueue_jobs
     WHERE status IN ('dead', 'cancelled') AND ($1::text IS NULL OR queue = $1)
     GROUP BY queue
+), waiting AS (
+    SELECT queue, count(*) AS waiting
+    FROM pgqueue_jobs
+    WHERE status = 'waiting' AND ($1::text IS NULL OR queue = $1)
+    GROUP BY queue
 )
 SELECT queue,
        coalesce(p.ready, 0)::int8, coalesce(p.scheduled, 0)::int8, coalesce(r.running, 0)::int8,
-       coalesce(f.dead, 0)::int8, coalesce(f.cancelled, 0)::int8,
+       coalesce(f.dead, 0)::int8, coalesce(f.cancelled, 0)::int8, coalesce(w.waiting, 0)::int8,
        p.lag, r.longest_running, r.oldest_heartbeat
 FROM pending AS p
 FULL JOIN running AS r USING (queue)
 FULL JOIN failed AS f USING (queue)
+FULL JOIN waiting AS w USING (queue)
 ORDER BY queue
 """
 

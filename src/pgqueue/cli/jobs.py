@@ -74,7 +74,7 @@ def _add_stats(commands: Commands) -> None:
         "stats",
         help="per-queue counts, lag and the longest running job",
         description=(
-            "Count each queue's jobs: ready, scheduled, running, completed (an "
+            "Count each queue's jobs: waiting (for their parents), ready, scheduled, running, completed (an "
             "estimate on a big table, marked ~), dead and cancelled; the lag (how "
             "long the oldest ready job has waited), the longest running job and, "
             "for a queue with a fleet-wide limit, the slots its workers lease."
@@ -99,6 +99,7 @@ async def stats(args: argparse.Namespace) -> int:
 def _print_stats(found: list[QueueStats]) -> None:
     columns = (
         "queue",
+        "waiting",
         "ready",
         "scheduled",
         "running",
@@ -112,6 +113,7 @@ def _print_stats(found: list[QueueStats]) -> None:
     rows = [
         (
             s.queue,
+            str(s.waiting),
             str(s.ready),
             str(s.scheduled),
             str(s.running),
