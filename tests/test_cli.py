@@ -485,3 +485,38 @@ async def test_schema_print_with_a_dsn_prints_what_that_database_needs(
         EXIT_OK,
         pgqueue.SCHEMA.strip() + "\n",
     )
+
+
+async def test_jobs_show_lists_parents_and_children(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, name=queue_name)
+    first, second = [await queue.enqueue("t", {}) for _ in range(2)]
+    child = await queue.enqueue("t", {}, after=[first, second])
+    grandchild = await queue.enqueue("t", {}, after=[child])
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", first
+    )
+    shown = await cli(dsn, "jobs", "show", str(child), "--json")
+    assert shown.code == EXIT_OK, shown
+    assert shown.json()["dependencies"] == {
+        "parents": [
+            {"id": first, "status": "completed"},
+            {"id": second, "status": "pending"},
+        ],
+        "parents_total": 2,
+        "children": [{"id": grandchild, "status": "waiting"}],
+        "children_total": 1,
+    }
+    text = await cli(dsn, "jobs", "show", str(child))
+    assert text.code == EXIT_OK, text
+    lines = {
+        line.split()[0]: line.split(maxsplit=1)[1].strip()
+        for line in text.out.splitlines()
+        if line.strip()
+    }
+    assert lines["parents"] == f"{first} (completed), {second} (pending)"
+    assert lines["children"] == f"{grandchild} (waiting)"
+    alone = await cli(dsn, "jobs", "show", str(second), "--json")
+    assert alone.json()["dependencies"]["parents"] == []
+    assert alone.json()["dependencies"]["children_total"] == 1

@@ -740,3 +740,36 @@ def test_pgqueue_web_says_why_it_cannot_listen() -> None:
     )
     assert untrusted.returncode == 2
     assert "'ops.example.com' is not an origin" in untrusted.stderr
+
+
+async def test_job_page_links_parents_and_children(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, name=queue_name)
+    parent, gone = [await queue.enqueue("t", {}) for _ in range(2)]
+    children = await queue.enqueue_many(
+        [pgqueue.NewJob("t", {}, after=[parent, gone]) for _ in range(53)]
+    )
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", gone
+    )
+    await pool.execute("DELETE FROM pgqueue_jobs WHERE id = $1", gone)
+    async with client(create_app(pool)) as c:
+        page = (await c.get(f"/jobs/{parent}")).text
+        assert "<h2>Dependencies</h2>" in page
+        linked = re.findall(r'<a href="/jobs/(\d+)">\1</a>', page)
+        assert [int(i) for i in linked] == sorted(children)[:50]
+        assert "And 3 more (the first 50 by id are shown)." in page
+        assert 'id="parents"' not in page
+        page = (await c.get(f"/jobs/{children[0]}")).text
+        parents = page[page.index('<ul id="parents"') :]
+        parents = parents[: parents.index("</ul>")]
+        assert re.findall(r'<a href="/jobs/(\d+)">', parents) == [str(parent)]
+        assert "status-pending" in parents
+        assert f"<li>{gone} (deleted)</li>" in parents  # no link to a deleted job
+        assert 'id="children"' not in page
+    # Mounted under a prefix, the links keep it.
+    app = Starlette(routes=[Mount("/admin/queues", app=create_app(pool))])
+    async with client(app) as c:
+        page = (await c.get(f"/admin/queues/jobs/{children[0]}")).text
+        assert f'<a href="/admin/queues/jobs/{parent}">{parent}</a>' in page

@@ -36,10 +36,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Admin",
     "FailedAttempt",
+    "JobDependencies",
     "JobInfo",
     "JobPreview",
     "JobSummary",
     "QueueStats",
+    "RelatedJob",
     "ScheduleInfo",
     "SchemaState",
     "SnoozedAttempt",
@@ -52,6 +54,9 @@ EXACT_COMPLETED_PAGES = 1280
 """Up to this many pages (10 MB), `Admin.stats` counts completed jobs exactly."""
 
 RETRY_BATCH = 1000
+
+DEPENDENCIES_SHOWN = 50
+"""How many parents and children `Admin.dependencies` reads by default."""
 """The most ids one retry statement of `Admin.retry_all` carries."""
 
 
@@ -342,6 +347,41 @@ class JobPreview(_JSONShape):
     snoozed: tuple[SnoozedAttempt, ...] = ()
     checkpoint: str | None = None
     checkpoint_truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RelatedJob(_JSONShape):
+    """A parent or child of a job, in `JobDependencies`.
+
+    Attributes:
+        id: its id.
+        status: its status, or None when it was deleted since (a finished
+            parent pruned after its children finished).
+
+    .. versionadded:: 0.1
+    """
+
+    id: int
+    status: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobDependencies(_JSONShape):
+    """A job's parents (the jobs it waits for) and children, from `Admin.dependencies`.
+
+    Attributes:
+        parents: its first parents by id, at most the ``limit`` asked for.
+        parents_total: how many parents it has.
+        children: its first children by id, at most the ``limit`` asked for.
+        children_total: how many children it has.
+
+    .. versionadded:: 0.1
+    """
+
+    parents: tuple[RelatedJob, ...] = ()
+    parents_total: int = 0
+    children: tuple[RelatedJob, ...] = ()
+    children_total: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -643,6 +683,45 @@ class Admin:
         async with self._schema_checked():
             row = await self._executor.fetchrow(_sql.JOB, checked)
         return None if row is None else job_info(row)
+
+    async def dependencies(
+        self, job_id: int, *, limit: int = DEPENDENCIES_SHOWN
+    ) -> JobDependencies:
+        """A job's parents and children (``after=``), each with its status.
+
+        Reads the first ``limit`` of each by id and counts them all, through
+        the indexes of ``pgqueue_dependencies`` and the jobs' primary key:
+        a fan-out or fan-in of any size costs ``limit`` lookups and two
+        index counts. A job with neither, or no job with that id, has none.
+
+        Raises:
+            TypeError, ValueError: an id that is not a positive int, or
+                ``limit`` below 1.
+            SchemaError: the table is missing or lacks a column (a schema
+                before dependencies: apply `pgqueue.SCHEMA_UPGRADE`).
+
+        .. versionadded:: 0.1
+        """
+        checked = check_job_id(job_id)
+        size = check_int("limit", limit)
+        async with self._schema_checked():
+            rows = await self._executor.fetch(_sql.DEPENDENCIES, checked, size)
+        if not rows:
+            return JobDependencies()
+        return JobDependencies(
+            parents=tuple(
+                RelatedJob(id=row["id"], status=row["status"])
+                for row in rows
+                if row["parent"]
+            ),
+            parents_total=rows[0]["parents_total"],
+            children=tuple(
+                RelatedJob(id=row["id"], status=row["status"])
+                for row in rows
+                if not row["parent"]
+            ),
+            children_total=rows[0]["children_total"],
+        )
 
     async def job_summary(self, job_id: int) -> JobSummary | None:
         """One job without its payload and result, or None if no job has that id.

@@ -32,6 +32,7 @@ __all__ = [
     "DASHBOARD_RUNNING",
     "DEAD_COUNT",
     "DEPEND",
+    "DEPENDENCIES",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_DELAYED",
@@ -1473,6 +1474,36 @@ _SUMMARY_COLUMNS = f"""{_SCALAR_COLUMNS},
 
 # One job's summary (the dashboard's confirmation pages).
 JOB_SUMMARY = f"SELECT {_SUMMARY_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
+
+# A job's parents and children (Admin.dependencies): the first $2 of each by
+# id, each with its status (NULL for a job since deleted), and how many it
+# has. Parents through the child index, children through the primary key of
+# pgqueue_dependencies; each one's status by the jobs' primary key, so a
+# fan-out or fan-in of any size costs $2 lookups and two index-only counts.
+# No row when the job $1 has neither.
+DEPENDENCIES = """
+WITH parents AS (
+    SELECT parent_id AS id FROM pgqueue_dependencies
+    WHERE child_id = $1
+    ORDER BY parent_id
+    LIMIT $2
+), children AS (
+    SELECT child_id AS id FROM pgqueue_dependencies
+    WHERE parent_id = $1
+    ORDER BY child_id
+    LIMIT $2
+), related AS (
+    SELECT true AS parent, id FROM parents
+    UNION ALL
+    SELECT false, id FROM children
+)
+SELECT r.parent, r.id, j.status,
+       (SELECT count(*) FROM pgqueue_dependencies WHERE child_id = $1) AS parents_total,
+       (SELECT count(*) FROM pgqueue_dependencies WHERE parent_id = $1) AS children_total
+FROM related AS r
+LEFT JOIN pgqueue_jobs AS j ON j.id = r.id
+ORDER BY r.parent DESC, r.id
+"""
 
 
 def _history_preview(column: str, detail: str) -> str:
