@@ -142,11 +142,15 @@ async def test_stats_are_exact_on_a_small_table(fresh_dsn: str) -> None:
         await _insert(pool, "a", "completed", 4, completed_at="now()")
         await _insert(pool, "a", "dead", 2, last_error="'boom'")
         await _insert(pool, "a", "cancelled", 1)
+        await _insert(pool, "a", "waiting", 3)
         await _insert(pool, "b", "completed", 1)
+        await _insert(pool, "c", "waiting", 2)
         admin = pgqueue.Admin(pool)
         everything = await admin.stats()
-        assert [s.queue for s in everything] == ["a", "b"]
-        a, b = everything
+        assert [s.queue for s in everything] == ["a", "b", "c"]
+        a, b, c = everything
+        assert (a.waiting, b.waiting, c.waiting) == (3, 0, 2)
+        assert (c.ready, c.running, c.completed, c.lag) == (0, 0, 0, None)
         assert (
             a.ready,
             a.scheduled,
@@ -182,6 +186,7 @@ async def test_stats_are_exact_on_a_small_table(fresh_dsn: str) -> None:
             "completed_estimated": False,
             "slots_in_use": None,
             "global_limit": None,
+            "waiting": 0,
         }
 
 

@@ -1,8 +1,8 @@
 """The operations' statements stay on indexes on a table full of completed jobs.
 
 The table holds 200,000 completed rows of two queues, 5,000 pending rows (a
-quarter of them not due for an hour), 100 running, 2,000 dead and 500
-cancelled ones. ``EXPLAIN (ANALYZE, BUFFERS)`` of each statement of
+quarter of them not due for an hour), 100 running, 2,000 dead, 500
+cancelled and 300 waiting ones. ``EXPLAIN (ANALYZE, BUFFERS)`` of each statement of
 `pgqueue.Admin.stats` and of the listings by status must show no
 sequential scan of ``pgqueue_jobs``: every scan of it goes through an index
 (a bitmap heap scan only over a partial index), and the stats touch a
@@ -54,6 +54,11 @@ FILL = (
            CASE WHEN g % 5 = 0 THEN 'cancelled' ELSE 'dead' END, 5, 'boom'
     FROM generate_series(1, 2500) AS g
     """,
+    """
+    INSERT INTO pgqueue_jobs (queue, job_type, status, parents_left)
+    SELECT CASE WHEN g % 3 = 0 THEN 'b' ELSE 'a' END, 'noop', 'waiting', 1
+    FROM generate_series(1, 300) AS g
+    """,
 )
 
 
@@ -61,6 +66,7 @@ PARTIAL_INDEXES = {
     "idx_pgqueue_jobs_claim",
     "idx_pgqueue_jobs_rescue",
     "idx_pgqueue_jobs_failed",
+    "idx_pgqueue_jobs_waiting",
 }
 
 
@@ -124,7 +130,15 @@ async def test_stats_and_listings_use_indexes_on_a_big_table(
 
     listings = [
         (status, queue)
-        for status in ("pending", "ready", "scheduled", "running", "dead", "cancelled")
+        for status in (
+            "pending",
+            "ready",
+            "scheduled",
+            "running",
+            "dead",
+            "cancelled",
+            "waiting",
+        )
         for queue in ("a", "b")
     ]
     for status, queue in listings:
@@ -164,6 +178,7 @@ async def test_stats_and_listings_use_indexes_on_a_big_table(
         1000,
         250,
     )
+    assert (a.waiting, b.waiting) == (200, 100)
     assert (b.ready, b.scheduled, b.running, b.dead, b.cancelled) == (
         0,
         0,

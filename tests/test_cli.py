@@ -191,6 +191,7 @@ async def test_stats_json_matches_the_table(fresh_dsn: str) -> None:
         await pool.execute(
             "UPDATE pgqueue_jobs SET status = 'dead' WHERE id = ANY($1)", ids[:2]
         )
+        await queue.enqueue("t", {}, after=[ids[2]])
         await pgqueue.Queue(pool, name="r").enqueue("t", {})
         result = await cli(fresh_dsn, "stats", "--json")
         assert result.code == EXIT_OK, result
@@ -210,16 +211,21 @@ async def test_stats_json_matches_the_table(fresh_dsn: str) -> None:
             "completed_estimated",
             "slots_in_use",
             "global_limit",
+            "waiting",
         ]
         q = found[0]
         assert (q["ready"], q["scheduled"], q["dead"], q["completed"]) == (2, 1, 2, 0)
+        assert (q["waiting"], found[1]["waiting"]) == (1, 0)
         assert q["lag"] >= 0
         only = await cli(fresh_dsn, "stats", "--queue", "r", "--json")
         assert [s["queue"] for s in only.json()] == ["r"]
         text = await cli(fresh_dsn, "stats")
         assert text.code == EXIT_OK
-        assert "ready" in text.out
-        assert "q" in text.out
+        header, *lines = text.out.splitlines()
+        assert header.split()[:3] == ["queue", "waiting", "ready"]
+        rows = {line.split()[0]: line.split()[1:3] for line in lines if line.strip()}
+        assert rows["q"] == ["1", "2"]
+        assert rows["r"] == ["0", "1"]
 
 
 async def test_jobs_list_and_show(
@@ -479,3 +485,38 @@ async def test_schema_print_with_a_dsn_prints_what_that_database_needs(
         EXIT_OK,
         pgqueue.SCHEMA.strip() + "\n",
     )
+
+
+async def test_jobs_show_lists_parents_and_children(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, name=queue_name)
+    first, second = [await queue.enqueue("t", {}) for _ in range(2)]
+    child = await queue.enqueue("t", {}, after=[first, second])
+    grandchild = await queue.enqueue("t", {}, after=[child])
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", first
+    )
+    shown = await cli(dsn, "jobs", "show", str(child), "--json")
+    assert shown.code == EXIT_OK, shown
+    assert shown.json()["dependencies"] == {
+        "parents": [
+            {"id": first, "status": "completed"},
+            {"id": second, "status": "pending"},
+        ],
+        "parents_total": 2,
+        "children": [{"id": grandchild, "status": "waiting"}],
+        "children_total": 1,
+    }
+    text = await cli(dsn, "jobs", "show", str(child))
+    assert text.code == EXIT_OK, text
+    lines = {
+        line.split()[0]: line.split(maxsplit=1)[1].strip()
+        for line in text.out.splitlines()
+        if line.strip()
+    }
+    assert lines["parents"] == f"{first} (completed), {second} (pending)"
+    assert lines["children"] == f"{grandchild} (waiting)"
+    alone = await cli(dsn, "jobs", "show", str(second), "--json")
+    assert alone.json()["dependencies"]["parents"] == []
+    assert alone.json()["dependencies"]["children_total"] == 1

@@ -150,7 +150,9 @@ async def test_once_json_matches_the_database(
             "finished_per_second",
             "slots_in_use",
             "global_limit",
+            "waiting",
         }
+        assert q["waiting"] == 0
         assert q["completed_estimated"] is False
         assert q["slots_in_use"] is q["global_limit"] is None
         assert {name: q[name] for name in COUNTED} == counts[q["queue"]]
@@ -458,3 +460,28 @@ class TextLines:
             self._buffer += await self._stream.receive()
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line.decode()
+
+
+async def test_once_text_counts_waiting_jobs_while_there_are_any(
+    fresh_dsn: str, seeded: asyncpg.Connection[Any]
+) -> None:
+    await seeded.execute(
+        "INSERT INTO pgqueue_jobs (queue, job_type, status)"
+        " VALUES ('alpha', 'step', 'waiting'), ('alpha', 'step', 'waiting')"
+    )
+    code, out, err = await pgqueue(fresh_dsn, "top", "--once")
+    assert (code, err) == (0, "")
+    [header] = [
+        line for line in out.splitlines() if line.split()[:2] == ["queue", "waiting"]
+    ]
+    assert header.split()[2] == "ready"
+    counts = await database_counts(seeded)
+    rows = {
+        words[0]: words[1:]
+        for words in map(str.split, out.splitlines())
+        if len(words) == 11 and words[0] in EXPECTED
+    }
+    assert set(rows) == set(EXPECTED)
+    assert [rows[name][0] for name in ("alpha", "beta", "gamma")] == ["2", "0", "0"]
+    for name, words in rows.items():
+        assert words[1:7] == [str(counts[name][c]) for c in COUNTED]

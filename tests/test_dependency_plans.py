@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import pytest
 
+import pgqueue
 from pgqueue._core import sql as _sql
-from tests.helpers import plan_buffers, plan_nodes
+from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -171,3 +172,50 @@ async def test_the_outcome_write_of_jobs_without_children_never_fires_the_trigge
         t["Trigger Name"]: t["Calls"] for t in json.loads(raw)[0].get("Triggers", [])
     }
     assert fired == {"pgqueue_parent_ended": 1}
+
+
+async def test_a_jobs_parents_and_children_are_read_through_the_edge_indexes(
+    table: asyncpg.Connection,
+) -> None:
+    """`Admin.dependencies` (the job page, ``pgqueue jobs show``) of a fan-out and a fan-in of 10,000.
+
+    Children through the primary key of ``pgqueue_dependencies``, parents
+    through its child index, each one's status by the jobs' primary key:
+    no scan of either table, and the first 50 of each read, not 10,000.
+    """
+    [parent] = await _jobs(table, 1, status="running", has_children=True)
+    children = await _jobs(table, FAN, status="waiting", parents_left=1)
+    await _edges(table, [parent], children)
+    parents = await _jobs(table, FAN, status="running", has_children=True)
+    [child] = await _jobs(table, 1, status="waiting", parents_left=FAN)
+    await _edges(table, parents, [child])
+    await table.execute("VACUUM ANALYZE pgqueue_jobs, pgqueue_dependencies")
+    for job, expected in ((parent, (0, FAN)), (child, (FAN, 0))):
+        for mode in ("auto", "force_generic_plan"):
+            await table.execute(f"SET plan_cache_mode = {mode}")
+            plan = await explain_analyze(table, _sql.DEPENDENCIES, job, 50)
+            nodes = plan_nodes(plan)
+            for node in nodes:
+                if node.get("Relation Name") in {
+                    "pgqueue_jobs",
+                    "pgqueue_dependencies",
+                }:
+                    assert "Index" in node["Node Type"], (mode, _scans(nodes))
+            used = {n["Index Name"] for n in nodes if "Index Name" in n}
+            assert "pgqueue_jobs_pkey" in used, (mode, used)
+            assert used <= {
+                "pgqueue_jobs_pkey",
+                "pgqueue_dependencies_pkey",
+                "idx_pgqueue_dependencies_child",
+            }, (mode, used)
+            assert plan["Actual Rows"] == 50, (mode, plan["Actual Rows"])
+            assert plan_buffers(plan) < 400, (mode, plan_buffers(plan))
+        await table.execute("RESET plan_cache_mode")
+        found = await pgqueue.Admin(table).dependencies(job)
+        assert (found.parents_total, found.children_total) == expected
+        assert len(found.parents) + len(found.children) == 50
+        shown = found.parents or found.children
+        assert [r.id for r in shown] == sorted(parents if job == child else children)[
+            :50
+        ]
+        assert {r.status for r in shown} == {"running" if job == child else "waiting"}

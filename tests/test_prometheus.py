@@ -236,6 +236,7 @@ async def _collector_reads_its_cache(pool: asyncpg.Pool, queue: pgqueue.Queue) -
         "UPDATE pgqueue_jobs SET status = 'completed', attempts = 1 WHERE id = $1",
         completed,
     )
+    await queue.enqueue("t", {}, after=[running_id])
     registry = CollectorRegistry()
     collector = QueueCollector(pool, queue=q, ttl=60, registry=registry)
 
@@ -254,6 +255,7 @@ async def _collector_reads_its_cache(pool: asyncpg.Pool, queue: pgqueue.Queue) -
         "completed": 1,
         "dead": 1,
         "cancelled": 1,
+        "waiting": 1,
     }
     assert {status: jobs(status) for status in counts} == counts
     lag = value(registry, "pgqueue_queue_lag_seconds", queue=q)

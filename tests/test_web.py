@@ -108,7 +108,8 @@ def buttons(page: str) -> list[str]:
 async def test_queues_page_counts_each_status_and_lag(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    await seed(pool, queue_name)
+    ids = await seed(pool, queue_name)
+    await pgqueue.Queue(pool, name=queue_name).enqueue("mail", {}, after=ids["running"])
     limited = f"{queue_name}-limited"
     await pgqueue.Queue(pool, name=limited).enqueue("t", {})
     await pool.execute(_sql.SEED_LIMIT, limited, 4)
@@ -132,6 +133,7 @@ async def test_queues_page_counts_each_status_and_lag(
             "completed": "2",
         }
         assert (row_["dead"], row_["cancelled"], row_["slots"]) == ("2", "1", "-")
+        assert (row_["waiting"], cells(page.text, limited)["waiting"]) == ("1", "0")
         assert row_["lag"].endswith("s")
         assert cells(page.text, limited)["slots"] == "1 of 4"
         # Each count links to the listing it counts.
@@ -738,3 +740,36 @@ def test_pgqueue_web_says_why_it_cannot_listen() -> None:
     )
     assert untrusted.returncode == 2
     assert "'ops.example.com' is not an origin" in untrusted.stderr
+
+
+async def test_job_page_links_parents_and_children(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, name=queue_name)
+    parent, gone = [await queue.enqueue("t", {}) for _ in range(2)]
+    children = await queue.enqueue_many(
+        [pgqueue.NewJob("t", {}, after=[parent, gone]) for _ in range(53)]
+    )
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", gone
+    )
+    await pool.execute("DELETE FROM pgqueue_jobs WHERE id = $1", gone)
+    async with client(create_app(pool)) as c:
+        page = (await c.get(f"/jobs/{parent}")).text
+        assert "<h2>Dependencies</h2>" in page
+        linked = re.findall(r'<a href="/jobs/(\d+)">\1</a>', page)
+        assert [int(i) for i in linked] == sorted(children)[:50]
+        assert "And 3 more (the first 50 by id are shown)." in page
+        assert 'id="parents"' not in page
+        page = (await c.get(f"/jobs/{children[0]}")).text
+        parents = page[page.index('<ul id="parents"') :]
+        parents = parents[: parents.index("</ul>")]
+        assert re.findall(r'<a href="/jobs/(\d+)">', parents) == [str(parent)]
+        assert "status-pending" in parents
+        assert f"<li>{gone} (deleted)</li>" in parents  # no link to a deleted job
+        assert 'id="children"' not in page
+    # Mounted under a prefix, the links keep it.
+    app = Starlette(routes=[Mount("/admin/queues", app=create_app(pool))])
+    async with client(app) as c:
+        page = (await c.get(f"/admin/queues/jobs/{children[0]}")).text
+        assert f'<a href="/admin/queues/jobs/{parent}">{parent}</a>' in page

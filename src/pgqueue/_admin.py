@@ -36,10 +36,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Admin",
     "FailedAttempt",
+    "JobDependencies",
     "JobInfo",
     "JobPreview",
     "JobSummary",
     "QueueStats",
+    "RelatedJob",
     "ScheduleInfo",
     "SchemaState",
     "SnoozedAttempt",
@@ -52,6 +54,9 @@ EXACT_COMPLETED_PAGES = 1280
 """Up to this many pages (10 MB), `Admin.stats` counts completed jobs exactly."""
 
 RETRY_BATCH = 1000
+
+DEPENDENCIES_SHOWN = 50
+"""How many parents and children `Admin.dependencies` reads by default."""
 """The most ids one retry statement of `Admin.retry_all` carries."""
 
 
@@ -175,6 +180,7 @@ class QueueStats(_JSONShape):
             ``completed_estimated`` is true.
         dead: dead-lettered jobs.
         cancelled: cancelled jobs.
+        waiting: jobs waiting for their parents (``after=``) to finish.
         lag: seconds the oldest ready job has waited since its ``run_at``,
             or None when no job is ready.
         longest_running: seconds since the oldest running job became due
@@ -194,7 +200,7 @@ class QueueStats(_JSONShape):
             ``global_limit`` its workers started with); None without one.
 
     .. versionchanged:: 0.1
-        ``slots_in_use`` and ``global_limit``.
+        ``slots_in_use``, ``global_limit`` and ``waiting``.
     """
 
     queue: str
@@ -210,6 +216,7 @@ class QueueStats(_JSONShape):
     completed_estimated: bool
     slots_in_use: int | None = None
     global_limit: int | None = None
+    waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -340,6 +347,41 @@ class JobPreview(_JSONShape):
     snoozed: tuple[SnoozedAttempt, ...] = ()
     checkpoint: str | None = None
     checkpoint_truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RelatedJob(_JSONShape):
+    """A parent or child of a job, in `JobDependencies`.
+
+    Attributes:
+        id: its id.
+        status: its status, or None when it was deleted since (a finished
+            parent pruned after its children finished).
+
+    .. versionadded:: 0.1
+    """
+
+    id: int
+    status: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobDependencies(_JSONShape):
+    """A job's parents (the jobs it waits for) and children, from `Admin.dependencies`.
+
+    Attributes:
+        parents: its first parents by id, at most the ``limit`` asked for.
+        parents_total: how many parents it has.
+        children: its first children by id, at most the ``limit`` asked for.
+        children_total: how many children it has.
+
+    .. versionadded:: 0.1
+    """
+
+    parents: tuple[RelatedJob, ...] = ()
+    parents_total: int = 0
+    children: tuple[RelatedJob, ...] = ()
+    children_total: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -495,8 +537,8 @@ class Admin:
         """Count each queue's jobs by state; sorted by queue name.
 
         Every count but ``completed`` is exact and read through a partial
-        index, so the call costs what the pending, running, dead and
-        cancelled jobs cost, however many completed jobs the table retains.
+        index, so the call costs what the pending, running, dead, cancelled
+        and waiting jobs cost, however many completed jobs the table retains.
         ``completed`` is counted exactly while the table is small (up to 10
         MB); beyond that it is estimated from the planner's statistics (the
         table's live rows as the planner estimates them, rows per page at the
@@ -641,6 +683,45 @@ class Admin:
         async with self._schema_checked():
             row = await self._executor.fetchrow(_sql.JOB, checked)
         return None if row is None else job_info(row)
+
+    async def dependencies(
+        self, job_id: int, *, limit: int = DEPENDENCIES_SHOWN
+    ) -> JobDependencies:
+        """A job's parents and children (``after=``), each with its status.
+
+        Reads the first ``limit`` of each by id and counts them all, through
+        the indexes of ``pgqueue_dependencies`` and the jobs' primary key:
+        a fan-out or fan-in of any size costs ``limit`` lookups and two
+        index counts. A job with neither, or no job with that id, has none.
+
+        Raises:
+            TypeError, ValueError: an id that is not a positive int, or
+                ``limit`` below 1.
+            SchemaError: the table is missing or lacks a column (a schema
+                before dependencies: apply `pgqueue.SCHEMA_UPGRADE`).
+
+        .. versionadded:: 0.1
+        """
+        checked = check_job_id(job_id)
+        size = check_int("limit", limit)
+        async with self._schema_checked():
+            rows = await self._executor.fetch(_sql.DEPENDENCIES, checked, size)
+        if not rows:
+            return JobDependencies()
+        return JobDependencies(
+            parents=tuple(
+                RelatedJob(id=row["id"], status=row["status"])
+                for row in rows
+                if row["parent"]
+            ),
+            parents_total=rows[0]["parents_total"],
+            children=tuple(
+                RelatedJob(id=row["id"], status=row["status"])
+                for row in rows
+                if not row["parent"]
+            ),
+            children_total=rows[0]["children_total"],
+        )
 
     async def job_summary(self, job_id: int) -> JobSummary | None:
         """One job without its payload and result, or None if no job has that id.
@@ -973,7 +1054,7 @@ def _estimate_completed(
     )
     completed = {}
     for name in queues:
-        other = sum(int(n) for n in counts.get(name, [0] * 5)[:5])
+        other = sum(int(n) for n in counts.get(name, [0] * 6)[:6])
         completed[name] = max(0, round(live * shares.get(name, fallback)) - other)
     return completed
 
@@ -999,7 +1080,7 @@ def queue_stats(
     estimated = completed_rows is None
     counts = {row[0]: list(row[1:]) for row in rows}
     if name is not None:
-        counts.setdefault(name, [0, 0, 0, 0, 0, None, None, None])
+        counts.setdefault(name, [0, 0, 0, 0, 0, 0, None, None, None])
     if completed_rows is None:
         completed = _estimate_completed(counts, int(table["live"]), table, name)
     else:
@@ -1010,7 +1091,7 @@ def queue_stats(
     }
     for extra in completed.keys() - counts.keys():
         if completed[extra]:
-            counts[extra] = [0, 0, 0, 0, 0, None, None, None]
+            counts[extra] = [0, 0, 0, 0, 0, 0, None, None, None]
     return [
         QueueStats(
             queue=queue_name,
@@ -1026,6 +1107,7 @@ def queue_stats(
             completed_estimated=estimated,
             slots_in_use=slots[queue_name][0] if queue_name in slots else None,
             global_limit=slots[queue_name][1] if queue_name in slots else None,
+            waiting=waiting,
         )
         for queue_name, (
             ready,
@@ -1033,6 +1115,7 @@ def queue_stats(
             running,
             dead,
             cancelled,
+            waiting,
             lag,
             longest,
             heartbeat,

@@ -10,7 +10,7 @@ least the last interval), so the first frame shows none:
 * enqueued per second: the rows whose ids are past the newest id of the
   window's first frame (each frame counts those past the previous one's);
 * finished per second: those, less the growth of the queue's live jobs
-  (ready, scheduled and running). Every job that left the live states
+  (waiting, ready, scheduled and running). Every job that left the live states
   counts: completed, dead or cancelled; dead jobs put back by a retry count
   against it (it never goes below zero).
 
@@ -73,6 +73,8 @@ class QueueLine:
     """Slots a run holds, for a queue with a fleet-wide limit; else None."""
     global_limit: int | None = None
     """The queue's slots, for a queue with a fleet-wide limit; else None."""
+    waiting: int = 0
+    """Jobs waiting for their parents to finish."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,7 +175,7 @@ class Sampler:
             dead = await self._admin.job_summaries(
                 queue=queue, status="dead", limit=TOP
             )
-        live = {s.queue: s.ready + s.scheduled + s.running for s in stats}
+        live = {s.queue: s.waiting + s.ready + s.scheduled + s.running for s in stats}
         samples.append(_Sample(at, newest, live, enqueued))
         while len(samples) > 2 and (at - samples[1].at).total_seconds() >= self._window:
             samples.popleft()
@@ -205,6 +207,7 @@ class Sampler:
                     finished_per_second=finished_rate,
                     slots_in_use=s.slots_in_use,
                     global_limit=s.global_limit,
+                    waiting=s.waiting,
                 )
             )
         return Frame(

@@ -34,7 +34,7 @@ Metrics (the ``pgqueue`` prefix is ``namespace``):
   unique key gave an existing job's id.
 - ``pgqueue_enqueue_failures_total{queue}``: enqueue calls that raised
   before the database answered.
-- From `QueueCollector`: ``pgqueue_queue_jobs{queue, status}`` (``ready``,
+- From `QueueCollector`: ``pgqueue_queue_jobs{queue, status}`` (``waiting``, ``ready``,
   ``scheduled``, ``running``, ``completed``, ``dead``, ``cancelled``),
   ``pgqueue_queue_lag_seconds{queue}``,
   ``pgqueue_queue_longest_running_seconds{queue}`` and
@@ -388,7 +388,8 @@ class QueueCollector(Collector):
         jobs = GaugeMetricFamily(
             f"{prefix}_jobs",
             "Jobs in each queue by status (ready: pending and due; scheduled: "
-            "pending, not yet due). completed is an estimate on a large table.",
+            "pending, not yet due; waiting: for their parents). completed is an "
+            "estimate on a large table.",
             labels=["queue", "status"],
         )
         lag = GaugeMetricFamily(
@@ -409,7 +410,15 @@ class QueueCollector(Collector):
         return [jobs, lag, longest]
 
 
-_STATUSES = ("ready", "scheduled", "running", "completed", "dead", "cancelled")
+_STATUSES = (
+    "waiting",
+    "ready",
+    "scheduled",
+    "running",
+    "completed",
+    "dead",
+    "cancelled",
+)
 
 
 def serve(

@@ -32,6 +32,7 @@ __all__ = [
     "DASHBOARD_RUNNING",
     "DEAD_COUNT",
     "DEPEND",
+    "DEPENDENCIES",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_DELAYED",
@@ -1323,7 +1324,8 @@ ADMIN_INDEXES = ("idx_pgqueue_jobs_failed",)
 # Per queue: pending jobs due (ready) and not yet due (scheduled), and how
 # long the oldest due job has waited (through the claim index); running
 # jobs, the earliest run_at among them and their stalest heartbeat (through
-# the rescue index); dead and cancelled jobs (through the failed index).
+# the rescue index); dead and cancelled jobs (through the failed index);
+# jobs waiting for their parents (through the waiting index).
 # $1: one queue, or NULL for every queue. Completed jobs are not counted
 # here (see STATS_COMPLETED and STATS_TABLE).
 STATS = """
@@ -1349,14 +1351,20 @@ WITH pending AS (
     FROM pgqueue_jobs
     WHERE status IN ('dead', 'cancelled') AND ($1::text IS NULL OR queue = $1)
     GROUP BY queue
+), waiting AS (
+    SELECT queue, count(*) AS waiting
+    FROM pgqueue_jobs
+    WHERE status = 'waiting' AND ($1::text IS NULL OR queue = $1)
+    GROUP BY queue
 )
 SELECT queue,
        coalesce(p.ready, 0)::int8, coalesce(p.scheduled, 0)::int8, coalesce(r.running, 0)::int8,
-       coalesce(f.dead, 0)::int8, coalesce(f.cancelled, 0)::int8,
+       coalesce(f.dead, 0)::int8, coalesce(f.cancelled, 0)::int8, coalesce(w.waiting, 0)::int8,
        p.lag, r.longest_running, r.oldest_heartbeat
 FROM pending AS p
 FULL JOIN running AS r USING (queue)
 FULL JOIN failed AS f USING (queue)
+FULL JOIN waiting AS w USING (queue)
 ORDER BY queue
 """
 
@@ -1466,6 +1474,36 @@ _SUMMARY_COLUMNS = f"""{_SCALAR_COLUMNS},
 
 # One job's summary (the dashboard's confirmation pages).
 JOB_SUMMARY = f"SELECT {_SUMMARY_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
+
+# A job's parents and children (Admin.dependencies): the first $2 of each by
+# id, each with its status (NULL for a job since deleted), and how many it
+# has. Parents through the child index, children through the primary key of
+# pgqueue_dependencies; each one's status by the jobs' primary key, so a
+# fan-out or fan-in of any size costs $2 lookups and two index-only counts.
+# No row when the job $1 has neither.
+DEPENDENCIES = """
+WITH parents AS (
+    SELECT parent_id AS id FROM pgqueue_dependencies
+    WHERE child_id = $1
+    ORDER BY parent_id
+    LIMIT $2
+), children AS (
+    SELECT child_id AS id FROM pgqueue_dependencies
+    WHERE parent_id = $1
+    ORDER BY child_id
+    LIMIT $2
+), related AS (
+    SELECT true AS parent, id FROM parents
+    UNION ALL
+    SELECT false, id FROM children
+)
+SELECT r.parent, r.id, j.status,
+       (SELECT count(*) FROM pgqueue_dependencies WHERE child_id = $1) AS parents_total,
+       (SELECT count(*) FROM pgqueue_dependencies WHERE parent_id = $1) AS children_total
+FROM related AS r
+LEFT JOIN pgqueue_jobs AS j ON j.id = r.id
+ORDER BY r.parent DESC, r.id
+"""
 
 
 def _history_preview(column: str, detail: str) -> str:

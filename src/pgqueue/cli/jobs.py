@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 
-from pgqueue import Admin, JobInfo, Queue, QueueStats
+from pgqueue import Admin, JobDependencies, JobInfo, Queue, QueueStats, RelatedJob
 from pgqueue._extension import JOB_STATUSES, check_channel, first_line, seconds_text
 from pgqueue.cli._common import (
     EXIT_ERROR,
@@ -75,7 +75,7 @@ def _add_stats(commands: Commands) -> None:
         "stats",
         help="per-queue counts, lag and the longest running job",
         description=(
-            "Count each queue's jobs: ready, scheduled, running, completed (an "
+            "Count each queue's jobs: waiting (for their parents), ready, scheduled, running, completed (an "
             "estimate on a big table, marked ~), dead and cancelled; the lag (how "
             "long the oldest ready job has waited), the longest running job and, "
             "for a queue with a fleet-wide limit, the slots its workers lease."
@@ -101,6 +101,7 @@ async def stats(args: argparse.Namespace) -> int:
 def _print_stats(found: list[QueueStats]) -> None:
     columns = (
         "queue",
+        "waiting",
         "ready",
         "scheduled",
         "running",
@@ -114,6 +115,7 @@ def _print_stats(found: list[QueueStats]) -> None:
     rows = [
         (
             s.queue,
+            str(s.waiting),
             str(s.ready),
             str(s.scheduled),
             str(s.running),
@@ -165,7 +167,13 @@ def _add_jobs(commands: Commands) -> None:
     listing.set_defaults(run=reports_database_errors(list_jobs))
 
     show = actions.add_parser(
-        "show", help="show one job", description="Show one job, payload and result."
+        "show",
+        help="show one job",
+        description=(
+            "Show one job, payload and result, and its parents and children "
+            "(the first 50 of each, with their statuses; --json: under "
+            '"dependencies").'
+        ),
     )
     show.add_argument("id", type=job_id, help="the job's id")
     add_read_dsn(show)
@@ -213,18 +221,30 @@ async def list_jobs(args: argparse.Namespace) -> int:
 async def show_job(args: argparse.Namespace) -> int:
     """Print one job; exit 1 if there is none."""
     async with connect(args, read=True) as connection:
-        job = await _checked(Admin(connection).job(args.id))
-    if job is None:
-        print(f"pgqueue: no job has id {args.id}", file=sys.stderr)
-        return EXIT_ERROR
+        admin = Admin(connection)
+        job = await _checked(admin.job(args.id))
+        if job is None:
+            print(f"pgqueue: no job has id {args.id}", file=sys.stderr)
+            return EXIT_ERROR
+        dependencies = await _checked(admin.dependencies(args.id))
     if args.json:
-        print_json(job.to_json())
+        print_json({**job.to_json(), "dependencies": dependencies.to_json()})
         return EXIT_OK
-    _print_job(job)
+    _print_job(job, dependencies)
     return EXIT_OK
 
 
-def _print_job(job: JobInfo) -> None:
+def _related(related: tuple[RelatedJob, ...], total: int) -> str:
+    """``12 (completed), 13 (waiting)``, and how many more there are; ``-`` for none."""
+    if not total:
+        return "-"
+    text = ", ".join(f"{r.id} ({r.status or 'deleted'})" for r in related)
+    if total > len(related):
+        text += f", and {total - len(related)} more"
+    return text
+
+
+def _print_job(job: JobInfo, dependencies: JobDependencies) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -245,6 +265,13 @@ def _print_job(job: JobInfo) -> None:
         if name == "last_error" and job.status == "completed" and value is not None:
             label = "earlier attempt's error"
         table.add_row(label, Text(text))
+    table.add_row(
+        "parents", Text(_related(dependencies.parents, dependencies.parents_total))
+    )
+    table.add_row(
+        "children",
+        Text(_related(dependencies.children, dependencies.children_total)),
+    )
     console.print(table, markup=False, highlight=False)
     if job.errors:
         errors = Table(title="failed attempts, oldest first", title_justify="left")

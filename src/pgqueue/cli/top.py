@@ -62,7 +62,8 @@ def add_to(commands: Commands) -> None:
         help="a live dashboard of the queues (read-only)",
         description=(
             "A live dashboard: per queue the jobs ready, scheduled, running, "
-            "completed (~ marks an estimate), dead and cancelled, the lag (age of "
+            "completed (~ marks an estimate), dead and cancelled (and waiting for "
+            "their parents, while any are), the lag (age of "
             "the oldest ready job), jobs enqueued and finished per second (from "
             "the second frame on), the longest-running jobs and the latest dead "
             "jobs. Read-only. Ctrl-C quits."
@@ -119,8 +120,12 @@ def render(
         # Columns one space apart where 80 columns are all there is.
         padding=(0, 1) if width >= NARROW else (0, 0),
     )
+    # The waiting column only while some queue has jobs waiting for
+    # parents: without it, the table fits 80 columns.
+    waiting = any(q.waiting for q in frame.queues)
+    counted = ("ready", "scheduled", "running", "completed", "dead", "cancelled")
     queues.add_column("queue", overflow="fold")
-    for name in ("ready", "scheduled", "running", "completed", "dead", "cancelled"):
+    for name in ("waiting", *counted) if waiting else counted:
         queues.add_column(name, justify="right")
     queues.add_column("lag", justify="right")
     queues.add_column("enq/s", justify="right")
@@ -128,6 +133,7 @@ def render(
     for q in frame.queues:
         queues.add_row(
             shown(q.queue),
+            *([str(q.waiting)] if waiting else []),
             str(q.ready),
             str(q.scheduled),
             str(q.running),

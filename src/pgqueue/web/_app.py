@@ -530,6 +530,8 @@ class _Dashboard:
         job = await admin.job_preview(job_id, max_chars=PREVIEW_CHARS)
         if job is None:
             raise HTTPException(404, f"no job has the id {job_id}")
+        # The first parents and children, through pgqueue_dependencies' indexes.
+        dependencies = await admin.dependencies(job_id)
         schedule = tick = name = None
         key = PeriodicKey.parse(job.unique_key)
         if key is not None:
@@ -544,6 +546,7 @@ class _Dashboard:
             title=f"Job {job.id}",
             current="/jobs",
             job=job,
+            dependencies=dependencies,
             limit=PREVIEW_CHARS,
             schedule=schedule,
             schedule_name=name,

@@ -27,7 +27,15 @@ if TYPE_CHECKING:
 
 __all__ = ["Value", "render", "url"]
 
-COUNTS = ("ready", "scheduled", "running", "completed", "dead", "cancelled")
+COUNTS = (
+    "waiting",
+    "ready",
+    "scheduled",
+    "running",
+    "completed",
+    "dead",
+    "cancelled",
+)
 """The counts of the queues table, in its order."""
 
 _CONTROLS = re.compile(
