@@ -167,6 +167,18 @@ def _moment(value: object) -> datetime | None:
         return None
 
 
+QUEUE_COUNTS = (
+    "waiting",
+    "ready",
+    "scheduled",
+    "running",
+    "completed",
+    "dead",
+    "cancelled",
+)
+"""The job counts of `QueueStats`, in the order the dashboards show them."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueStats(_JSONShape):
     """One queue's counts, from `Admin.stats`.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pgqueue._admin import (
     PREVIEW_CHARS,
+    QUEUE_COUNTS,
     completed_estimated,
     job_info,
     listing,
@@ -69,6 +70,7 @@ __all__ = [
     "JOB_PYFORMAT",
     "JOB_STATUSES",
     "PREVIEW_CHARS",
+    "QUEUE_COUNTS",
     "SCHEMA_ERRORS",
     "SERVER_IDENTITY",
     "TABLE_EXISTS",

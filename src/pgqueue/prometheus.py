@@ -61,7 +61,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pgqueue import Admin, EnqueueEvent, EnqueueHook, Logger, Observer
-from pgqueue._extension import Kind, default_logger
+from pgqueue._extension import QUEUE_COUNTS, Kind, default_logger
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -403,22 +403,11 @@ class QueueCollector(Collector):
             labels=["queue"],
         )
         for row in stats:
-            for status in _STATUSES:
+            for status in QUEUE_COUNTS:
                 jobs.add_metric([row.queue, status], float(getattr(row, status) or 0))
             lag.add_metric([row.queue], float(row.lag or 0.0))
             longest.add_metric([row.queue], float(row.longest_running or 0.0))
         return [jobs, lag, longest]
-
-
-_STATUSES = (
-    "waiting",
-    "ready",
-    "scheduled",
-    "running",
-    "completed",
-    "dead",
-    "cancelled",
-)
 
 
 def serve(

@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import anyio
 
 from pgqueue import Admin, JobDependencies, JobInfo, Queue, QueueStats, RelatedJob
-from pgqueue._extension import JOB_STATUSES, check_channel, first_line, seconds_text
+from pgqueue._extension import (
+    JOB_STATUSES,
+    QUEUE_COUNTS,
+    check_channel,
+    first_line,
+    seconds_text,
+)
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -99,19 +105,7 @@ async def stats(args: argparse.Namespace) -> int:
 
 
 def _print_stats(found: list[QueueStats]) -> None:
-    columns = (
-        "queue",
-        "waiting",
-        "ready",
-        "scheduled",
-        "running",
-        "completed",
-        "dead",
-        "cancelled",
-        "lag",
-        "longest running",
-        "slots",
-    )
+    columns = ("queue", *QUEUE_COUNTS, "lag", "longest running", "slots")
     rows = [
         (
             s.queue,

@@ -20,22 +20,13 @@ from urllib.parse import urlencode
 
 import jinja2
 
-from pgqueue._extension import seconds_text
+from pgqueue._extension import QUEUE_COUNTS, seconds_text
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
 __all__ = ["Value", "render", "url"]
 
-COUNTS = (
-    "waiting",
-    "ready",
-    "scheduled",
-    "running",
-    "completed",
-    "dead",
-    "cancelled",
-)
 """The counts of the queues table, in its order."""
 
 _CONTROLS = re.compile(
@@ -120,7 +111,7 @@ def _environment() -> jinja2.Environment:
         short="{:g}".format,
     )
     env.tests["value"] = lambda part: isinstance(part, Value)
-    env.globals["counts"] = COUNTS
+    env.globals["counts"] = QUEUE_COUNTS
     return env
 
 
