@@ -45,7 +45,7 @@ from pgqueue._core.checks import (
 )
 from pgqueue._core.codec import encode_payload, encode_payloads, payload_encoder
 from pgqueue._core.connect import check_dsn, target, target_of
-from pgqueue._core.enqueue_call import ENQUEUE_CALL, duplicate_of, enqueue_params
+from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
 from pgqueue._core.job import PeriodicKey
 from pgqueue._core.log import JsonFormatter, default_logger
@@ -100,7 +100,6 @@ __all__ = [
     "completed_estimated",
     "default_logger",
     "describe",
-    "duplicate_of",
     "encode_payload",
     "encode_payloads",
     "enqueue_params",

@@ -3,8 +3,7 @@
 `enqueue_params` checks the arguments as `Queue.enqueue` does, before any SQL
 runs; the caller then runs `ENQUEUE_CALL` with them on its own connection
 (psycopg, psycopg2 through Django: both take ``%(name)s`` placeholders), in
-its own transaction. `duplicate_of` turns the function's refusal of a
-duplicate unique key into `DuplicateJobError`.
+its own transaction.
 """
 
 from __future__ import annotations
@@ -22,12 +21,11 @@ from pgqueue._core.checks import (
     check_when,
 )
 from pgqueue._core.codec import encode_payload, payload_encoder
-from pgqueue._core.errors import DuplicateJobError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["ENQUEUE_CALL", "duplicate_of", "enqueue_params"]
+__all__ = ["ENQUEUE_CALL", "enqueue_params"]
 
 # Every argument is cast: drivers send Python ints as int8 or numeric and
 # None untyped, and a function's arguments are not cast down implicitly.
@@ -80,19 +78,3 @@ def enqueue_params(
         "on_conflict": check_on_conflict(on_conflict),
         "track": check_bool("track", track),
     }
-
-
-def duplicate_of(
-    sqlstate: str | None, detail: str | None, params: dict[str, object]
-) -> DuplicateJobError | None:
-    """The `DuplicateJobError` an error of `ENQUEUE_CALL` stands for, or None.
-
-    ``pgqueue_enqueue`` refuses a duplicate key (with ``on_conflict =>
-    'raise'``) with SQLSTATE 23505 and the existing job's id as its detail.
-    """
-    key = params.get("unique_key")
-    if sqlstate != "23505" or not isinstance(key, str) or not detail:
-        return None
-    if not detail.isdigit():
-        return None
-    return DuplicateJobError(int(detail), key)
