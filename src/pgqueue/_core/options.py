@@ -187,6 +187,17 @@ class WorkerOptions:
             "N|NAME=N",
         ),
     )
+    group_limit: int | Mapping[str, int] | None = field(
+        default=None,
+        metadata=_flag(
+            "--group-limit",
+            "limit",
+            "most jobs of one group (enqueue(group=...)) of the queue running at "
+            "once across every worker and process, groups taken round-robin; or, "
+            "repeated as NAME=N, of each queue named; 'none' for no limit",
+            "N|NAME=N",
+        ),
+    )
     prefetch: int = field(
         default=0,
         metadata=_flag("--prefetch", "int", "jobs claimed beyond --concurrency", "N"),
@@ -336,6 +347,9 @@ class WorkerOptions:
         check_global_limit(self.global_limit, self.queue, specs)
         if isinstance(self.global_limit, Mapping):
             set_(global_limit=dict(self.global_limit))
+        check_global_limit(self.group_limit, self.queue, specs, name="group_limit")
+        if isinstance(self.group_limit, Mapping):
+            set_(group_limit=dict(self.group_limit))
         set_(
             prefetch=check_int("prefetch", self.prefetch, minimum=0),
             poll_interval=check_duration(
@@ -363,6 +377,13 @@ class WorkerOptions:
         """Each queue's ``global_limit``, for the queues that have one."""
         specs = self.queues or {cast("str", self.queue): cast("int", self.concurrency)}
         return check_global_limit(self.global_limit, self.queue, specs)
+
+    def group_limits(self) -> dict[str, int]:
+        """Each queue's ``group_limit``, for the queues that have one."""
+        specs = self.queues or {cast("str", self.queue): cast("int", self.concurrency)}
+        return check_global_limit(
+            self.group_limit, self.queue, specs, name="group_limit"
+        )
 
     def changed(self, **changes: Any) -> WorkerOptions:
         """These options with ``changes``, checked as new ones are.
@@ -435,27 +456,29 @@ def check_queues(queues: Mapping[str, int]) -> dict[str, int]:
 
 
 def check_global_limit(
-    limit: int | Mapping[str, int] | None, queue: str | None, specs: Mapping[str, int]
+    limit: int | Mapping[str, int] | None,
+    queue: str | None,
+    specs: Mapping[str, int],
+    *,
+    name: str = "global_limit",
 ) -> dict[str, int]:
-    """``global_limit`` checked, as each limited queue's limit."""
+    """``global_limit`` (or the option ``name`` of its shape) checked, as each limited queue's limit."""
     if limit is None:
         return {}
     if isinstance(limit, Mapping):
         given: Mapping[str, int] = limit
     elif queue is None:
         msg = (
-            "with queues=, give global_limit as a mapping of queue names "
+            f"with queues=, give {name} as a mapping of queue names "
             'to limits ({"emails": 3})'
         )
         raise TypeError(msg)
     else:
         given = {queue: limit}
     limits = {}
-    for name, n in given.items():
-        if name not in specs:
-            msg = (
-                f"global_limit names queue {name!r}, which this worker does not consume"
-            )
+    for queue_name, n in given.items():
+        if queue_name not in specs:
+            msg = f"{name} names queue {queue_name!r}, which this worker does not consume"
             raise ValueError(msg)
-        limits[name] = check_int(f"global_limit of queue {name!r}", n)
+        limits[queue_name] = check_int(f"{name} of queue {queue_name!r}", n)
     return limits

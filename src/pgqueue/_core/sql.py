@@ -22,6 +22,8 @@ __all__ = [
     "CANCEL_REQUESTED",
     "CHECKPOINT",
     "CLAIM",
+    "CLAIM_GROUPS",
+    "CLAIM_GROUPS_TYPES",
     "CLAIM_TYPES",
     "COMPLETE",
     "CONTROL_CHANNEL",
@@ -57,11 +59,14 @@ __all__ = [
     "JOB_STATUSES",
     "JOB_SUMMARY",
     "LEASE",
+    "LOCK_GROUPS",
     "LOCK_LIMIT",
     "LOCK_PARENTS",
     "NOTIFY_JOBS",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
+    "PAUSE",
+    "PAUSED",
     "PERIODIC_LIST",
     "PERIODIC_NOW",
     "PERIODIC_REGISTER",
@@ -79,6 +84,7 @@ __all__ = [
     "REQUIRED_INDEXES",
     "RESCUE",
     "RESERVE_IDS",
+    "RESUME",
     "RETRY",
     "RETRYABLE_IDS",
     "RETRY_CHILDREN",
@@ -237,6 +243,20 @@ CREATE TABLE IF NOT EXISTS pgqueue_leases
     expires_at TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (queue, worker)
 );
+
+-- Paused queues (Admin.pause): one row each; claims take nothing from them.
+CREATE TABLE IF NOT EXISTS pgqueue_paused
+(
+    queue     TEXT        PRIMARY KEY,
+    paused_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- Groups (enqueue(group=...)): the pending and running jobs of each group,
+-- for the claims of a queue with a group limit (see CLAIM_GROUPS); only
+-- jobs with a group are in it.
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_group
+    ON pgqueue_jobs (queue, group_key, status, run_at, id)
+    WHERE group_key IS NOT NULL AND status IN ('pending', 'running');
 
 -- Dependencies (Queue.enqueue(after=...)): one row per parent and child,
 -- found by parent (the primary key) when the parent ends and by child for
@@ -429,7 +449,8 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     checkpoint       JSONB,
     has_children     BOOLEAN     NOT NULL DEFAULT false,
     parents_left     INT,
-    on_parent_failure TEXT
+    on_parent_failure TEXT,
+    group_key        TEXT
 );
 
 -- The Go module's claims, and ours of jobs without a priority.
@@ -463,7 +484,8 @@ ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS checkpoint       JSONB,
     ADD COLUMN IF NOT EXISTS has_children     BOOLEAN  NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS parents_left     INT,
-    ADD COLUMN IF NOT EXISTS on_parent_failure TEXT;
+    ADD COLUMN IF NOT EXISTS on_parent_failure TEXT,
+    ADD COLUMN IF NOT EXISTS group_key        TEXT;
 
 DO $$
 DECLARE
@@ -514,6 +536,7 @@ whole script in one transaction holds the first lock until the end.
 
 SCHEMA_DOWN = """
 DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
+DROP TABLE IF EXISTS pgqueue_paused;
 DROP TABLE IF EXISTS pgqueue_leases;
 DROP TABLE IF EXISTS pgqueue_limits;
 DROP TABLE IF EXISTS pgqueue_periodic;
@@ -934,6 +957,12 @@ _CLAIM_RETURNING = ",\n    ".join(
 )
 
 
+# A paused queue ($1) claims nothing: an uncorrelated test, which the plan
+# runs once, before the scans (a One-Time Filter), so a paused queue's
+# claim reads one index page of an (empty, or nearly) table and no job.
+_NOT_PAUSED = "\n  AND NOT EXISTS (SELECT FROM pgqueue_paused WHERE queue = $1)"
+
+
 def _claim(limit: str, types: str | None = None) -> str:
     """The claim's UPDATE of at most ``limit`` jobs (CLAIM's ``$2``, or a limited claim's slots).
 
@@ -959,7 +988,7 @@ WHERE id = ANY(ARRAY(
     UNION ALL
     ({_PRIORITY_SCANS.format(levels=">= 7", limit=limit, types=only_p)})
     LIMIT {limit}
-))
+)){_NOT_PAUSED}
 RETURNING {_CLAIM_RETURNING}
 """
 
@@ -971,6 +1000,96 @@ CLAIM = _claim("$2")
 # is a filter on the same index scans: waiting jobs of other types that are
 # due are walked by every claim (and skipped), not a scan of the table.
 CLAIM_TYPES = _claim("$2", types="$5")
+
+# Claims of a queue with a group limit ($3: the most running jobs of one
+# group, across the fleet), run after LOCK_GROUPS in one transaction, so
+# the queue's group claims take turns and each one's snapshot sees the
+# others' (the running jobs it counts are all there). Round-robin: each
+# group with room gives its first jobs in (run_at, id) order, as many as
+# its room, and the claim takes the first job of every group before the
+# second of any, oldest heads (highest priority first) first; so a group's
+# flood delays another group's job by at most one claim. The groups are
+# found by a skip scan of idx_pgqueue_jobs_group (one probe per group with
+# jobs pending or running), each group's running count and first jobs
+# there too. Jobs without a group are each a group of their own; finding
+# them walks the queue's due jobs in line (grouped ones included).
+_GROUP_PICKS = """
+WITH RECURSIVE groups AS (
+    (SELECT group_key FROM pgqueue_jobs
+     WHERE queue = $1 AND group_key IS NOT NULL AND status IN ('pending', 'running')
+     ORDER BY group_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.group_key FROM pgqueue_jobs AS j
+            WHERE j.queue = $1 AND j.group_key IS NOT NULL
+              AND j.status IN ('pending', 'running') AND j.group_key > g.group_key
+            ORDER BY j.group_key LIMIT 1)
+    FROM groups AS g
+    WHERE g.group_key IS NOT NULL
+), picks AS (
+    SELECT n.id, n.place, n.priority, n.run_at
+    FROM groups AS g
+    CROSS JOIN LATERAL (
+        SELECT $3::int - count(*)::int AS room FROM pgqueue_jobs AS r
+        WHERE r.queue = $1 AND r.group_key = g.group_key AND r.status = 'running'
+    ) AS r
+    CROSS JOIN LATERAL (
+        SELECT p.id, p.priority, p.run_at, row_number() OVER (ORDER BY p.run_at, p.id) AS place
+        FROM pgqueue_jobs AS p
+        WHERE p.queue = $1 AND p.group_key = g.group_key AND p.status = 'pending'
+          AND p.run_at <= now(){types_p}
+        ORDER BY p.run_at, p.id
+        LIMIT GREATEST(r.room, 0)
+    ) AS n
+    WHERE g.group_key IS NOT NULL
+    UNION ALL
+    SELECT u.id, 1, u.priority, u.run_at
+    FROM (
+        SELECT id, priority, run_at FROM pgqueue_jobs
+        WHERE queue = $1 AND status = 'pending' AND run_at <= now() AND group_key IS NULL{types}
+        ORDER BY run_at, id
+        LIMIT $2
+    ) AS u
+)
+SELECT id FROM picks ORDER BY place, priority DESC, run_at, id LIMIT $2
+"""
+
+
+def _claim_groups(types: str | None = None) -> str:
+    """The claim of at most ``$2`` jobs of queue ``$1`` under a group limit of ``$3``."""
+    only = "" if types is None else f" AND job_type = ANY({types}::text[])"
+    picks = _GROUP_PICKS.format(types=only, types_p=only.replace("job_type", "p.job_type"))
+    return f"""
+UPDATE pgqueue_jobs
+SET status = 'running', attempts = attempts + 1, updated_at = now()
+WHERE id = ANY(ARRAY({textwrap.indent(picks, "    ").strip()}
+)) AND status = 'pending'{_NOT_PAUSED}
+RETURNING {_CLAIM_RETURNING}
+"""
+
+
+CLAIM_GROUPS = _claim_groups()
+CLAIM_GROUPS_TYPES = _claim_groups(types="$4")
+
+# Taken first in the transaction of a group claim of queue $1.
+LOCK_GROUPS = "SELECT pg_advisory_xact_lock(hashtextextended('pgqueue_groups:' || $1, 0))"
+
+# Pause and resume a queue ($1). Resuming wakes the queue's workers (they
+# listen on pgqueue_jobs); pausing needs no wakeup: every claim checks.
+PAUSE = """
+INSERT INTO pgqueue_paused (queue) VALUES ($1)
+ON CONFLICT (queue) DO NOTHING
+RETURNING paused_at
+"""
+RESUME = """
+WITH gone AS (DELETE FROM pgqueue_paused WHERE queue = $1 RETURNING queue)
+SELECT g.queue FROM gone AS g, pg_notify('pgqueue_jobs', g.queue)
+"""
+# The paused queues ($1: one, or NULL for all) and since when.
+PAUSED = """
+SELECT queue, paused_at FROM pgqueue_paused
+WHERE ($1::text IS NULL OR queue = $1)
+ORDER BY queue
+"""
 
 # Make sure limited queue $1 has its row (a worker with a global_limit of
 # $2, as it starts). The row records the limit of the worker that started
@@ -1205,6 +1324,7 @@ REQUIRED_COLUMNS = (
     "has_children",
     "parents_left",
     "on_parent_failure",
+    "group_key",
 )
 """The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
@@ -1242,7 +1362,8 @@ SELECT t.oid IS NOT NULL AS table_exists,
              AND pg_get_constraintdef(oid) LIKE '%status%'
              AND pg_get_constraintdef(oid) NOT LIKE '%waiting%'
        ) AS old_status_check,
-       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits
+       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
+       to_regclass('pgqueue_paused') IS NOT NULL AS has_paused
 FROM t
 """
 
@@ -1385,7 +1506,8 @@ SELECT size.pages,
             ELSE coalesce(s.n_live_tup, 0)
        END AS live,
        q.most_common_vals::text::text[] AS common_queues, q.most_common_freqs, q.n_distinct,
-       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits
+       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
+       to_regclass('pgqueue_paused') IS NOT NULL AS has_paused
 FROM size, pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 LEFT JOIN pg_stats AS q

@@ -65,6 +65,11 @@ class Claimer:
             of its queues has a limit): the schema check then requires them.
         types: claim only jobs of these types (`_sql.CLAIM_TYPES`); ``None``
             claims every type.
+        group_limit: the most running jobs of one group across the fleet,
+            if the queue has a group limit: claims are then
+            `_sql.CLAIM_GROUPS`, taking turns with the fleet's (a lock of
+            the queue in each claim's transaction), and every job that ends
+            calls for a claim (it may have freed its group).
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class Claimer:
         lease: Lease | None = None,
         limits: bool = False,
         types: Sequence[str] | None = None,
+        group_limit: int | None = None,
     ) -> None:
         self._connection = connection
         self._policy = policy
@@ -97,6 +103,7 @@ class Claimer:
         self._lease = lease
         self._limits = limits or lease is not None
         self._types = None if types is None else list(types)
+        self._group_limit = group_limit
         self._event = asyncio.Event()
         self._until_empty = False
         self.checked = anyio.Event()
@@ -125,6 +132,8 @@ class Claimer:
 
     def room(self) -> None:
         """Claims ended or settled: claim if jobs may be ready and a claim is worth it."""
+        if self._group_limit is not None:
+            self._policy.wake()  # an ended job may have made room in its group
         free = self._free()
         if (self._policy.more and free >= self._policy.claim_at) or (
             self._until_empty and self._claims.held == 0
@@ -228,7 +237,9 @@ class Claimer:
             lease.claiming = limit
         try:
             with anyio.CancelScope(shield=True):
-                if self._types is None:
+                if self._group_limit is not None:
+                    rows = await self._claim_groups(limit, self._group_limit)
+                elif self._types is None:
                     rows = await self._connection.fetch(
                         _sql.CLAIM, self._queue, limit, run_ats, ids
                     )
@@ -244,6 +255,20 @@ class Claimer:
             if lease is not None:
                 lease.claiming = 0
         return rows
+
+    async def _claim_groups(self, limit: int, group_limit: int) -> list[asyncpg.Record]:
+        """Claim up to ``limit`` jobs under the queue's group limit, in turn with the fleet."""
+        if self._types is None:
+            claim = (_sql.CLAIM_GROUPS, (self._queue, limit, group_limit))
+        else:
+            claim = (
+                _sql.CLAIM_GROUPS_TYPES,
+                (self._queue, limit, group_limit, self._types),
+            )
+        results = await self._connection.transaction(
+            [(_sql.LOCK_GROUPS, (self._queue,)), claim]
+        )
+        return results[1]
 
     async def _check_schema(self) -> None:
         await check_schema(self._connection, limits=self._limits)

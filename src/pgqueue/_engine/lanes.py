@@ -93,11 +93,14 @@ class Lane:
         concurrency: int,
         prefetch: int,
         global_limit: int | None = None,
+        *,
+        group_limit: int | None = None,
     ) -> None:
         self.index = index
         self.name = name
         self.concurrency = concurrency
         self.global_limit = global_limit
+        self.group_limit = group_limit
         capacity = concurrency + prefetch
         self.claims = Claims(capacity, write_allowance=capacity)
         self.policy: ClaimPolicy
@@ -156,6 +159,7 @@ class Lane:
             on_spare=on_spare,
             schema_checked=schema_checked,
             lease=self.lease,
+            group_limit=self.group_limit,
             types=settings.types,
             limits=settings.limits,
         )

@@ -300,26 +300,23 @@ class _GlobalLimitAction(argparse.Action):
     ) -> None:
         text = str(values)
         name, sep, number = text.rpartition("=")
-        given = getattr(namespace, "global_limit", {})
+        dest = self.dest
+        mixed = f"give either one {option_string} N or several {option_string} NAME=N, not both"
+        given = getattr(namespace, dest, {})
         if sep and name:
             if not isinstance(given, dict):
-                raise argparse.ArgumentError(self, _MIXED_LIMITS)
+                raise argparse.ArgumentError(self, mixed)
             if name in given:
                 msg = f"queue {name!r} given twice"
                 raise argparse.ArgumentError(self, msg)
             given[name] = _whole(self, number)
-            namespace.global_limit = given
+            setattr(namespace, dest, given)
         else:
-            if hasattr(namespace, "global_limit"):
-                raise argparse.ArgumentError(self, _MIXED_LIMITS)
-            namespace.global_limit = (
-                None if text.lower() == "none" else _whole(self, text)
+            if hasattr(namespace, dest):
+                raise argparse.ArgumentError(self, mixed)
+            setattr(
+                namespace, dest, None if text.lower() == "none" else _whole(self, text)
             )
-
-
-_MIXED_LIMITS = (
-    "give either one --global-limit N or several --global-limit NAME=N, not both"
-)
 
 
 def _whole(action: argparse.Action, text: str) -> int:
