@@ -172,6 +172,7 @@ class Queue:
         track: bool = False,
         after: Sequence[int] = (),
         on_parent_failure: Literal["cancel", "run"] = "cancel",
+        group: str | None = None,
         connection: Connection | None = None,
     ) -> int:
         """Insert a job and wake the queue's workers.
@@ -218,6 +219,10 @@ class Queue:
                 ``cancelled`` does: ``"cancel"`` cancels this job (and its
                 own waiting children, in turn); ``"run"`` lets it run once
                 every parent has ended, however.
+            group: the job's group (a tenant, a customer: ``"customer:42"``):
+                a worker with a ``group_limit`` runs at most that many jobs
+                of one group at once, groups taken round-robin (see
+                :doc:`/howto/flow-control`). Not with ``after``.
             connection: run on this connection (and its transaction).
 
         Returns:
@@ -246,10 +251,14 @@ class Queue:
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
         failure = check_on_parent_failure(on_parent_failure)
+        group_key = None if group is None else check_name("group", group)
         if after:
             parents = check_after(after, None)
             if key is not None:
                 msg = "a job with a unique_key cannot have parents (after=...)"
+                raise ValueError(msg)
+            if group_key is not None:
+                msg = "a job with a group cannot have parents (after=...) yet"
                 raise ValueError(msg)
             return await self._enqueue_after(
                 connection,
@@ -262,7 +271,9 @@ class Queue:
                 failure,
             )
         if not self._hooks:
-            return await self._enqueue(connection, args, seconds, key, conflict)
+            return await self._enqueue(
+                connection, args, seconds, key, conflict, group=group_key
+            )
         new_job = NewJob(
             args[0],
             payload,
@@ -278,7 +289,9 @@ class Queue:
             self._hooks,
             event,
             self._logger,
-            lambda: self._enqueue(connection, args, seconds, key, conflict, event),
+            lambda: self._enqueue(
+                connection, args, seconds, key, conflict, event, group=group_key
+            ),
         )
 
     async def _enqueue(
@@ -289,6 +302,8 @@ class Queue:
         key: str | None,
         conflict: str,
         event: EnqueueEvent | None = None,
+        *,
+        group: str | None = None,
     ) -> int:
         """`enqueue` once its arguments are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
@@ -302,6 +317,7 @@ class Queue:
                         *args,
                         trace_context,
                         delay,
+                        group,
                     )
                     existed = False
                 else:
@@ -314,6 +330,7 @@ class Queue:
                         trace_context,
                         key,
                         delay,
+                        group,
                     )
                     assert row is not None
                     job_id, existed = row["id"], row["existed"]

@@ -573,8 +573,8 @@ _RUN_AT = (
     "COALESCE($5::timestamptz, now() + make_interval(secs => {delay}::float8), now())"
 )
 _INSERT_ONE = f"""
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context)
-    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$9")}, $6, $7, $8)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, group_key)
+    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$9")}, $6, $7, $8, $10)
     RETURNING id"""
 ENQUEUE = f"""
 WITH job AS ({_INSERT_ONE}
@@ -583,6 +583,8 @@ SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
 """
 ENQUEUE_SILENT = _INSERT_ONE
 
+# A group key ($10, or $11 with a unique key) is the job's group (see
+# CLAIM_GROUPS), NULL without one.
 # A job with a unique key ($9; its delay is $10): while a job of the same type and key is
 # pending or running, the index refuses a second one and the existing row's
 # id comes back instead (locked and updated in place, so that an enqueuer
@@ -593,8 +595,8 @@ _ON_UNIQUE_CONFLICT = """
     DO UPDATE SET unique_key = EXCLUDED.unique_key
 """
 _INSERT_UNIQUE = f"""
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key)
-    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")}, $6, $7, $8, $9)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key, group_key)
+    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")}, $6, $7, $8, $9, $11)
     {_ON_UNIQUE_CONFLICT}
     RETURNING id, xmax <> 0 AS existed"""
 ENQUEUE_UNIQUE = f"""

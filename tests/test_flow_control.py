@@ -1,0 +1,272 @@
+"""Flow control across the fleet: pausing a queue, and group limits with fair claims.
+
+``Admin.pause(queue)`` writes the queue's row in ``pgqueue_paused``; every
+claim checks it, so no worker starts another of the queue's jobs once the
+pause has committed (running jobs finish); ``Admin.resume`` deletes it and
+wakes the workers with a NOTIFY. ``Worker(group_limit=N)``: at most N
+running jobs of one group across the fleet, groups claimed round-robin.
+Against a real server, with real worker processes (``pgqueue worker
+--processes``); waits are on rows, under deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+
+import pgqueue
+from pgqueue._core import sql as _sql
+from tests.cli_apps.limited import SAMPLES, make_worker
+from tests.helpers import running, wait_until
+from tests.test_cli_worker import started, statuses
+
+LIMITED = "tests.cli_apps.limited:worker"
+
+# The most runs of one group of the queue ($1) that overlapped, from their
+# recorded starts and ends (an end sorts before a start at the same instant).
+MAX_GROUP_OVERLAP = """
+SELECT coalesce(max(live), 0) FROM (
+    SELECT sum(d) OVER (PARTITION BY g ORDER BY t, d ROWS UNBOUNDED PRECEDING) AS live
+    FROM (
+        SELECT j.group_key AS g, s.started AS t, 1 AS d
+        FROM limit_samples AS s JOIN pgqueue_jobs AS j ON j.id = s.job_id
+        WHERE s.queue = $1
+        UNION ALL
+        SELECT j.group_key, s.ended, -1
+        FROM limit_samples AS s JOIN pgqueue_jobs AS j ON j.id = s.job_id
+        WHERE s.queue = $1 AND s.ended IS NOT NULL
+    ) AS events
+) AS running
+"""
+
+
+async def sample_count(pool: asyncpg.Pool, queue: str) -> int:
+    count: int = await pool.fetchval(
+        "SELECT count(*) FROM limit_samples WHERE queue = $1", queue
+    )
+    return count
+
+
+async def enqueue(
+    pool: asyncpg.Pool, queue: str, n: int, *, group: str | None = None, **payload: Any
+) -> list[int]:
+    await pool.execute(SAMPLES)
+    q = pgqueue.Queue(pool, name=queue)
+    if group is None:
+        return await q.enqueue_many([("sample", payload)] * n)
+    return [await q.enqueue("sample", payload, group=group) for _ in range(n)]
+
+
+async def nothing_running(pool: asyncpg.Pool, queue: str) -> bool:
+    return (await statuses(pool, queue))["running"] == 0
+
+
+async def no_start_within(pool: asyncpg.Pool, queue: str, seconds: float) -> None:
+    """Fail if a run of ``queue`` starts within ``seconds`` from now."""
+    before = await sample_count(pool, queue)
+
+    async def started_one() -> bool:
+        return await sample_count(pool, queue) > before
+
+    with anyio.move_on_after(seconds):
+        await wait_until(started_one, within=seconds + 1)
+        pytest.fail("a job started while its queue was paused")
+
+
+# --------------------------------------------------------------------------
+# Pause and resume
+
+
+async def test_pause_stops_every_process_within_a_second_and_resume_wakes_them(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await enqueue(pool, queue_name, 3000, sleep=0.01)
+    admin = pgqueue.Admin(pool)
+    # A long poll: only resume's NOTIFY can wake the workers in time.
+    flags = ["--processes", "4", "--concurrency", "3", "--poll-interval", "30"]
+    async with started(dsn, queue_name, LIMITED, *flags) as child:
+        await child.wait_for("worker ready", count=4, within=30)
+        await wait_until(lambda: _more_than(pool, queue_name, 50), within=30)
+        assert await admin.pause(queue_name)
+        assert not await admin.pause(queue_name)  # paused already
+        paused_at = (await admin.paused())[queue_name]
+        await wait_until(lambda: nothing_running(pool, queue_name), within=10)
+        last_start = await pool.fetchval(
+            "SELECT max(started) FROM limit_samples WHERE queue = $1", queue_name
+        )
+        assert last_start < paused_at + timedelta(seconds=1)
+        [stats] = await admin.stats(queue_name)
+        assert stats.paused
+        assert stats.ready > 0
+        await no_start_within(pool, queue_name, 1.5)
+
+        assert await admin.resume(queue_name)
+        assert not await admin.resume(queue_name)
+        resumed_at = await pool.fetchval("SELECT now()")
+        await wait_until(lambda: _started_after(pool, queue_name, resumed_at), within=5)
+        first = await pool.fetchval(
+            "SELECT min(started) FROM limit_samples WHERE queue = $1 AND started > $2",
+            queue_name,
+            resumed_at,
+        )
+        assert first - resumed_at < timedelta(seconds=1)
+        child.process.send_signal(signal.SIGTERM)
+        assert await child.exit_code() == 0, child.text
+    [stats] = await admin.stats(queue_name)
+    assert not stats.paused
+
+
+async def _more_than(pool: asyncpg.Pool, queue: str, n: int) -> bool:
+    return await sample_count(pool, queue) > n
+
+
+async def _started_after(pool: asyncpg.Pool, queue: str, at: Any) -> bool:
+    found: bool = await pool.fetchval(
+        "SELECT EXISTS (SELECT FROM limit_samples WHERE queue = $1 AND started > $2)",
+        queue,
+        at,
+    )
+    return found
+
+
+async def test_a_worker_started_on_a_paused_queue_claims_nothing_until_resumed(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    admin = pgqueue.Admin(pool)
+    await admin.pause(queue_name)
+    await enqueue(pool, queue_name, 5)
+    worker = make_worker(pool, queue_name, concurrency=4, poll_interval=0.05)
+    async with running(worker):
+        # Claims every 50 ms, none taking a job.
+        await no_start_within(pool, queue_name, 1.0)
+        assert (await statuses(pool, queue_name)) == {"pending": 5}
+        await admin.resume(queue_name)
+        await wait_until(lambda: _completed(pool, queue_name, 5), within=10)
+    assert await admin.paused() == {}
+
+
+async def _completed(pool: asyncpg.Pool, queue: str, n: int) -> bool:
+    return (await statuses(pool, queue))["completed"] >= n
+
+
+async def test_pause_checks_the_queue_name_before_writing(pool: asyncpg.Pool) -> None:
+    admin = pgqueue.Admin(pool)
+    for bad in ("", "x" * 2000):
+        with pytest.raises(ValueError, match="queue"):
+            await admin.pause(bad)
+    with pytest.raises(TypeError):
+        await admin.resume(3)  # type: ignore[arg-type]
+    assert await admin.paused() == {}
+
+
+async def test_a_paused_claim_reads_no_job(pool: asyncpg.Pool, queue_name: str) -> None:
+    await enqueue(pool, queue_name, 50)
+    await pgqueue.Admin(pool).pause(queue_name)
+    places = _sql.claim_places({})
+    async with pool.acquire() as connection, connection.transaction():
+        plan = await connection.fetchval(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + _sql.CLAIM, queue_name, 10, *places
+        )
+    text = json.dumps(json.loads(plan))
+    # The scans of the jobs never ran: the pause is tested first, once.
+    assert '"One-Time Filter"' in text
+    assert await statuses(pool, queue_name) == {"pending": 50}
+
+
+# --------------------------------------------------------------------------
+# Groups
+
+
+async def test_group_limit_one_runs_each_groups_jobs_one_at_a_time_in_order(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    groups = [f"customer:{n}" for n in range(4)]
+    ids: dict[str, list[int]] = {group: [] for group in groups}
+    for _ in range(15):
+        for group in groups:
+            ids[group] += await enqueue(pool, queue_name, 1, group=group, sleep=0.01)
+    flags = ["--processes", "3", "--concurrency", "4", "--group-limit", "1"]
+    async with started(dsn, queue_name, LIMITED, *flags) as child:
+        await child.wait_for("worker ready", count=3, within=30)
+        await wait_until(lambda: _completed(pool, queue_name, 60), within=60)
+        child.process.send_signal(signal.SIGTERM)
+        assert await child.exit_code() == 0, child.text
+    assert await pool.fetchval(MAX_GROUP_OVERLAP, queue_name) == 1
+    for group in groups:
+        order = await pool.fetch(
+            "SELECT s.job_id FROM limit_samples AS s JOIN pgqueue_jobs AS j"
+            " ON j.id = s.job_id WHERE s.queue = $1 AND j.group_key = $2"
+            " ORDER BY s.started",
+            queue_name,
+            group,
+        )
+        assert [r[0] for r in order] == ids[group]
+    # Groups ran side by side: more than one at a time overall.
+    overall = await pool.fetchval(
+        "SELECT count(DISTINCT pid) FROM limit_samples WHERE queue = $1", queue_name
+    )
+    assert overall > 1
+
+
+async def test_a_latecomer_group_waits_at_most_one_claim_behind_a_flood(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await pool.execute(SAMPLES)
+    q = pgqueue.Queue(pool, name=queue_name)
+    await pool.execute(
+        "INSERT INTO pgqueue_jobs (queue, job_type, payload, group_key)"
+        " SELECT $1, 'sample', '{\"sleep\": 0.02}', 'flood' FROM generate_series(1, 10000)",
+        queue_name,
+    )
+    worker = make_worker(
+        pool, queue_name, concurrency=4, group_limit=2, poll_interval=0.05
+    )
+    async with running(worker):
+        await wait_until(lambda: _more_than(pool, queue_name, 10), within=10)
+        late = await q.enqueue("sample", {}, group="late")
+        enqueued_at = await pool.fetchval(
+            "SELECT created_at FROM pgqueue_jobs WHERE id = $1", late
+        )
+        before = await sample_count(pool, queue_name)
+        await wait_until(lambda: _ran_job(pool, late), within=5)
+        ran_at = await pool.fetchval(
+            "SELECT started FROM limit_samples WHERE job_id = $1", late
+        )
+        between = await pool.fetchval(
+            "SELECT count(*) FROM limit_samples WHERE queue = $1 AND started < $2",
+            queue_name,
+            ran_at,
+        )
+    # The flood runs 2 at a time: the latecomer starts within one claim
+    # round (the flood's 2 slots), not behind 10,000 jobs.
+    assert between - before <= 2
+    assert ran_at - enqueued_at < timedelta(seconds=1)
+    assert await pool.fetchval(MAX_GROUP_OVERLAP, queue_name) <= 2
+
+
+async def _ran_job(pool: asyncpg.Pool, job_id: int) -> bool:
+    found: bool = await pool.fetchval(
+        "SELECT EXISTS (SELECT FROM limit_samples WHERE job_id = $1)", job_id
+    )
+    return found
+
+
+async def test_group_checks_come_before_any_sql(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    q = pgqueue.Queue(pool, name=queue_name)
+    with pytest.raises(ValueError, match="group"):
+        await q.enqueue("t", {}, group="")
+    with pytest.raises(TypeError):
+        await q.enqueue("t", {}, group=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="group_limit"):
+        pgqueue.Worker(pool, queue=queue_name, group_limit={"other": 1})
+    with pytest.raises(ValueError):
+        pgqueue.Worker(pool, queue=queue_name, group_limit=0)
+    assert await statuses(pool, queue_name) == {}
