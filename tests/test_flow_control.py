@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 import signal
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import asyncpg
 import pytest
 
 import pgqueue
@@ -25,6 +24,9 @@ from pgqueue._core import sql as _sql
 from tests.cli_apps.limited import SAMPLES, make_worker
 from tests.helpers import running, wait_until
 from tests.test_cli_worker import started, statuses
+
+if TYPE_CHECKING:
+    import asyncpg
 
 LIMITED = "tests.cli_apps.limited:worker"
 
@@ -267,6 +269,6 @@ async def test_group_checks_come_before_any_sql(
         await q.enqueue("t", {}, group=5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="group_limit"):
         pgqueue.Worker(pool, queue=queue_name, group_limit={"other": 1})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="group_limit of queue"):
         pgqueue.Worker(pool, queue=queue_name, group_limit=0)
     assert await statuses(pool, queue_name) == {}

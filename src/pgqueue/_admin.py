@@ -960,7 +960,9 @@ class Admin:
         name = check_queue_name(queue)
         async with self._schema_checked():
             row = await self._executor.fetchrow(_sql.PAUSE, name)
-        self._logger.info("queue paused" if row else "queue already paused", extra={"queue": name})
+        self._logger.info(
+            "queue paused" if row else "queue already paused", extra={"queue": name}
+        )
         return row is not None
 
     async def resume(self, queue: str) -> bool:
@@ -977,7 +979,9 @@ class Admin:
         name = check_queue_name(queue)
         async with self._schema_checked():
             row = await self._executor.fetchrow(_sql.RESUME, name)
-        self._logger.info("queue resumed" if row else "queue was not paused", extra={"queue": name})
+        self._logger.info(
+            "queue resumed" if row else "queue was not paused", extra={"queue": name}
+        )
         return row is not None
 
     async def paused(self) -> dict[str, datetime]:

@@ -75,7 +75,12 @@ from pgqueue._core.errors import AlreadyStartedError, SchemaError
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import Observer, call_observers
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.options import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, WorkerOptions
+from pgqueue._core.options import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_QUEUE,
+    RateLimit,
+    WorkerOptions,
+)
 from pgqueue._core.outcome import Outcome
 from pgqueue._core.retry import Outage
 from pgqueue._core.typed import is_async, typed_handler
@@ -170,6 +175,17 @@ class Worker:
             transaction). Jobs without a group are not limited. Every
             worker of the queue must have the same limit (Go workers and
             workers without it ignore groups).
+        rate_limit: at most so many job starts of a queue in any window of
+            its length, across every worker and process
+            (``pgqueue.RateLimit(100, per=60.0)``; with ``per_group=True``,
+            of each group on its own): a `RateLimit` for the one queue or,
+            with ``queues``, a mapping of some of them to theirs; ``None``
+            for none. A start is a claim; jobs beyond the limit wait,
+            pending, and the worker sleeps until its window has room. The
+            claims of such a queue take turns across the fleet, counting
+            the starts recorded in ``pgqueue_starts``. Every worker of the
+            queue must have the same limit (Go workers and workers without
+            it are not counted).
         prefetch: how many jobs to claim beyond ``concurrency`` (for each
             queue, with ``queues``), so the next
             jobs are at hand when handlers finish and a claim's round trip
@@ -231,7 +247,7 @@ class Worker:
     .. versionchanged:: Unreleased
        ``queues`` and ``max_concurrency``: several queues per worker;
        ``global_limit``: fleet-wide limits. ``group_limit``: per-group limits
-       with fair claims.
+       with fair claims. ``rate_limit``: fleet-wide rate limits.
        The options are one checked `WorkerOptions` (`options`);
        `with_options` copies a worker with some of them changed.
     """
@@ -246,6 +262,7 @@ class Worker:
         max_concurrency: int | None = None,
         global_limit: int | Mapping[str, int] | None = None,
         group_limit: int | Mapping[str, int] | None = None,
+        rate_limit: RateLimit | Mapping[str, RateLimit] | None = None,
         prefetch: int = 0,
         poll_interval: float = 5.0,
         listen: bool | str = True,
@@ -269,6 +286,7 @@ class Worker:
                 max_concurrency=max_concurrency,
                 global_limit=global_limit,
                 group_limit=group_limit,
+                rate_limit=rate_limit,
                 prefetch=prefetch,
                 poll_interval=poll_interval,
                 listen=listen,
@@ -327,6 +345,7 @@ class Worker:
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: ListenerRoute | None = None
         group_limits = options.group_limits()
+        rate_limits = options.rate_limits()
         self._lanes = tuple(
             Lane(
                 index,
@@ -335,6 +354,7 @@ class Worker:
                 self._prefetch,
                 limits.get(name),
                 group_limit=group_limits.get(name),
+                rate_limit=rate_limits.get(name),
             )
             for index, (name, concurrency) in enumerate(specs.items())
         )

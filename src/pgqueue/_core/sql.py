@@ -23,8 +23,10 @@ __all__ = [
     "CHECKPOINT",
     "CLAIM",
     "CLAIM_GROUPS",
-    "CLAIM_GROUPS_TYPES",
+    "CLAIM_GROUPS_RATED",
+    "CLAIM_RATED",
     "CLAIM_TYPES",
+    "CLAIM_TYPES_RATED",
     "COMPLETE",
     "CONTROL_CHANNEL",
     "COPY_COLUMNS",
@@ -59,7 +61,7 @@ __all__ = [
     "JOB_STATUSES",
     "JOB_SUMMARY",
     "LEASE",
-    "LOCK_GROUPS",
+    "LOCK_CLAIMS",
     "LOCK_LIMIT",
     "LOCK_PARENTS",
     "NOTIFY_JOBS",
@@ -79,6 +81,7 @@ __all__ = [
     "PRUNE_BATCH",
     "PRUNE_BATCH_ANY",
     "PUBLISH",
+    "RATE_ROOM",
     "RELEASE_LEASES",
     "REQUIRED_COLUMNS",
     "REQUIRED_INDEXES",
@@ -250,6 +253,18 @@ CREATE TABLE IF NOT EXISTS pgqueue_paused
     queue     TEXT        PRIMARY KEY,
     paused_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+
+-- Rate limits (Worker(rate_limit=...)): each start of a job of a
+-- rate-limited queue, on the database clock, while it is in a window (see
+-- RATE_ROOM); group_key for limits per group.
+CREATE TABLE IF NOT EXISTS pgqueue_starts
+(
+    queue      TEXT        NOT NULL,
+    group_key  TEXT,
+    started_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_starts
+    ON pgqueue_starts (queue, started_at);
 
 -- Groups (enqueue(group=...)): the pending and running jobs of each group,
 -- for the claims of a queue with a group limit (see CLAIM_GROUPS); only
@@ -536,6 +551,7 @@ whole script in one transaction holds the first lock until the end.
 
 SCHEMA_DOWN = """
 DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
+DROP TABLE IF EXISTS pgqueue_starts;
 DROP TABLE IF EXISTS pgqueue_paused;
 DROP TABLE IF EXISTS pgqueue_leases;
 DROP TABLE IF EXISTS pgqueue_limits;
@@ -965,6 +981,21 @@ _CLAIM_RETURNING = ",\n    ".join(
 _NOT_PAUSED = "\n  AND NOT EXISTS (SELECT FROM pgqueue_paused WHERE queue = $1)"
 
 
+def _recorded(claim: str, at: str) -> str:
+    """``claim`` that also records each job it takes in ``pgqueue_starts``, started at ``at``."""
+    returning = f"RETURNING {_CLAIM_RETURNING}\n"
+    assert claim.endswith(returning)
+    body = claim[: -len(returning)] + f"RETURNING {_CLAIM_RETURNING},\n    group_key"
+    return f"""
+WITH claimed AS ({textwrap.indent(body, "    ")}
+), recorded AS (
+    INSERT INTO pgqueue_starts (queue, group_key, started_at)
+    SELECT queue, group_key, {at}::timestamptz FROM claimed
+)
+SELECT {", ".join(CLAIM_COLUMNS)} FROM claimed
+"""
+
+
 def _claim(limit: str, types: str | None = None) -> str:
     """The claim's UPDATE of at most ``limit`` jobs (CLAIM's ``$2``, or a limited claim's slots).
 
@@ -1003,6 +1034,11 @@ CLAIM = _claim("$2")
 # due are walked by every claim (and skipped), not a scan of the table.
 CLAIM_TYPES = _claim("$2", types="$5")
 
+# CLAIM and CLAIM_TYPES under a rate limit: run after LOCK_CLAIMS and
+# RATE_ROOM (whose time is the last parameter, the starts' time).
+CLAIM_RATED = _recorded(CLAIM, "$5")
+CLAIM_TYPES_RATED = _recorded(CLAIM_TYPES, "$6")
+
 # Claims of a queue with a group limit ($3: the most running jobs of one
 # group, across the fleet), run after LOCK_GROUPS in one transaction, so
 # the queue's group claims take turns and each one's snapshot sees the
@@ -1033,14 +1069,14 @@ WITH RECURSIVE groups AS (
     CROSS JOIN LATERAL (
         SELECT $3::int - count(*)::int AS room FROM pgqueue_jobs AS r
         WHERE r.queue = $1 AND r.group_key = g.group_key AND r.status = 'running'
-    ) AS r
+    ) AS r{group_rate}
     CROSS JOIN LATERAL (
         SELECT p.id, p.priority, p.run_at, row_number() OVER (ORDER BY p.run_at, p.id) AS place
         FROM pgqueue_jobs AS p
         WHERE p.queue = $1 AND p.group_key = g.group_key AND p.status = 'pending'
           AND p.run_at <= now(){types_p}
         ORDER BY p.run_at, p.id
-        LIMIT GREATEST(r.room, 0)
+        LIMIT GREATEST({room}, 0)
     ) AS n
     WHERE g.group_key IS NOT NULL
     UNION ALL
@@ -1056,10 +1092,30 @@ SELECT id FROM picks ORDER BY place, priority DESC, run_at, id LIMIT $2
 """
 
 
-def _claim_groups(types: str | None = None) -> str:
-    """The claim of at most ``$2`` jobs of queue ``$1`` under a group limit of ``$3``."""
-    only = "" if types is None else f" AND job_type = ANY({types}::text[])"
-    picks = _GROUP_PICKS.format(types=only, types_p=only.replace("job_type", "p.job_type"))
+# A rate per group: the group's starts in the window ($5 starts, $6 seconds,
+# $7 the window's end: RATE_ROOM's time) leave it room for the rest.
+_GROUP_RATE = """
+    CROSS JOIN LATERAL (
+        SELECT $5::int - count(*)::int AS room FROM pgqueue_starts AS s
+        WHERE s.queue = $1 AND s.group_key = g.group_key
+          AND s.started_at > $7::timestamptz - make_interval(secs => $6::float8)
+    ) AS w"""
+
+
+def _claim_groups(*, group_rate: bool = False) -> str:
+    """The claim of at most ``$2`` jobs of queue ``$1`` under a group limit of ``$3``.
+
+    Only jobs of the types in ``$4`` (a ``text[]``; NULL for every type).
+    ``group_rate``: also at most ``$5`` starts per group in ``$6`` seconds
+    before ``$7`` (the jobs without a group are not limited).
+    """
+    only = " AND ($4::text[] IS NULL OR job_type = ANY($4::text[]))"
+    picks = _GROUP_PICKS.format(
+        types=only,
+        types_p=only.replace("job_type", "p.job_type"),
+        group_rate=_GROUP_RATE.rstrip() if group_rate else "",
+        room="LEAST(r.room, w.room)" if group_rate else "r.room",
+    )
     return f"""
 UPDATE pgqueue_jobs
 SET status = 'running', attempts = attempts + 1, updated_at = now()
@@ -1070,10 +1126,42 @@ RETURNING {_CLAIM_RETURNING}
 
 
 CLAIM_GROUPS = _claim_groups()
-CLAIM_GROUPS_TYPES = _claim_groups(types="$4")
+# Under a rate limit (of the queue: the claim's $2 is within RATE_ROOM's room;
+# per group: $5 starts per $6 seconds), recording the starts at $7.
+CLAIM_GROUPS_RATED = _recorded(_claim_groups(group_rate=True), "$7")
 
-# Taken first in the transaction of a group claim of queue $1.
-LOCK_GROUPS = "SELECT pg_advisory_xact_lock(hashtextextended('pgqueue_groups:' || $1, 0))"
+# Taken first in the transaction of a claim of queue $1 under a group or a
+# rate limit: such claims take turns across the fleet, and each one's
+# later statements (their snapshots taken after the lock) see what the
+# claims before it took and recorded.
+LOCK_CLAIMS = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('pgqueue_claims:' || $1, 0))"
+)
+
+# A rate limit of $2 starts per $3 seconds of queue $1 (per group with $4):
+# the starts recorded less than $3 s before now (the clock's now, taken
+# after LOCK_CLAIMS) are counted, older ones deleted. Returns that time (the
+# rated claim records its starts at it), the starts the window leaves room
+# for (of the queue; for $4, $2: each group's room is the claim's), and
+# the seconds until the oldest start in it leaves it (NULL if none): when
+# room may come back. Every start in a window is counted by the claims
+# after it, whose starts lie in the same window, so no window of $3
+# seconds ever holds more than $2 starts (of the queue, or of each group).
+RATE_ROOM = """
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS at),
+gone AS (
+    DELETE FROM pgqueue_starts AS s USING t
+    WHERE s.queue = $1 AND s.started_at <= t.at - make_interval(secs => $3::float8)
+), w AS (
+    SELECT count(*)::int AS n, min(s.started_at) AS oldest
+    FROM pgqueue_starts AS s, t
+    WHERE s.queue = $1 AND s.started_at > t.at - make_interval(secs => $3::float8)
+)
+SELECT t.at,
+       CASE WHEN $4::boolean THEN $2::int ELSE GREATEST($2::int - w.n, 0) END AS room,
+       extract(epoch FROM w.oldest + make_interval(secs => $3::float8) - t.at)::float8 AS wait
+FROM t, w
+"""
 
 # Pause and resume a queue ($1). Resuming wakes the queue's workers (they
 # listen on pgqueue_jobs); pausing needs no wakeup: every claim checks.

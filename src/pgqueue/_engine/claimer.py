@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import asyncpg
 
     from pgqueue._core.log import Logger
+    from pgqueue._core.options import RateLimit
     from pgqueue._engine.lease import Lease
     from pgqueue._engine.ledger import Budget, Claims
     from pgqueue._engine.policy import Bounds, ClaimPolicy
@@ -67,9 +68,15 @@ class Claimer:
             claims every type.
         group_limit: the most running jobs of one group across the fleet,
             if the queue has a group limit: claims are then
-            `_sql.CLAIM_GROUPS`, taking turns with the fleet's (a lock of
-            the queue in each claim's transaction), and every job that ends
-            calls for a claim (it may have freed its group).
+            `_sql.CLAIM_GROUPS`, and every job that ends calls for a claim
+            (it may have freed its group).
+        rate_limit: the queue's rate limit, if any: each claim first
+            counts the starts in the window (`_sql.RATE_ROOM`), takes no
+            more than it leaves and records its own; with the window full,
+            the claimer sleeps until its oldest start leaves it.
+
+    Under a group or a rate limit, claims of the queue take turns across
+    the fleet (`_sql.LOCK_CLAIMS` in each claim's transaction).
     """
 
     def __init__(
@@ -89,6 +96,7 @@ class Claimer:
         limits: bool = False,
         types: Sequence[str] | None = None,
         group_limit: int | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self._connection = connection
         self._policy = policy
@@ -103,7 +111,14 @@ class Claimer:
         self._lease = lease
         self._limits = limits or lease is not None
         self._types = None if types is None else list(types)
-        self._group_limit = group_limit
+        self._rate_limit = rate_limit
+        # Per-group rates need the group claim (no limit of running jobs).
+        self._group_limit = (
+            _NO_GROUP_LIMIT
+            if group_limit is None and rate_limit is not None and rate_limit.per_group
+            else group_limit
+        )
+        self._rate_wait: float | None = None  # set by a claim the rate cut short
         self._event = asyncio.Event()
         self._until_empty = False
         self.checked = anyio.Event()
@@ -221,6 +236,10 @@ class Claimer:
             policy.claimed(
                 limit, bounds, len(rows), claimed.last, clock(), claimed.claimed_at
             )
+            if self._rate_wait is not None:
+                # The window is full: claim again once its oldest start leaves.
+                policy.retry_written(self._rate_wait, clock())
+                self._rate_wait = None
             empty_since = None if rows else settled_before
 
     @property
@@ -237,8 +256,12 @@ class Claimer:
             lease.claiming = limit
         try:
             with anyio.CancelScope(shield=True):
-                if self._group_limit is not None:
-                    rows = await self._claim_groups(limit, self._group_limit)
+                if self._group_limit is not None or self._rate_limit is not None:
+                    rows = await self._connection.in_transaction(
+                        lambda connection: self._claim_in_turn(
+                            connection, limit, bounds
+                        )
+                    )
                 elif self._types is None:
                     rows = await self._connection.fetch(
                         _sql.CLAIM, self._queue, limit, run_ats, ids
@@ -256,19 +279,63 @@ class Claimer:
                 lease.claiming = 0
         return rows
 
-    async def _claim_groups(self, limit: int, group_limit: int) -> list[asyncpg.Record]:
-        """Claim up to ``limit`` jobs under the queue's group limit, in turn with the fleet."""
-        if self._types is None:
-            claim = (_sql.CLAIM_GROUPS, (self._queue, limit, group_limit))
-        else:
-            claim = (
-                _sql.CLAIM_GROUPS_TYPES,
-                (self._queue, limit, group_limit, self._types),
+    async def _claim_in_turn(
+        self, connection: asyncpg.Connection[Any], limit: int, bounds: Bounds
+    ) -> list[asyncpg.Record]:
+        """Claim up to ``limit`` jobs under the queue's group or rate limit.
+
+        In the claim's transaction, after the queue's claims before it.
+        """
+        queue, rate, groups = self._queue, self._rate_limit, self._group_limit
+        await connection.execute(_sql.LOCK_CLAIMS, queue)
+        if rate is None:
+            assert groups is not None
+            rows: list[asyncpg.Record] = await connection.fetch(
+                _sql.CLAIM_GROUPS, queue, limit, groups, self._types
             )
-        results = await self._connection.transaction(
-            [(_sql.LOCK_GROUPS, (self._queue,)), claim]
+            return rows
+        window = await connection.fetchrow(
+            _sql.RATE_ROOM, queue, rate.limit, rate.per, rate.per_group
         )
-        return results[1]
+        assert window is not None
+        at, room, wait = window
+        take = min(limit, room)
+        if take > 0:
+            if groups is not None:
+                per_group = rate.limit if rate.per_group else _NO_GROUP_LIMIT
+                rows = await connection.fetch(
+                    _sql.CLAIM_GROUPS_RATED,
+                    queue,
+                    take,
+                    groups,
+                    self._types,
+                    per_group,
+                    rate.per,
+                    at,
+                )
+            else:
+                run_ats, ids = _sql.claim_places(bounds)
+                if self._types is None:
+                    rows = await connection.fetch(
+                        _sql.CLAIM_RATED, queue, take, run_ats, ids, at
+                    )
+                else:
+                    rows = await connection.fetch(
+                        _sql.CLAIM_TYPES_RATED,
+                        queue,
+                        take,
+                        run_ats,
+                        ids,
+                        self._types,
+                        at,
+                    )
+        else:
+            rows = []
+        if len(rows) < limit and wait is not None and (take < limit or rate.per_group):
+            # Cut short by the window (or, per group, maybe): room comes back
+            # once its oldest start leaves it (a start since then is newer).
+            self._rate_wait = max(wait, 0.0)
+        return rows
 
     async def _check_schema(self) -> None:
         await check_schema(self._connection, limits=self._limits)
@@ -425,4 +492,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
 
 _PLACE = operator.attrgetter("run_at", "id")
+
+_NO_GROUP_LIMIT = 2**31 - 1
+"""A group limit that limits nothing (a per-group rate without a group limit)."""
 _PRIORITY = operator.attrgetter("priority")

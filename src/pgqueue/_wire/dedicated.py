@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -26,6 +26,8 @@ __all__ = [
     "DedicatedConnection",
     "worker_connections",
 ]
+
+T = TypeVar("T")
 
 CLOSE_TIMEOUT = 2.0
 """Seconds a polite close may take before the connection is dropped."""
@@ -106,6 +108,18 @@ class DedicatedConnection:
 
         results: list[list[asyncpg.Record]] = await self._run_with(run)
         return results
+
+    async def in_transaction(
+        self, step: Callable[[asyncpg.Connection[Any]], Awaitable[T]]
+    ) -> T:
+        """Run ``step`` with the connection, in one transaction; what it returns."""
+
+        async def run(connection: asyncpg.Connection[Any]) -> T:
+            async with connection.transaction():
+                return await step(connection)
+
+        result: T = await self._run_with(run)
+        return result
 
     async def _run(self, method: str, query: str, args: tuple[object, ...]) -> Any:
         return await self._run_with(lambda c: getattr(c, method)(query, *args))

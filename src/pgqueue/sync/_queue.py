@@ -121,7 +121,9 @@ class Queue:
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
         if key is None:
-            job_id: int = fetch_one(self._connection, sql.ENQUEUE, (*args, seconds, None))[0]
+            job_id: int = fetch_one(
+                self._connection, sql.ENQUEUE, (*args, seconds, None)
+            )[0]
             return job_id
         job_id, existed = fetch_one(
             self._connection, sql.ENQUEUE_UNIQUE, (*args, key, seconds, None)

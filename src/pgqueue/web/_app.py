@@ -712,7 +712,6 @@ class _Dashboard:
         target = _html.url(base, "/jobs", {**filters, "retried": retried})
         return RedirectResponse(target, status_code=303)
 
-
     async def pause(self, request: Request) -> Response:
         return await self._pause_or_resume(request, pause=True)
 
