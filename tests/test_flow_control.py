@@ -26,6 +26,8 @@ from tests.helpers import running, wait_until
 from tests.test_cli_worker import started, statuses
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     import asyncpg
 
 LIMITED = "tests.cli_apps.limited:worker"
@@ -188,15 +190,16 @@ async def test_a_paused_claim_reads_no_job(pool: asyncpg.Pool, queue_name: str) 
 async def test_group_limit_one_runs_each_groups_jobs_one_at_a_time_in_order(
     dsn: str, pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    groups = [f"customer:{n}" for n in range(4)]
+    # More groups than one process has slots: the processes share them.
+    groups = [f"customer:{n}" for n in range(12)]
     ids: dict[str, list[int]] = {group: [] for group in groups}
-    for _ in range(15):
+    for _ in range(8):
         for group in groups:
             ids[group] += await enqueue(pool, queue_name, 1, group=group, sleep=0.01)
-    flags = ["--processes", "3", "--concurrency", "4", "--group-limit", "1"]
+    flags = ["--processes", "3", "--concurrency", "2", "--group-limit", "1"]
     async with started(dsn, queue_name, LIMITED, *flags) as child:
         await child.wait_for("worker ready", count=3, within=30)
-        await wait_until(lambda: _completed(pool, queue_name, 60), within=60)
+        await wait_until(lambda: _completed(pool, queue_name, 96), within=60)
         child.process.send_signal(signal.SIGTERM)
         assert await child.exit_code() == 0, child.text
     assert await pool.fetchval(MAX_GROUP_OVERLAP, queue_name) == 1
@@ -209,11 +212,11 @@ async def test_group_limit_one_runs_each_groups_jobs_one_at_a_time_in_order(
             group,
         )
         assert [r[0] for r in order] == ids[group]
-    # Groups ran side by side: more than one at a time overall.
+    # Every process took part.
     overall = await pool.fetchval(
         "SELECT count(DISTINCT pid) FROM limit_samples WHERE queue = $1", queue_name
     )
-    assert overall > 1
+    assert overall == 3
 
 
 async def test_a_latecomer_group_waits_at_most_one_claim_behind_a_flood(
@@ -272,3 +275,167 @@ async def test_group_checks_come_before_any_sql(
     with pytest.raises(ValueError, match="group_limit of queue"):
         pgqueue.Worker(pool, queue=queue_name, group_limit=0)
     assert await statuses(pool, queue_name) == {}
+
+
+# --------------------------------------------------------------------------
+# Rate limits
+
+# Every start a rated claim records (pgqueue_starts keeps only the window's),
+# copied by a trigger into start_log for the sampler.
+START_LOG = """
+CREATE TABLE IF NOT EXISTS start_log (
+    queue      TEXT        NOT NULL,
+    group_key  TEXT,
+    started_at TIMESTAMPTZ NOT NULL
+);
+CREATE OR REPLACE FUNCTION log_start() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO start_log VALUES (NEW.queue, NEW.group_key, NEW.started_at);
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER log_start AFTER INSERT ON pgqueue_starts
+    FOR EACH ROW EXECUTE FUNCTION log_start();
+"""
+
+# The most starts of queue $1 (of one group, by group_key) in any window of
+# $2 seconds [t, t + $2) that begins at a start.
+MAX_IN_WINDOW = """
+SELECT coalesce(max((
+    SELECT count(*) FROM start_log AS o
+    WHERE o.queue = $1 AND o.group_key IS NOT DISTINCT FROM s.group_key
+      AND o.started_at >= s.started_at
+      AND o.started_at < s.started_at + make_interval(secs => $2::float8)
+)), 0)
+FROM start_log AS s WHERE s.queue = $1
+"""
+
+
+@pytest.fixture
+async def start_log(pool: asyncpg.Pool) -> AsyncIterator[None]:
+    """The sampler's trigger, dropped after the test (other tests share the database)."""
+    await pool.execute(START_LOG)
+    yield
+    await pool.execute("DROP TRIGGER log_start ON pgqueue_starts")
+
+
+@pytest.mark.usefixtures("start_log")
+async def test_a_rate_of_20_per_second_over_4_processes_holds_in_every_window(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    ids = await enqueue(pool, queue_name, 100)
+    flags = ["--processes", "4", "--concurrency", "10", "--rate-limit", "20/1s"]
+    async with started(dsn, queue_name, LIMITED, *flags) as child:
+        await child.wait_for("worker ready", count=4, within=30)
+        await wait_until(lambda: _completed(pool, queue_name, 100), within=30)
+        child.process.send_signal(signal.SIGTERM)
+        assert await child.exit_code() == 0, child.text
+    assert await pool.fetchval(MAX_IN_WINDOW, queue_name, 1.0) <= 20
+    assert sorted(await _sampled(pool, queue_name)) == sorted(ids)
+    # 100 starts at 20 a second: the last within a little over 4 s of the first.
+    first, last, count = await pool.fetchrow(
+        "SELECT min(started_at), max(started_at), count(*) FROM start_log"
+        " WHERE queue = $1",
+        queue_name,
+    )
+    assert count == 100
+    assert timedelta(seconds=4) <= last - first < timedelta(seconds=6)
+    pids = await pool.fetchval(
+        "SELECT count(DISTINCT pid) FROM limit_samples WHERE queue = $1", queue_name
+    )
+    assert pids > 1
+
+
+async def _sampled(pool: asyncpg.Pool, queue: str) -> list[int]:
+    rows = await pool.fetch("SELECT job_id FROM limit_samples WHERE queue = $1", queue)
+    return [r[0] for r in rows]
+
+
+@pytest.mark.usefixtures("start_log")
+async def test_a_rate_per_group_holds_for_each_group_on_its_own(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    for _ in range(12):
+        for group in ("a", "b"):
+            await enqueue(pool, queue_name, 1, group=group)
+    rate = pgqueue.RateLimit(4, per=1.0, per_group=True)
+    workers = [
+        make_worker(pool, queue_name, concurrency=5, rate_limit=rate) for _ in range(2)
+    ]
+    async with running(workers[0]), running(workers[1]):
+        await wait_until(lambda: _completed(pool, queue_name, 24), within=20)
+    assert await pool.fetchval(MAX_IN_WINDOW, queue_name, 1.0) == 4
+    # The groups ran side by side: 8 starts in the queue's first second.
+    both = await pool.fetchval(
+        "SELECT count(*) FROM start_log WHERE queue = $1 AND started_at"
+        " < (SELECT min(started_at) FROM start_log WHERE queue = $1) + interval '1 s'",
+        queue_name,
+    )
+    assert both == 8
+    # 12 starts per group at 4 a second: two more windows after the first.
+    first, last = await pool.fetchrow(
+        "SELECT min(started_at), max(started_at) FROM start_log WHERE queue = $1",
+        queue_name,
+    )
+    assert timedelta(seconds=2) <= last - first < timedelta(seconds=4)
+
+
+@pytest.mark.usefixtures("start_log")
+async def test_a_full_window_sleeps_until_its_oldest_start_leaves(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await enqueue(pool, queue_name, 6)
+    rate = pgqueue.RateLimit(3, per=1.5)
+    worker = make_worker(pool, queue_name, concurrency=3, rate_limit=rate)
+    async with running(worker):
+        await wait_until(lambda: _completed(pool, queue_name, 6), within=10)
+    first, last = await pool.fetchrow(
+        "SELECT min(started_at), max(started_at) FROM start_log WHERE queue = $1",
+        queue_name,
+    )
+    # The second three start once the first three leave the window, not before
+    # and not a poll later (the default poll is 5 s).
+    assert timedelta(seconds=1.5) <= last - first < timedelta(seconds=2.5)
+
+
+# --------------------------------------------------------------------------
+# A killed worker
+
+
+async def test_a_group_held_by_a_killed_worker_comes_back_after_rescue_after(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    hung = await enqueue(pool, queue_name, 1, group="g", hang=True)
+    rest = await enqueue(pool, queue_name, 3, group="g")
+    flags = ["--concurrency", "4", "--group-limit", "1", "--rescue-after", "2"]
+    async with started(dsn, queue_name, LIMITED, *flags) as child:
+        await child.wait_for("worker ready")
+        await wait_until(lambda: _more_than(pool, queue_name, 0))
+        child.process.kill()
+        assert await child.exit_code() == -signal.SIGKILL
+    # Its run ended with the process.
+    await pool.execute(
+        "UPDATE limit_samples SET ended = clock_timestamp()"
+        " WHERE queue = $1 AND ended IS NULL",
+        queue_name,
+    )
+    # The killed worker's job holds its group until it is rescued.
+    worker = make_worker(
+        pool,
+        queue_name,
+        concurrency=4,
+        group_limit=1,
+        rescue_after=2.0,
+        poll_interval=0.1,
+    )
+    async with running(worker):
+        with anyio.move_on_after(1.0):
+            await wait_until(lambda: _more_than(pool, queue_name, 1), within=2)
+            pytest.fail("the group's next job ran while its first was held")
+        await wait_until(lambda: _completed(pool, queue_name, 4), within=15)
+    order = await pool.fetch(
+        "SELECT job_id FROM limit_samples WHERE queue = $1 ORDER BY started",
+        queue_name,
+    )
+    # The first job again (rescued), then the rest in order, one at a time.
+    assert [r[0] for r in order] == hung + hung + rest
+    assert await pool.fetchval(MAX_GROUP_OVERLAP, queue_name) == 1
