@@ -332,7 +332,8 @@ async def test_a_rate_of_20_per_second_over_4_processes_holds_in_every_window(
     assert await pool.fetchval(MAX_IN_WINDOW, queue_name, 1.0) <= 20
     assert sorted(await _sampled(pool, queue_name)) == sorted(ids)
     # 100 starts at 20 a second: the last within a little over 4 s of the first.
-    first, last, count = await pool.fetchrow(
+    first, last, count = await _fetchrow(
+        pool,
         "SELECT min(started_at), max(started_at), count(*) FROM start_log"
         " WHERE queue = $1",
         queue_name,
@@ -343,6 +344,12 @@ async def test_a_rate_of_20_per_second_over_4_processes_holds_in_every_window(
         "SELECT count(DISTINCT pid) FROM limit_samples WHERE queue = $1", queue_name
     )
     assert pids > 1
+
+
+async def _fetchrow(pool: asyncpg.Pool, query: str, *args: Any) -> asyncpg.Record:
+    found = await pool.fetchrow(query, *args)
+    assert found is not None
+    return found
 
 
 async def _sampled(pool: asyncpg.Pool, queue: str) -> list[int]:
@@ -372,7 +379,8 @@ async def test_a_rate_per_group_holds_for_each_group_on_its_own(
     )
     assert both == 8
     # 12 starts per group at 4 a second: two more windows after the first.
-    first, last = await pool.fetchrow(
+    first, last = await _fetchrow(
+        pool,
         "SELECT min(started_at), max(started_at) FROM start_log WHERE queue = $1",
         queue_name,
     )
@@ -388,7 +396,8 @@ async def test_a_full_window_sleeps_until_its_oldest_start_leaves(
     worker = make_worker(pool, queue_name, concurrency=3, rate_limit=rate)
     async with running(worker):
         await wait_until(lambda: _completed(pool, queue_name, 6), within=10)
-    first, last = await pool.fetchrow(
+    first, last = await _fetchrow(
+        pool,
         "SELECT min(started_at), max(started_at) FROM start_log WHERE queue = $1",
         queue_name,
     )

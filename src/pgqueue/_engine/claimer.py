@@ -236,11 +236,13 @@ class Claimer:
             policy.claimed(
                 limit, bounds, len(rows), claimed.last, clock(), claimed.claimed_at
             )
+            rated_short = self._rate_wait is not None
             if self._rate_wait is not None:
-                # The window is full: claim again once its oldest start leaves.
+                # The window is full: claim again once its oldest start leaves
+                # (jobs may be ready: not an empty claim).
                 policy.retry_written(self._rate_wait, clock())
                 self._rate_wait = None
-            empty_since = None if rows else settled_before
+            empty_since = None if rows or rated_short else settled_before
 
     @property
     def _retry_cap(self) -> float:
@@ -331,9 +333,12 @@ class Claimer:
                     )
         else:
             rows = []
-        if len(rows) < limit and wait is not None and (take < limit or rate.per_group):
-            # Cut short by the window (or, per group, maybe): room comes back
-            # once its oldest start leaves it (a start since then is newer).
+        # Cut short by the window (it took all the window allowed, or per
+        # group, maybe): room comes back once the window's oldest start
+        # leaves it (a start since then is newer).
+        if wait is not None and (
+            len(rows) == take < limit or (rate.per_group and len(rows) < limit)
+        ):
             self._rate_wait = max(wait, 0.0)
         return rows
 
