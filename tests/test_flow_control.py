@@ -448,3 +448,30 @@ async def test_a_group_held_by_a_killed_worker_comes_back_after_rescue_after(
     # The first job again (rescued), then the rest in order, one at a time.
     assert [r[0] for r in order] == hung + hung + rest
     assert await pool.fetchval(MAX_GROUP_OVERLAP, queue_name) == 1
+
+
+async def test_enqueue_many_and_new_job_take_a_group(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    q = pgqueue.Queue(pool, name=queue_name)
+    ids = await q.enqueue_many(
+        [
+            pgqueue.NewJob("t", {}, group="a"),
+            ("t", {}),
+            pgqueue.NewJob("t", {}, group="b", delay=0.5, unique_key="k"),
+        ]
+    )
+    many = await q.enqueue_many([pgqueue.NewJob("t", n, group="c") for n in range(600)])
+    rows = await pool.fetch(
+        "SELECT id, group_key FROM pgqueue_jobs WHERE id = ANY($1::bigint[])",
+        [*ids, many[0], many[-1]],
+    )
+    found: dict[int, str | None] = {r[0]: r[1] for r in rows}
+    assert [found[i] for i in ids] == ["a", None, "b"]
+    assert found[many[0]] == found[many[-1]] == "c"
+    with pytest.raises(ValueError, match="job 1: group"):
+        await q.enqueue_many([("t", {}), pgqueue.NewJob("t", {}, group="")])
+    with pytest.raises(ValueError, match="group cannot have parents"):
+        await q.enqueue_many(
+            [("t", {}), pgqueue.NewJob("t", {}, group="a", after=[-1])]
+        )

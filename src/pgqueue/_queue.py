@@ -369,7 +369,9 @@ class Queue:
     ) -> int:
         """`enqueue` of a job with parents: `enqueue_many`'s path, with one job."""
         batch = Batch()
-        batch.add(args[0], None, args[2], args[3], seconds, args[4], None, args[5])
+        batch.add(
+            args[0], None, args[2], args[3], seconds, args[4], None, args[5], None
+        )
         batch.depend(0, parents, on_parent_failure)
         payloads = "[" + args[1] + "]"
         if not self._hooks:
@@ -694,10 +696,11 @@ class Queue:
 
 
 def _copies(batch: Batch) -> bool:
-    """Whether a batch takes the COPY path: large, without unique keys or a delay past COPY_MAX_DELAY."""
+    """Whether a batch takes the COPY path: large, without unique keys, groups or a delay past COPY_MAX_DELAY."""
     return (
         len(batch.types) >= COPY_MIN_JOBS
         and not batch.keyed
+        and not batch.grouped
         and batch.parents is None
         and (
             not batch.delayed

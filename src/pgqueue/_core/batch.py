@@ -61,7 +61,7 @@ def check_jobs(
             and pair[0] in checked_types
         ):
             # (job_type, payload) of a type already checked: nothing to check.
-            batch.add(pair[0], pair[1], max_attempts, None, None, 0, None, False)
+            batch.add(pair[0], pair[1], max_attempts, None, None, 0, None, False, None)
         else:
             try:
                 (
@@ -75,6 +75,7 @@ def check_jobs(
                     track,
                     after,
                     on_parent_failure,
+                    group,
                 ) = _unpack(job)
                 if type(job_type) is not str or job_type not in checked_types:
                     checked_types.add(check_name("job type", job_type))
@@ -86,7 +87,11 @@ def check_jobs(
                     check_priority(priority),
                     check_unique_key(key),
                     check_bool("track", track),
+                    None if group is None else check_name("group", group),
                 )
+                if after and group is not None:
+                    msg = "a job with a group cannot have parents (after=...) yet"
+                    raise ValueError(msg)
                 if after:
                     batch.depend(
                         index,
@@ -156,6 +161,7 @@ def insert_many(
         payloads,
         *batch.columns(),
         trace_context,
+        batch.group_column(),
     )
     delayed = batch.delayed
     if delayed:
@@ -178,10 +184,12 @@ _MANY = {
 
 def _unpack(
     job: object,
-) -> tuple[object, Any, object, object, object, object, object, object, object, object]:
-    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track, after, on_parent_failure) of a job for enqueue_many."""
+) -> tuple[
+    object, Any, object, object, object, object, object, object, object, object, object
+]:
+    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track, after, on_parent_failure, group) of a job for enqueue_many."""
     if isinstance(job, tuple) and len(job) == 2:
-        return job[0], job[1], None, None, None, 0, None, False, (), "cancel"
+        return job[0], job[1], None, None, None, 0, None, False, (), "cancel", None
     if isinstance(job, NewJob):
         return (
             job.job_type,
@@ -194,6 +202,7 @@ def _unpack(
             job.track,
             job.after,
             job.on_parent_failure,
+            job.group,
         )
     msg = f"expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
     raise TypeError(msg)
@@ -216,6 +225,9 @@ class Batch:
         self.priorities: list[int] = []
         self.tracked: list[bool] = []
         self._keys: list[str | None] = []
+        self.groups: list[str | None] = []
+        self.grouped = False
+        """Whether a job has a group (the batch then takes the INSERT path)."""
         self._index_of: list[int] = []  # each input job's row
         self._row_of_key: dict[tuple[str, str], int] = {}
         self.keyed = False
@@ -245,6 +257,7 @@ class Batch:
         priority: int,
         key: str | None,
         track: bool,
+        group: str | None,
     ) -> None:
         if key is not None:
             row = self._row_of_key.get((job_type, key))
@@ -263,6 +276,8 @@ class Batch:
         self.priorities.append(priority)
         self.tracked.append(track)
         self._keys.append(key)
+        self.groups.append(group)
+        self.grouped = self.grouped or group is not None
         self._special = self._special or priority != 0 or track
 
     def columns(self) -> tuple[str, str, str, str, list[str | None]]:
@@ -275,6 +290,10 @@ class Batch:
             _sql.booleans(self.tracked) if special else "{}",
             self._keys if self.keyed else [],
         )
+
+    def group_column(self) -> list[str | None]:
+        """group_key, as a parameter (empty when no job has a group)."""
+        return self.groups if self.grouped else []
 
     def ids(
         self, rows: Sequence[Mapping[str, Any]]

@@ -317,6 +317,8 @@ class NewJob:
     ``after``: the jobs this one waits for, by id; a negative number is a
     job earlier in the same `Queue.enqueue_many` call, counted back from this
     one (``-1`` the job just before it, ``-2`` the one before that).
+
+    ``group``: the job's group, as `Queue.enqueue`'s (not with ``after``).
     """
 
     job_type: str
@@ -330,3 +332,4 @@ class NewJob:
     track: bool = False
     after: Sequence[int] = ()
     on_parent_failure: Literal["cancel", "run"] = "cancel"
+    group: str | None = None

@@ -627,11 +627,12 @@ ENQUEUE_UNIQUE_SILENT = _INSERT_UNIQUE
 # zips them element by element, padding shorter ones with NULLs (so that a
 # batch without priorities, tracking, keys or delays passes empty arrays for
 # them). One trace context ($9, usually NULL) for the whole batch: its
-# producer span's. Delays ($10) are seconds from the database's now().
+# producer span's. Groups ($10, empty when no job has one). Delays ($11)
+# are seconds from the database's now().
 _ENQUEUE_ROWS = """
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key, trace_context)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key, trace_context, group_key)
     SELECT $1, t.job_type, t.payload, t.max_attempts, {run_at},
-           COALESCE(t.priority, 0), COALESCE(t.tracked, false), t.unique_key, $9::text
+           COALESCE(t.priority, 0), COALESCE(t.tracked, false), t.unique_key, $9::text, t.group_key
     FROM ROWS FROM (
         unnest($2::text[]),
         jsonb_array_elements($3::text::jsonb),
@@ -639,19 +640,20 @@ _ENQUEUE_ROWS = """
         unnest($5::text::timestamptz[]),
         unnest($6::text::smallint[]),
         unnest($7::text::boolean[]),
-        unnest($8::text[]){delays}
-    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key,{delay} ord)
+        unnest($8::text[]),
+        unnest($10::text[]){delays}
+    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{delay} ord)
     ORDER BY t.ord
 """
 # A batch without delays is the common one: its statement has no delay
 # column to unnest and no interval to compute per row (about 5% of a bulk
-# enqueue); a batch with any delay takes the _DELAYED statement, which adds $10.
+# enqueue); a batch with any delay takes the _DELAYED statement, which adds $11.
 _UNDELAYED_ROWS = _ENQUEUE_ROWS.format(
     run_at="COALESCE(t.run_at, now())", delays="", delay=""
 )
 _DELAYED_ROWS = _ENQUEUE_ROWS.format(
     run_at="COALESCE(t.run_at, now() + make_interval(secs => t.delay), now())",
-    delays=",\n        unnest($10::text::float8[])",
+    delays=",\n        unnest($11::text::float8[])",
     delay=" delay,",
 )
 _ENQUEUE_MANY = """
