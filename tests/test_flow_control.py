@@ -152,7 +152,7 @@ async def test_a_worker_started_on_a_paused_queue_claims_nothing_until_resumed(
         assert (await statuses(pool, queue_name)) == {"pending": 5}
         await admin.resume(queue_name)
         await wait_until(lambda: _completed(pool, queue_name, 5), within=10)
-    assert await admin.paused() == {}
+    assert queue_name not in await admin.paused()
 
 
 async def _completed(pool: asyncpg.Pool, queue: str, n: int) -> bool:
@@ -166,7 +166,7 @@ async def test_pause_checks_the_queue_name_before_writing(pool: asyncpg.Pool) ->
             await admin.pause(bad)
     with pytest.raises(TypeError):
         await admin.resume(3)  # type: ignore[arg-type]
-    assert await admin.paused() == {}
+    assert "" not in await admin.paused()
 
 
 async def test_a_paused_claim_reads_no_job(pool: asyncpg.Pool, queue_name: str) -> None:
@@ -181,6 +181,7 @@ async def test_a_paused_claim_reads_no_job(pool: asyncpg.Pool, queue_name: str) 
     # The scans of the jobs never ran: the pause is tested first, once.
     assert '"One-Time Filter"' in text
     assert await statuses(pool, queue_name) == {"pending": 50}
+    await pgqueue.Admin(pool).resume(queue_name)
 
 
 # --------------------------------------------------------------------------
@@ -458,7 +459,7 @@ async def test_enqueue_many_and_new_job_take_a_group(
         [
             pgqueue.NewJob("t", {}, group="a"),
             ("t", {}),
-            pgqueue.NewJob("t", {}, group="b", delay=0.5, unique_key="k"),
+            pgqueue.NewJob("t", {}, group="b", delay=0.5, unique_key=queue_name),
         ]
     )
     many = await q.enqueue_many([pgqueue.NewJob("t", n, group="c") for n in range(600)])
@@ -475,3 +476,68 @@ async def test_enqueue_many_and_new_job_take_a_group(
         await q.enqueue_many(
             [("t", {}), pgqueue.NewJob("t", {}, group="a", after=[-1])]
         )
+
+
+# --------------------------------------------------------------------------
+# The dashboard
+
+
+async def test_the_dashboard_pauses_and_resumes_a_queue_behind_the_action_rules(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    from pgqueue.web import create_app
+    from tests.test_web import client, token_of
+
+    hostile = f"{queue_name}<b>&\"'"
+    await pgqueue.Queue(pool, name=hostile).enqueue("t", {})
+    admin = pgqueue.Admin(pool)
+    async with client(create_app(pool)) as c:  # read-only: no button, 403
+        page = await c.get("/")
+        assert ">Pause</a>" not in page.text
+        assert (await c.get("/pause", params={"queue": hostile})).status_code == 403
+    async with client(create_app(pool, read_only=False)) as c:
+        page = await c.get("/")
+        assert ">Pause</a>" in page.text
+        assert "<b>&" not in page.text  # escaped everywhere
+        confirm = await c.get("/pause", params={"queue": hostile})
+        assert confirm.status_code == 200
+        assert "<b>&" not in confirm.text
+        assert hostile not in await admin.paused()  # a GET changes nothing
+        forged = await c.post("/pause", data={"csrf": "0" * 64, "queue": hostile})
+        assert forged.status_code == 403
+        # A token is bound to its queue.
+        other = await c.post(
+            "/pause", data={"csrf": token_of(confirm.text), "queue": "other"}
+        )
+        assert other.status_code == 403
+        done = await c.post(
+            "/pause", data={"csrf": token_of(confirm.text), "queue": hostile}
+        )
+        assert done.status_code == 303
+        assert hostile in await admin.paused()
+        page = await c.get("/")
+        assert ">Resume</a>" in page.text
+        confirm = await c.get("/resume", params={"queue": hostile})
+        done = await c.post(
+            "/resume", data={"csrf": token_of(confirm.text), "queue": hostile}
+        )
+        assert done.status_code == 303
+        assert hostile not in await admin.paused()
+        assert (await c.get("/pause")).status_code == 400  # no queue
+
+
+def test_the_sync_queue_takes_a_group(dsn: str, queue_name: str) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from pgqueue.sync import Queue as SyncQueue
+
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        queue = SyncQueue(connection, name=queue_name)
+        job_id = queue.enqueue("t", {}, group="customer:1")
+        keyed = queue.enqueue("t", {}, group="customer:2", unique_key=queue_name)
+        with pytest.raises(ValueError, match="group"):
+            queue.enqueue("t", {}, group="")
+        found = connection.execute(
+            "SELECT id, group_key FROM pgqueue_jobs WHERE queue = %s ORDER BY id",
+            (queue_name,),
+        ).fetchall()
+    assert found == [(job_id, "customer:1"), (keyed, "customer:2")]

@@ -283,6 +283,7 @@ class Queue:
             priority=args[4],
             unique_key=key,
             track=args[5],
+            group=group_key,
         )
         event = EnqueueEvent(self._name, (new_job,), batch=False)
         return await told(

@@ -92,6 +92,7 @@ class Queue:
         unique_key: str | None = None,
         on_conflict: Literal["return", "raise"] = "return",
         track: bool = False,
+        group: str | None = None,
     ) -> int:
         """Insert a job and wake the queue's workers when it commits; its id.
 
@@ -120,13 +121,14 @@ class Queue:
         )
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
+        group_key = None if group is None else check_name("group", group)
         if key is None:
             job_id: int = fetch_one(
-                self._connection, sql.ENQUEUE, (*args, seconds, None)
+                self._connection, sql.ENQUEUE, (*args, seconds, group_key)
             )[0]
             return job_id
         job_id, existed = fetch_one(
-            self._connection, sql.ENQUEUE_UNIQUE, (*args, key, seconds, None)
+            self._connection, sql.ENQUEUE_UNIQUE, (*args, key, seconds, group_key)
         )[:2]
         if existed and conflict == "raise":
             raise DuplicateJobError(job_id, key)

@@ -755,6 +755,7 @@ class _Dashboard:
             await admin.pause(queue)
         else:
             await admin.resume(queue)
+        self._framed_at = -math.inf  # the queues page shows the new state
         return RedirectResponse(base + "/", status_code=303)
 
 
