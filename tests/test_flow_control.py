@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import asyncpg
 import pytest
 
 import pgqueue
@@ -27,8 +28,6 @@ from tests.test_cli_worker import started, statuses
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-
-    import asyncpg
 
 LIMITED = "tests.cli_apps.limited:worker"
 
@@ -87,9 +86,18 @@ async def no_start_within(pool: asyncpg.Pool, queue: str, seconds: float) -> Non
 # Pause and resume
 
 
+@pytest.fixture
+async def own_pool(fresh_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on a database of the test's own: its thousands of rows would
+    make the run's table big enough for other tests' counts to be estimates."""
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=8) as pool:
+        yield pool
+
+
 async def test_pause_stops_every_process_within_a_second_and_resume_wakes_them(
-    dsn: str, pool: asyncpg.Pool, queue_name: str
+    fresh_dsn: str, own_pool: asyncpg.Pool, queue_name: str
 ) -> None:
+    dsn, pool = fresh_dsn, own_pool
     await enqueue(pool, queue_name, 3000, sleep=0.01)
     admin = pgqueue.Admin(pool)
     # A long poll: only resume's NOTIFY can wake the workers in time.
@@ -221,8 +229,9 @@ async def test_group_limit_one_runs_each_groups_jobs_one_at_a_time_in_order(
 
 
 async def test_a_latecomer_group_waits_at_most_one_claim_behind_a_flood(
-    pool: asyncpg.Pool, queue_name: str
+    own_pool: asyncpg.Pool, queue_name: str
 ) -> None:
+    pool = own_pool
     await pool.execute(SAMPLES)
     q = pgqueue.Queue(pool, name=queue_name)
     await pool.execute(
