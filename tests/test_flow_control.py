@@ -550,3 +550,26 @@ def test_the_sync_queue_takes_a_group(dsn: str, queue_name: str) -> None:
             (queue_name,),
         ).fetchall()
     assert found == [(job_id, "customer:1"), (keyed, "customer:2")]
+
+
+async def test_the_command_line_pauses_resumes_and_marks_a_paused_queue(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    from tests.test_cli import cli
+
+    await pgqueue.Queue(pool, name=queue_name).enqueue("t", {})
+    paused = await cli(dsn, "pause", queue_name, "--json")
+    assert paused.code == 0, paused
+    assert json.loads(paused.out) == {"queue": queue_name, "result": "paused"}
+    again = await cli(dsn, "pause", queue_name)
+    assert again.out == f"queue {queue_name!r} already paused\n"
+    stats = await cli(dsn, "stats", "--queue", queue_name)
+    assert f"{queue_name} (paused)" in stats.out
+    [found] = json.loads((await cli(dsn, "stats", "--queue", queue_name, "--json")).out)
+    assert found["paused"] is True
+    resumed = await cli(dsn, "resume", queue_name)
+    assert resumed.out == f"queue {queue_name!r} resumed\n"
+    assert queue_name not in await pgqueue.Admin(pool).paused()
+    bad = await cli(dsn, "pause", "")
+    assert bad.code != 0
+    assert "" not in await pgqueue.Admin(pool).paused()
