@@ -62,6 +62,7 @@ __all__ = [
     "NOTIFY_JOBS",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
+    "PARENT_RESULTS",
     "PERIODIC_LIST",
     "PERIODIC_NOW",
     "PERIODIC_REGISTER",
@@ -270,19 +271,30 @@ AS $pgqueue_parent_ended$
 DECLARE
     woken int;
 BEGIN
+    IF NEW.status NOT IN ('completed', 'dead', 'cancelled')
+       OR OLD.status IN ('completed', 'dead', 'cancelled') THEN
+        RETURN NULL;
+    END IF;
 {settle}    RETURN NULL;
 END
 $pgqueue_parent_ended$;
 
 DO $$
 BEGIN
+    -- The trigger's WHEN is as small as it can be: PostgreSQL prepares it for
+    -- every statement that updates the table (a claim, an outcome write),
+    -- and reads it for each row. An earlier form (reading OLD) is replaced.
+    IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass
+               AND tgname = 'pgqueue_parent_ended'
+               AND pg_get_triggerdef(oid) NOT ILIKE '%WHEN (new.has_children) EXECUTE%') THEN
+        DROP TRIGGER pgqueue_parent_ended ON pgqueue_jobs;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass
                    AND tgname = 'pgqueue_parent_ended') THEN
         CREATE TRIGGER pgqueue_parent_ended
             AFTER UPDATE OF status ON pgqueue_jobs
             FOR EACH ROW
-            WHEN (NEW.has_children AND NEW.status IN ('completed', 'dead', 'cancelled')
-                  AND OLD.status NOT IN ('completed', 'dead', 'cancelled'))
+            WHEN (NEW.has_children)
             EXECUTE FUNCTION pgqueue_parent_ended();
     END IF;
 END $$;
@@ -408,7 +420,7 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     payload          JSONB       NOT NULL DEFAULT '{}'::jsonb,
     status           TEXT        NOT NULL DEFAULT 'pending'
         CONSTRAINT chk_pgqueue_jobs_status
-        CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled', 'waiting')),
+        CHECK (status = ANY ('{pending,running,completed,dead,cancelled,waiting}'::text[])),
     attempts         INT         NOT NULL DEFAULT 0,
     max_attempts     INT         NOT NULL DEFAULT 5,
     run_at           TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -470,19 +482,21 @@ DECLARE
     old record;
 BEGIN
     -- The Go module's status check does not allow 'cancelled', nor
-    -- pgqueue's before dependencies 'waiting': replace it.
+    -- pgqueue's before dependencies 'waiting': replace it, and pgqueue's
+    -- written as an IN list (PostgreSQL prepares every check for each
+    -- statement that writes the table: a constant array costs less).
     FOR old IN
         SELECT conname FROM pg_constraint
         WHERE conrelid = 'pgqueue_jobs'::regclass AND contype = 'c'
           AND pg_get_constraintdef(oid) LIKE '%status%'
-          AND pg_get_constraintdef(oid) NOT LIKE '%waiting%'
+          AND pg_get_constraintdef(oid) NOT LIKE '%{pending,running,completed,dead,cancelled,waiting}%'
     LOOP
         EXECUTE format('ALTER TABLE pgqueue_jobs DROP CONSTRAINT %I', old.conname);
     END LOOP;
     IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass
                    AND conname = 'chk_pgqueue_jobs_status') THEN
         ALTER TABLE pgqueue_jobs ADD CONSTRAINT chk_pgqueue_jobs_status
-            CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled', 'waiting')) NOT VALID;
+            CHECK (status = ANY ('{pending,running,completed,dead,cancelled,waiting}'::text[])) NOT VALID;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass
                    AND conname = 'chk_pgqueue_jobs_priority') THEN
@@ -906,7 +920,7 @@ CLAIM_COLUMNS = (
     "claimed_at",
     "trace_context",
     "checkpoint",
-    "parent_results",
+    "has_parents",
 )
 """The columns a claim returns, in this order (`pgqueue._engine.claimer.jobs_from_rows` unpacks them)."""
 
@@ -919,14 +933,12 @@ _CLAIM_EXPRESSIONS = {
         f"CASE WHEN ({_REPRESENTABLE.format('run_at')}) AND ({_REPRESENTABLE.format('created_at')}) THEN NULL\n"
         "         ELSE format('run_at %s, created_at %s', run_at, created_at) END"
     ),
-    "claimed_at": "(extract(epoch FROM now()) * 1000000)::int8",
+    # Once per claim (an InitPlan), not per row: numeric arithmetic is dear.
+    "claimed_at": "(SELECT (extract(epoch FROM now()) * 1000000)::int8)",
     "checkpoint": "checkpoint::text",
-    # Only a job with parents looks them up (CASE evaluates the subquery
-    # for it alone): {parent id: result}, as JSON text.
-    "parent_results": """CASE WHEN parents_left IS NOT NULL THEN (
-        SELECT jsonb_object_agg(d.parent_id::text, p.result)::text
-        FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS p ON p.id = d.parent_id
-        WHERE d.child_id = pgqueue_jobs.id) END""",
+    # A job enqueued after others: the claimer reads their results with
+    # PARENT_RESULTS (a subquery here would be set up by every claim).
+    "has_parents": "parents_left IS NOT NULL",
 }
 _CLAIM_RETURNING = ",\n    ".join(
     f"{_CLAIM_EXPRESSIONS[name]} AS {name}" if name in _CLAIM_EXPRESSIONS else name
@@ -971,6 +983,15 @@ CLAIM = _claim("$2")
 # is a filter on the same index scans: waiting jobs of other types that are
 # due are walked by every claim (and skipped), not a scan of the table.
 CLAIM_TYPES = _claim("$2", types="$5")
+
+# The results of the parents of the claimed jobs $1 that have parents
+# (`Job.parent_results`): per child, {parent id: result} as JSON text.
+PARENT_RESULTS = """
+SELECT d.child_id, jsonb_object_agg(d.parent_id::text, p.result)::text
+FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS p ON p.id = d.parent_id
+WHERE d.child_id = ANY($1::text::bigint[])
+GROUP BY d.child_id
+"""
 
 # Make sure limited queue $1 has its row (a worker with a global_limit of
 # $2, as it starts). The row records the limit of the worker that started
