@@ -10,24 +10,22 @@ waiting for its lock in ``pg_locks``, then commits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import asyncpg
 import pytest
 
 import pgqueue
-from tests.helpers import queue_count, rows, running, wait_for_row, wait_until
+from tests.helpers import queue_count, running, wait_for_row, wait_until
 from tests.test_schema_upgrade import GO_CLAIM, GO_COMPLETE
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
+    import asyncpg
 
 
 async def _live(pool: asyncpg.Pool, key: str) -> list[dict[str, Any]]:
@@ -41,9 +39,9 @@ async def _live(pool: asyncpg.Pool, key: str) -> list[dict[str, Any]]:
     return [{**dict(r), "payload": json.loads(r["payload"])} for r in records]
 
 
-async def _go_claim(pool: asyncpg.Pool, queue: str) -> dict[int, int]:
-    """What the Go module's claim takes from ``queue``: id -> attempts."""
-    return {r["id"]: r["attempts"] for r in await pool.fetch(GO_CLAIM, queue, 10)}
+async def _go_claim(executor: Any, queue: str) -> dict[int, int]:
+    """What the Go module's claim takes from ``queue`` (on a pool or a connection): id -> attempts."""
+    return {r["id"]: r["attempts"] for r in await executor.fetch(GO_CLAIM, queue, 10)}
 
 
 @pytest.fixture
@@ -319,9 +317,9 @@ async def test_hooks_see_a_replace_as_a_duplicate_and_a_queued_job_as_new(
             events.append(event)
 
         def after_enqueue(
-            self, event: pgqueue.EnqueueEvent, error: BaseException | None
+            self, event: pgqueue.EnqueueEvent, state: Any, error: BaseException | None
         ) -> None:
-            pass
+            assert error is None
 
     queue = pgqueue.Queue(pool, name=queue_name, hooks=[Hook()])
     first = await queue.enqueue("t", {}, unique_key=key, delay=60)
@@ -397,3 +395,218 @@ async def test_enqueue_many_refuses_an_unknown_on_conflict_and_debounce_with_rai
     # A call's replace applies to its jobs with a key only.
     await queue.enqueue_many([("t", {})], on_conflict="replace")
     assert await queue_count(pool, queue.name) == 1
+
+
+# -- races --------------------------------------------------------------------
+
+
+async def _waiting_for_a_lock(pool: asyncpg.Pool, pid: int) -> bool:
+    """Whether backend ``pid`` waits for a lock another transaction holds."""
+    waiting: bool = await pool.fetchval(
+        "SELECT EXISTS (SELECT FROM pg_locks WHERE pid = $1 AND NOT granted)", pid
+    )
+    return waiting
+
+
+async def _interleave(
+    pool: asyncpg.Pool,
+    first: Callable[[Any], Awaitable[Any]],
+    second: Callable[[Any], Awaitable[Any]],
+) -> tuple[Any, Any]:
+    """Run ``first`` in a transaction left open until ``second`` (on another
+    connection, by itself) is seen waiting for its locks; then commit.
+    Their results."""
+    results: list[Any] = []
+    async with pool.acquire() as a, pool.acquire() as b:
+        pid = await b.fetchval("SELECT pg_backend_pid()")
+        transaction = a.transaction()
+        await transaction.start()
+        committed = False
+        try:
+            results.append(await first(a))
+
+            async def run_second() -> None:
+                results.append(await second(b))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run_second)
+                await wait_until(lambda: _waiting_for_a_lock(pool, pid))
+                await transaction.commit()
+                committed = True
+        finally:
+            if not committed:
+                await transaction.rollback()
+    return results[0], results[1]
+
+
+@pytest.mark.parametrize("state", ["none", "pending", "running"])
+async def test_two_replacing_enqueues_of_one_key_at_once_leave_one_job_to_run(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, key: str, state: str
+) -> None:
+    held = None
+    if state != "none":
+        held = await queue.enqueue("t", {"by": "before"}, unique_key=key)
+    if state == "running":
+        assert await _go_claim(pool, queue.name) == {held: 1}
+
+    def replace(by: str) -> Callable[[Any], Awaitable[int]]:
+        return lambda conn: queue.enqueue(
+            "t", {"by": by}, unique_key=key, debounce=60, connection=conn
+        )
+
+    a, b = await _interleave(pool, replace("a"), replace("b"))
+    assert a == b
+    live = [(j["id"], j["status"], j["payload"]) for j in await _live(pool, key)]
+    if state == "running":
+        assert live == [
+            (held, "running", {"by": "before"}),
+            (a, "waiting", {"by": "b"}),
+        ]
+    else:
+        assert live == [(a, "pending", {"by": "b"})]
+        assert state == "none" or a == held
+
+
+async def test_a_replace_waiting_for_a_claim_queues_after_the_claimed_job(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, key: str
+) -> None:
+    held = await queue.enqueue("t", {"v": 1}, unique_key=key)
+    claimed, queued = await _interleave(
+        pool,
+        lambda conn: _go_claim(conn, queue.name),
+        lambda conn: queue.enqueue(
+            "t", {"v": 2}, unique_key=key, on_conflict="replace", connection=conn
+        ),
+    )
+    assert claimed == {held: 1}
+    live = [(j["id"], j["status"], j["payload"]) for j in await _live(pool, key)]
+    assert live == [(held, "running", {"v": 1}), (queued, "waiting", {"v": 2})]
+
+
+async def test_a_claim_skips_a_job_being_replaced_and_takes_it_replaced(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, key: str
+) -> None:
+    held = await queue.enqueue("t", {"v": 1}, unique_key=key)
+    async with pool.acquire() as conn, conn.transaction():
+        assert (
+            await queue.enqueue(
+                "t", {"v": 2}, unique_key=key, on_conflict="replace", connection=conn
+            )
+            == held
+        )
+        # Locked by the replace: the claim skips it rather than wait.
+        assert await _go_claim(pool, queue.name) == {}
+    assert await _go_claim(pool, queue.name) == {held: 1}
+    ((job,),) = [await _live(pool, key)]
+    assert (job["status"], job["payload"]) == ("running", {"v": 2})
+
+
+async def test_a_replace_waiting_for_the_running_job_to_complete_inserts_a_new_one(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, key: str
+) -> None:
+    held = await queue.enqueue("t", {"v": 1}, unique_key=key)
+    await _go_claim(pool, queue.name)
+    _, new = await _interleave(
+        pool,
+        lambda conn: conn.execute(GO_COMPLETE, held, 1),
+        lambda conn: queue.enqueue(
+            "t", {"v": 2}, unique_key=key, on_conflict="replace", connection=conn
+        ),
+    )
+    assert new != held
+    live = [(j["id"], j["status"], j["payload"]) for j in await _live(pool, key)]
+    assert live == [(new, "pending", {"v": 2})]
+
+
+async def test_a_completion_waiting_for_a_replace_releases_the_queued_job(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, key: str
+) -> None:
+    held = await queue.enqueue("t", {"v": 1}, unique_key=key)
+    await _go_claim(pool, queue.name)
+    queued, _ = await _interleave(
+        pool,
+        lambda conn: queue.enqueue(
+            "t", {"v": 2}, unique_key=key, on_conflict="replace", connection=conn
+        ),
+        lambda conn: conn.execute(GO_COMPLETE, held, 1),
+    )
+    assert queued != held
+    live = [(j["id"], j["status"], j["payload"]) for j in await _live(pool, key)]
+    assert live == [(queued, "pending", {"v": 2})]
+    assert await _go_claim(pool, queue.name) == {queued: 1}
+
+
+# -- the other producers ----------------------------------------------------
+
+
+async def test_pgqueue_enqueue_in_sql_replaces_and_debounces(
+    pool: asyncpg.Pool, queue_name: str, key: str
+) -> None:
+    call = (
+        "SELECT pgqueue_enqueue('t', $1::jsonb, queue => $2, unique_key => $3,"
+        " on_conflict => 'replace', delay => $4::interval)"
+    )
+    first = await pool.fetchval(call, '{"v": 1}', queue_name, key, timedelta(hours=1))
+    async with pool.acquire() as conn, conn.transaction():
+        again = await conn.fetchval(
+            call, '{"v": 2}', queue_name, key, timedelta(seconds=5)
+        )
+        started = await conn.fetchval("SELECT now()")
+    assert again == first
+    ((job,),) = [await _live(pool, key)]
+    assert (job["payload"], job["run_at"]) == ({"v": 2}, started + timedelta(seconds=5))
+    assert await pool.fetchval(call, '{"v": 3}', queue_name, key, None) == first
+    assert await _go_claim(pool, queue_name) == {first: 1}
+    queued = await pool.fetchval(call, '{"v": 4}', queue_name, key, None)
+    assert [(j["id"], j["status"]) for j in await _live(pool, key)] == [
+        (first, "running"),
+        (queued, "waiting"),
+    ]
+
+
+async def test_the_sync_queue_and_the_sqlalchemy_helpers_replace_and_debounce(
+    pool: asyncpg.Pool, dsn: str, queue_name: str, key: str
+) -> None:
+    import psycopg
+    import sqlalchemy as sa
+
+    import pgqueue.sqlalchemy
+    import pgqueue.sync
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        queue = pgqueue.sync.Queue(conn, queue_name)
+        first = queue.enqueue("t", {"v": 1}, unique_key=key, delay=60)
+        assert queue.enqueue("t", {"v": 2}, unique_key=key, debounce=5) == first
+        assert queue.enqueue_many(
+            [pgqueue.NewJob("t", {"v": 3}, unique_key=key)], on_conflict="replace"
+        ) == [first]
+        with pytest.raises(ValueError, match="debounce needs a unique_key"):
+            queue.enqueue("t", {}, debounce=5)
+    assert [j["payload"] for j in await _live(pool, key)] == [{"v": 3}]
+
+    engine = sa.create_engine(sa.make_url(dsn).set(drivername="postgresql+psycopg"))
+    try:
+        with engine.begin() as conn:
+            assert (
+                pgqueue.sqlalchemy.enqueue_sync(
+                    conn, "t", {"v": 4}, queue=queue_name, unique_key=key, debounce=5
+                )
+                == first
+            )
+    finally:
+        engine.dispose()
+    assert [j["payload"] for j in await _live(pool, key)] == [{"v": 4}]
+
+
+@dataclasses.dataclass
+class Reindex:
+    v: int
+
+
+async def test_a_job_type_enqueues_with_debounce(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, key: str
+) -> None:
+    reindex = pgqueue.JobType("t", Reindex)
+    first = await reindex.enqueue(queue, Reindex(1), unique_key=key, debounce=5)
+    assert await reindex.enqueue(queue, Reindex(2), unique_key=key, debounce=5) == first
+    assert [j["payload"] for j in await _live(pool, key)] == [{"v": 2}]

@@ -40,6 +40,7 @@ from pgqueue._core.checks import (
     check_origin,
     check_priority,
     check_queue_name,
+    check_replace,
     check_unique_key,
     check_when,
 )
@@ -94,6 +95,7 @@ __all__ = [
     "check_origin",
     "check_priority",
     "check_queue_name",
+    "check_replace",
     "check_schema",
     "check_unique_key",
     "check_when",

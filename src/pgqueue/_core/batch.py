@@ -283,7 +283,9 @@ class Batch:
             if row is not None:
                 self._index_of.append(row)
                 if replace:
-                    self._replace(row, payload, max_attempts, run_at, delay, priority, track)
+                    self._replace(
+                        row, payload, max_attempts, run_at, delay, priority, track
+                    )
                 return
             self._row_of_key[job_type, key] = len(self.types)
             self.keyed = True

@@ -301,9 +301,7 @@ def check_delay(value: object, what: str = "delay") -> float | None:
         msg = f"{what} must be a finite, non-negative number of seconds or timedelta, got {shown}"
         raise ValueError(msg)
     if seconds > MAX_DELAY:
-        msg = (
-            f"{what} must be at most 10,000 years ({MAX_DELAY:.0f} seconds), got {shown}"
-        )
+        msg = f"{what} must be at most 10,000 years ({MAX_DELAY:.0f} seconds), got {shown}"
         raise ValueError(msg)
     return seconds
 
