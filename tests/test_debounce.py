@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import asyncpg
 import pytest
 
 import pgqueue
@@ -24,8 +25,6 @@ from tests.test_schema_upgrade import GO_CLAIM, GO_COMPLETE
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-
-    import asyncpg
 
 
 async def _live(pool: asyncpg.Pool, key: str) -> list[dict[str, Any]]:
@@ -610,3 +609,35 @@ async def test_a_job_type_enqueues_with_debounce(
     first = await reindex.enqueue(queue, Reindex(1), unique_key=key, debounce=5)
     assert await reindex.enqueue(queue, Reindex(2), unique_key=key, debounce=5) == first
     assert [j["payload"] for j in await _live(pool, key)] == [{"v": 2}]
+
+
+async def test_a_schema_without_the_replacing_function_says_to_upgrade(
+    fresh_dsn: str,
+) -> None:
+    import psycopg
+
+    import pgqueue.sync
+
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=2) as pool:
+        await pgqueue.install(pool)
+        await pool.execute(
+            "DROP FUNCTION pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz,"
+            " int, boolean, text, text, boolean, boolean)"
+        )
+        queue = pgqueue.Queue(pool, name="q")
+        with pytest.raises(pgqueue.SchemaError, match="SCHEMA_UPGRADE") as caught:
+            await queue.enqueue("t", {}, unique_key="k", debounce=1)
+        assert caught.value.where is not None
+        with pytest.raises(pgqueue.SchemaError, match="pgqueue_enqueue_replace"):
+            await queue.enqueue_many(
+                [pgqueue.NewJob("t", {}, unique_key="k")], on_conflict="replace"
+            )
+        with (
+            psycopg.connect(fresh_dsn, autocommit=True) as conn,
+            pytest.raises(pgqueue.SchemaError, match="SCHEMA_UPGRADE"),
+        ):
+            pgqueue.sync.Queue(conn, "q").enqueue("t", {}, unique_key="k", debounce=1)
+        # Plain and unique enqueues do not need it; the upgrade brings it back.
+        assert await queue.enqueue("t", {}, unique_key="k") > 0
+        await pool.execute(pgqueue.SCHEMA_UPGRADE)
+        assert await queue.enqueue("t", {}, unique_key="k", debounce=1) > 0

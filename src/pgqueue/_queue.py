@@ -38,11 +38,12 @@ from pgqueue._core.codec import (
     encode_payloads,
     payload_encoder,
 )
-from pgqueue._core.errors import DuplicateJobError, JobNotFoundError
+from pgqueue._core.connect import target_of
+from pgqueue._core.errors import DuplicateJobError, JobNotFoundError, SchemaError
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.schema import SCHEMA_ERRORS, schema_failure
+from pgqueue._core.schema import REPLACE_MISSING, SCHEMA_ERRORS, schema_failure
 from pgqueue._wake import waker_for
 
 if TYPE_CHECKING:
@@ -361,19 +362,26 @@ class Queue:
                         woke = True
             except SCHEMA_ERRORS as exc:
                 raise await schema_failure(executor, str(exc)) from exc
+            except asyncpg.UndefinedFunctionError as exc:
+                raise SchemaError(REPLACE_MISSING, where=target_of(executor)) from exc
             if wake is not None and woke:
                 wake()
         duplicate = outcome in ("existed", "replaced", "replaced_next")
         if event is not None:
             event.ids.append(job_id)
             event.duplicates.append(duplicate)
-        if outcome == "existed" and conflict == "raise":
+        extra = {"job_id": job_id, "job_type": args[0], "queue": self._name}
+        if outcome == "existed":
             assert key is not None
-            raise DuplicateJobError(job_id, key)
-        self._logger.debug(
-            _ENQUEUED[outcome],
-            extra={"job_id": job_id, "job_type": args[0], "queue": self._name},
-        )
+            if conflict == "raise":
+                raise DuplicateJobError(job_id, key)
+            self._logger.debug("job already enqueued with its unique key", extra=extra)
+        elif duplicate:
+            self._logger.debug(
+                "job replaced by an enqueue of its unique key", extra=extra
+            )
+        else:
+            self._logger.debug("job enqueued", extra=extra)
         return job_id
 
     async def _enqueue_after(
@@ -517,6 +525,8 @@ class Queue:
                     )
             except SCHEMA_ERRORS as exc:
                 raise await schema_failure(executor, str(exc)) from exc
+            except asyncpg.UndefinedFunctionError as exc:
+                raise SchemaError(REPLACE_MISSING, where=target_of(executor)) from exc
             if wake is not None and woke:
                 wake()
         if event is not None:
@@ -723,16 +733,6 @@ class Queue:
 
     def __repr__(self) -> str:
         return f"Queue(name={self._name!r}, max_attempts={self._max_attempts})"
-
-
-# The debug log line of an enqueue, by what pgqueue_enqueue_replace says it did.
-_ENQUEUED = {
-    "inserted": "job enqueued",
-    "existed": "job already enqueued with its unique key",
-    "replaced": "pending job replaced",
-    "replaced_next": "job queued after a started one replaced",
-    "queued_next": "job queued after a started one with its unique key",
-}
 
 
 def _copies(batch: Batch) -> bool:
