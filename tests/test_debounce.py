@@ -641,3 +641,22 @@ async def test_a_schema_without_the_replacing_function_says_to_upgrade(
         assert await queue.enqueue("t", {}, unique_key="k") > 0
         await pool.execute(pgqueue.SCHEMA_UPGRADE)
         assert await queue.enqueue("t", {}, unique_key="k", debounce=1) > 0
+
+
+async def test_pgqueue_enqueue_on_the_command_line_replaces_and_debounces(
+    pool: asyncpg.Pool, dsn: str, queue_name: str, key: str
+) -> None:
+    from tests.test_cli import EXIT_OK, EXIT_USAGE, cli
+
+    def enqueue(payload: str, *flags: str) -> Awaitable[Any]:
+        return cli(dsn, "enqueue", "t", payload, "--queue", queue_name, *flags)
+
+    first = await enqueue('{"v": 1}', "--unique-key", key, "--debounce", "1h")
+    assert first.code == EXIT_OK, first
+    again = await enqueue('{"v": 2}', "--unique-key", key, "--debounce", "90s")
+    replaced = await enqueue('{"v": 3}', "--unique-key", key, "--replace", "--in", "1h")
+    assert first.out == again.out == replaced.out
+    assert [j["payload"] for j in await _live(pool, key)] == [{"v": 3}]
+    refused = await enqueue("{}", "--debounce", "1m")
+    assert refused.code == EXIT_USAGE
+    assert "debounce needs a unique_key" in refused.err
