@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 import pgqueue
-from tests.helpers import queue_count, running, wait_for_row, wait_until
+from tests.helpers import queue_count, row, running, wait_for_row, wait_until
 from tests.test_schema_upgrade import GO_CLAIM, GO_COMPLETE
 
 if TYPE_CHECKING:
@@ -253,6 +253,41 @@ async def test_debounce_while_running_queues_one_more_run(
     job = await wait_for_row(pool, second, status="pending")
     assert json.loads(job["payload"]) == {"n": 2}
     assert job["run_at"] > datetime.now(UTC) + timedelta(seconds=30)
+
+
+async def test_a_worker_runs_the_queued_job_after_the_running_one_never_beside_it(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, key: str
+) -> None:
+    started, release = anyio.Event(), anyio.Event()
+    log: list[tuple[str, int]] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=4, poll_interval=0.05)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        log.append(("start", job.payload["v"]))
+        if job.payload["v"] == 1:
+            started.set()
+            await release.wait()
+        log.append(("end", job.payload["v"]))
+
+    async with running(worker):
+        first = await queue.enqueue("t", {"v": 1}, unique_key=key)
+        with anyio.fail_after(10):
+            await started.wait()
+        second = await queue.enqueue("t", {"v": 2}, unique_key=key, debounce=0.01)
+        third = await queue.enqueue("t", {"v": 3}, unique_key=key, debounce=0.01)
+        assert second == third != first
+        # Due for a while (the worker has polled several times): still waiting.
+        await wait_until(
+            lambda: pool.fetchval(
+                "SELECT run_at < now() - interval '0.3 s' FROM pgqueue_jobs WHERE id = $1",
+                second,
+            )
+        )
+        assert (await row(pool, second))["status"] == "waiting"
+        release.set()
+        await wait_for_row(pool, second, status="completed")
+    assert log == [("start", 1), ("end", 1), ("start", 3), ("end", 3)]
 
 
 # -- enqueue_many -------------------------------------------------------------
