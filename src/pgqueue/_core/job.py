@@ -317,6 +317,11 @@ class NewJob:
     ``after``: the jobs this one waits for, by id; a negative number is a
     job earlier in the same `Queue.enqueue_many` call, counted back from this
     one (``-1`` the job just before it, ``-2`` the one before that).
+
+    ``debounce``: as `Queue.enqueue`'s, the job replaces its key's pending
+    job and runs that many seconds after the last enqueue of the key. (A
+    whole call's keyed jobs replace with ``enqueue_many(...,
+    on_conflict="replace")``.)
     """
 
     job_type: str
@@ -330,3 +335,4 @@ class NewJob:
     track: bool = False
     after: Sequence[int] = ()
     on_parent_failure: Literal["cancel", "run"] = "cancel"
+    debounce: float | timedelta | None = None

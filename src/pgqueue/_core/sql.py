@@ -37,11 +37,13 @@ __all__ = [
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_DELAYED",
     "ENQUEUE_MANY_DELAYED_SILENT",
+    "ENQUEUE_MANY_REPLACE",
     "ENQUEUE_MANY_SILENT",
     "ENQUEUE_MANY_UNIQUE",
     "ENQUEUE_MANY_UNIQUE_DELAYED",
     "ENQUEUE_MANY_UNIQUE_DELAYED_SILENT",
     "ENQUEUE_MANY_UNIQUE_SILENT",
+    "ENQUEUE_REPLACE",
     "ENQUEUE_SILENT",
     "ENQUEUE_UNIQUE",
     "ENQUEUE_UNIQUE_SILENT",
@@ -200,6 +202,12 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
     ON pgqueue_jobs (job_type, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
+-- The next job of a key whose live job had started when a replacing
+-- enqueue came (see pgqueue_enqueue_replace): at most one per key, waiting
+-- for the live one.
+CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique_next
+    ON pgqueue_jobs (job_type, unique_key)
+    WHERE unique_key IS NOT NULL AND status = 'waiting';
 -- The operations' stats and listings of dead and cancelled jobs (pgqueue.Admin).
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
     ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
@@ -311,6 +319,112 @@ _ADDED_IN_V2 = _ADDED_IN_V2_TEXT.replace(
 )
 
 
+# pgqueue_enqueue_replace(...): an enqueue with a unique key that replaces
+# (p_replace) the key's job that has not started: Queue.enqueue(...,
+# on_conflict="replace") and debounce, enqueue_many's calls with such jobs,
+# and pgqueue_enqueue(on_conflict => 'replace'). Without p_replace it is an
+# enqueue with on_conflict 'return'.
+#
+# The key's live job (pending or running) is taken and locked by the
+# INSERT's conflict, or the row is new. Every replacing enqueue of a key
+# holds that lock while it writes, so the statements after it (each sees
+# what committed before it started, in READ COMMITTED) see the last
+# replacing enqueue's writes:
+# - the key's next job (waiting for the live one) exists: it takes the new
+#   payload and options;
+# - the live job is pending and has never started an attempt (no attempt
+#   counted, never snoozed): it takes them;
+# - else (running, or pending again after an attempt) it is left alone and
+#   the new job is inserted waiting for it, as a child that runs whatever
+#   the live job's end (on_parent_failure 'run'): the dependencies' trigger
+#   makes it pending in the transaction of that end, by any writer (a Go
+#   worker's too). Until then no claim sees it.
+# A claim skips the locked live job (SKIP LOCKED) and takes it after the
+# replace commits; a claim that locked it first makes the replace wait, and
+# see it running.
+# outcome: 'inserted', 'existed' (without p_replace), 'replaced' (the live
+# job), 'replaced_next' (the next job) or 'queued_next' (a new next job).
+# wake: whether the queue's workers have something to claim now (a new
+# pending job, or a replaced one due now); with p_notify the function sends
+# that wakeup itself. Replaced jobs take the new job's queue.
+_ENQUEUE_REPLACE_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgqueue_enqueue_replace(
+    p_queue         text,
+    p_job_type      text,
+    p_payload       jsonb,
+    p_max_attempts  int,
+    p_run_at        timestamptz,
+    p_priority      int,
+    p_tracked       boolean,
+    p_trace_context text,
+    p_unique_key    text,
+    p_replace       boolean,
+    p_notify        boolean,
+    OUT job_id      bigint,
+    OUT outcome     text,
+    OUT wake        boolean
+)
+LANGUAGE plpgsql VOLATILE
+AS $pgqueue_enqueue_replace$
+DECLARE
+    live record;
+BEGIN
+    INSERT INTO pgqueue_jobs AS j (queue, job_type, payload, max_attempts, run_at, priority,
+                                   tracked, trace_context, unique_key)
+    VALUES (p_queue, p_job_type, p_payload, p_max_attempts, p_run_at, p_priority,
+            p_tracked, p_trace_context, p_unique_key)
+    ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+    DO UPDATE SET unique_key = EXCLUDED.unique_key
+    RETURNING j.id, j.status, j.attempts, j.snoozes, j.xmax <> 0 AS existed INTO live;
+
+    IF NOT live.existed THEN
+        job_id := live.id;
+        outcome := 'inserted';
+        wake := true;
+    ELSIF NOT p_replace THEN
+        job_id := live.id;
+        outcome := 'existed';
+        wake := false;
+    ELSE
+        UPDATE pgqueue_jobs AS j
+        SET queue = p_queue, payload = p_payload, max_attempts = p_max_attempts,
+            run_at = p_run_at, priority = p_priority, tracked = j.tracked OR p_tracked,
+            trace_context = p_trace_context, updated_at = now()
+        WHERE j.job_type = p_job_type AND j.unique_key = p_unique_key AND j.status = 'waiting'
+        RETURNING j.id INTO job_id;
+        IF FOUND THEN
+            outcome := 'replaced_next';
+            wake := false;
+        ELSIF live.status = 'pending' AND live.attempts = 0 AND live.snoozes = 0 THEN
+            UPDATE pgqueue_jobs AS j
+            SET queue = p_queue, payload = p_payload, max_attempts = p_max_attempts,
+                run_at = p_run_at, priority = p_priority, tracked = j.tracked OR p_tracked,
+                trace_context = p_trace_context, updated_at = now()
+            WHERE j.id = live.id;
+            job_id := live.id;
+            outcome := 'replaced';
+            wake := p_run_at <= now();
+        ELSE
+            INSERT INTO pgqueue_jobs AS j (queue, job_type, payload, max_attempts, run_at, priority,
+                                           tracked, trace_context, unique_key, status,
+                                           parents_left, on_parent_failure)
+            VALUES (p_queue, p_job_type, p_payload, p_max_attempts, p_run_at, p_priority,
+                    p_tracked, p_trace_context, p_unique_key, 'waiting', 1, 'run')
+            RETURNING j.id INTO job_id;
+            INSERT INTO pgqueue_dependencies (parent_id, child_id) VALUES (live.id, job_id);
+            UPDATE pgqueue_jobs AS j SET has_children = true
+            WHERE j.id = live.id AND NOT j.has_children;
+            outcome := 'queued_next';
+            wake := false;
+        END IF;
+    END IF;
+    IF wake AND p_notify THEN
+        PERFORM pg_notify('pgqueue_jobs', p_queue);
+    END IF;
+END
+$pgqueue_enqueue_replace$;
+"""
+
 # pgqueue_enqueue(...): an enqueue in SQL, in the caller's transaction, from
 # any driver, a trigger or psql; the same defaults, checks and row as
 # Queue.enqueue, and the wakeup rides the transaction. Parameters are read
@@ -375,14 +489,30 @@ BEGIN
         RAISE EXCEPTION 'pgqueue_enqueue: unique_key must not be empty (NULL for none)'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF pgqueue_enqueue.on_conflict IS NULL OR pgqueue_enqueue.on_conflict NOT IN ('return', 'raise') THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: on_conflict must be ''return'' or ''raise'', got %',
+    IF pgqueue_enqueue.on_conflict IS NULL
+       OR pgqueue_enqueue.on_conflict NOT IN ('return', 'raise', 'replace') THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: on_conflict must be ''return'', ''raise'' or ''replace'', got %',
             coalesce(quote_literal(pgqueue_enqueue.on_conflict), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.on_conflict = 'replace' AND pgqueue_enqueue.unique_key IS NULL THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: on_conflict ''replace'' needs a unique_key'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF pgqueue_enqueue.track IS NULL THEN
         RAISE EXCEPTION 'pgqueue_enqueue: track must be true or false, not NULL'
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    IF pgqueue_enqueue.on_conflict = 'replace' THEN
+        SELECT r.job_id INTO new_id
+        FROM pgqueue_enqueue_replace(
+            pgqueue_enqueue.queue, pgqueue_enqueue.job_type, pgqueue_enqueue.payload,
+            pgqueue_enqueue.max_attempts,
+            coalesce(pgqueue_enqueue.run_at, now() + pgqueue_enqueue.delay, now()),
+            pgqueue_enqueue.priority, pgqueue_enqueue.track, pgqueue_enqueue.trace_context,
+            pgqueue_enqueue.unique_key, true, true) AS r;
+        RETURN new_id;
     END IF;
 
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority,
@@ -451,6 +581,7 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
     ON pgqueue_jobs (updated_at) WHERE status = 'running';
 """
     + _ADDED_IN_V2
+    + _ENQUEUE_REPLACE_FUNCTION
     + _ENQUEUE_FUNCTION
 )
 """Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic``, ``pgqueue_limits`` and ``pgqueue_leases`` (apply it in a migration).
@@ -509,6 +640,7 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_status;
 ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
 """
     + _ADDED_IN_V2
+    + _ENQUEUE_REPLACE_FUNCTION
     + _ENQUEUE_FUNCTION
 )
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
@@ -528,6 +660,7 @@ whole script in one transaction holds the first lock until the end.
 
 SCHEMA_DOWN = """
 DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
+DROP FUNCTION IF EXISTS pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean);
 DROP TABLE IF EXISTS pgqueue_leases;
 DROP TABLE IF EXISTS pgqueue_limits;
 DROP TABLE IF EXISTS pgqueue_periodic;
@@ -668,6 +801,42 @@ ENQUEUE_MANY_UNIQUE = _many_unique(_UNDELAYED_ROWS, notify=True)
 ENQUEUE_MANY_UNIQUE_DELAYED = _many_unique(_DELAYED_ROWS, notify=True)
 ENQUEUE_MANY_UNIQUE_SILENT = _many_unique(_UNDELAYED_ROWS, notify=False)
 ENQUEUE_MANY_UNIQUE_DELAYED_SILENT = _many_unique(_DELAYED_ROWS, notify=False)
+
+# An enqueue that replaces the pending job of its key ($9) or, if that job
+# has started, queues one to run after it (see pgqueue_enqueue_replace):
+# the job's id, what was done, and whether its queue has a job to claim now
+# (sent by the statement with $11, else by the caller after the commit).
+# $10: the delay, as in ENQUEUE_UNIQUE.
+ENQUEUE_REPLACE = f"""
+SELECT r.job_id AS id, r.outcome, r.wake
+FROM pgqueue_enqueue_replace($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")},
+                             $6, $7, $8, $9, true, $11::boolean) AS r
+"""
+
+# enqueue_many with jobs that replace ($11, per job) or a key's jobs of
+# both kinds: each job through pgqueue_enqueue_replace, in input order (the
+# columns as ENQUEUE_MANY's; $10 the delays, $12 whether to NOTIFY).
+ENQUEUE_MANY_REPLACE = """
+SELECT r.job_id AS id, r.outcome, r.wake
+FROM ROWS FROM (
+    unnest($2::text[]),
+    jsonb_array_elements($3::text::jsonb),
+    unnest($4::text::int[]),
+    unnest($5::text::timestamptz[]),
+    unnest($6::text::smallint[]),
+    unnest($7::text::boolean[]),
+    unnest($8::text[]),
+    unnest($10::text::float8[]),
+    unnest($11::text::boolean[])
+) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked,
+                       unique_key, delay, replace, ord)
+CROSS JOIN LATERAL pgqueue_enqueue_replace(
+    $1, t.job_type, t.payload, t.max_attempts,
+    COALESCE(t.run_at, now() + make_interval(secs => t.delay), now()),
+    COALESCE(t.priority, 0), COALESCE(t.tracked, false), $9::text, t.unique_key,
+    COALESCE(t.replace, false), $12::boolean) AS r
+ORDER BY t.ord
+"""
 
 # The wakeups `pgqueue._wake` sends after commits, one per queue of $1, in
 # one transaction: the channel and payload a Go worker listens for. A
