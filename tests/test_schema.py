@@ -98,8 +98,10 @@ async def test_install_creates_the_go_modules_table_and_what_v2_adds(
         check = await connection.fetchval(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'chk_pgqueue_jobs_status'"
         )
-        for status in pgqueue.Status:
-            assert f"'{status.value}'" in check, status
+        # A constant array (PostgreSQL prepares the check for every statement
+        # that writes the table; an IN list costs more to prepare).
+        allowed = check[check.index("'{") + 2 : check.index("}'")].split(",")
+        assert sorted(allowed) == sorted(status.value for status in pgqueue.Status)
         try:
             await connection.execute(
                 "INSERT INTO pgqueue_jobs (job_type, status) VALUES ('t', 'bogus')"

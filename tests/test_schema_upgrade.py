@@ -96,7 +96,9 @@ SELECT json_build_object(
                 FROM pg_indexes WHERE tablename = 'pgqueue_jobs'),
     'checks', (SELECT json_agg(json_build_array(conname, pg_get_constraintdef(oid), convalidated)
                                ORDER BY conname)
-               FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass AND contype = 'c')
+               FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass AND contype = 'c'),
+    'triggers', (SELECT json_agg(pg_get_triggerdef(oid) ORDER BY tgname)
+                 FROM pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass AND NOT tgisinternal)
 )::text
 """
 
@@ -305,6 +307,53 @@ async def test_a_go_worker_never_claims_a_waiting_job_and_its_outcomes_release_c
     assert (await row(go_table, child))["status"] == "pending"
     assert (await row(go_table, doomed))["status"] == "cancelled"
     assert [r["id"] for r in await go_table.fetch(GO_CLAIM, "q", 10)] == [child]
+
+
+async def test_the_upgrade_replaces_the_slower_forms_of_the_status_check_and_the_trigger(
+    fresh_dsn: str,
+) -> None:
+    # The first schema with dependencies: its status check an IN list and its
+    # trigger's WHEN reading OLD, both prepared by PostgreSQL for every claim
+    # and outcome write (and the trigger's read for every row).
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=2) as pool:
+        await pool.execute(pgqueue.SCHEMA_DOWN)
+        await pool.execute(pgqueue.SCHEMA)
+        installed = await _catalog(pool)
+        await pool.execute(
+            """
+            ALTER TABLE pgqueue_jobs DROP CONSTRAINT chk_pgqueue_jobs_status;
+            ALTER TABLE pgqueue_jobs ADD CONSTRAINT chk_pgqueue_jobs_status
+                CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled', 'waiting'));
+            DROP TRIGGER pgqueue_parent_ended ON pgqueue_jobs;
+            CREATE TRIGGER pgqueue_parent_ended
+                AFTER UPDATE OF status ON pgqueue_jobs
+                FOR EACH ROW
+                WHEN (NEW.has_children AND NEW.status IN ('completed', 'dead', 'cancelled')
+                      AND OLD.status NOT IN ('completed', 'dead', 'cancelled'))
+                EXECUTE FUNCTION pgqueue_parent_ended();
+            """
+        )
+        assert await _catalog(pool) != installed
+        await pool.execute(pgqueue.SCHEMA_UPGRADE)
+        await pool.execute(pgqueue.SCHEMA_UPGRADE)  # idempotent
+        assert await _catalog(pool) == installed
+        # A parent that ends releases its child once; one that ends again
+        # (completed after a retry of a dead run, say) is not counted twice.
+        queue = pgqueue.Queue(pool, name="q")
+        parent = await queue.enqueue("t", 1)
+        other = await queue.enqueue("t", 2)
+        child = await queue.enqueue("t", 3, after=[parent, other])
+        await pool.execute(
+            "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", parent
+        )
+        await pool.execute(
+            "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", parent
+        )
+        assert (await row(pool, child))["status"] == "waiting"
+        await pool.execute(
+            "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", other
+        )
+        assert (await row(pool, child))["status"] == "pending"
 
 
 async def test_the_upgrade_replaces_the_status_check_of_a_table_without_waiting(

@@ -229,7 +229,11 @@ async def test_a_duplicate_key_returns_the_pending_job_or_raises(
         ("'t', priority => 6", "priority must be from -5 to 5, got 6"),
         ("'t', priority => NULL", "priority must be from -5 to 5, got NULL"),
         ("'t', unique_key => ''", "unique_key must not be empty"),
-        ("'t', on_conflict => 'ignore'", "on_conflict must be 'return' or 'raise'"),
+        (
+            "'t', on_conflict => 'ignore'",
+            "on_conflict must be 'return', 'raise' or 'replace'",
+        ),
+        ("'t', on_conflict => 'replace'", "on_conflict 'replace' needs a unique_key"),
         ("'t', track => NULL", "track must be true or false"),
         ("'t', delay => interval '-1 second'", "delay must not be negative"),
         (

@@ -40,6 +40,7 @@ from pgqueue._core.checks import (
     check_origin,
     check_priority,
     check_queue_name,
+    check_replace,
     check_unique_key,
     check_when,
 )
@@ -52,7 +53,12 @@ from pgqueue._core.log import JsonFormatter, default_logger
 from pgqueue._core.options import Flag, option_flags
 from pgqueue._core.outcome import Kind
 from pgqueue._core.public import public_names
-from pgqueue._core.schema import SCHEMA_ERRORS, check_schema, schema_error
+from pgqueue._core.schema import (
+    REPLACE_MISSING,
+    SCHEMA_ERRORS,
+    check_schema,
+    schema_error,
+)
 from pgqueue._core.sql import (
     FOREIGN_JOBS_PYFORMAT,
     JOB_PYFORMAT,
@@ -71,6 +77,7 @@ __all__ = [
     "JOB_STATUSES",
     "PREVIEW_CHARS",
     "QUEUE_COUNTS",
+    "REPLACE_MISSING",
     "SCHEMA_ERRORS",
     "SERVER_IDENTITY",
     "TABLE_EXISTS",
@@ -94,6 +101,7 @@ __all__ = [
     "check_origin",
     "check_priority",
     "check_queue_name",
+    "check_replace",
     "check_schema",
     "check_unique_key",
     "check_when",

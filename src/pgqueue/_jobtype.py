@@ -107,7 +107,8 @@ class JobType(Generic[P]):
         max_attempts: int | None = None,
         priority: int = 0,
         unique_key: str | None = None,
-        on_conflict: Literal["return", "raise"] = "return",
+        on_conflict: Literal["return", "raise", "replace"] = "return",
+        debounce: float | timedelta | None = None,
         track: bool = False,
         connection: Connection | None = None,
     ) -> int:
@@ -146,6 +147,7 @@ class JobType(Generic[P]):
             priority=priority,
             unique_key=unique_key,
             on_conflict=on_conflict,
+            debounce=debounce,
             track=track,
             connection=connection,
         )

@@ -28,6 +28,7 @@ from pgqueue._core.checks import (
     check_on_conflict,
     check_priority,
     check_queue_name,
+    check_replace,
     check_unique_key,
     check_when,
 )
@@ -37,11 +38,12 @@ from pgqueue._core.codec import (
     encode_payloads,
     payload_encoder,
 )
-from pgqueue._core.errors import DuplicateJobError, JobNotFoundError
+from pgqueue._core.connect import target_of
+from pgqueue._core.errors import DuplicateJobError, JobNotFoundError, SchemaError
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.schema import SCHEMA_ERRORS, schema_failure
+from pgqueue._core.schema import REPLACE_MISSING, SCHEMA_ERRORS, schema_failure
 from pgqueue._wake import waker_for
 
 if TYPE_CHECKING:
@@ -168,7 +170,8 @@ class Queue:
         max_attempts: int | None = None,
         priority: int = 0,
         unique_key: str | None = None,
-        on_conflict: Literal["return", "raise"] = "return",
+        on_conflict: Literal["return", "raise", "replace"] = "return",
+        debounce: float | timedelta | None = None,
         track: bool = False,
         after: Sequence[int] = (),
         on_parent_failure: Literal["cancel", "run"] = "cancel",
@@ -207,6 +210,17 @@ class Queue:
                 job is completed, dead or cancelled, the key is free again.
             on_conflict: ``"raise"`` raises `DuplicateJobError` for such a
                 duplicate instead of returning the existing id.
+                ``"replace"``: a pending job of the key that has not started
+                an attempt takes this job's payload and options (its id is
+                returned); if it has started (running, or pending for a
+                retry), it is left alone and this job is enqueued to run
+                after it ends (``waiting`` until then), and its id is
+                returned. See :doc:`/howto/priorities-and-unique-jobs`.
+            debounce: seconds (or a ``timedelta``) with ``unique_key``: the
+                job runs that long after the last enqueue of its key, with
+                the last enqueue's payload (``on_conflict="replace"`` with
+                ``delay=debounce``). Not with ``run_at``, ``delay`` or
+                ``on_conflict="raise"``.
             track: announce the job's outcome to `Tracker` waits at once (an
                 untracked job's outcome is found by the tracker's poll).
             after: ids of jobs this one waits for (its parents): it is
@@ -226,7 +240,10 @@ class Queue:
             connection: run on this connection (and its transaction).
 
         Returns:
-            The new job's id (or the existing one's, for a duplicate key).
+            The new job's id (or the existing one's, for a duplicate key;
+            for a replacing enqueue, the id of the job that runs with this
+            payload: the replaced one's, or the new one's queued after a
+            started job).
 
         Raises:
             DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
@@ -237,7 +254,10 @@ class Queue:
             ValueError: bytes that are not JSON, a NUL character, an empty
                 job type or key, ``max_attempts < 1``, a priority out of
                 range, a naive ``run_at``, a negative ``delay``, or both
-                ``run_at`` and ``delay``.
+                ``run_at`` and ``delay``; ``on_conflict="replace"`` or
+                ``debounce`` without a key, a ``debounce`` that is not
+                positive or comes with ``run_at``, ``delay`` or
+                ``on_conflict="raise"``.
         """
         when, seconds = check_when(run_at, delay)
         args = (
@@ -250,8 +270,16 @@ class Queue:
         )
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
+        replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
+        if replace:
+            conflict = "replace"
+            if debounced is not None:
+                seconds = debounced
         failure = check_on_parent_failure(on_parent_failure)
         group_key = None if group is None else check_name("group", group)
+        if group_key is not None and conflict == "replace":
+            msg = "a job with a group cannot replace or debounce (on_conflict='replace', debounce=) yet"
+            raise ValueError(msg)
         if after:
             parents = check_after(after, None)
             if key is not None:
@@ -283,6 +311,7 @@ class Queue:
             priority=args[4],
             unique_key=key,
             track=args[5],
+            debounce=debounce,
             group=group_key,
         )
         event = EnqueueEvent(self._name, (new_job,), batch=False)
@@ -309,6 +338,7 @@ class Queue:
         """`enqueue` once its arguments are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
         executor: Executor = connection if connection is not None else self._pool
+        outcome = "inserted"
         with self._wakeup(connection) as wake:
             try:
                 if key is None:
@@ -320,7 +350,19 @@ class Queue:
                         delay,
                         group,
                     )
-                    existed = False
+                    woke = True
+                elif conflict == "replace":
+                    row = await executor.fetchrow(
+                        _sql.ENQUEUE_REPLACE,
+                        self._name,
+                        *args,
+                        trace_context,
+                        key,
+                        delay,
+                        wake is None,
+                    )
+                    assert row is not None
+                    job_id, outcome, woke = row["id"], row["outcome"], row["wake"]
                 else:
                     row = await executor.fetchrow(
                         _sql.ENQUEUE_UNIQUE
@@ -334,27 +376,33 @@ class Queue:
                         group,
                     )
                     assert row is not None
-                    job_id, existed = row["id"], row["existed"]
+                    job_id = row["id"]
+                    if row["existed"]:
+                        outcome, woke = "existed", False
+                    else:
+                        woke = True
             except SCHEMA_ERRORS as exc:
                 raise await schema_failure(executor, str(exc)) from exc
-            if wake is not None and not existed:
+            except asyncpg.UndefinedFunctionError as exc:
+                raise SchemaError(REPLACE_MISSING, where=target_of(executor)) from exc
+            if wake is not None and woke:
                 wake()
+        duplicate = outcome in ("existed", "replaced", "replaced_next")
         if event is not None:
             event.ids.append(job_id)
-            event.duplicates.append(existed)
-        if existed:
+            event.duplicates.append(duplicate)
+        extra = {"job_id": job_id, "job_type": args[0], "queue": self._name}
+        if outcome == "existed":
             assert key is not None
             if conflict == "raise":
                 raise DuplicateJobError(job_id, key)
+            self._logger.debug("job already enqueued with its unique key", extra=extra)
+        elif duplicate:
             self._logger.debug(
-                "job already enqueued with its unique key",
-                extra={"job_id": job_id, "job_type": args[0], "queue": self._name},
+                "job replaced by an enqueue of its unique key", extra=extra
             )
-            return job_id
-        self._logger.debug(
-            "job enqueued",
-            extra={"job_id": job_id, "job_type": args[0], "queue": self._name},
-        )
+        else:
+            self._logger.debug("job enqueued", extra=extra)
         return job_id
 
     async def _enqueue_after(
@@ -371,7 +419,7 @@ class Queue:
         """`enqueue` of a job with parents: `enqueue_many`'s path, with one job."""
         batch = Batch()
         batch.add(
-            args[0], None, args[2], args[3], seconds, args[4], None, args[5], None
+            args[0], None, args[2], args[3], seconds, args[4], None, args[5], False
         )
         batch.depend(0, parents, on_parent_failure)
         payloads = "[" + args[1] + "]"
@@ -402,7 +450,7 @@ class Queue:
         self,
         jobs: Iterable[NewJob | tuple[str, Any]],
         *,
-        on_conflict: Literal["return", "raise"] = "return",
+        on_conflict: Literal["return", "raise", "replace"] = "return",
         connection: Connection | None = None,
     ) -> list[int]:
         """Insert many jobs in one transaction with a single wakeup (sent as `enqueue` sends it).
@@ -420,13 +468,16 @@ class Queue:
         Jobs with a ``unique_key`` behave as in `enqueue`: a duplicate of a
         pending or running job gets that job's id, and two jobs of one call
         with the same type and key get the same id (the first one's payload
-        and options).
+        and options; with ``on_conflict="replace"`` or ``debounce``, the
+        last one's).
 
         Args:
             jobs: `NewJob` values or ``(job_type, payload)`` tuples.
             on_conflict: ``"raise"`` raises `DuplicateJobError` (for the first
                 duplicate of a job already pending or running, after the
                 call's new jobs were inserted) instead of returning its id.
+                ``"replace"``: each job with a key replaces its key's job,
+                as `enqueue` says (jobs with ``debounce`` do in any call).
             connection: run on this connection (and its transaction).
 
         Raises:
@@ -436,7 +487,9 @@ class Queue:
         conflict = check_on_conflict(on_conflict)
         hooked = bool(self._hooks)
         new_jobs: list[NewJob] = []
-        batch = check_jobs(jobs, self._max_attempts, new_jobs if hooked else None)
+        batch = check_jobs(
+            jobs, self._max_attempts, new_jobs if hooked else None, conflict
+        )
         if not batch.types:
             return []
         payloads = (
@@ -486,13 +539,16 @@ class Queue:
                     )
                 if ids is not None:
                     duplicate, duplicates = None, [False] * len(ids)
+                    woke = True
                 else:
-                    ids, duplicate, duplicates = await self._insert_many(
+                    ids, duplicate, duplicates, woke = await self._insert_many(
                         executor, batch, payloads, trace_context, notify=wake is None
                     )
             except SCHEMA_ERRORS as exc:
                 raise await schema_failure(executor, str(exc)) from exc
-            if wake is not None and not all(duplicates):
+            except asyncpg.UndefinedFunctionError as exc:
+                raise SchemaError(REPLACE_MISSING, where=target_of(executor)) from exc
+            if wake is not None and woke:
                 wake()
         if event is not None:
             event.ids, event.duplicates = ids, duplicates
@@ -534,7 +590,7 @@ class Queue:
                 for parent in wanted:
                     if parent not in found:
                         raise JobNotFoundError(parent)
-                ids, _, _ = await self._insert_many(
+                ids, _, _, _ = await self._insert_many(
                     conn, batch, payloads, trace_context, notify=notify
                 )
                 await conn.execute(_sql.DEPEND, *depend_args(batch, ids, found))
@@ -548,8 +604,8 @@ class Queue:
         trace_context: str | None,
         *,
         notify: bool,
-    ) -> tuple[list[int], tuple[int, str] | None, list[bool]]:
-        """The INSERT path of `_enqueue_many`: ids, the first duplicate, and whether each job is one."""
+    ) -> tuple[list[int], tuple[int, str] | None, list[bool], bool]:
+        """The INSERT path of `_enqueue_many`: ids, the first duplicate, whether each job is one, and whether the queue has a job to claim now."""
         if isinstance(payloads, list):  # COPY was refused (a jsonb codec)
             payloads = "[" + ",".join(payloads) + "]"
         statement, args = insert_many(
@@ -558,9 +614,13 @@ class Queue:
         if not batch.keyed:
             joined: str = await executor.fetchval(statement, *args)
             ids = [int(job_id) for job_id in joined.split(",")]
-            return ids, None, [False] * len(ids)
+            return ids, None, [False] * len(ids), True
         rows = await executor.fetch(statement, *args)
-        return batch.ids(rows)
+        if batch.replacing:
+            ids, duplicates, woke = batch.replaced_ids(rows)
+            return ids, None, duplicates, woke
+        ids, duplicate, duplicates = batch.ids(rows)
+        return ids, duplicate, duplicates, not all(duplicates)
 
     async def cancel(
         self, *job_ids: int, connection: Connection | None = None

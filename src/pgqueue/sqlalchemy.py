@@ -32,6 +32,7 @@ import pgqueue
 import pgqueue.sync
 from pgqueue._extension import (
     check_jobs,
+    check_on_conflict,
     encode_payloads,
     enqueue_params,
     payload_encoder,
@@ -59,7 +60,8 @@ async def enqueue(
     max_attempts: int | None = None,
     priority: int = 0,
     unique_key: str | None = None,
-    on_conflict: Literal["return", "raise"] = "return",
+    on_conflict: Literal["return", "raise", "replace"] = "return",
+    debounce: float | timedelta | None = None,
     track: bool = False,
     json_encoder: Callable[[Any], Any] | None = None,
 ) -> int:
@@ -92,6 +94,7 @@ async def enqueue(
             priority=priority,
             unique_key=unique_key,
             on_conflict=on_conflict,
+            debounce=debounce,
             track=track,
             json_encoder=json_encoder,
         ),
@@ -105,6 +108,7 @@ async def enqueue(
         priority=priority,
         unique_key=unique_key,
         on_conflict=on_conflict,
+        debounce=debounce,
         track=track,
         connection=connection,
     )
@@ -115,7 +119,7 @@ async def enqueue_many(
     jobs: Iterable[pgqueue.NewJob | tuple[str, Any]],
     *,
     queue: str = "default",
-    on_conflict: Literal["return", "raise"] = "return",
+    on_conflict: Literal["return", "raise", "replace"] = "return",
     json_encoder: Callable[[Any], Any] | None = None,
 ) -> list[int]:
     """Enqueue many jobs in ``session``'s transaction, as `pgqueue.Queue.enqueue_many`; their ids.
@@ -127,7 +131,7 @@ async def enqueue_many(
     listed = list(jobs)
 
     def check() -> None:
-        payloads = check_jobs(listed, 5).payloads
+        payloads = check_jobs(listed, 5, None, check_on_conflict(on_conflict)).payloads
         encode_payloads(payloads, payload_encoder(json_encoder))
 
     connection = await _asyncpg_connection(session, check)
@@ -147,7 +151,8 @@ def enqueue_sync(
     max_attempts: int | None = None,
     priority: int = 0,
     unique_key: str | None = None,
-    on_conflict: Literal["return", "raise"] = "return",
+    on_conflict: Literal["return", "raise", "replace"] = "return",
+    debounce: float | timedelta | None = None,
     track: bool = False,
     json_encoder: Callable[[Any], Any] | None = None,
 ) -> int:
@@ -172,6 +177,7 @@ def enqueue_sync(
         priority=priority,
         unique_key=unique_key,
         on_conflict=on_conflict,
+        debounce=debounce,
         track=track,
     )
 
@@ -181,7 +187,7 @@ def enqueue_many_sync(
     jobs: Iterable[pgqueue.NewJob | tuple[str, Any]],
     *,
     queue: str = "default",
-    on_conflict: Literal["return", "raise"] = "return",
+    on_conflict: Literal["return", "raise", "replace"] = "return",
     json_encoder: Callable[[Any], Any] | None = None,
 ) -> list[int]:
     """`enqueue_many` for a ``Session`` or ``Connection`` of the psycopg dialect, without await.

@@ -88,11 +88,13 @@ def test_a_claimed_row_is_read_by_the_claim_columns() -> None:
         "claimed_at": 1_700_000_000_000_000,
         "trace_context": FIELDS["trace_context"],
         "checkpoint": '{"step": [3]}',
-        "parent_results": '{"3": {"rows": 2}, "4": null}',
+        "has_parents": True,
     }
     assert set(columns) == set(_sql.CLAIM_COLUMNS)
     row = tuple(columns[name] for name in _sql.CLAIM_COLUMNS)
-    claimed = jobs_from_rows([row])
+    # Read by the claimer, for the claimed jobs with parents alone (PARENT_RESULTS).
+    parents = {FIELDS["id"]: '{"3": {"rows": 2}, "4": null}'}
+    claimed = jobs_from_rows([row], parents)
     assert claimed.jobs == [Job(**FIELDS)]
     assert claimed.claimed_at == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
     # The claim returns them in that order.

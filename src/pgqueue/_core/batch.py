@@ -17,6 +17,7 @@ from pgqueue._core.checks import (
     check_max_attempts,
     check_name,
     check_priority,
+    check_replace,
     check_unique_key,
     check_when,
 )
@@ -41,11 +42,14 @@ def check_jobs(
     jobs: Iterable[NewJob | tuple[str, Any]],
     max_attempts: int,
     new_jobs: list[NewJob] | None = None,
+    on_conflict: str = "return",
 ) -> Batch:
     """The checked jobs of an enqueue_many call, ``max_attempts`` the default.
 
     Each job is appended to ``new_jobs``, if given, as a `NewJob` (for
-    enqueue hooks).
+    enqueue hooks). ``on_conflict`` is the call's, checked: with
+    ``"replace"`` every job with a key replaces its key's pending job
+    (as a job with ``debounce`` does in any call).
 
     Raises:
         TypeError, ValueError: as `Queue.enqueue`, naming the bad job's index.
@@ -61,7 +65,7 @@ def check_jobs(
             and pair[0] in checked_types
         ):
             # (job_type, payload) of a type already checked: nothing to check.
-            batch.add(pair[0], pair[1], max_attempts, None, None, 0, None, False, None)
+            batch.add(pair[0], pair[1], max_attempts, None, None, 0, None, False, False)
         else:
             try:
                 (
@@ -75,23 +79,39 @@ def check_jobs(
                     track,
                     after,
                     on_parent_failure,
+                    debounce,
                     group,
                 ) = _unpack(job)
                 if type(job_type) is not str or job_type not in checked_types:
                     checked_types.add(check_name("job type", job_type))
+                when, seconds = check_when(run_at, delay)
+                checked_key = check_unique_key(key)
+                replace, debounced = check_replace(
+                    checked_key,
+                    "raise" if on_conflict == "raise" else "return",
+                    debounce,
+                    run_at,
+                    delay,
+                )
+                replaces = checked_key is not None and (
+                    replace or on_conflict == "replace"
+                )
+                group_key = None if group is None else check_name("group", group)
+                if group_key is not None and (after or replaces):
+                    msg = "a job with a group cannot have parents (after=...), replace or debounce yet"
+                    raise ValueError(msg)
                 batch.add(
                     job_type,  # type: ignore[arg-type]
                     payload,
                     max_attempts if attempts is None else check_max_attempts(attempts),
-                    *check_when(run_at, delay),
+                    when,
+                    seconds if debounced is None else debounced,
                     check_priority(priority),
-                    check_unique_key(key),
+                    checked_key,
                     check_bool("track", track),
-                    None if group is None else check_name("group", group),
+                    replaces,
+                    group_key,
                 )
-                if after and group is not None:
-                    msg = "a job with a group cannot have parents (after=...) yet"
-                    raise ValueError(msg)
                 if after:
                     batch.depend(
                         index,
@@ -161,8 +181,16 @@ def insert_many(
         payloads,
         *batch.columns(),
         trace_context,
-        batch.group_column(),
     )
+    if batch.replacing:
+        args = (
+            *args,
+            _sql.seconds(batch.delays),
+            _sql.booleans(batch.replaces),
+            notify,
+        )
+        return _sql.ENQUEUE_MANY_REPLACE, args
+    args = (*args, batch.group_column())  # (a replacing batch has no groups)
     delayed = batch.delayed
     if delayed:
         args = (*args, _sql.seconds(batch.delays))
@@ -185,11 +213,35 @@ _MANY = {
 def _unpack(
     job: object,
 ) -> tuple[
-    object, Any, object, object, object, object, object, object, object, object, object
+    object,
+    Any,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
 ]:
-    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track, after, on_parent_failure, group) of a job for enqueue_many."""
+    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track, after, on_parent_failure, debounce, group) of a job for enqueue_many."""
     if isinstance(job, tuple) and len(job) == 2:
-        return job[0], job[1], None, None, None, 0, None, False, (), "cancel", None
+        return (
+            job[0],
+            job[1],
+            None,
+            None,
+            None,
+            0,
+            None,
+            False,
+            (),
+            "cancel",
+            None,
+            None,
+        )
     if isinstance(job, NewJob):
         return (
             job.job_type,
@@ -202,6 +254,7 @@ def _unpack(
             job.track,
             job.after,
             job.on_parent_failure,
+            job.debounce,
             job.group,
         )
     msg = f"expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
@@ -212,7 +265,7 @@ class Batch:
     """The checked jobs of one enqueue_many call, a list per column.
 
     Jobs of the call with the same type and unique key are merged into the
-    first; the columns of priority, tracking, keys and delays stay empty when no job
+    first (a replacing job's payload and options replace its); the columns of priority, tracking, keys and delays stay empty when no job
     uses them (the statement pads them with defaults).
     """
 
@@ -234,6 +287,10 @@ class Batch:
         self._special = False
         self.delayed = False
         """Whether a job has a delay (the batch then takes the _DELAYED statements)."""
+        self.replaces: list[bool] = []
+        """Whether each job replaces its key's pending job."""
+        self.replacing = False
+        """Whether a job replaces (the batch then takes ENQUEUE_MANY_REPLACE)."""
         self.parents: dict[int, tuple[tuple[int, ...], str]] | None = None
         """Each job with ``after``, by its row: its parents (ids, or negative
         numbers counting back to earlier rows) and on_parent_failure; None
@@ -257,15 +314,21 @@ class Batch:
         priority: int,
         key: str | None,
         track: bool,
-        group: str | None,
+        replace: bool,
+        group: str | None = None,
     ) -> None:
         if key is not None:
             row = self._row_of_key.get((job_type, key))
             if row is not None:
                 self._index_of.append(row)
+                if replace:
+                    self._replace(
+                        row, payload, max_attempts, run_at, delay, priority, track
+                    )
                 return
             self._row_of_key[job_type, key] = len(self.types)
             self.keyed = True
+            self.replacing = self.replacing or replace
         self._index_of.append(len(self.types))
         self.types.append(job_type)
         self.payloads.append(payload)
@@ -276,9 +339,36 @@ class Batch:
         self.priorities.append(priority)
         self.tracked.append(track)
         self._keys.append(key)
+        self.replaces.append(replace)
         self.groups.append(group)
         self.grouped = self.grouped or group is not None
         self._special = self._special or priority != 0 or track
+
+    def _replace(
+        self,
+        row: int,
+        payload: Any,
+        max_attempts: int,
+        run_at: datetime | None,
+        delay: float | None,
+        priority: int,
+        track: bool,
+    ) -> None:
+        """A later job of the call with row ``row``'s key replaces it (its tracking is kept)."""
+        self.payloads[row] = payload
+        self.attempts[row] = max_attempts
+        self.run_ats[row] = run_at
+        self.delays[row] = delay
+        self.delayed = self.delayed or delay is not None
+        self.priorities[row] = priority
+        self.tracked[row] = self.tracked[row] or track
+        self.replaces[row] = True
+        self.replacing = True
+        self._special = self._special or priority != 0 or track
+
+    def group_column(self) -> list[str | None]:
+        """group_key, as a parameter (empty when no job has a group)."""
+        return self.groups if self.grouped else []
 
     def columns(self) -> tuple[str, str, str, str, list[str | None]]:
         """max_attempts, run_at, priority, tracked and unique_key, as parameters."""
@@ -291,9 +381,24 @@ class Batch:
             self._keys if self.keyed else [],
         )
 
-    def group_column(self) -> list[str | None]:
-        """group_key, as a parameter (empty when no job has a group)."""
-        return self.groups if self.grouped else []
+    def replaced_ids(
+        self, rows: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[int], list[bool], bool]:
+        """From ENQUEUE_MANY_REPLACE's rows (one a row, in order): each input
+        job's id, whether each is a duplicate (its job existed and was kept
+        or replaced, or an earlier one of the call has its key), and whether
+        the queue has a job to claim now."""
+        seen: set[int] = set()
+        ids: list[int] = []
+        duplicates: list[bool] = []
+        for index in self._index_of:
+            ids.append(rows[index]["id"])
+            duplicates.append(
+                index in seen
+                or rows[index]["outcome"] in ("existed", "replaced", "replaced_next")
+            )
+            seen.add(index)
+        return ids, duplicates, any(row["wake"] for row in rows)
 
     def ids(
         self, rows: Sequence[Mapping[str, Any]]

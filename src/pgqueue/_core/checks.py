@@ -27,6 +27,7 @@ __all__ = [
     "check_origin",
     "check_priority",
     "check_queue_name",
+    "check_replace",
     "check_run_at",
     "check_unique_key",
     "check_when",
@@ -151,10 +152,43 @@ def check_bool(what: str, value: object) -> bool:
 
 def check_on_conflict(value: object) -> str:
     """Return ``value`` if it says what to do with a duplicate unique key."""
-    if value not in ("return", "raise"):
-        msg = f'on_conflict must be "return" or "raise", not {value!r}'
+    if value not in ("return", "raise", "replace"):
+        msg = f'on_conflict must be "return", "raise" or "replace", not {value!r:.80}'
         raise ValueError(msg)
     return str(value)
+
+
+def check_replace(
+    key: str | None,
+    on_conflict: str,
+    debounce: object,
+    run_at: object,
+    delay: object,
+) -> tuple[bool, float | None]:
+    """Whether a job with the checked ``key`` and ``on_conflict`` replaces its key's pending job, and its ``debounce`` as seconds.
+
+    ``debounce`` is ``on_conflict="replace"`` with that delay: it needs a
+    key, and takes neither ``run_at``, ``delay`` nor ``on_conflict="raise"``.
+    """
+    seconds = check_delay(debounce, "debounce")
+    if seconds is None:
+        if on_conflict == "replace" and key is None:
+            msg = 'on_conflict="replace" needs a unique_key: it replaces the pending job of that key'
+            raise ValueError(msg)
+        return on_conflict == "replace", None
+    if seconds == 0:
+        msg = "debounce must be more than 0 seconds (the wait after the last enqueue)"
+        raise ValueError(msg)
+    if key is None:
+        msg = "debounce needs a unique_key: enqueues of one key are debounced together"
+        raise ValueError(msg)
+    if run_at is not None or delay is not None:
+        msg = "give debounce or run_at/delay, not both: debounce is the delay after each enqueue"
+        raise ValueError(msg)
+    if on_conflict == "raise":
+        msg = 'debounce replaces the pending job of its key: it cannot be given with on_conflict="raise"'
+        raise ValueError(msg)
+    return True, seconds
 
 
 def check_origin(value: object) -> str:
@@ -244,7 +278,7 @@ MAX_DELAY = 10_000 * 365.25 * 86400
 """The longest ``delay``, in seconds: 10,000 years, far inside PostgreSQL's timestamps."""
 
 
-def check_delay(value: object) -> float | None:
+def check_delay(value: object, what: str = "delay") -> float | None:
     """Return ``value`` as seconds if it is ``None`` or a usable delay: seconds or a ``timedelta``."""
     if value is None:
         return None
@@ -254,7 +288,7 @@ def check_delay(value: object) -> float | None:
         shown = f"a timedelta of {seconds:g} seconds"
     elif isinstance(value, bool) or not isinstance(value, int | float):
         msg = (
-            "delay must be a number of seconds or a timedelta, "
+            f"{what} must be a number of seconds or a timedelta, "
             f"not {type(value).__name__}"
         )
         raise TypeError(msg)
@@ -264,12 +298,10 @@ def check_delay(value: object) -> float | None:
         except OverflowError:  # an int beyond any float
             seconds = math.inf
     if not math.isfinite(seconds) or seconds < 0:
-        msg = f"delay must be a finite, non-negative number of seconds or timedelta, got {shown}"
+        msg = f"{what} must be a finite, non-negative number of seconds or timedelta, got {shown}"
         raise ValueError(msg)
     if seconds > MAX_DELAY:
-        msg = (
-            f"delay must be at most 10,000 years ({MAX_DELAY:.0f} seconds), got {shown}"
-        )
+        msg = f"{what} must be at most 10,000 years ({MAX_DELAY:.0f} seconds), got {shown}"
         raise ValueError(msg)
     return seconds
 

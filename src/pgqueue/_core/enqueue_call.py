@@ -17,6 +17,7 @@ from pgqueue._core.checks import (
     check_on_conflict,
     check_priority,
     check_queue_name,
+    check_replace,
     check_unique_key,
     check_when,
 )
@@ -55,17 +56,26 @@ def enqueue_params(
     priority: object = 0,
     unique_key: object = None,
     on_conflict: object = "return",
+    debounce: object = None,
     track: object = False,
     json_encoder: Callable[[Any], Any] | None = None,
 ) -> dict[str, object]:
     """The parameters of `ENQUEUE_CALL`, checked as `Queue.enqueue` checks them.
 
-    ``json_encoder`` is `Queue`'s: ``json.dumps``'s ``default``.
+    ``json_encoder`` is `Queue`'s: ``json.dumps``'s ``default``. A
+    ``debounce`` is ``on_conflict='replace'`` with that ``delay``.
 
     Raises:
         TypeError, ValueError: as `Queue.enqueue` for the same arguments.
     """
     when, seconds = check_when(run_at, delay)
+    key = check_unique_key(unique_key)
+    conflict = check_on_conflict(on_conflict)
+    replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
+    if replace:
+        conflict = "replace"
+        if debounced is not None:
+            seconds = debounced
     return {
         "job_type": check_name("job type", job_type),
         "payload": encode_payload(payload, payload_encoder(json_encoder)),
@@ -74,7 +84,7 @@ def enqueue_params(
         "delay": seconds,
         "max_attempts": check_max_attempts(max_attempts),
         "priority": check_priority(priority),
-        "unique_key": check_unique_key(unique_key),
-        "on_conflict": check_on_conflict(on_conflict),
+        "unique_key": key,
+        "on_conflict": conflict,
         "track": check_bool("track", track),
     }

@@ -49,7 +49,9 @@ class EnqueueEvent:
             before the database answered.
         duplicates: after the call, for each job, whether its unique key gave
             it an existing job's id (or an earlier job's of the same call)
-            instead of a new row.
+            instead of a new row; a job that replaced an existing one
+            (``on_conflict="replace"``, ``debounce``) is one, a job queued
+            after a started one is not.
     """
 
     queue: str

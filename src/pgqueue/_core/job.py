@@ -318,6 +318,11 @@ class NewJob:
     job earlier in the same `Queue.enqueue_many` call, counted back from this
     one (``-1`` the job just before it, ``-2`` the one before that).
 
+    ``debounce``: as `Queue.enqueue`'s, the job replaces its key's pending
+    job and runs that many seconds after the last enqueue of the key. (A
+    whole call's keyed jobs replace with ``enqueue_many(...,
+    on_conflict="replace")``.)
+
     ``group``: the job's group, as `Queue.enqueue`'s (not with ``after``).
     """
 
@@ -332,4 +337,5 @@ class NewJob:
     track: bool = False
     after: Sequence[int] = ()
     on_parent_failure: Literal["cancel", "run"] = "cancel"
+    debounce: float | timedelta | None = None
     group: str | None = None

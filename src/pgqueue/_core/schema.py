@@ -11,6 +11,7 @@ from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
 
 __all__ = [
+    "REPLACE_MISSING",
     "SCHEMA_ERRORS",
     "Row",
     "check_schema",
@@ -26,6 +27,13 @@ SCHEMA_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.InvalidColumnReferenceError,
 )
 """What a statement meets when the schema lacks what it needs."""
+
+REPLACE_MISSING = (
+    'the function pgqueue_enqueue_replace is missing (on_conflict="replace" '
+    "and debounce need it): apply pgqueue.SCHEMA_UPGRADE in a migration "
+    "(or await pgqueue.install(pool))"
+)
+"""The `SchemaError` of a replacing enqueue on a schema from before it (a table the upgrade has not reached)."""
 
 
 class Row(Protocol):

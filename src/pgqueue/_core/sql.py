@@ -41,11 +41,13 @@ __all__ = [
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_DELAYED",
     "ENQUEUE_MANY_DELAYED_SILENT",
+    "ENQUEUE_MANY_REPLACE",
     "ENQUEUE_MANY_SILENT",
     "ENQUEUE_MANY_UNIQUE",
     "ENQUEUE_MANY_UNIQUE_DELAYED",
     "ENQUEUE_MANY_UNIQUE_DELAYED_SILENT",
     "ENQUEUE_MANY_UNIQUE_SILENT",
+    "ENQUEUE_REPLACE",
     "ENQUEUE_SILENT",
     "ENQUEUE_UNIQUE",
     "ENQUEUE_UNIQUE_SILENT",
@@ -67,6 +69,7 @@ __all__ = [
     "NOTIFY_JOBS",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
+    "PARENT_RESULTS",
     "PAUSE",
     "PAUSED",
     "PERIODIC_LIST",
@@ -208,6 +211,12 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
     ON pgqueue_jobs (job_type, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
+-- The next job of a key whose live job had started when a replacing
+-- enqueue came (see pgqueue_enqueue_replace): at most one per key, waiting
+-- for the live one.
+CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique_next
+    ON pgqueue_jobs (job_type, unique_key)
+    WHERE unique_key IS NOT NULL AND status = 'waiting';
 -- The operations' stats and listings of dead and cancelled jobs (pgqueue.Admin).
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
     ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
@@ -305,19 +314,30 @@ AS $pgqueue_parent_ended$
 DECLARE
     woken int;
 BEGIN
+    IF NEW.status NOT IN ('completed', 'dead', 'cancelled')
+       OR OLD.status IN ('completed', 'dead', 'cancelled') THEN
+        RETURN NULL;
+    END IF;
 {settle}    RETURN NULL;
 END
 $pgqueue_parent_ended$;
 
 DO $$
 BEGIN
+    -- The trigger's WHEN is as small as it can be: PostgreSQL prepares it for
+    -- every statement that updates the table (a claim, an outcome write),
+    -- and reads it for each row. An earlier form (reading OLD) is replaced.
+    IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass
+               AND tgname = 'pgqueue_parent_ended'
+               AND pg_get_triggerdef(oid) NOT ILIKE '%WHEN (new.has_children) EXECUTE%') THEN
+        DROP TRIGGER pgqueue_parent_ended ON pgqueue_jobs;
+    END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass
                    AND tgname = 'pgqueue_parent_ended') THEN
         CREATE TRIGGER pgqueue_parent_ended
             AFTER UPDATE OF status ON pgqueue_jobs
             FOR EACH ROW
-            WHEN (NEW.has_children AND NEW.status IN ('completed', 'dead', 'cancelled')
-                  AND OLD.status NOT IN ('completed', 'dead', 'cancelled'))
+            WHEN (NEW.has_children)
             EXECUTE FUNCTION pgqueue_parent_ended();
     END IF;
 END $$;
@@ -333,6 +353,112 @@ _ADDED_IN_V2 = _ADDED_IN_V2_TEXT.replace(
     + "\n",
 )
 
+
+# pgqueue_enqueue_replace(...): an enqueue with a unique key that replaces
+# (p_replace) the key's job that has not started: Queue.enqueue(...,
+# on_conflict="replace") and debounce, enqueue_many's calls with such jobs,
+# and pgqueue_enqueue(on_conflict => 'replace'). Without p_replace it is an
+# enqueue with on_conflict 'return'.
+#
+# The key's live job (pending or running) is taken and locked by the
+# INSERT's conflict, or the row is new. Every replacing enqueue of a key
+# holds that lock while it writes, so the statements after it (each sees
+# what committed before it started, in READ COMMITTED) see the last
+# replacing enqueue's writes:
+# - the key's next job (waiting for the live one) exists: it takes the new
+#   payload and options;
+# - the live job is pending and has never started an attempt (no attempt
+#   counted, never snoozed): it takes them;
+# - else (running, or pending again after an attempt) it is left alone and
+#   the new job is inserted waiting for it, as a child that runs whatever
+#   the live job's end (on_parent_failure 'run'): the dependencies' trigger
+#   makes it pending in the transaction of that end, by any writer (a Go
+#   worker's too). Until then no claim sees it.
+# A claim skips the locked live job (SKIP LOCKED) and takes it after the
+# replace commits; a claim that locked it first makes the replace wait, and
+# see it running.
+# outcome: 'inserted', 'existed' (without p_replace), 'replaced' (the live
+# job), 'replaced_next' (the next job) or 'queued_next' (a new next job).
+# wake: whether the queue's workers have something to claim now (a new
+# pending job, or a replaced one due now); with p_notify the function sends
+# that wakeup itself. Replaced jobs take the new job's queue.
+_ENQUEUE_REPLACE_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgqueue_enqueue_replace(
+    p_queue         text,
+    p_job_type      text,
+    p_payload       jsonb,
+    p_max_attempts  int,
+    p_run_at        timestamptz,
+    p_priority      int,
+    p_tracked       boolean,
+    p_trace_context text,
+    p_unique_key    text,
+    p_replace       boolean,
+    p_notify        boolean,
+    OUT job_id      bigint,
+    OUT outcome     text,
+    OUT wake        boolean
+)
+LANGUAGE plpgsql VOLATILE
+AS $pgqueue_enqueue_replace$
+DECLARE
+    live record;
+BEGIN
+    INSERT INTO pgqueue_jobs AS j (queue, job_type, payload, max_attempts, run_at, priority,
+                                   tracked, trace_context, unique_key)
+    VALUES (p_queue, p_job_type, p_payload, p_max_attempts, p_run_at, p_priority,
+            p_tracked, p_trace_context, p_unique_key)
+    ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+    DO UPDATE SET unique_key = EXCLUDED.unique_key
+    RETURNING j.id, j.status, j.attempts, j.snoozes, j.xmax <> 0 AS existed INTO live;
+
+    IF NOT live.existed THEN
+        job_id := live.id;
+        outcome := 'inserted';
+        wake := true;
+    ELSIF NOT p_replace THEN
+        job_id := live.id;
+        outcome := 'existed';
+        wake := false;
+    ELSE
+        UPDATE pgqueue_jobs AS j
+        SET queue = p_queue, payload = p_payload, max_attempts = p_max_attempts,
+            run_at = p_run_at, priority = p_priority, tracked = j.tracked OR p_tracked,
+            trace_context = p_trace_context, updated_at = now()
+        WHERE j.job_type = p_job_type AND j.unique_key = p_unique_key AND j.status = 'waiting'
+        RETURNING j.id INTO job_id;
+        IF FOUND THEN
+            outcome := 'replaced_next';
+            wake := false;
+        ELSIF live.status = 'pending' AND live.attempts = 0 AND live.snoozes = 0 THEN
+            UPDATE pgqueue_jobs AS j
+            SET queue = p_queue, payload = p_payload, max_attempts = p_max_attempts,
+                run_at = p_run_at, priority = p_priority, tracked = j.tracked OR p_tracked,
+                trace_context = p_trace_context, updated_at = now()
+            WHERE j.id = live.id;
+            job_id := live.id;
+            outcome := 'replaced';
+            wake := p_run_at <= now();
+        ELSE
+            INSERT INTO pgqueue_jobs AS j (queue, job_type, payload, max_attempts, run_at, priority,
+                                           tracked, trace_context, unique_key, status,
+                                           parents_left, on_parent_failure)
+            VALUES (p_queue, p_job_type, p_payload, p_max_attempts, p_run_at, p_priority,
+                    p_tracked, p_trace_context, p_unique_key, 'waiting', 1, 'run')
+            RETURNING j.id INTO job_id;
+            INSERT INTO pgqueue_dependencies (parent_id, child_id) VALUES (live.id, job_id);
+            UPDATE pgqueue_jobs AS j SET has_children = true
+            WHERE j.id = live.id AND NOT j.has_children;
+            outcome := 'queued_next';
+            wake := false;
+        END IF;
+    END IF;
+    IF wake AND p_notify THEN
+        PERFORM pg_notify('pgqueue_jobs', p_queue);
+    END IF;
+END
+$pgqueue_enqueue_replace$;
+"""
 
 # pgqueue_enqueue(...): an enqueue in SQL, in the caller's transaction, from
 # any driver, a trigger or psql; the same defaults, checks and row as
@@ -398,14 +524,30 @@ BEGIN
         RAISE EXCEPTION 'pgqueue_enqueue: unique_key must not be empty (NULL for none)'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF pgqueue_enqueue.on_conflict IS NULL OR pgqueue_enqueue.on_conflict NOT IN ('return', 'raise') THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: on_conflict must be ''return'' or ''raise'', got %',
+    IF pgqueue_enqueue.on_conflict IS NULL
+       OR pgqueue_enqueue.on_conflict NOT IN ('return', 'raise', 'replace') THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: on_conflict must be ''return'', ''raise'' or ''replace'', got %',
             coalesce(quote_literal(pgqueue_enqueue.on_conflict), 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.on_conflict = 'replace' AND pgqueue_enqueue.unique_key IS NULL THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: on_conflict ''replace'' needs a unique_key'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF pgqueue_enqueue.track IS NULL THEN
         RAISE EXCEPTION 'pgqueue_enqueue: track must be true or false, not NULL'
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    IF pgqueue_enqueue.on_conflict = 'replace' THEN
+        SELECT r.job_id INTO new_id
+        FROM pgqueue_enqueue_replace(
+            pgqueue_enqueue.queue, pgqueue_enqueue.job_type, pgqueue_enqueue.payload,
+            pgqueue_enqueue.max_attempts,
+            coalesce(pgqueue_enqueue.run_at, now() + pgqueue_enqueue.delay, now()),
+            pgqueue_enqueue.priority, pgqueue_enqueue.track, pgqueue_enqueue.trace_context,
+            pgqueue_enqueue.unique_key, true, true) AS r;
+        RETURN new_id;
     END IF;
 
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority,
@@ -443,7 +585,7 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     payload          JSONB       NOT NULL DEFAULT '{}'::jsonb,
     status           TEXT        NOT NULL DEFAULT 'pending'
         CONSTRAINT chk_pgqueue_jobs_status
-        CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled', 'waiting')),
+        CHECK (status = ANY ('{pending,running,completed,dead,cancelled,waiting}'::text[])),
     attempts         INT         NOT NULL DEFAULT 0,
     max_attempts     INT         NOT NULL DEFAULT 5,
     run_at           TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -475,6 +617,7 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
     ON pgqueue_jobs (updated_at) WHERE status = 'running';
 """
     + _ADDED_IN_V2
+    + _ENQUEUE_REPLACE_FUNCTION
     + _ENQUEUE_FUNCTION
 )
 """Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic``, ``pgqueue_limits`` and ``pgqueue_leases`` (apply it in a migration).
@@ -507,19 +650,21 @@ DECLARE
     old record;
 BEGIN
     -- The Go module's status check does not allow 'cancelled', nor
-    -- pgqueue's before dependencies 'waiting': replace it.
+    -- pgqueue's before dependencies 'waiting': replace it, and pgqueue's
+    -- written as an IN list (PostgreSQL prepares every check for each
+    -- statement that writes the table: a constant array costs less).
     FOR old IN
         SELECT conname FROM pg_constraint
         WHERE conrelid = 'pgqueue_jobs'::regclass AND contype = 'c'
           AND pg_get_constraintdef(oid) LIKE '%status%'
-          AND pg_get_constraintdef(oid) NOT LIKE '%waiting%'
+          AND pg_get_constraintdef(oid) NOT LIKE '%{pending,running,completed,dead,cancelled,waiting}%'
     LOOP
         EXECUTE format('ALTER TABLE pgqueue_jobs DROP CONSTRAINT %I', old.conname);
     END LOOP;
     IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass
                    AND conname = 'chk_pgqueue_jobs_status') THEN
         ALTER TABLE pgqueue_jobs ADD CONSTRAINT chk_pgqueue_jobs_status
-            CHECK (status IN ('pending', 'running', 'completed', 'dead', 'cancelled', 'waiting')) NOT VALID;
+            CHECK (status = ANY ('{pending,running,completed,dead,cancelled,waiting}'::text[])) NOT VALID;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass
                    AND conname = 'chk_pgqueue_jobs_priority') THEN
@@ -532,6 +677,7 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_status;
 ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
 """
     + _ADDED_IN_V2
+    + _ENQUEUE_REPLACE_FUNCTION
     + _ENQUEUE_FUNCTION
 )
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
@@ -551,6 +697,7 @@ whole script in one transaction holds the first lock until the end.
 
 SCHEMA_DOWN = """
 DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
+DROP FUNCTION IF EXISTS pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean);
 DROP TABLE IF EXISTS pgqueue_starts;
 DROP TABLE IF EXISTS pgqueue_paused;
 DROP TABLE IF EXISTS pgqueue_leases;
@@ -697,6 +844,42 @@ ENQUEUE_MANY_UNIQUE = _many_unique(_UNDELAYED_ROWS, notify=True)
 ENQUEUE_MANY_UNIQUE_DELAYED = _many_unique(_DELAYED_ROWS, notify=True)
 ENQUEUE_MANY_UNIQUE_SILENT = _many_unique(_UNDELAYED_ROWS, notify=False)
 ENQUEUE_MANY_UNIQUE_DELAYED_SILENT = _many_unique(_DELAYED_ROWS, notify=False)
+
+# An enqueue that replaces the pending job of its key ($9) or, if that job
+# has started, queues one to run after it (see pgqueue_enqueue_replace):
+# the job's id, what was done, and whether its queue has a job to claim now
+# (sent by the statement with $11, else by the caller after the commit).
+# $10: the delay, as in ENQUEUE_UNIQUE.
+ENQUEUE_REPLACE = f"""
+SELECT r.job_id AS id, r.outcome, r.wake
+FROM pgqueue_enqueue_replace($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")},
+                             $6, $7, $8, $9, true, $11::boolean) AS r
+"""
+
+# enqueue_many with jobs that replace ($11, per job) or a key's jobs of
+# both kinds: each job through pgqueue_enqueue_replace, in input order (the
+# columns as ENQUEUE_MANY's; $10 the delays, $12 whether to NOTIFY).
+ENQUEUE_MANY_REPLACE = """
+SELECT r.job_id AS id, r.outcome, r.wake
+FROM ROWS FROM (
+    unnest($2::text[]),
+    jsonb_array_elements($3::text::jsonb),
+    unnest($4::text::int[]),
+    unnest($5::text::timestamptz[]),
+    unnest($6::text::smallint[]),
+    unnest($7::text::boolean[]),
+    unnest($8::text[]),
+    unnest($10::text::float8[]),
+    unnest($11::text::boolean[])
+) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked,
+                       unique_key, delay, replace, ord)
+CROSS JOIN LATERAL pgqueue_enqueue_replace(
+    $1, t.job_type, t.payload, t.max_attempts,
+    COALESCE(t.run_at, now() + make_interval(secs => t.delay), now()),
+    COALESCE(t.priority, 0), COALESCE(t.tracked, false), $9::text, t.unique_key,
+    COALESCE(t.replace, false), $12::boolean) AS r
+ORDER BY t.ord
+"""
 
 # The wakeups `pgqueue._wake` sends after commits, one per queue of $1, in
 # one transaction: the channel and payload a Go worker listens for. A
@@ -949,7 +1132,7 @@ CLAIM_COLUMNS = (
     "claimed_at",
     "trace_context",
     "checkpoint",
-    "parent_results",
+    "has_parents",
 )
 """The columns a claim returns, in this order (`pgqueue._engine.claimer.jobs_from_rows` unpacks them)."""
 
@@ -962,14 +1145,12 @@ _CLAIM_EXPRESSIONS = {
         f"CASE WHEN ({_REPRESENTABLE.format('run_at')}) AND ({_REPRESENTABLE.format('created_at')}) THEN NULL\n"
         "         ELSE format('run_at %s, created_at %s', run_at, created_at) END"
     ),
-    "claimed_at": "(extract(epoch FROM now()) * 1000000)::int8",
+    # Once per claim (an InitPlan), not per row: numeric arithmetic is dear.
+    "claimed_at": "(SELECT (extract(epoch FROM now()) * 1000000)::int8)",
     "checkpoint": "checkpoint::text",
-    # Only a job with parents looks them up (CASE evaluates the subquery
-    # for it alone): {parent id: result}, as JSON text.
-    "parent_results": """CASE WHEN parents_left IS NOT NULL THEN (
-        SELECT jsonb_object_agg(d.parent_id::text, p.result)::text
-        FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS p ON p.id = d.parent_id
-        WHERE d.child_id = pgqueue_jobs.id) END""",
+    # A job enqueued after others: the claimer reads their results with
+    # PARENT_RESULTS (a subquery here would be set up by every claim).
+    "has_parents": "parents_left IS NOT NULL",
 }
 _CLAIM_RETURNING = ",\n    ".join(
     f"{_CLAIM_EXPRESSIONS[name]} AS {name}" if name in _CLAIM_EXPRESSIONS else name
@@ -1181,6 +1362,15 @@ PAUSED = """
 SELECT queue, paused_at FROM pgqueue_paused
 WHERE ($1::text IS NULL OR queue = $1)
 ORDER BY queue
+"""
+
+# The results of the parents of the claimed jobs $1 that have parents
+# (`Job.parent_results`): per child, {parent id: result} as JSON text.
+PARENT_RESULTS = """
+SELECT d.child_id, jsonb_object_agg(d.parent_id::text, p.result)::text
+FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS p ON p.id = d.parent_id
+WHERE d.child_id = ANY($1::text::bigint[])
+GROUP BY d.child_id
 """
 
 # Make sure limited queue $1 has its row (a worker with a global_limit of

@@ -20,7 +20,7 @@ from pgqueue._engine.lease import take
 from pgqueue._engine.runner import job_fields, job_label
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     import asyncpg
 
@@ -204,7 +204,7 @@ class Claimer:
             limit, bounds = decision
             settled_before = claims.settled_count
             try:
-                rows = await self._claim(limit, bounds)
+                rows, parents = await self._claim(limit, bounds)
             except SCHEMA_ERRORS as exc:
                 # Says what is missing.
                 raise await schema_failure(
@@ -218,7 +218,7 @@ class Claimer:
                 await anyio.sleep(wait)
                 continue
             failures.succeeded()
-            claimed = jobs_from_rows(rows)
+            claimed = jobs_from_rows(rows, parents)
             for outcome in claimed.dead:
                 self._logger.error(
                     "%s dead: %s",
@@ -248,8 +248,10 @@ class Claimer:
     def _retry_cap(self) -> float:
         return min(self._policy.poll_interval, MAX_RETRY_WAIT)
 
-    async def _claim(self, limit: int, bounds: Bounds) -> list[asyncpg.Record]:
-        """Claim up to ``limit`` jobs."""
+    async def _claim(
+        self, limit: int, bounds: Bounds
+    ) -> tuple[list[asyncpg.Record], dict[int, str]]:
+        """Claim up to ``limit`` jobs; the results of their parents, for those with parents."""
         run_ats, ids = _sql.claim_places(bounds)
         budget, lease = self._budget, self._lease
         if budget is not None:
@@ -272,6 +274,7 @@ class Claimer:
                     rows = await self._connection.fetch(
                         _sql.CLAIM_TYPES, self._queue, limit, run_ats, ids, self._types
                     )
+                parents = await self._parent_results(rows)
         finally:
             # Given back before the jobs go to the ledger, with no await in
             # between: the slots are never counted twice, nor left uncounted.
@@ -279,7 +282,15 @@ class Claimer:
                 budget.reserved -= limit
             if lease is not None:
                 lease.claiming = 0
-        return rows
+        return rows, parents
+
+    async def _parent_results(self, rows: list[asyncpg.Record]) -> dict[int, str]:
+        """Each claimed job with parents: its ``{parent id: result}`` as JSON text."""
+        children = [row[0] for row in rows if row[_HAS_PARENTS]]
+        if not children:
+            return {}
+        found = await self._connection.fetch(_sql.PARENT_RESULTS, _sql.array(children))
+        return {row[0]: row[1] for row in found}
 
     async def _claim_in_turn(
         self, connection: asyncpg.Connection[Any], limit: int, bounds: Bounds
@@ -382,8 +393,11 @@ class Claimed(NamedTuple):
     """When the claim ran, on the database clock (None if it took nothing)."""
 
 
-def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
-    """Read the rows a claim returned.
+def jobs_from_rows(
+    rows: Sequence[asyncpg.Record | tuple[Any, ...]],
+    parents: Mapping[int, str] | None = None,
+) -> Claimed:
+    """Read the rows a claim returned (and ``parents``: `_sql.PARENT_RESULTS`'s rows, by child).
 
     A job whose payload Python cannot decode (a 5000-digit number, nesting
     past the recursion limit) or whose times it cannot represent (a BC date)
@@ -414,7 +428,7 @@ def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
         _claimed_at,
         trace_context,
         checkpoint_text,
-        parents_text,
+        has_parents,
     ) in rows:
         error = None
         try:
@@ -429,6 +443,7 @@ def jobs_from_rows(rows: Sequence[asyncpg.Record | tuple[Any, ...]]) -> Claimed:
             except (ValueError, RecursionError) as exc:
                 error = f"checkpoint could not be decoded: {describe(exc)}"[:1000]
         parent_results = NO_PARENTS
+        parents_text = parents.get(job_id) if has_parents and parents else None
         if parents_text is not None:
             try:
                 parent_results = {
@@ -495,6 +510,7 @@ _UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
+_HAS_PARENTS = _sql.CLAIM_COLUMNS.index("has_parents")
 
 _PLACE = operator.attrgetter("run_at", "id")
 

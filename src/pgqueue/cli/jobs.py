@@ -517,6 +517,24 @@ def _add_enqueue(commands: Commands) -> None:
         help="while a job of this type and key is pending or running, print its id instead",
     )
     parser.add_argument(
+        "--replace",
+        action="store_true",
+        help=(
+            "with --unique-key: give the key's pending job this payload and these "
+            "options (or, if it has started, run this job after it); print the "
+            "id of the job that runs with this payload"
+        ),
+    )
+    parser.add_argument(
+        "--debounce",
+        type=delay,
+        metavar="DURATION",
+        help=(
+            "with --unique-key: run once, this long after the last enqueue of "
+            "the key, with the last payload (--replace with --in)"
+        ),
+    )
+    parser.add_argument(
         "--max-attempts", type=int, default=5, help="attempts before it is dead (5)"
     )
     _json_flag(parser)
@@ -556,6 +574,8 @@ async def enqueue(args: argparse.Namespace) -> int:
                 delay=args.delay,
                 priority=args.priority,
                 unique_key=args.unique_key,
+                on_conflict="replace" if args.replace else "return",
+                debounce=args.debounce,
             )
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from exc

@@ -14,6 +14,7 @@ from pgqueue._extension import (
     check_on_conflict,
     check_priority,
     check_queue_name,
+    check_replace,
     check_unique_key,
     check_when,
     encode_payload,
@@ -90,7 +91,8 @@ class Queue:
         max_attempts: int | None = None,
         priority: int = 0,
         unique_key: str | None = None,
-        on_conflict: Literal["return", "raise"] = "return",
+        on_conflict: Literal["return", "raise", "replace"] = "return",
+        debounce: float | timedelta | None = None,
         track: bool = False,
         group: str | None = None,
     ) -> int:
@@ -100,6 +102,9 @@ class Queue:
         any SQL runs. A duplicate ``unique_key`` returns the pending or
         running job's id (no wakeup), or with ``on_conflict="raise"`` raises
         `pgqueue.DuplicateJobError`; either way the transaction stays usable.
+        ``on_conflict="replace"`` and ``debounce`` replace the key's pending
+        job, or queue the job after a started one, and return the id of the
+        job that runs with this payload.
 
         Raises:
             DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
@@ -122,6 +127,18 @@ class Queue:
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
         group_key = None if group is None else check_name("group", group)
+        replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
+        if replace:
+            if group_key is not None:
+                msg = "a job with a group cannot replace or debounce (on_conflict='replace', debounce=) yet"
+                raise ValueError(msg)
+            return int(
+                fetch_one(
+                    self._connection,
+                    sql.ENQUEUE_REPLACE,
+                    (*args, key, seconds if debounced is None else debounced, True),
+                )[0]
+            )
         if key is None:
             job_id: int = fetch_one(
                 self._connection, sql.ENQUEUE, (*args, seconds, group_key)
@@ -138,7 +155,7 @@ class Queue:
         self,
         jobs: Iterable[NewJob | tuple[str, Any]],
         *,
-        on_conflict: Literal["return", "raise"] = "return",
+        on_conflict: Literal["return", "raise", "replace"] = "return",
     ) -> list[int]:
         """Insert many jobs in one statement with a single wakeup; their ids, in input order.
 
@@ -154,7 +171,7 @@ class Queue:
             TypeError, ValueError: as `enqueue`, naming the bad job's index.
         """
         conflict = check_on_conflict(on_conflict)
-        batch = check_jobs(jobs, self._max_attempts)
+        batch = check_jobs(jobs, self._max_attempts, None, conflict)
         if batch.parents is not None:
             msg = (
                 "pgqueue.sync does not enqueue jobs with parents (after=...):"
@@ -168,7 +185,10 @@ class Queue:
         if not batch.keyed:
             joined: str = fetch_one(self._connection, statement, args)[0]
             return [int(job_id) for job_id in joined.split(",")]
-        ids, duplicate, _ = batch.ids(fetch_dicts(self._connection, statement, args))
+        found = fetch_dicts(self._connection, statement, args)
+        if batch.replacing:
+            return batch.replaced_ids(found)[0]
+        ids, duplicate, _ = batch.ids(found)
         if duplicate is not None and conflict == "raise":
             raise DuplicateJobError(*duplicate)
         return ids

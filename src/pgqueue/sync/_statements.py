@@ -11,7 +11,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
 from pgqueue import SchemaError
-from pgqueue._extension import schema_error, sql
+from pgqueue._extension import REPLACE_MISSING, schema_error, sql
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -75,6 +75,10 @@ def _execute(
         cursor.execute(_psycopg_text(statement), dict(zip(_NAMES, args, strict=False)))
     except _SCHEMA_ERRORS as exc:
         raise _schema_failure(cursor.connection, str(exc)) from exc
+    except psycopg.errors.UndefinedFunction as exc:
+        info = cursor.connection.info
+        where = f"{info.user}@{info.host}:{info.port}/{info.dbname}"
+        raise SchemaError(REPLACE_MISSING, where=where) from exc
 
 
 def _schema_failure(connection: psycopg.Connection[Any], message: str) -> SchemaError:
