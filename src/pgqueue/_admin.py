@@ -27,6 +27,7 @@ from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.schema import SCHEMA_ERRORS, Row, missing_pieces, schema_failure
+from pgqueue._queue import cancel_routed, is_distributed, retry_routed
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -839,6 +840,8 @@ class Admin:
 
     async def _retry(self, ids: list[int], attempts: int | None) -> dict[int, str]:
         """One RETRY statement; in a savepoint on a connection, so a conflict can be retried."""
+        if await is_distributed(self._executor):
+            return await retry_routed(self._executor, ids, attempts)
         if isinstance(self._executor, asyncpg.Pool):
             rows = await self._executor.fetch(_sql.RETRY, _sql.array(ids), attempts)
         else:
@@ -923,8 +926,11 @@ class Admin:
         if not ids:
             return {}
         async with self._schema_checked():
-            rows = await self._executor.fetch(_sql.CANCEL, _sql.array(ids))
-        done: dict[int, str] = {row["id"]: row["result"] for row in rows}
+            if await is_distributed(self._executor):
+                done = await cancel_routed(self._executor, ids)
+            else:
+                rows = await self._executor.fetch(_sql.CANCEL, _sql.array(ids))
+                done = {row["id"]: row["result"] for row in rows}
         self._logger.debug("cancel", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
 

@@ -51,7 +51,16 @@ if TYPE_CHECKING:
 
     from asyncpg.pool import PoolConnectionProxy
 
-__all__ = ["Connection", "Executor", "Queue", "install", "uninstall"]
+__all__ = [
+    "Connection",
+    "Executor",
+    "Queue",
+    "cancel_routed",
+    "install",
+    "is_distributed",
+    "retry_routed",
+    "uninstall",
+]
 
 Connection: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
 """An asyncpg connection, or one acquired from a pool."""
@@ -90,6 +99,58 @@ async def is_distributed(executor: Executor) -> bool | None:
     if where is not None and found is not None:
         _DISTRIBUTED[where] = found
     return found
+
+
+async def _by_queue(executor: Executor, ids: list[int]) -> dict[str, list[int]]:
+    """The jobs ``ids`` that have a row, by queue (one read of every shard)."""
+    by_queue: dict[str, list[int]] = {}
+    for row in await executor.fetch(_sql.QUEUES_OF, _sql.array(ids)):
+        by_queue.setdefault(row["queue"], []).append(row["id"])
+    return by_queue
+
+
+async def cancel_routed(executor: Executor, ids: list[int]) -> dict[int, str]:
+    """`Queue.cancel` on Citus: the ids' queues looked up, then one statement per queue, on its shard.
+
+    The NOTIFYs (control requests, tracked outcomes) go from the
+    coordinator. Each queue's statement commits by itself unless
+    ``executor`` is a connection in a transaction.
+    """
+    done = dict.fromkeys(ids, "not_found")
+    channels: list[str] = []
+    payloads: list[str] = []
+    for queue, queued in (await _by_queue(executor, ids)).items():
+        for row in await executor.fetch(
+            _sql.DISTRIBUTED_CANCEL, _sql.array(queued), queue
+        ):
+            done[row["id"]] = row["result"]
+            if row["channel"] is not None:
+                channels.append(row["channel"])
+                payloads.append(str(row["id"]))
+    if channels:
+        await executor.execute(_sql.DISTRIBUTED_NOTIFY, channels, payloads)
+    return done
+
+
+async def retry_routed(
+    executor: Executor, ids: list[int], attempts: int | None
+) -> dict[int, str]:
+    """`pgqueue.Admin.retry` on Citus: as `cancel_routed`, waking each queue with a job retried."""
+    done = dict.fromkeys(ids, "not_found")
+    woken: list[str] = []
+    for queue, queued in (await _by_queue(executor, ids)).items():
+        rows = await executor.fetch(
+            _sql.DISTRIBUTED_RETRY, _sql.array(queued), attempts, queue
+        )
+        for row in rows:
+            done[row["id"]] = row["result"]
+        if any(row["result"] == "retried" for row in rows):
+            woken.append(queue)
+    if woken:
+        await executor.execute(
+            _sql.DISTRIBUTED_NOTIFY, [_sql.JOBS_CHANNEL] * len(woken), woken
+        )
+    return done
 
 
 async def install(executor: Executor, *, distributed: bool = False) -> None:
@@ -712,8 +773,14 @@ class Queue:
         if not ids:
             return {}
         executor: Executor = connection if connection is not None else self._pool
-        rows = await executor.fetch(_sql.CANCEL, _sql.array(ids))
-        done: dict[int, str] = {row["id"]: row["result"] for row in rows}
+        distributed = self._distributed
+        if distributed is None:
+            distributed = await self._routed()
+        if distributed:
+            done = await cancel_routed(executor, ids)
+        else:
+            rows = await executor.fetch(_sql.CANCEL, _sql.array(ids))
+            done = {row["id"]: row["result"] for row in rows}
         self._logger.debug("cancel", extra={"results": done, "queue": self._name})
         return {job_id: done[job_id] for job_id in ids}
 

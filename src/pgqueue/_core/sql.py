@@ -36,6 +36,7 @@ __all__ = [
     "DEPEND",
     "DEPENDENCIES",
     "DISTRIBUTED_ANNOUNCE",
+    "DISTRIBUTED_CANCEL",
     "DISTRIBUTED_CHECK",
     "DISTRIBUTED_CLAIM",
     "DISTRIBUTED_CLAIM_TYPES",
@@ -43,9 +44,11 @@ __all__ = [
     "DISTRIBUTED_FINISH",
     "DISTRIBUTED_MANY_UNIQUE",
     "DISTRIBUTED_MANY_UNIQUE_DELAYED",
+    "DISTRIBUTED_NOTIFY",
     "DISTRIBUTED_PRUNE",
     "DISTRIBUTED_PRUNE_BATCH",
     "DISTRIBUTED_RESCUE",
+    "DISTRIBUTED_RETRY",
     "DISTRIBUTED_TOUCH",
     "DISTRIBUTED_UNIQUE_SILENT",
     "ENQUEUE",
@@ -2141,3 +2144,81 @@ DISTRIBUTED_MANY_UNIQUE_DELAYED = _DISTRIBUTED_MANY_UNIQUE.format(rows=_DELAYED_
 
 # Which queue each of the jobs $1 is in (for the calls that give only ids).
 QUEUES_OF = "SELECT id, queue FROM pgqueue_jobs WHERE id = ANY($1::text::bigint[])"
+
+# Cancel the jobs $1 of queue $2 (CANCEL on Citus; the ids' queues are
+# looked up first with QUEUES_OF). The control and outcome NOTIFYs are
+# sent by DISTRIBUTED_NOTIFY, from the coordinator.
+DISTRIBUTED_CANCEL = """
+WITH wanted AS (
+    SELECT DISTINCT unnest($1::text::bigint[]) AS id
+), found AS MATERIALIZED (
+    SELECT id, status, now() AS now FROM pgqueue_jobs
+    WHERE queue = $2 AND id IN (SELECT id FROM wanted) FOR UPDATE
+), changed AS (
+    UPDATE pgqueue_jobs AS j
+    SET status           = CASE WHEN f.status IN ('pending', 'waiting') THEN 'cancelled' ELSE j.status END,
+        cancel_requested = j.cancel_requested OR f.status = 'running',
+        last_error       = CASE WHEN f.status IN ('pending', 'waiting') THEN 'cancelled by request' ELSE j.last_error END,
+        updated_at       = CASE WHEN f.status IN ('pending', 'waiting') THEN f.now ELSE j.updated_at END
+    FROM found AS f
+    WHERE j.queue = $2 AND j.id = f.id AND f.status IN ('pending', 'waiting', 'running')
+    RETURNING j.id, CASE WHEN f.status = 'waiting' THEN 'pending' ELSE f.status END AS was, j.tracked
+)
+SELECT w.id,
+       CASE WHEN c.was = 'pending' THEN 'cancelled'
+            WHEN c.was = 'running' THEN 'requested'
+            WHEN f.id IS NOT NULL THEN 'finished'
+            ELSE 'not_found' END AS result,
+       CASE WHEN c.was = 'running' THEN 'pgqueue_control'
+            WHEN c.was = 'pending' AND c.tracked THEN 'pgqueue_outcomes' END AS channel
+FROM wanted AS w LEFT JOIN found AS f ON f.id = w.id LEFT JOIN changed AS c ON c.id = w.id
+"""
+
+# Retry the jobs $1 of queue $3 (RETRY on Citus; $2 as RETRY's). A unique
+# key is unique per queue there. The wakeup is DISTRIBUTED_NOTIFY's.
+DISTRIBUTED_RETRY = """
+WITH wanted AS (
+    SELECT DISTINCT unnest($1::text::bigint[]) AS id
+), found AS MATERIALIZED (
+    SELECT id, queue, job_type, status, unique_key
+    FROM pgqueue_jobs WHERE queue = $3 AND id IN (SELECT id FROM wanted)
+    FOR UPDATE
+), eligible AS (
+    SELECT f.id,
+           f.unique_key IS NULL OR (
+               row_number() OVER (PARTITION BY f.job_type, f.unique_key ORDER BY f.id DESC) = 1
+               AND NOT EXISTS (
+                   SELECT 1 FROM pgqueue_jobs AS live
+                   WHERE live.queue = $3 AND live.job_type = f.job_type AND live.unique_key = f.unique_key
+                     AND live.unique_key IS NOT NULL AND live.status IN ('pending', 'running')
+               )
+           ) AS free
+    FROM found AS f
+    WHERE f.status IN ('dead', 'cancelled')
+), retried AS (
+    UPDATE pgqueue_jobs AS j
+    SET status           = 'pending',
+        run_at           = now(),
+        updated_at       = now(),
+        max_attempts     = least(2147483647,
+                                 j.attempts::int8 + coalesce($2::int8, j.max_attempts::int8))::int,
+        cancel_requested = false
+    FROM eligible AS e
+    WHERE j.queue = $3 AND j.id = e.id AND e.free
+    RETURNING j.id
+)
+SELECT w.id,
+       CASE WHEN r.id IS NOT NULL THEN 'retried'
+            WHEN e.id IS NOT NULL THEN 'duplicate'
+            WHEN f.id IS NOT NULL THEN 'not_retryable'
+            ELSE 'not_found' END AS result
+FROM wanted AS w
+LEFT JOIN found AS f ON f.id = w.id
+LEFT JOIN eligible AS e ON e.id = w.id
+LEFT JOIN retried AS r ON r.id = w.id
+"""
+
+# NOTIFYs on the coordinator: channel $1[i], payload $2[i].
+DISTRIBUTED_NOTIFY = (
+    "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)"
+)
