@@ -338,12 +338,14 @@ async def test_a_tracker_hears_outcomes(pool: asyncpg.Pool) -> None:
     async def handle(job: pgqueue.Job) -> dict[str, int]:
         return {"got": job.payload["x"]}
 
-    async with pgqueue.Tracker(pool, poll_interval=3600) as tracker:
-        async with anyio.create_task_group() as tg:
-            await tg.start(worker.run)
-            with anyio.fail_after(20):
-                outcome = await tracker.wait(done)
-            await worker.stop()
+    async with (
+        pgqueue.Tracker(pool, poll_interval=3600) as tracker,
+        anyio.create_task_group() as tg,
+    ):
+        await tg.start(worker.run)
+        with anyio.fail_after(20):
+            outcome = await tracker.wait(done)
+        await worker.stop()
     assert outcome.status == "completed"
     assert outcome.result == {"got": 1}
 
