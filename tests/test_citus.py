@@ -398,3 +398,75 @@ async def test_the_cli_prints_applies_and_reads(
     retried = await cli(dsn, "retry", str(job_id), "--json")
     assert retried.code == EXIT_OK, retried
     assert retried.json() == [{"id": job_id, "result": "retried"}]
+
+
+async def test_a_periodic_job_is_enqueued_once_per_tick_by_two_workers(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    ran: list[int] = []
+    enough = anyio.Event()
+    workers = [pgqueue.Worker(pool, queue=name) for _ in range(2)]
+    for worker in workers:
+        worker.periodic(f"every-second-{name}", every=1.0, job_type="tick")
+
+        @worker.handler("tick")
+        async def handle(job: pgqueue.Job) -> None:
+            ran.append(job.id)
+            if len(ran) >= 2:
+                enough.set()
+
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            await tg.start(worker.run)
+        with anyio.fail_after(30):
+            await enough.wait()
+        for worker in workers:
+            await worker.stop()
+    assert len(ran) == len(set(ran))
+    keys = [r["unique_key"] for r in await rows(pool, name) if r["job_type"] == "tick"]
+    assert len(keys) == len(set(keys))  # one job per tick
+    schedules = await pgqueue.Admin(pool).schedules()
+    assert any(s.name == f"every-second-{name}" for s in schedules)
+    assert await pgqueue.Admin(pool).remove_schedule(f"every-second-{name}")
+
+
+async def test_a_fleet_wide_limit_holds_across_workers(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    await queue.enqueue_many([("t", {}) for _ in range(12)])
+    running = 0
+    most = 0
+    done = 0
+    finished = anyio.Event()
+    workers = [
+        pgqueue.Worker(pool, queue=name, concurrency=4, global_limit=2)
+        for _ in range(2)
+    ]
+    for worker in workers:
+
+        @worker.handler("t")
+        async def handle(job: pgqueue.Job) -> None:
+            nonlocal running, most, done
+            running += 1
+            most = max(most, running)
+            await anyio.sleep(0.05)
+            running -= 1
+            done += 1
+            if done == 12:
+                finished.set()
+
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            await tg.start(worker.run)
+        with anyio.fail_after(60):
+            await finished.wait()
+        for worker in workers:
+            await worker.stop()
+    assert most <= 2
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM pgqueue_leases WHERE queue = $1", name
+        )
+        == 0
+    )

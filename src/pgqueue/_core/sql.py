@@ -42,13 +42,23 @@ __all__ = [
     "DISTRIBUTED_CLAIM_TYPES",
     "DISTRIBUTED_COMPLETE",
     "DISTRIBUTED_FINISH",
+    "DISTRIBUTED_LEASE_EXPIRE",
+    "DISTRIBUTED_LEASE_GRANT",
+    "DISTRIBUTED_LEASE_WRITE",
     "DISTRIBUTED_MANY_UNIQUE",
     "DISTRIBUTED_MANY_UNIQUE_DELAYED",
     "DISTRIBUTED_NOTIFY",
+    "DISTRIBUTED_PERIODIC_REGISTER",
     "DISTRIBUTED_PRUNE",
     "DISTRIBUTED_PRUNE_BATCH",
+    "DISTRIBUTED_RELEASE_LEASE",
     "DISTRIBUTED_RESCUE",
     "DISTRIBUTED_RETRY",
+    "DISTRIBUTED_TICK_ADVANCE",
+    "DISTRIBUTED_TICK_JOB",
+    "DISTRIBUTED_TICK_LIVE",
+    "DISTRIBUTED_TICK_NEW",
+    "DISTRIBUTED_TICK_SEEN",
     "DISTRIBUTED_TOUCH",
     "DISTRIBUTED_UNIQUE_SILENT",
     "ENQUEUE",
@@ -2222,3 +2232,73 @@ LEFT JOIN retried AS r ON r.id = w.id
 DISTRIBUTED_NOTIFY = (
     "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)"
 )
+
+# A lease on Citus (LEASE in steps, in the transaction that holds
+# LOCK_LIMIT, each on the queue's shard): expired leases of others go ($1
+# queue, $2 worker); then what worker $2 is granted (as LEASE: its limit
+# $3, wanted $4); then its lease is written ($3 the slots recorded, $4
+# wanted, $5 seconds).
+DISTRIBUTED_LEASE_EXPIRE = """
+DELETE FROM pgqueue_leases WHERE queue = $1 AND worker <> $2 AND expires_at < now()
+"""
+DISTRIBUTED_LEASE_GRANT = """
+SELECT LEAST($4::int, GREATEST($3::int - o.held, 0),
+             ceil($3::int / (o.wanting + 1)::numeric)::int) AS slots
+FROM (
+    SELECT coalesce(sum(slots), 0)::int AS held, count(*) FILTER (WHERE wanted > 0)::int AS wanting
+    FROM pgqueue_leases
+    WHERE queue = $1 AND worker <> $2 AND expires_at >= now()
+) AS o
+"""
+DISTRIBUTED_LEASE_WRITE = """
+INSERT INTO pgqueue_leases AS l (queue, worker, slots, wanted, expires_at)
+VALUES ($1, $2, $3::int, $4::int, now() + make_interval(secs => $5::float8))
+ON CONFLICT (queue, worker) DO UPDATE
+SET slots = EXCLUDED.slots, wanted = EXCLUDED.wanted, expires_at = EXCLUDED.expires_at
+"""
+# A worker ($2) gives its lease of queue $1 back as it stops.
+DISTRIBUTED_RELEASE_LEASE = (
+    "DELETE FROM pgqueue_leases WHERE queue = $1 AND worker = $2"
+)
+
+# PERIODIC_REGISTER on Citus (no now() in ON CONFLICT DO UPDATE).
+DISTRIBUTED_PERIODIC_REGISTER = _routed(
+    PERIODIC_REGISTER,
+    "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = now()",
+    "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = EXCLUDED.updated_at",
+)
+# PERIODIC_TICK on Citus, in steps in one transaction (pgqueue_periodic is a
+# reference table, the job lives on its queue's shard): the schedule's row
+# $1, locked (none: it is made, as PERIODIC_REGISTER with last_tick $6 and
+# last_job_key $9, or another scheduler made it first); whether the last
+# job ($3, of type $2 on queue $1) is still pending or running; the row
+# advanced to tick $2 (next $3) with last_job_key $4 (NULL keeps it); the
+# job inserted (as the tick's: queue $1, type $2, payload $3, attempts
+# $4, key $5) unless one with its key is live.
+DISTRIBUTED_TICK_SEEN = """
+SELECT last_tick, created_at, last_job_key FROM pgqueue_periodic WHERE name = $1 FOR UPDATE
+"""
+DISTRIBUTED_TICK_NEW = """
+INSERT INTO pgqueue_periodic
+    (name, schedule, timezone, queue, job_type, last_tick, next_tick, last_job_key, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $8, now())
+ON CONFLICT (name) DO NOTHING
+RETURNING true
+"""
+DISTRIBUTED_TICK_LIVE = """
+SELECT EXISTS (SELECT FROM pgqueue_jobs
+               WHERE queue = $1 AND job_type = $2 AND unique_key = $3
+                 AND status IN ('pending', 'running'))
+"""
+DISTRIBUTED_TICK_ADVANCE = """
+UPDATE pgqueue_periodic
+SET last_tick = $2, next_tick = $3, last_job_key = coalesce($4, last_job_key), updated_at = now()
+WHERE name = $1
+"""
+DISTRIBUTED_TICK_JOB = """
+INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, unique_key)
+VALUES ($1, $2, $3::text::jsonb, $4, $5)
+ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+DO NOTHING
+RETURNING id
+"""

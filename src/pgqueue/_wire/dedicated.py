@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -28,6 +28,8 @@ __all__ = [
     "Mode",
     "worker_connections",
 ]
+
+T = TypeVar("T")
 
 CLOSE_TIMEOUT = 2.0
 """Seconds a polite close may take before the connection is dropped."""
@@ -130,6 +132,18 @@ class DedicatedConnection:
 
         results: list[list[asyncpg.Record]] = await self._run_with(run)
         return results
+
+    async def run_in_transaction(
+        self, work: Callable[[asyncpg.Connection[Any]], Awaitable[T]]
+    ) -> T:
+        """Run ``work`` with the connection, in one transaction (the steps of a statement Citus refuses whole)."""
+
+        async def run(connection: asyncpg.Connection[Any]) -> T:
+            async with connection.transaction():
+                return await work(connection)
+
+        result: T = await self._run_with(run)
+        return result
 
     async def _run(self, method: str, query: str, args: tuple[object, ...]) -> Any:
         return await self._run_with(lambda c: getattr(c, method)(query, *args))
