@@ -263,6 +263,8 @@ async def test_retention_and_prune(pool: asyncpg.Pool) -> None:
     name = _name()
     queue = pgqueue.Queue(pool, name=name)
     await queue.enqueue_many([("t", {}) for _ in range(5)])
+    with pytest.raises(ValueError, match="dependencies"):
+        await queue.enqueue("t", {}, after=[1])
     worker = pgqueue.Worker(pool, queue=name)
 
     @worker.handler("t")
@@ -271,8 +273,17 @@ async def test_retention_and_prune(pool: asyncpg.Pool) -> None:
 
     with anyio.fail_after(60):
         await worker.run(until_empty=True)
+    admin = pgqueue.Admin(pool)
     assert await queue.prune(3600) == 0
-    assert await queue.prune(0) == 5
+    assert await admin.prune(3600) == 0
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET updated_at = now() - interval '2 hours'"
+        " WHERE queue = $1 AND id IN (SELECT id FROM pgqueue_jobs WHERE queue = $1"
+        " ORDER BY id LIMIT 2)",
+        name,
+    )
+    assert await queue.prune(3600) == 2
+    assert await admin.prune(0, queue=name, batch_size=2) == 3
     assert await rows(pool, name) == []
     # The worker's retention sweep.
     await queue.enqueue_many([("t", {}) for _ in range(3)])

@@ -955,22 +955,49 @@ class Admin:
         name = None if queue is None else check_queue_name(queue)
         size = check_int("batch_size", batch_size)
         removed = 0
-        after = 0
-        while True:
+        async with self._schema_checked():
+            distributed = await is_distributed(self._executor)
+        if distributed:
+            # On Citus, queue by queue, each on its shard.
             async with self._schema_checked():
-                row = await self._executor.fetchrow(
-                    _sql.PRUNE_BATCH_ANY, name, seconds, after, size
+                names = (
+                    [name]
+                    if name is not None
+                    else [
+                        row["queue"]
+                        for row in await self._executor.fetch(_sql.FINISHED_QUEUES)
+                    ]
                 )
-            assert row is not None
-            count, after = int(row["removed"]), int(row["last_id"])
-            removed += count
-            if count < size:
-                break
+            for each in names:
+                removed += await self._prune_batches(
+                    _sql.DISTRIBUTED_PRUNE_BATCH, each, seconds, size
+                )
+        else:
+            removed = await self._prune_batches(
+                _sql.PRUNE_BATCH_ANY, name, seconds, size
+            )
         if removed:
             self._logger.debug(
                 "pruned finished jobs", extra={"count": removed, "queue": name}
             )
         return removed
+
+    async def _prune_batches(
+        self, statement: str, name: str | None, seconds: float, size: int
+    ) -> int:
+        """`prune`'s batches of ``statement`` until one comes back short."""
+        removed = 0
+        after = 0
+        while True:
+            async with self._schema_checked():
+                row = await self._executor.fetchrow(
+                    statement, name, seconds, after, size
+                )
+            assert row is not None
+            count, after = int(row["removed"]), int(row["last_id"])
+            removed += count
+            if count < size:
+                return removed
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every periodic schedule workers have registered, by name.

@@ -75,6 +75,7 @@ __all__ = [
     "ENQUEUE_UNIQUE_SILENT",
     "ERROR_LINE_CHARS",
     "FINISH",
+    "FINISHED_QUEUES",
     "FOREIGN_JOBS_PYFORMAT",
     "HEAD_OF_LINE",
     "HISTORY_KEPT",
@@ -2301,4 +2302,10 @@ VALUES ($1, $2, $3::text::jsonb, $4, $5)
 ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
 DO NOTHING
 RETURNING id
+"""
+
+# The queues with finished jobs (Admin.prune of every queue on Citus, which
+# then prunes queue by queue).
+FINISHED_QUEUES = """
+SELECT DISTINCT queue FROM pgqueue_jobs WHERE status IN ('completed', 'dead', 'cancelled')
 """
