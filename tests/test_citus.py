@@ -481,3 +481,44 @@ async def test_a_fleet_wide_limit_holds_across_workers(pool: asyncpg.Pool) -> No
         )
         == 0
     )
+
+
+async def test_a_checkpoint_is_stored_on_the_shard_without_2pc(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    job_id = await pgqueue.Queue(pool, name=name).enqueue("t", {})
+    worker = pgqueue.Worker(pool, queue=name)
+    stored: list[bool] = []
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        stored.append(await job.checkpoint({"step": 3}))
+        raise pgqueue.Permanent("stop here")
+
+    before = await _two_phase_commits(pool)
+    with anyio.fail_after(60):
+        await worker.run(until_empty=True)
+    assert stored == [True]
+    assert _json((await row(pool, job_id))["checkpoint"]) == {"step": 3}
+    assert await _two_phase_commits(pool) == before
+
+
+async def test_priorities_and_types_on_the_shard(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    low = await queue.enqueue("t", {}, priority=-2)
+    high = await queue.enqueue("t", {}, priority=3)
+    plain = await queue.enqueue("t", {})
+    other = await queue.enqueue("unknown", {})
+    order: list[int] = []
+    worker = pgqueue.Worker(pool, queue=name, concurrency=1, unknown_types="wait")
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        order.append(job.id)
+
+    with anyio.fail_after(60):
+        await worker.run(until_empty=True)
+    assert order == [high, plain, low]
+    assert (await row(pool, other))["status"] == "pending"

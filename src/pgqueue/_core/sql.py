@@ -38,6 +38,7 @@ __all__ = [
     "DISTRIBUTED_ANNOUNCE",
     "DISTRIBUTED_CANCEL",
     "DISTRIBUTED_CHECK",
+    "DISTRIBUTED_CHECKPOINT",
     "DISTRIBUTED_CLAIM",
     "DISTRIBUTED_CLAIM_TYPES",
     "DISTRIBUTED_COMPLETE",
@@ -2309,3 +2310,8 @@ RETURNING id
 FINISHED_QUEUES = """
 SELECT DISTINCT queue FROM pgqueue_jobs WHERE status IN ('completed', 'dead', 'cancelled')
 """
+
+# A checkpoint of job $1 of queue $4 (CHECKPOINT on Citus).
+DISTRIBUTED_CHECKPOINT = _routed(
+    CHECKPOINT, "WHERE j.id = $1", "WHERE j.queue = $4 AND j.id = $1"
+)
