@@ -522,3 +522,26 @@ async def test_priorities_and_types_on_the_shard(pool: asyncpg.Pool) -> None:
         await worker.run(until_empty=True)
     assert order == [high, plain, low]
     assert (await row(pool, other))["status"] == "pending"
+
+
+async def test_the_web_dashboard_reads_the_cluster(pool: asyncpg.Pool) -> None:
+    import httpx
+
+    from pgqueue.web import create_app
+
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    job_id = await queue.enqueue("mail", {"n": 1})
+    await queue.enqueue_many([("mail", {}) for _ in range(2)])
+    transport = httpx.ASGITransport(app=create_app(pool))
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+        page = await c.get("/")
+        assert page.status_code == 200
+        assert f'data-queue="{name}"' in page.text
+        frame = (await c.get("/api/frame")).json()
+        [ours] = [q for q in frame["queues"] if q["queue"] == name]
+        assert ours["ready"] == 3
+        listing = await c.get("/jobs", params={"queue": name})
+        assert listing.status_code == 200
+        assert str(job_id) in listing.text
+        assert (await c.get(f"/jobs/{job_id}")).status_code == 200
