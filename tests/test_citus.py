@@ -545,3 +545,27 @@ async def test_the_web_dashboard_reads_the_cluster(pool: asyncpg.Pool) -> None:
         assert listing.status_code == 200
         assert str(job_id) in listing.text
         assert (await c.get(f"/jobs/{job_id}")).status_code == 200
+
+
+async def test_pgqueue_enqueue_from_sql_wakes_a_worker(pool: asyncpg.Pool) -> None:
+    name = _name()
+    ran = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=name, poll_interval=3600)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        ran.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        await wait_until(lambda: _idle(worker))
+        first = await pool.fetchval(
+            "SELECT pgqueue_enqueue('t', '{}', $1, unique_key => 'k')", name
+        )
+        with anyio.fail_after(20):
+            await ran.wait()
+        await worker.stop()
+    again = await pool.fetchval(
+        "SELECT pgqueue_enqueue('t', '{}', $1, unique_key => 'k')", name
+    )
+    assert again != first  # the first one completed: its key is free again
