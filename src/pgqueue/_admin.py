@@ -540,11 +540,12 @@ class Admin:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_executor", "_logger")
+    __slots__ = ("_distributed", "_executor", "_logger")
 
     def __init__(self, executor: Executor, *, logger: Logger | None = None) -> None:
         self._executor = executor
         self._logger = default_logger(logger)
+        self._distributed: bool | None = None
 
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         """Count each queue's jobs by state; sorted by queue name.
@@ -840,7 +841,7 @@ class Admin:
 
     async def _retry(self, ids: list[int], attempts: int | None) -> dict[int, str]:
         """One RETRY statement; in a savepoint on a connection, so a conflict can be retried."""
-        if await is_distributed(self._executor):
+        if await self._routed():
             return await retry_routed(self._executor, ids, attempts)
         if isinstance(self._executor, asyncpg.Pool):
             rows = await self._executor.fetch(_sql.RETRY, _sql.array(ids), attempts)
@@ -926,7 +927,7 @@ class Admin:
         if not ids:
             return {}
         async with self._schema_checked():
-            if await is_distributed(self._executor):
+            if await self._routed():
                 done = await cancel_routed(self._executor, ids)
             else:
                 rows = await self._executor.fetch(_sql.CANCEL, _sql.array(ids))
@@ -956,7 +957,7 @@ class Admin:
         size = check_int("batch_size", batch_size)
         removed = 0
         async with self._schema_checked():
-            distributed = await is_distributed(self._executor)
+            distributed = await self._routed()
         if distributed:
             # On Citus, queue by queue, each on its shard.
             async with self._schema_checked():
@@ -981,6 +982,15 @@ class Admin:
                 "pruned finished jobs", extra={"count": removed, "queue": name}
             )
         return removed
+
+    async def _routed(self) -> bool:
+        """Whether the tables are distributed (Citus): looked up once per Admin (and database)."""
+        if self._distributed is None:
+            found = await is_distributed(self._executor)
+            if found is not None:
+                self._distributed = found
+            return bool(found)
+        return self._distributed
 
     async def _prune_batches(
         self, statement: str, name: str | None, seconds: float, size: int
