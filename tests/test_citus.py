@@ -569,3 +569,16 @@ async def test_pgqueue_enqueue_from_sql_wakes_a_worker(pool: asyncpg.Pool) -> No
         "SELECT pgqueue_enqueue('t', '{}', $1, unique_key => 'k')", name
     )
     assert again != first  # the first one completed: its key is free again
+
+
+async def test_the_frames_of_pgqueue_top_read_the_cluster(pool: asyncpg.Pool) -> None:
+    from pgqueue._dashboard import Sampler
+
+    name = _name()
+    await pgqueue.Queue(pool, name=name).enqueue_many([("t", {}) for _ in range(4)])
+    async with pool.acquire() as conn:
+        sampler = Sampler(conn, queue=name)
+        await sampler.frame()
+        frame = await sampler.frame()
+    [line] = frame.queues
+    assert (line.queue, line.ready) == (name, 4)
