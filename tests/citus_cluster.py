@@ -229,6 +229,8 @@ def main() -> None:
 
     bindir = binaries()
     assert bindir is not None
+    # Blocked, so that sigwait takes them (and the cluster is destroyed).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     with citus_cluster(bindir) as cluster:
         asyncio.run(cluster.join())
         for node in cluster.nodes:
