@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import asyncpg
+import pytest
 
 import pgqueue
 from tests.helpers import listening, row
@@ -172,3 +173,21 @@ async def test_our_rows_satisfy_the_go_claim(
     assert [json.loads(r["payload"]) for r in claimed] == [{"n": 1}, {"n": 2}]
     assert await pool.execute(GO_COMPLETE, first, 1) == "UPDATE 1"
     assert (await row(pool, first))["status"] == "completed"
+
+
+async def test_a_distributed_install_without_citus_fails_clearly(
+    fresh_dsn: str,
+) -> None:
+    conn = await asyncpg.connect(fresh_dsn)
+    try:
+        await pgqueue.uninstall(conn)
+        with pytest.raises(pgqueue.SchemaError, match="citus extension") as caught:
+            await pgqueue.install(conn, distributed=True)
+        assert caught.value.where is not None
+        assert await conn.fetchval("SELECT to_regclass('pgqueue_jobs')") is None
+        # The SQL to paste refuses too, before it creates anything.
+        with pytest.raises(asyncpg.FeatureNotSupportedError, match="citus"):
+            await conn.execute(pgqueue.SCHEMA_DISTRIBUTED)
+        assert await conn.fetchval("SELECT to_regclass('pgqueue_jobs')") is None
+    finally:
+        await conn.close()

@@ -39,7 +39,13 @@ from pgqueue._core.job import Job, NewJob, Status
 from pgqueue._core.log import Logger
 from pgqueue._core.options import RateLimit, WorkerOptions
 from pgqueue._core.outcome import Outcome
-from pgqueue._core.sql import JOBS_CHANNEL, SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE
+from pgqueue._core.sql import (
+    JOBS_CHANNEL,
+    SCHEMA,
+    SCHEMA_DISTRIBUTED,
+    SCHEMA_DOWN,
+    SCHEMA_UPGRADE,
+)
 from pgqueue._jobtype import JobType
 from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
@@ -50,6 +56,7 @@ from pgqueue._worker import Middleware, Worker
 __all__ = [
     "JOBS_CHANNEL",
     "SCHEMA",
+    "SCHEMA_DISTRIBUTED",
     "SCHEMA_DOWN",
     "SCHEMA_UPGRADE",
     "Admin",

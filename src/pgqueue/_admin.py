@@ -27,6 +27,7 @@ from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.schema import SCHEMA_ERRORS, Row, missing_pieces, schema_failure
+from pgqueue._queue import cancel_routed, is_distributed, retry_routed
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -544,11 +545,12 @@ class Admin:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_executor", "_logger")
+    __slots__ = ("_distributed", "_executor", "_logger")
 
     def __init__(self, executor: Executor, *, logger: Logger | None = None) -> None:
         self._executor = executor
         self._logger = default_logger(logger)
+        self._distributed: bool | None = None
 
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         """Count each queue's jobs by state; sorted by queue name.
@@ -849,6 +851,8 @@ class Admin:
 
     async def _retry(self, ids: list[int], attempts: int | None) -> dict[int, str]:
         """One RETRY statement; in a savepoint on a connection, so a conflict can be retried."""
+        if await self._routed():
+            return await retry_routed(self._executor, ids, attempts)
         if isinstance(self._executor, asyncpg.Pool):
             rows = await self._executor.fetch(_sql.RETRY, _sql.array(ids), attempts)
         else:
@@ -933,8 +937,11 @@ class Admin:
         if not ids:
             return {}
         async with self._schema_checked():
-            rows = await self._executor.fetch(_sql.CANCEL, _sql.array(ids))
-        done: dict[int, str] = {row["id"]: row["result"] for row in rows}
+            if await self._routed():
+                done = await cancel_routed(self._executor, ids)
+            else:
+                rows = await self._executor.fetch(_sql.CANCEL, _sql.array(ids))
+                done = {row["id"]: row["result"] for row in rows}
         self._logger.debug("cancel", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
 
@@ -1017,22 +1024,58 @@ class Admin:
         name = None if queue is None else check_queue_name(queue)
         size = check_int("batch_size", batch_size)
         removed = 0
-        after = 0
-        while True:
+        async with self._schema_checked():
+            distributed = await self._routed()
+        if distributed:
+            # On Citus, queue by queue, each on its shard.
             async with self._schema_checked():
-                row = await self._executor.fetchrow(
-                    _sql.PRUNE_BATCH_ANY, name, seconds, after, size
+                names = (
+                    [name]
+                    if name is not None
+                    else [
+                        row["queue"]
+                        for row in await self._executor.fetch(_sql.FINISHED_QUEUES)
+                    ]
                 )
-            assert row is not None
-            count, after = int(row["removed"]), int(row["last_id"])
-            removed += count
-            if count < size:
-                break
+            for each in names:
+                removed += await self._prune_batches(
+                    _sql.DISTRIBUTED_PRUNE_BATCH, each, seconds, size
+                )
+        else:
+            removed = await self._prune_batches(
+                _sql.PRUNE_BATCH_ANY, name, seconds, size
+            )
         if removed:
             self._logger.debug(
                 "pruned finished jobs", extra={"count": removed, "queue": name}
             )
         return removed
+
+    async def _routed(self) -> bool:
+        """Whether the tables are distributed (Citus): looked up once per Admin (and database)."""
+        if self._distributed is None:
+            found = await is_distributed(self._executor)
+            if found is not None:
+                self._distributed = found
+            return bool(found)
+        return self._distributed
+
+    async def _prune_batches(
+        self, statement: str, name: str | None, seconds: float, size: int
+    ) -> int:
+        """`prune`'s batches of ``statement`` until one comes back short."""
+        removed = 0
+        after = 0
+        while True:
+            async with self._schema_checked():
+                row = await self._executor.fetchrow(
+                    statement, name, seconds, after, size
+                )
+            assert row is not None
+            count, after = int(row["removed"]), int(row["last_id"])
+            removed += count
+            if count < size:
+                return removed
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every periodic schedule workers have registered, by name.

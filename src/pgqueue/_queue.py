@@ -43,7 +43,12 @@ from pgqueue._core.errors import DuplicateJobError, JobNotFoundError, SchemaErro
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.schema import REPLACE_MISSING, SCHEMA_ERRORS, schema_failure
+from pgqueue._core.schema import (
+    REPLACE_MISSING,
+    SCHEMA_ERRORS,
+    distributed_tables,
+    schema_failure,
+)
 from pgqueue._wake import waker_for
 
 if TYPE_CHECKING:
@@ -52,7 +57,16 @@ if TYPE_CHECKING:
 
     from asyncpg.pool import PoolConnectionProxy
 
-__all__ = ["Connection", "Executor", "Queue", "install", "uninstall"]
+__all__ = [
+    "Connection",
+    "Executor",
+    "Queue",
+    "cancel_routed",
+    "install",
+    "is_distributed",
+    "retry_routed",
+    "uninstall",
+]
 
 Connection: TypeAlias = "asyncpg.Connection[Any] | PoolConnectionProxy[Any]"
 """An asyncpg connection, or one acquired from a pool."""
@@ -74,14 +88,113 @@ class _Deferred:
 _deferred: ContextVar[_Deferred | None] = ContextVar("pgqueue_deferred", default=None)
 
 
-async def install(executor: Executor) -> None:
+_NO_REPLACE_DISTRIBUTED = (
+    "on_conflict='replace' and debounce are not supported on a distributed "
+    "(Citus) schema: the job queued after a running one waits for it as a "
+    "child, and dependencies are not supported there"
+)
+
+# Whether pgqueue_jobs is distributed (Citus), by database (user@host:port/db):
+# looked up once per database and Queue (see Queue._routed).
+_DISTRIBUTED: dict[str, bool] = {}
+
+
+async def is_distributed(executor: Executor) -> bool | None:
+    """Whether pgqueue's tables are distributed by Citus on ``executor``'s database (cached).
+
+    None while there is no ``pgqueue_jobs`` table (not cached).
+    """
+    where = target_of(executor)
+    if where is not None and where in _DISTRIBUTED:
+        return _DISTRIBUTED[where]
+    found = await distributed_tables(executor)
+    if where is not None and found is not None:
+        _DISTRIBUTED[where] = found
+    return found
+
+
+async def _by_queue(executor: Executor, ids: list[int]) -> dict[str, list[int]]:
+    """The jobs ``ids`` that have a row, by queue (one read of every shard)."""
+    by_queue: dict[str, list[int]] = {}
+    for row in await executor.fetch(_sql.QUEUES_OF, _sql.array(ids)):
+        by_queue.setdefault(row["queue"], []).append(row["id"])
+    return by_queue
+
+
+async def cancel_routed(executor: Executor, ids: list[int]) -> dict[int, str]:
+    """`Queue.cancel` on Citus: the ids' queues looked up, then one statement per queue, on its shard.
+
+    The NOTIFYs (control requests, tracked outcomes) go from the
+    coordinator. Each queue's statement commits by itself unless
+    ``executor`` is a connection in a transaction.
+    """
+    done = dict.fromkeys(ids, "not_found")
+    channels: list[str] = []
+    payloads: list[str] = []
+    for queue, queued in (await _by_queue(executor, ids)).items():
+        for row in await executor.fetch(
+            _sql.DISTRIBUTED_CANCEL, _sql.array(queued), queue
+        ):
+            done[row["id"]] = row["result"]
+            if row["channel"] is not None:
+                channels.append(row["channel"])
+                payloads.append(str(row["id"]))
+    if channels:
+        await executor.execute(_sql.DISTRIBUTED_NOTIFY, channels, payloads)
+    return done
+
+
+async def retry_routed(
+    executor: Executor, ids: list[int], attempts: int | None
+) -> dict[int, str]:
+    """`pgqueue.Admin.retry` on Citus: as `cancel_routed`, waking each queue with a job retried."""
+    done = dict.fromkeys(ids, "not_found")
+    woken: list[str] = []
+    for queue, queued in (await _by_queue(executor, ids)).items():
+        rows = await executor.fetch(
+            _sql.DISTRIBUTED_RETRY, _sql.array(queued), attempts, queue
+        )
+        for row in rows:
+            done[row["id"]] = row["result"]
+        if any(row["result"] == "retried" for row in rows):
+            woken.append(queue)
+    if woken:
+        await executor.execute(
+            _sql.DISTRIBUTED_NOTIFY, [_sql.JOBS_CHANNEL] * len(woken), woken
+        )
+    return done
+
+
+async def install(executor: Executor, *, distributed: bool = False) -> None:
     """Create or bring up to date the ``pgqueue_jobs`` table: `SCHEMA`, then `SCHEMA_UPGRADE`.
 
     Idempotent: it applies only what is missing, on an empty database, on
     a table the Go module created, or on one already up to date. Meant for
     quick starts and tests; applications should put `SCHEMA` (or, for an
     existing table, `SCHEMA_UPGRADE`) in their own migrations.
+
+    With ``distributed``, on a Citus coordinator: `SCHEMA_DISTRIBUTED`
+    (jobs, limits and leases distributed by queue; see "Scaling past one
+    server" in the documentation).
+
+    Raises:
+        SchemaError: ``distributed`` on a database without the citus extension.
+
+    .. versionchanged:: Unreleased
+       ``distributed``.
     """
+    if distributed:
+        if not await executor.fetchval(_sql.CITUS_INSTALLED):
+            msg = (
+                "distributed=True needs the citus extension (a Citus coordinator "
+                "with CREATE EXTENSION citus); this database does not have it"
+            )
+            raise SchemaError(msg, where=target_of(executor))
+        await executor.execute(_sql.SCHEMA_DISTRIBUTED)
+        where = target_of(executor)
+        if where is not None:
+            _DISTRIBUTED[where] = True
+        return
     if not await executor.fetchval(_sql.TABLE_EXISTS):
         await executor.execute(_sql.SCHEMA)
     await executor.execute(_sql.SCHEMA_UPGRADE)
@@ -90,6 +203,9 @@ async def install(executor: Executor) -> None:
 async def uninstall(executor: Executor) -> None:
     """Drop the ``pgqueue_jobs`` table by running `SCHEMA_DOWN`."""
     await executor.execute(_sql.SCHEMA_DOWN)
+    where = target_of(executor)
+    if where is not None:
+        _DISTRIBUTED.pop(where, None)
 
 
 class Queue:
@@ -119,6 +235,7 @@ class Queue:
     """
 
     __slots__ = (
+        "_distributed",
         "_encoder",
         "_hooks",
         "_logger",
@@ -149,6 +266,7 @@ class Queue:
         self._logger = default_logger(logger)
         self._hooks = tuple(hooks)
         self._encoder = payload_encoder(json_encoder)
+        self._distributed: bool | None = None
 
     @property
     def name(self) -> str:
@@ -338,6 +456,15 @@ class Queue:
         """`enqueue` once its arguments are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
         executor: Executor = connection if connection is not None else self._pool
+        distributed = self._distributed
+        if distributed is None:
+            distributed = await self._routed()
+        if distributed:
+            if conflict == "replace":
+                raise ValueError(_NO_REPLACE_DISTRIBUTED)
+            return await self._enqueue_routed(
+                connection, args, delay, key, conflict, event, group=group
+            )
         outcome = "inserted"
         with self._wakeup(connection) as wake:
             try:
@@ -403,6 +530,70 @@ class Queue:
             )
         else:
             self._logger.debug("job enqueued", extra=extra)
+        return job_id
+
+    async def _routed(self) -> bool:
+        """Whether the tables are distributed (Citus): looked up once, on this queue's pool."""
+        found = await is_distributed(self._pool)
+        if found is not None:
+            self._distributed = found
+        return bool(found)
+
+    async def _enqueue_routed(
+        self,
+        connection: Connection | None,
+        args: tuple[str, str, int, datetime | None, int, bool],
+        delay: float | None,
+        key: str | None,
+        conflict: str,
+        event: EnqueueEvent | None,
+        *,
+        group: str | None = None,
+    ) -> int:
+        """`_enqueue` on Citus: the row on its queue's shard, then the wakeup from the coordinator.
+
+        With ``connection``, both ride its transaction (a `transaction`
+        block's wakeup waits for its commit, as on PostgreSQL).
+        """
+        trace_context = None if event is None else event.trace_context
+        executor: Executor = connection if connection is not None else self._pool
+        existed = False
+        with self._wakeup(connection) as wake:
+            try:
+                if key is None:
+                    job_id: int = await executor.fetchval(
+                        _sql.ENQUEUE_SILENT,
+                        self._name,
+                        *args,
+                        trace_context,
+                        delay,
+                        group,
+                    )
+                else:
+                    row = await executor.fetchrow(
+                        _sql.DISTRIBUTED_UNIQUE_SILENT,
+                        self._name,
+                        *args,
+                        trace_context,
+                        key,
+                        delay,
+                        group,
+                    )
+                    assert row is not None
+                    job_id, existed = row["id"], row["existed"]
+            except SCHEMA_ERRORS as exc:
+                raise await schema_failure(executor, str(exc)) from exc
+            if not existed:
+                if wake is None:
+                    await executor.execute(_sql.NOTIFY_JOBS, self._name)
+                else:
+                    wake()
+        if event is not None:
+            event.ids.append(job_id)
+            event.duplicates.append(existed)
+        if existed and conflict == "raise":
+            assert key is not None
+            raise DuplicateJobError(job_id, key)
         return job_id
 
     async def _enqueue_after(
@@ -522,6 +713,18 @@ class Queue:
         """
         trace_context = None if event is None else event.trace_context
         executor: Executor = connection if connection is not None else self._pool
+        distributed = self._distributed
+        if distributed is None:
+            distributed = await self._routed()
+        if distributed and batch.parents is not None:
+            msg = (
+                "jobs with dependencies (after=...) are not supported on a "
+                "distributed (Citus) schema: a parent and its children may "
+                "live on different nodes"
+            )
+            raise ValueError(msg)
+        if distributed and batch.replacing:
+            raise ValueError(_NO_REPLACE_DISTRIBUTED)
         with self._wakeup(connection) as wake:
             try:
                 ids = None
@@ -542,7 +745,12 @@ class Queue:
                     woke = True
                 else:
                     ids, duplicate, duplicates, woke = await self._insert_many(
-                        executor, batch, payloads, trace_context, notify=wake is None
+                        executor,
+                        batch,
+                        payloads,
+                        trace_context,
+                        notify=wake is None,
+                        distributed=distributed,
                     )
             except SCHEMA_ERRORS as exc:
                 raise await schema_failure(executor, str(exc)) from exc
@@ -604,23 +812,42 @@ class Queue:
         trace_context: str | None,
         *,
         notify: bool,
+        distributed: bool = False,
     ) -> tuple[list[int], tuple[int, str] | None, list[bool], bool]:
-        """The INSERT path of `_enqueue_many`: ids, the first duplicate, whether each job is one, and whether the queue has a job to claim now."""
+        """The INSERT path of `_enqueue_many`: ids, the first duplicate, whether each job is one, and whether the queue has a job to claim now.
+
+        On Citus (``distributed``) the wakeup is a statement of its own.
+        """
         if isinstance(payloads, list):  # COPY was refused (a jsonb codec)
             payloads = "[" + ",".join(payloads) + "]"
         statement, args = insert_many(
-            self._name, batch, payloads, trace_context, notify=notify
+            self._name,
+            batch,
+            payloads,
+            trace_context,
+            notify=notify and not distributed,
+            distributed=distributed,
         )
         if not batch.keyed:
             joined: str = await executor.fetchval(statement, *args)
             ids = [int(job_id) for job_id in joined.split(",")]
-            return ids, None, [False] * len(ids), True
-        rows = await executor.fetch(statement, *args)
-        if batch.replacing:
-            ids, duplicates, woke = batch.replaced_ids(rows)
-            return ids, None, duplicates, woke
-        ids, duplicate, duplicates = batch.ids(rows)
-        return ids, duplicate, duplicates, not all(duplicates)
+            found: tuple[list[int], tuple[int, str] | None, list[bool], bool] = (
+                ids,
+                None,
+                [False] * len(ids),
+                True,
+            )
+        else:
+            rows = await executor.fetch(statement, *args)
+            if batch.replacing:
+                ids, duplicates, woke = batch.replaced_ids(rows)
+                found = (ids, None, duplicates, woke)
+            else:
+                ids, duplicate, duplicates = batch.ids(rows)
+                found = (ids, duplicate, duplicates, not all(duplicates))
+        if distributed and notify and found[3]:
+            await executor.execute(_sql.NOTIFY_JOBS, self._name)
+        return found
 
     async def cancel(
         self, *job_ids: int, connection: Connection | None = None
@@ -650,8 +877,14 @@ class Queue:
         if not ids:
             return {}
         executor: Executor = connection if connection is not None else self._pool
-        rows = await executor.fetch(_sql.CANCEL, _sql.array(ids))
-        done: dict[int, str] = {row["id"]: row["result"] for row in rows}
+        distributed = self._distributed
+        if distributed is None:
+            distributed = await self._routed()
+        if distributed:
+            done = await cancel_routed(executor, ids)
+        else:
+            rows = await executor.fetch(_sql.CANCEL, _sql.array(ids))
+            done = {row["id"]: row["result"] for row in rows}
         self._logger.debug("cancel", extra={"results": done, "queue": self._name})
         return {job_id: done[job_id] for job_id in ids}
 
@@ -668,7 +901,12 @@ class Queue:
         """
         seconds = check_duration("older_than", older_than)
         executor: Executor = connection if connection is not None else self._pool
-        removed: int = await executor.fetchval(_sql.PRUNE, self._name, seconds)
+        distributed = self._distributed
+        if distributed is None:
+            distributed = await self._routed()
+        removed: int = await executor.fetchval(
+            _sql.DISTRIBUTED_PRUNE if distributed else _sql.PRUNE, self._name, seconds
+        )
         if removed:
             self._logger.debug(
                 "pruned finished jobs",

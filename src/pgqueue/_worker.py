@@ -782,6 +782,7 @@ class Worker:
             on_rescued=routes.wake_queues,
             on_cancel_requested=routes.cancel,
             on_swept=self._on_swept if self._observe_rescued else None,
+            queue_keys=routes.held_keys_by_queue,
         )
         self._keeper = (
             LeaseKeeper(

@@ -167,13 +167,15 @@ def insert_many(
     trace_context: str | None,
     *,
     notify: bool,
+    distributed: bool = False,
 ) -> tuple[str, tuple[Any, ...]]:
     """The INSERT of ``batch`` onto ``queue``, and its arguments.
 
     ``payloads``: the jobs' payloads as one JSON array. With ``notify`` the
     statement wakes the queue's workers (in its transaction). Its answer:
     for a batch with unique keys, rows for `Batch.ids`; without, one value,
-    the ids joined by commas.
+    the ids joined by commas. ``distributed`` (Citus, never with
+    ``notify``): unique keys are unique per queue.
     """
     args: tuple[Any, ...] = (
         queue,
@@ -194,6 +196,12 @@ def insert_many(
     delayed = batch.delayed
     if delayed:
         args = (*args, _sql.seconds(batch.delays))
+    if distributed and batch.keyed:
+        return (
+            _sql.DISTRIBUTED_MANY_UNIQUE_DELAYED
+            if delayed
+            else _sql.DISTRIBUTED_MANY_UNIQUE
+        ), args
     return _MANY[batch.keyed, delayed, notify], args
 
 

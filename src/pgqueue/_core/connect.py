@@ -159,7 +159,10 @@ Connect: TypeAlias = Callable[[], Awaitable["asyncpg.Connection[Any]"]]
 
 
 def connect_like(
-    pool_or_dsn: asyncpg.Pool[Any] | str, settings: Mapping[str, str] | None = None
+    pool_or_dsn: asyncpg.Pool[Any] | str,
+    settings: Mapping[str, str] | None = None,
+    *,
+    shared: bool = False,
 ) -> Connect:
     """Return a function that opens a new, unpooled connection.
 
@@ -169,10 +172,14 @@ def connect_like(
     are sent as startup parameters (the application's own ``server_settings``
     win); a server or pooler that refuses one of them (PgBouncer refuses
     parameters it does not know) gets a connection without them, from then on.
+    With ``shared``, ``settings`` (a dict) is read at each connect, not
+    copied: its owner may change it (`pgqueue._wire.dedicated.Mode`).
     """
     if isinstance(pool_or_dsn, str):
         check_dsn(pool_or_dsn)
-    extra = dict(settings or {})
+    extra: dict[str, str] = (
+        settings if shared and isinstance(settings, dict) else dict(settings or {})
+    )
 
     async def connect() -> asyncpg.Connection[Any]:
         if extra:

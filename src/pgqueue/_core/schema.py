@@ -15,6 +15,7 @@ __all__ = [
     "SCHEMA_ERRORS",
     "Row",
     "check_schema",
+    "distributed_tables",
     "missing_pieces",
     "schema_error",
     "schema_failure",
@@ -62,6 +63,23 @@ async def check_schema(executor: _Fetches, *, limits: bool = False) -> None:
     error = schema_error(row, limits=limits, where=target_of(executor))
     if error is not None:
         raise error
+
+
+async def distributed_tables(executor: _Fetches) -> bool | None:
+    """Whether ``pgqueue_jobs`` is distributed by Citus; None while there is no such table.
+
+    One statement on plain PostgreSQL (which has no Citus catalog to read),
+    two on Citus.
+    """
+    row = await executor.fetchrow(_sql.CITUS_CHECK)
+    assert row is not None
+    if not row["jobs"]:
+        return None
+    if not row["citus"]:
+        return False
+    row = await executor.fetchrow(_sql.DISTRIBUTED_CHECK)
+    assert row is not None
+    return bool(row[0])
 
 
 async def schema_failure(

@@ -21,6 +21,8 @@ __all__ = [
     "CANCEL",
     "CANCEL_REQUESTED",
     "CHECKPOINT",
+    "CITUS_CHECK",
+    "CITUS_INSTALLED",
     "CLAIM",
     "CLAIM_GROUPS",
     "CLAIM_GROUPS_RATED",
@@ -37,6 +39,33 @@ __all__ = [
     "DEAD_COUNT",
     "DEPEND",
     "DEPENDENCIES",
+    "DISTRIBUTED_ANNOUNCE",
+    "DISTRIBUTED_CANCEL",
+    "DISTRIBUTED_CHECK",
+    "DISTRIBUTED_CHECKPOINT",
+    "DISTRIBUTED_CLAIM",
+    "DISTRIBUTED_CLAIM_TYPES",
+    "DISTRIBUTED_COMPLETE",
+    "DISTRIBUTED_FINISH",
+    "DISTRIBUTED_LEASE_EXPIRE",
+    "DISTRIBUTED_LEASE_GRANT",
+    "DISTRIBUTED_LEASE_WRITE",
+    "DISTRIBUTED_MANY_UNIQUE",
+    "DISTRIBUTED_MANY_UNIQUE_DELAYED",
+    "DISTRIBUTED_NOTIFY",
+    "DISTRIBUTED_PERIODIC_REGISTER",
+    "DISTRIBUTED_PRUNE",
+    "DISTRIBUTED_PRUNE_BATCH",
+    "DISTRIBUTED_RELEASE_LEASE",
+    "DISTRIBUTED_RESCUE",
+    "DISTRIBUTED_RETRY",
+    "DISTRIBUTED_TICK_ADVANCE",
+    "DISTRIBUTED_TICK_JOB",
+    "DISTRIBUTED_TICK_LIVE",
+    "DISTRIBUTED_TICK_NEW",
+    "DISTRIBUTED_TICK_SEEN",
+    "DISTRIBUTED_TOUCH",
+    "DISTRIBUTED_UNIQUE_SILENT",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_DELAYED",
@@ -53,6 +82,7 @@ __all__ = [
     "ENQUEUE_UNIQUE_SILENT",
     "ERROR_LINE_CHARS",
     "FINISH",
+    "FINISHED_QUEUES",
     "FOREIGN_JOBS_PYFORMAT",
     "HEAD_OF_LINE",
     "HISTORY_KEPT",
@@ -84,6 +114,7 @@ __all__ = [
     "PRUNE_BATCH",
     "PRUNE_BATCH_ANY",
     "PUBLISH",
+    "QUEUES_OF",
     "RATE_ROOM",
     "RELEASE_LEASES",
     "REQUIRED_COLUMNS",
@@ -96,6 +127,7 @@ __all__ = [
     "RETRY_CHILDREN",
     "SCHEMA",
     "SCHEMA_CHECK",
+    "SCHEMA_DISTRIBUTED",
     "SCHEMA_DOWN",
     "SCHEMA_UPGRADE",
     "SEED_LIMIT",
@@ -2192,3 +2224,522 @@ ORDER BY name
 PERIODIC_REMOVE = "DELETE FROM pgqueue_periodic WHERE name = $1 RETURNING name"
 
 PERIODIC_TABLE_EXISTS = "SELECT to_regclass('pgqueue_periodic') IS NOT NULL"
+
+
+# ---------------------------------------------------------------------------
+# Distributed mode (Citus): the schema and the statement variants Citus
+# routes to one shard. The plain statements above stay as they are; the
+# library takes these only when its tables are distributed (see
+# DISTRIBUTED_CHECK). Each job lives on the shard of its queue, so every
+# write names its queue (an UPDATE or DELETE without it goes to every shard
+# and commits with two-phase commit), functions Citus refuses in RETURNING
+# and inside CASE (now(), jsonb_build_object) are left out or computed in a
+# subquery, and wakeups are a separate SELECT pg_notify(...) on the
+# coordinator (a statement routed whole to a shard would send its NOTIFY
+# from the worker node). Jobs with dependencies are not supported.
+# ---------------------------------------------------------------------------
+
+_CITUS_REQUIRED = """
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus') THEN
+        RAISE EXCEPTION 'pgqueue: the distributed schema needs the citus extension, which this database does not have'
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'CREATE EXTENSION citus on a Citus coordinator, or use pgqueue.SCHEMA';
+    END IF;
+END $$;
+-- Distributing tables and creating a function in one transaction need one
+-- connection per node.
+SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
+"""
+
+_PLAIN_JOBS_KEY = "    id               BIGSERIAL PRIMARY KEY,\n"
+_PLAIN_JOBS_END = "    group_key        TEXT\n);\n"
+assert SCHEMA.count(_PLAIN_JOBS_KEY) == 1
+assert SCHEMA.count(_PLAIN_JOBS_END) == 1
+_DISTRIBUTED_JOBS = (
+    SCHEMA[
+        SCHEMA.index("CREATE TABLE IF NOT EXISTS pgqueue_jobs") : SCHEMA.index(
+            _PLAIN_JOBS_END
+        )
+    ].replace(_PLAIN_JOBS_KEY, "    id               BIGSERIAL,\n")
+    + "    group_key        TEXT,\n    PRIMARY KEY (id, queue)\n);\n"
+)
+
+_DISTRIBUTED_ENQUEUE_FUNCTION = _ENQUEUE_FUNCTION.replace(
+    "ON CONFLICT (job_type, unique_key) WHERE",
+    "ON CONFLICT (queue, job_type, unique_key) WHERE",
+)
+assert _DISTRIBUTED_ENQUEUE_FUNCTION != _ENQUEUE_FUNCTION
+
+SCHEMA_DISTRIBUTED = (
+    _CITUS_REQUIRED
+    + _DISTRIBUTED_JOBS
+    + """
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_claim
+    ON pgqueue_jobs (queue, run_at, id) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
+    ON pgqueue_jobs (updated_at) WHERE status = 'running';
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
+    ON pgqueue_jobs (queue, priority, run_at, id)
+    WHERE status = 'pending' COLLATE "C" AND priority <> 0;
+-- One live job per (queue, job_type, unique_key): a unique index of a
+-- distributed table must hold its distribution column.
+CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
+    ON pgqueue_jobs (queue, job_type, unique_key)
+    WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
+    ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_waiting
+    ON pgqueue_jobs (queue, id) WHERE status = 'waiting';
+
+CREATE TABLE IF NOT EXISTS pgqueue_periodic
+(
+    name         TEXT        PRIMARY KEY,
+    schedule     TEXT        NOT NULL,
+    timezone     TEXT        NOT NULL DEFAULT 'UTC',
+    queue        TEXT        NOT NULL,
+    job_type     TEXT        NOT NULL,
+    last_tick    TIMESTAMPTZ,
+    next_tick    TIMESTAMPTZ,
+    last_job_key TEXT,
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS pgqueue_limits
+(
+    queue        TEXT PRIMARY KEY,
+    global_limit INT  NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pgqueue_leases
+(
+    queue      TEXT        NOT NULL,
+    worker     TEXT        NOT NULL,
+    slots      INT         NOT NULL,
+    wanted     INT         NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (queue, worker)
+);
+-- Pauses and rate limits' starts (issue 29), by queue, co-located: each
+-- claim's test of its queue's pause stays on the queue's node.
+CREATE TABLE IF NOT EXISTS pgqueue_paused
+(
+    queue     TEXT        PRIMARY KEY,
+    paused_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS pgqueue_starts
+(
+    queue      TEXT        NOT NULL,
+    group_key  TEXT,
+    started_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_starts
+    ON pgqueue_starts (queue, started_at);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_group
+    ON pgqueue_jobs (queue, group_key, status, run_at, id)
+    WHERE group_key IS NOT NULL AND status IN ('pending', 'running');
+-- Dependencies are not supported distributed (a parent and its children
+-- may live on different nodes): the table is there, empty, for the
+-- statements that read it, and no trigger settles it.
+CREATE TABLE IF NOT EXISTS pgqueue_dependencies
+(
+    parent_id BIGINT  NOT NULL,
+    child_id  BIGINT  NOT NULL,
+    settled   BOOLEAN NOT NULL DEFAULT false,
+    PRIMARY KEY (parent_id, child_id)
+);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_dependencies_child
+    ON pgqueue_dependencies (child_id);
+
+-- Jobs, limits and leases by queue, co-located (a queue's rows of all
+-- three on one node); schedules and dependencies copied to every node.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_jobs'::regclass) THEN
+        PERFORM create_distributed_table('pgqueue_jobs', 'queue');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_limits'::regclass) THEN
+        PERFORM create_distributed_table('pgqueue_limits', 'queue', colocate_with => 'pgqueue_jobs');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_leases'::regclass) THEN
+        PERFORM create_distributed_table('pgqueue_leases', 'queue', colocate_with => 'pgqueue_jobs');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_paused'::regclass) THEN
+        PERFORM create_distributed_table('pgqueue_paused', 'queue', colocate_with => 'pgqueue_jobs');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_starts'::regclass) THEN
+        PERFORM create_distributed_table('pgqueue_starts', 'queue', colocate_with => 'pgqueue_jobs');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_periodic'::regclass) THEN
+        PERFORM create_reference_table('pgqueue_periodic');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_dependencies'::regclass) THEN
+        PERFORM create_reference_table('pgqueue_dependencies');
+    END IF;
+END $$;
+"""
+    + _DISTRIBUTED_ENQUEUE_FUNCTION
+)
+"""Create pgqueue's tables on a Citus coordinator and distribute them (``pgqueue schema print --distributed``).
+
+``pgqueue_jobs``, ``pgqueue_limits`` and ``pgqueue_leases`` are distributed
+by ``queue`` and co-located; ``pgqueue_periodic`` is a reference table.
+The primary key is ``(id, queue)`` and a unique key is unique per
+``(queue, job_type, unique_key)``. Idempotent; fails with a clear error on
+a database without the ``citus`` extension. Jobs with dependencies
+(``after=``) are not supported on it.
+"""
+
+# Whether the Citus catalog and pgqueue_jobs are there; then (on Citus
+# only: the catalog table exists nowhere else) whether the table is
+# distributed. One look per pool or worker, at start.
+CITUS_INSTALLED = "SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')"
+CITUS_CHECK = (
+    "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL AS citus,"
+    " to_regclass('pgqueue_jobs') IS NOT NULL AS jobs"
+)
+DISTRIBUTED_CHECK = """
+SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
+               WHERE logicalrelid = to_regclass('pgqueue_jobs') AND partmethod = 'h')
+"""
+
+
+def _routed(statement: str, old: str, new: str) -> str:
+    """``statement`` with its one ``old`` replaced by ``new`` (checked: a changed original fails at import)."""
+    assert statement.count(old) == 1, old
+    return statement.replace(old, new)
+
+
+_DIST_CLAIM_EXPRESSIONS = {
+    **_CLAIM_EXPRESSIONS,
+    "unrepresentable": (
+        f"CASE WHEN ({_REPRESENTABLE.format('run_at')}) AND ({_REPRESENTABLE.format('created_at')}) THEN NULL\n"
+        "         ELSE 'run_at or created_at is out of range' END"
+    ),
+    # No claim time (the policy then starts no line past it).
+    "claimed_at": "NULL::int8",
+    "has_parents": "false",  # no dependencies on Citus
+}
+
+
+def _distributed_claim(types: str | None) -> str:
+    statement = _claim("$2", types=types)
+    returning = ",\n    ".join(
+        f"{_DIST_CLAIM_EXPRESSIONS[name]} AS {name}"
+        if name in _DIST_CLAIM_EXPRESSIONS
+        else name
+        for name in CLAIM_COLUMNS
+    )
+    statement = _routed(statement, _CLAIM_RETURNING, returning)
+    return _routed(
+        statement, "WHERE id = ANY(ARRAY(\n", "WHERE queue = $1 AND id = ANY(ARRAY(\n"
+    )
+
+
+DISTRIBUTED_CLAIM = _distributed_claim(None)
+"""CLAIM on Citus: the outer UPDATE names the queue; no claim time, no parents' results."""
+DISTRIBUTED_CLAIM_TYPES = _distributed_claim("$5")
+"""CLAIM_TYPES on Citus, as DISTRIBUTED_CLAIM."""
+
+# Outcome writes of one queue ($4 for COMPLETE, $7 for FINISH): the ids of
+# tracked jobs that ended come back in ``ended``, announced by the writer
+# with DISTRIBUTED_ANNOUNCE on the coordinator.
+_DIST_ENDED = "j.tracked AND j.status IN ('completed', 'dead', 'cancelled') AS ended"
+DISTRIBUTED_COMPLETE = (
+    _routed(_COMPLETE, "WHERE j.id = o.id", "WHERE j.queue = $4 AND j.id = o.id")
+    + f"RETURNING j.id, o.attempts, {_DIST_ENDED}\n"
+)
+
+
+# Citus refuses functions that are not immutable inside CASE (now(),
+# jsonb_build_object, a timestamptz plus an interval): they are computed per
+# row in a subquery it cannot pull up (OFFSET 0), and the CASEs pick them.
+# The history entries name o.attempts, which the fence makes j.attempts.
+def _kept(column: str, entry: str) -> str:
+    return (
+        f"CASE WHEN jsonb_typeof({column}) = 'array'"
+        f" THEN jsonb_path_query_array({column}, '$[last - {HISTORY_KEPT - 2} to last]')"
+        f" ELSE '[]'::jsonb END || {entry}"
+    )
+
+
+DISTRIBUTED_FINISH = f"""
+UPDATE pgqueue_jobs AS j
+SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'snoozed', 'released')
+                        THEN 'cancelled'
+                        WHEN o.status IN ('snoozed', 'released') THEN 'pending'
+                        ELSE o.status END,
+    attempts     = CASE WHEN o.status IN ('snoozed', 'released') AND NOT j.cancel_requested
+                        THEN j.attempts - 1 ELSE j.attempts END,
+    snoozes      = CASE WHEN o.status = 'snoozed' THEN j.snoozes + 1 ELSE j.snoozes END,
+    run_at       = CASE WHEN o.status IN ('pending', 'snoozed') AND NOT j.cancel_requested
+                        THEN o.retry_at ELSE j.run_at END,
+    last_error   = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'snoozed', 'released')
+                        THEN 'cancelled by request'
+                        WHEN o.status IN ('completed', 'snoozed', 'released') THEN j.last_error
+                        ELSE o.error END,
+    result       = CASE WHEN o.status = 'completed' THEN o.result::jsonb ELSE j.result END,
+    completed_at = CASE WHEN o.status = 'completed' THEN o.now ELSE j.completed_at END,
+    checkpoint   = CASE WHEN o.status = 'completed' THEN NULL ELSE j.checkpoint END,
+    errors       = CASE WHEN o.status IN ('pending', 'dead') THEN {_kept("j.errors", "o.failed")} ELSE j.errors END,
+    snoozed      = CASE WHEN o.status = 'snoozed' AND NOT j.cancel_requested
+                        THEN {_kept("j.snoozed", "o.snooze")} ELSE j.snoozed END,
+    updated_at   = now()
+FROM (
+    SELECT u.*, now() AS now, now() + make_interval(secs => u.delay) AS retry_at,
+           jsonb_build_array(jsonb_build_object('attempt', u.attempts, 'at', now(), 'error', u.error)) AS failed,
+           jsonb_build_array(jsonb_build_object('attempt', u.attempts, 'at', now(), 'delay', u.delay)) AS snooze
+    FROM unnest($1::text::bigint[], $2::text::int[], $3::text[], $4::text::float8[], $5::text[], $6::text[])
+        AS u(id, attempts, status, delay, error, result)
+    OFFSET 0
+) AS o
+WHERE j.queue = $7 AND j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
+RETURNING j.id, o.attempts, {_DIST_ENDED}
+"""
+DISTRIBUTED_ANNOUNCE = (
+    "SELECT pg_notify('pgqueue_outcomes', id) FROM unnest($1::text[]) AS id"
+)
+
+# A heartbeat of one queue's runs ($3).
+DISTRIBUTED_TOUCH = _routed(
+    TOUCH, "WHERE j.id = o.id", "WHERE j.queue = $3 AND j.id = o.id"
+)
+
+# The rescue sweep of one queue ($1, text); the rows come back for the
+# worker to announce the tracked ones that ended.
+DISTRIBUTED_RESCUE = f"""
+WITH rescued AS (
+    UPDATE pgqueue_jobs AS j
+    SET status     = CASE WHEN j.cancel_requested THEN 'cancelled'
+                          WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'dead' END,
+        last_error = CASE WHEN j.cancel_requested THEN 'cancelled by request'
+                          WHEN j.attempts < j.max_attempts THEN j.last_error
+                          ELSE 'rescued after exceeding max attempts' END,
+        errors     = CASE WHEN j.cancel_requested THEN j.errors
+                          ELSE {_kept("j.errors", "o.entry")} END,
+        updated_at = now()
+    FROM (
+        SELECT id, jsonb_build_array(jsonb_build_object(
+                   'attempt', attempts, 'at', now(),
+                   'error', 'no heartbeat for '
+                            || coalesce(floor(extract(epoch FROM now() - updated_at))::int8::text, '?') || ' s')) AS entry
+        FROM pgqueue_jobs
+        WHERE queue = $1 AND status = 'running' AND updated_at < now() - make_interval(secs => $2)
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+    ) AS o
+    WHERE j.queue = $1 AND j.id = o.id
+    RETURNING j.id, j.queue, j.status, j.tracked
+)
+SELECT queue, status, id, tracked AND status <> 'pending' AS ended
+FROM rescued
+"""
+
+# Retention of one queue ($1, text): no dependencies on Citus, so no parent
+# is kept for its children and no edge is deleted.
+DISTRIBUTED_PRUNE_BATCH = """
+WITH gone AS (
+    DELETE FROM pgqueue_jobs
+    WHERE queue = $1 AND id = ANY(ARRAY(
+        SELECT id
+        FROM pgqueue_jobs
+        WHERE id > $3 AND queue = $1
+          AND status IN ('completed', 'dead', 'cancelled')
+          AND updated_at < now() - make_interval(secs => $2)
+        ORDER BY id
+        LIMIT $4
+        FOR UPDATE SKIP LOCKED
+    ))
+    RETURNING id
+)
+SELECT count(*)::int AS removed, coalesce(max(id), $3) AS last_id FROM gone
+"""
+DISTRIBUTED_PRUNE = """
+WITH gone AS (
+    DELETE FROM pgqueue_jobs
+    WHERE queue = $1
+      AND status IN ('completed', 'dead', 'cancelled')
+      AND updated_at < now() - make_interval(secs => $2)
+    RETURNING id
+)
+SELECT count(*)::int FROM gone
+"""
+
+# Enqueues on Citus insert with the _SILENT statements; the wakeup is this
+# separate statement, which runs on the coordinator (where workers listen).
+DISTRIBUTED_UNIQUE_SILENT = _routed(
+    ENQUEUE_UNIQUE_SILENT,
+    "ON CONFLICT (job_type, unique_key)",
+    "ON CONFLICT (queue, job_type, unique_key)",
+)
+_DISTRIBUTED_MANY_UNIQUE = _ENQUEUE_MANY_UNIQUE.replace(
+    "{on_conflict}",
+    _ON_UNIQUE_CONFLICT.replace(
+        "ON CONFLICT (job_type, unique_key)",
+        "ON CONFLICT (queue, job_type, unique_key)",
+    ),
+).replace("{notify}", "")
+DISTRIBUTED_MANY_UNIQUE = _DISTRIBUTED_MANY_UNIQUE.format(rows=_UNDELAYED_ROWS)
+DISTRIBUTED_MANY_UNIQUE_DELAYED = _DISTRIBUTED_MANY_UNIQUE.format(rows=_DELAYED_ROWS)
+
+# Which queue each of the jobs $1 is in (for the calls that give only ids).
+QUEUES_OF = "SELECT id, queue FROM pgqueue_jobs WHERE id = ANY($1::text::bigint[])"
+
+# Cancel the jobs $1 of queue $2 (CANCEL on Citus; the ids' queues are
+# looked up first with QUEUES_OF). The control and outcome NOTIFYs are
+# sent by DISTRIBUTED_NOTIFY, from the coordinator.
+DISTRIBUTED_CANCEL = """
+WITH wanted AS (
+    SELECT DISTINCT unnest($1::text::bigint[]) AS id
+), found AS MATERIALIZED (
+    SELECT id, status, now() AS now FROM pgqueue_jobs
+    WHERE queue = $2 AND id IN (SELECT id FROM wanted) FOR UPDATE
+), changed AS (
+    UPDATE pgqueue_jobs AS j
+    SET status           = CASE WHEN f.status IN ('pending', 'waiting') THEN 'cancelled' ELSE j.status END,
+        cancel_requested = j.cancel_requested OR f.status = 'running',
+        last_error       = CASE WHEN f.status IN ('pending', 'waiting') THEN 'cancelled by request' ELSE j.last_error END,
+        updated_at       = CASE WHEN f.status IN ('pending', 'waiting') THEN f.now ELSE j.updated_at END
+    FROM found AS f
+    WHERE j.queue = $2 AND j.id = f.id AND f.status IN ('pending', 'waiting', 'running')
+    RETURNING j.id, CASE WHEN f.status = 'waiting' THEN 'pending' ELSE f.status END AS was, j.tracked
+)
+SELECT w.id,
+       CASE WHEN c.was = 'pending' THEN 'cancelled'
+            WHEN c.was = 'running' THEN 'requested'
+            WHEN f.id IS NOT NULL THEN 'finished'
+            ELSE 'not_found' END AS result,
+       CASE WHEN c.was = 'running' THEN 'pgqueue_control'
+            WHEN c.was = 'pending' AND c.tracked THEN 'pgqueue_outcomes' END AS channel
+FROM wanted AS w LEFT JOIN found AS f ON f.id = w.id LEFT JOIN changed AS c ON c.id = w.id
+"""
+
+# Retry the jobs $1 of queue $3 (RETRY on Citus; $2 as RETRY's). A unique
+# key is unique per queue there. The wakeup is DISTRIBUTED_NOTIFY's.
+DISTRIBUTED_RETRY = """
+WITH wanted AS (
+    SELECT DISTINCT unnest($1::text::bigint[]) AS id
+), found AS MATERIALIZED (
+    SELECT id, queue, job_type, status, unique_key
+    FROM pgqueue_jobs WHERE queue = $3 AND id IN (SELECT id FROM wanted)
+    FOR UPDATE
+), eligible AS (
+    SELECT f.id,
+           f.unique_key IS NULL OR (
+               row_number() OVER (PARTITION BY f.job_type, f.unique_key ORDER BY f.id DESC) = 1
+               AND NOT EXISTS (
+                   SELECT 1 FROM pgqueue_jobs AS live
+                   WHERE live.queue = $3 AND live.job_type = f.job_type AND live.unique_key = f.unique_key
+                     AND live.unique_key IS NOT NULL AND live.status IN ('pending', 'running')
+               )
+           ) AS free
+    FROM found AS f
+    WHERE f.status IN ('dead', 'cancelled')
+), retried AS (
+    UPDATE pgqueue_jobs AS j
+    SET status           = 'pending',
+        run_at           = now(),
+        updated_at       = now(),
+        max_attempts     = least(2147483647,
+                                 j.attempts::int8 + coalesce($2::int8, j.max_attempts::int8))::int,
+        cancel_requested = false
+    FROM eligible AS e
+    WHERE j.queue = $3 AND j.id = e.id AND e.free
+    RETURNING j.id
+)
+SELECT w.id,
+       CASE WHEN r.id IS NOT NULL THEN 'retried'
+            WHEN e.id IS NOT NULL THEN 'duplicate'
+            WHEN f.id IS NOT NULL THEN 'not_retryable'
+            ELSE 'not_found' END AS result
+FROM wanted AS w
+LEFT JOIN found AS f ON f.id = w.id
+LEFT JOIN eligible AS e ON e.id = w.id
+LEFT JOIN retried AS r ON r.id = w.id
+"""
+
+# NOTIFYs on the coordinator: channel $1[i], payload $2[i].
+DISTRIBUTED_NOTIFY = (
+    "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)"
+)
+
+# A lease on Citus (LEASE in steps, in the transaction that holds
+# LOCK_LIMIT, each on the queue's shard): expired leases of others go ($1
+# queue, $2 worker); then what worker $2 is granted (as LEASE: its limit
+# $3, wanted $4); then its lease is written ($3 the slots recorded, $4
+# wanted, $5 seconds).
+DISTRIBUTED_LEASE_EXPIRE = """
+DELETE FROM pgqueue_leases WHERE queue = $1 AND worker <> $2 AND expires_at < now()
+"""
+DISTRIBUTED_LEASE_GRANT = """
+SELECT LEAST($4::int, GREATEST($3::int - o.held, 0),
+             ceil($3::int / (o.wanting + 1)::numeric)::int) AS slots
+FROM (
+    SELECT coalesce(sum(slots), 0)::int AS held, count(*) FILTER (WHERE wanted > 0)::int AS wanting
+    FROM pgqueue_leases
+    WHERE queue = $1 AND worker <> $2 AND expires_at >= now()
+) AS o
+"""
+DISTRIBUTED_LEASE_WRITE = """
+INSERT INTO pgqueue_leases AS l (queue, worker, slots, wanted, expires_at)
+VALUES ($1, $2, $3::int, $4::int, now() + make_interval(secs => $5::float8))
+ON CONFLICT (queue, worker) DO UPDATE
+SET slots = EXCLUDED.slots, wanted = EXCLUDED.wanted, expires_at = EXCLUDED.expires_at
+"""
+# A worker ($2) gives its lease of queue $1 back as it stops.
+DISTRIBUTED_RELEASE_LEASE = (
+    "DELETE FROM pgqueue_leases WHERE queue = $1 AND worker = $2"
+)
+
+# PERIODIC_REGISTER on Citus (no now() in ON CONFLICT DO UPDATE).
+DISTRIBUTED_PERIODIC_REGISTER = _routed(
+    PERIODIC_REGISTER,
+    "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = now()",
+    "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = EXCLUDED.updated_at",
+)
+# PERIODIC_TICK on Citus, in steps in one transaction (pgqueue_periodic is a
+# reference table, the job lives on its queue's shard): the schedule's row
+# $1, locked (none: it is made, as PERIODIC_REGISTER with last_tick $6 and
+# last_job_key $9, or another scheduler made it first); whether the last
+# job ($3, of type $2 on queue $1) is still pending or running; the row
+# advanced to tick $2 (next $3) with last_job_key $4 (NULL keeps it); the
+# job inserted (as the tick's: queue $1, type $2, payload $3, attempts
+# $4, key $5) unless one with its key is live.
+DISTRIBUTED_TICK_SEEN = """
+SELECT last_tick, created_at, last_job_key FROM pgqueue_periodic WHERE name = $1 FOR UPDATE
+"""
+DISTRIBUTED_TICK_NEW = """
+INSERT INTO pgqueue_periodic
+    (name, schedule, timezone, queue, job_type, last_tick, next_tick, last_job_key, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $8, now())
+ON CONFLICT (name) DO NOTHING
+RETURNING true
+"""
+DISTRIBUTED_TICK_LIVE = """
+SELECT EXISTS (SELECT FROM pgqueue_jobs
+               WHERE queue = $1 AND job_type = $2 AND unique_key = $3
+                 AND status IN ('pending', 'running'))
+"""
+DISTRIBUTED_TICK_ADVANCE = """
+UPDATE pgqueue_periodic
+SET last_tick = $2, next_tick = $3, last_job_key = coalesce($4, last_job_key), updated_at = now()
+WHERE name = $1
+"""
+DISTRIBUTED_TICK_JOB = """
+INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, unique_key)
+VALUES ($1, $2, $3::text::jsonb, $4, $5)
+ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+DO NOTHING
+RETURNING id
+"""
+
+# The queues with finished jobs (Admin.prune of every queue on Citus, which
+# then prunes queue by queue).
+FINISHED_QUEUES = """
+SELECT DISTINCT queue FROM pgqueue_jobs WHERE status IN ('completed', 'dead', 'cancelled')
+"""
+
+# A checkpoint of job $1 of queue $4 (CHECKPOINT on Citus).
+DISTRIBUTED_CHECKPOINT = _routed(
+    CHECKPOINT, "WHERE j.id = $1", "WHERE j.queue = $4 AND j.id = $1"
+)

@@ -35,7 +35,12 @@ class Checkpoints:
         """Store ``value`` as ``job``'s checkpoint; whether the run still held its attempt."""
         text = encode_payload(value)  # TypeError, ValueError: before any SQL
         with anyio.CancelScope(shield=True):
-            row = await self._connection.fetchrow(
-                _sql.CHECKPOINT, job.id, job.attempts, text
-            )
+            if self._connection.distributed:
+                row = await self._connection.fetchrow(
+                    _sql.DISTRIBUTED_CHECKPOINT, job.id, job.attempts, text, job.queue
+                )
+            else:
+                row = await self._connection.fetchrow(
+                    _sql.CHECKPOINT, job.id, job.attempts, text
+                )
         return row is not None

@@ -260,19 +260,31 @@ class Claimer:
             lease.claiming = limit
         try:
             with anyio.CancelScope(shield=True):
+                distributed = self._connection.distributed
                 if self._group_limit is not None or self._rate_limit is not None:
-                    rows = await self._connection.in_transaction(
+                    rows = await self._connection.run_in_transaction(
                         lambda connection: self._claim_in_turn(
                             connection, limit, bounds
                         )
                     )
                 elif self._types is None:
                     rows = await self._connection.fetch(
-                        _sql.CLAIM, self._queue, limit, run_ats, ids
+                        _sql.DISTRIBUTED_CLAIM if distributed else _sql.CLAIM,
+                        self._queue,
+                        limit,
+                        run_ats,
+                        ids,
                     )
                 else:
                     rows = await self._connection.fetch(
-                        _sql.CLAIM_TYPES, self._queue, limit, run_ats, ids, self._types
+                        _sql.DISTRIBUTED_CLAIM_TYPES
+                        if distributed
+                        else _sql.CLAIM_TYPES,
+                        self._queue,
+                        limit,
+                        run_ats,
+                        ids,
+                        self._types,
                     )
                 parents = await self._parent_results(rows)
         finally:
@@ -355,6 +367,7 @@ class Claimer:
 
     async def _check_schema(self) -> None:
         await check_schema(self._connection, limits=self._limits)
+        await self._connection.detect_distributed()
 
     async def _take_lease(self) -> None:
         assert self._lease is not None
@@ -500,8 +513,9 @@ def jobs_from_rows(
             place = _PLACE(job)
             if job.priority not in last or place > last[job.priority]:
                 last[job.priority] = place
+    at = rows[0][_CLAIMED_AT]  # None on Citus (DISTRIBUTED_CLAIM)
     return Claimed(
-        jobs, dead, last, _EPOCH + timedelta(microseconds=rows[0][_CLAIMED_AT])
+        jobs, dead, last, None if at is None else _EPOCH + timedelta(microseconds=at)
     )
 
 

@@ -277,6 +277,10 @@ class Routes:
             keys += lane.claims.keys()
         return keys
 
+    def held_keys_by_queue(self) -> dict[str, list[Key]]:
+        """`held_keys`, by queue (the heartbeat on Citus)."""
+        return {lane.name: lane.claims.keys() for lane in self.lanes}
+
     def wake(self, queue: str) -> None:
         """Jobs of ``queue`` may be ready: its lane claims (no other does)."""
         lane = self._by_name.get(queue)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -15,6 +16,8 @@ from pgqueue._core.retry import Failures, log_failure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+
+    import asyncpg
 
     from pgqueue._core.log import Logger
     from pgqueue._engine.ledger import Claims
@@ -107,6 +110,14 @@ async def take(connection: DedicatedConnection, lease: Lease) -> bool:
     worker's first lease, or a row deleted by hand).
     """
     sent_at = anyio.current_time()
+    if connection.distributed:
+        while True:
+            granted = await connection.run_in_transaction(
+                functools.partial(_take_routed, lease)
+            )
+            if granted is not None:
+                return lease.renewed(granted, sent_at)
+            await connection.fetch(_sql.SEED_LIMIT, lease.queue, lease.limit)
     while True:
         results = await connection.transaction(
             [
@@ -128,6 +139,26 @@ async def take(connection: DedicatedConnection, lease: Lease) -> bool:
         if results[0]:
             return lease.renewed(results[1][0][0], sent_at)
         await connection.fetch(_sql.SEED_LIMIT, lease.queue, lease.limit)
+
+
+async def _take_routed(lease: Lease, connection: asyncpg.Connection[Any]) -> int | None:
+    """`take`'s statements on Citus, each on the queue's shard; None if the queue has no row."""
+    queue, worker = lease.queue, lease.worker
+    if not await connection.fetch(_sql.LOCK_LIMIT, queue):
+        return None
+    await connection.execute(_sql.DISTRIBUTED_LEASE_EXPIRE, queue, worker)
+    granted: int = await connection.fetchval(
+        _sql.DISTRIBUTED_LEASE_GRANT, queue, worker, lease.limit, lease.wanted
+    )
+    await connection.execute(
+        _sql.DISTRIBUTED_LEASE_WRITE,
+        queue,
+        worker,
+        max(granted, lease.held()),
+        lease.wanted,
+        lease.ttl,
+    )
+    return granted
 
 
 def worker_id() -> str:
@@ -187,7 +218,13 @@ class LeaseKeeper:
     async def release(self) -> None:
         """Give every lease back (the worker has stopped: none of its jobs runs)."""
         try:
-            await self._connection.fetch(_sql.RELEASE_LEASES, self.worker)
+            if self._connection.distributed:
+                for lease in self._leases:
+                    await self._connection.fetch(
+                        _sql.DISTRIBUTED_RELEASE_LEASE, lease.queue, self.worker
+                    )
+            else:
+                await self._connection.fetch(_sql.RELEASE_LEASES, self.worker)
         except Exception as exc:
             # Its leases run out on their own.
             log_failure(

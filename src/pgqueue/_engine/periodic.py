@@ -20,6 +20,7 @@ reads it.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -42,7 +43,7 @@ from pgqueue._core.job import PeriodicKey
 from pgqueue._core.retry import Failures, safe_repr
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from pgqueue._core.log import Logger
     from pgqueue._wire.dedicated import DedicatedConnection
@@ -335,7 +336,9 @@ class Schedules:
                 now = await clock.now(connection)
                 for schedule in list(pending.values()):
                     await connection.fetchrow(
-                        _sql.PERIODIC_REGISTER,
+                        _sql.DISTRIBUTED_PERIODIC_REGISTER
+                        if connection.distributed
+                        else _sql.PERIODIC_REGISTER,
                         *_definition(schedule),
                         schedule.after(now),
                         now,
@@ -386,17 +389,23 @@ class Schedules:
             "job_type": schedule.job_type,
         }
         for _ in range(CAS_ATTEMPTS):
-            row = await connection.fetchrow(
-                _sql.PERIODIC_TICK,
-                *_definition(schedule),
-                tick,
-                following,
-                now,
-                schedule.payload,
-                schedule.max_attempts,
-                schedule.unique,
-                key,
-            )
+            row: Mapping[str, Any] | asyncpg.Record | None
+            if connection.distributed:
+                row = await connection.run_in_transaction(
+                    functools.partial(_tick_routed, schedule, tick, following, now, key)
+                )
+            else:
+                row = await connection.fetchrow(
+                    _sql.PERIODIC_TICK,
+                    *_definition(schedule),
+                    tick,
+                    following,
+                    now,
+                    schedule.payload,
+                    schedule.max_attempts,
+                    schedule.unique,
+                    key,
+                )
             assert row is not None
             if row["advanced"]:
                 if row["job_id"] is not None:
@@ -416,6 +425,61 @@ class Schedules:
                 logger.debug("periodic tick already run", extra=extra)
                 return
         logger.debug("periodic tick left to other workers", extra=extra)
+
+
+async def _tick_routed(
+    schedule: Schedule,
+    tick: datetime,
+    following: datetime,
+    now: datetime,
+    key: str,
+    connection: asyncpg.Connection[Any],
+) -> dict[str, Any]:
+    """PERIODIC_TICK's answer on Citus, in steps in one transaction (see ``DISTRIBUTED_TICK_SEEN``)."""
+    definition = _definition(schedule)
+    name, queue, job_type = schedule.name, definition[3], schedule.job_type
+    seen = await connection.fetchrow(_sql.DISTRIBUTED_TICK_SEEN, name)
+    done_until = None
+    if seen is None:
+        made = await connection.fetchrow(
+            _sql.DISTRIBUTED_TICK_NEW,
+            *definition,
+            tick,
+            following,
+            now,
+            key,
+        )
+        if made is None:  # another scheduler made it first: read it again
+            return {"advanced": False, "done_until": None, "job_id": None}
+        last_key: str | None = key
+    else:
+        done_until = seen["last_tick"] or seen["created_at"]
+        if done_until >= tick:
+            return {"advanced": False, "done_until": done_until, "job_id": None}
+        live = (
+            schedule.unique
+            and seen["last_job_key"] is not None
+            and await connection.fetchval(
+                _sql.DISTRIBUTED_TICK_LIVE, queue, job_type, seen["last_job_key"]
+            )
+        )
+        last_key = None if live else key
+        await connection.execute(
+            _sql.DISTRIBUTED_TICK_ADVANCE, name, tick, following, last_key
+        )
+    job_id = None
+    if last_key is not None:
+        job_id = await connection.fetchval(
+            _sql.DISTRIBUTED_TICK_JOB,
+            queue,
+            job_type,
+            schedule.payload,
+            schedule.max_attempts,
+            key,
+        )
+        if job_id is not None:
+            await connection.execute(_sql.NOTIFY_JOBS, queue)
+    return {"advanced": True, "done_until": done_until, "job_id": job_id}
 
 
 def _definition(schedule: Schedule) -> tuple[str, str, str, str | None, str]:

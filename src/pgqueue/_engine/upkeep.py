@@ -14,6 +14,8 @@ from pgqueue._core.retry import Failures
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    import asyncpg
+
     from pgqueue._core.log import Logger
     from pgqueue._core.outcome import Key
     from pgqueue._wire.dedicated import DedicatedConnection
@@ -43,6 +45,9 @@ class Upkeep:
         fields: the worker's log fields (its queue, or its queues).
         on_swept: called, for each queue a rescue batch found orphans of,
             with how many became each status.
+        queue_keys: the claims to heartbeat by queue; on Citus (a
+            distributed table) each queue's are touched on its shard, and
+            each sweep is one statement per queue.
     """
 
     def __init__(
@@ -58,8 +63,10 @@ class Upkeep:
         on_rescued: Callable[[Sequence[str]], None],
         on_cancel_requested: Callable[[int], None],
         on_swept: Callable[[str, Mapping[str, int]], None] | None = None,
+        queue_keys: Callable[[], Mapping[str, list[Key]]] | None = None,
     ) -> None:
         self._connection = connection
+        self._queue_keys = queue_keys
         self._keys = keys
         self._queues = list(queues)
         self._fields = fields
@@ -86,6 +93,16 @@ class Upkeep:
         )
         while True:
             await anyio.sleep(failures.pause(interval))
+            if self._connection.distributed and self._queue_keys is not None:
+                try:
+                    rows = await self._touch_routed(self._queue_keys())
+                except Exception as exc:
+                    failures.failed(exc)
+                else:
+                    failures.succeeded()
+                    for row in rows:
+                        self._on_cancel_requested(row["id"])
+                continue
             keys = sorted(self._keys())  # in id order, as outcome writes lock rows
             if not keys:
                 continue
@@ -101,6 +118,22 @@ class Upkeep:
                 failures.succeeded()
                 for row in rows:
                     self._on_cancel_requested(row["id"])
+
+    async def _touch_routed(
+        self, keys_by_queue: Mapping[str, list[Key]]
+    ) -> list[asyncpg.Record]:
+        """The heartbeat on Citus: one statement per queue, on its shard."""
+        rows: list[asyncpg.Record] = []
+        for queue, unsorted in keys_by_queue.items():
+            keys = sorted(unsorted)
+            if keys:
+                rows += await self._connection.fetch(
+                    _sql.DISTRIBUTED_TOUCH,
+                    _sql.array(key[0] for key in keys),
+                    _sql.array(key[1] for key in keys),
+                    queue,
+                )
+        return rows
 
     async def rescue(self) -> None:
         """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
@@ -137,6 +170,10 @@ class Upkeep:
     async def _rescue_all(self) -> dict[str, Counter[str]]:
         """Rescue every orphan of the worker's queues; how many became each status, by queue."""
         swept: dict[str, Counter[str]] = {}
+        if self._connection.distributed:
+            for queue in self._queues:
+                await self._rescue_queue(queue, swept)
+            return swept
         while True:
             rows = await self._connection.fetch(
                 _sql.RESCUE, self._queues, self._rescue_after, SWEEP_BATCH
@@ -150,6 +187,23 @@ class Upkeep:
                     self._on_swept(queue, statuses)
             if len(rows) < SWEEP_BATCH:
                 return swept
+
+    async def _rescue_queue(self, queue: str, swept: dict[str, Counter[str]]) -> None:
+        """The rescue sweep of one queue on Citus; tracked jobs that ended are announced after."""
+        while True:
+            rows = await self._connection.fetch(
+                _sql.DISTRIBUTED_RESCUE, queue, self._rescue_after, SWEEP_BATCH
+            )
+            statuses: Counter[str] = Counter(row["status"] for row in rows)
+            if statuses:
+                swept.setdefault(queue, Counter()).update(statuses)
+                if self._on_swept is not None:
+                    self._on_swept(queue, statuses)
+            ended = [str(row["id"]) for row in rows if row["ended"]]
+            if ended:
+                await self._connection.fetch(_sql.DISTRIBUTED_ANNOUNCE, ended)
+            if len(rows) < SWEEP_BATCH:
+                return
 
     async def retention(self, retain: float) -> None:
         """Delete the worker's queues' finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""
@@ -171,10 +225,29 @@ class Upkeep:
             await anyio.sleep(failures.pause(self._interval))
 
     async def _prune_all(self, retain: float) -> int:
+        if self._connection.distributed:
+            removed = 0
+            for queue in self._queues:
+                removed += await self._prune_queue(queue, retain)
+            return removed
         removed, after = 0, 0
         while True:
             row = await self._connection.fetchrow(
                 _sql.PRUNE_BATCH, self._queues, retain, after, SWEEP_BATCH
+            )
+            assert row is not None
+            count: int = row["removed"]
+            after = row["last_id"]
+            removed += count
+            if count < SWEEP_BATCH:
+                return removed
+
+    async def _prune_queue(self, queue: str, retain: float) -> int:
+        """The retention sweep of one queue on Citus."""
+        removed, after = 0, 0
+        while True:
+            row = await self._connection.fetchrow(
+                _sql.DISTRIBUTED_PRUNE_BATCH, queue, retain, after, SWEEP_BATCH
             )
             assert row is not None
             count: int = row["removed"]

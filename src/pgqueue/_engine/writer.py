@@ -17,6 +17,8 @@ from pgqueue._engine.runner import job_fields, job_label
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    import asyncpg
+
     from pgqueue._core.log import Logger
     from pgqueue._core.outcome import Key
     from pgqueue._wire.dedicated import DedicatedConnection
@@ -90,6 +92,12 @@ class OutcomeWriter:
     async def _write(self, batch: list[Outcome]) -> None:
         """Write ``batch``; on a transient failure, put back what is unwritten and raise."""
         parts = [batch]
+        if self._connection.distributed:
+            # On Citus, one statement per queue: each runs on its queue's shard.
+            by_queue: dict[str, list[Outcome]] = {}
+            for outcome in batch:
+                by_queue.setdefault(outcome.job.queue, []).append(outcome)
+            parts = list(by_queue.values())
         while parts:
             part = parts.pop()
             try:
@@ -117,7 +125,9 @@ class OutcomeWriter:
         results = [o.result for o in part]
         statuses = [o.status for o in part]
         args: tuple[object, ...]
-        if all(status == Kind.COMPLETED for status in statuses):
+        if self._connection.distributed:
+            rows = await self._finish_routed(part, ids, attempts, results, statuses)
+        elif all(status == Kind.COMPLETED for status in statuses):
             query, args = _sql.COMPLETE, (ids, attempts, results)
         else:
             query = _sql.FINISH
@@ -129,7 +139,8 @@ class OutcomeWriter:
                 [o.error for o in part],
                 results,
             )
-        rows = await self._connection.fetch(query, *args)
+        if not self._connection.distributed:
+            rows = await self._connection.fetch(query, *args)
         stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
             stale = self._log_stale(
@@ -137,6 +148,36 @@ class OutcomeWriter:
             )
         self._settle(part, keys)
         self._on_written(part, stale)
+
+    async def _finish_routed(
+        self,
+        part: list[Outcome],
+        ids: str,
+        attempts: str,
+        results: list[str | None],
+        statuses: list[Kind],
+    ) -> list[asyncpg.Record]:
+        """The outcomes of one queue's runs on Citus; tracked jobs that ended are announced after."""
+        queue = part[0].job.queue
+        if all(status == Kind.COMPLETED for status in statuses):
+            rows = await self._connection.fetch(
+                _sql.DISTRIBUTED_COMPLETE, ids, attempts, results, queue
+            )
+        else:
+            rows = await self._connection.fetch(
+                _sql.DISTRIBUTED_FINISH,
+                ids,
+                attempts,
+                statuses,
+                _sql.array([o.delay for o in part]),
+                [o.error for o in part],
+                results,
+                queue,
+            )
+        ended = [str(row["id"]) for row in rows if row["ended"]]
+        if ended:
+            await self._connection.fetch(_sql.DISTRIBUTED_ANNOUNCE, ended)
+        return rows
 
     def _instead_of(self, outcome: Outcome, exc: Exception) -> list[list[Outcome]]:
         """What to write instead of ``outcome``, which the server refused; [] to give up."""

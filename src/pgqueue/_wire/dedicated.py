@@ -11,6 +11,7 @@ import anyio
 from pgqueue._core import sql as _sql
 from pgqueue._core.connect import connect_like, target_of
 from pgqueue._core.errors import ends_session, is_outage
+from pgqueue._core.schema import distributed_tables
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -24,6 +25,7 @@ __all__ = [
     "CLOSE_TIMEOUT",
     "STATEMENT_TIMEOUT",
     "DedicatedConnection",
+    "Mode",
     "worker_connections",
 ]
 
@@ -35,6 +37,22 @@ CLOSE_TIMEOUT = 2.0
 STATEMENT_TIMEOUT = 10.0
 """Seconds any statement on a dedicated connection may take (connecting
 included) before the connection is dropped and replaced."""
+
+
+class Mode:
+    """What a worker's connections learned of the database at start (shared by the three).
+
+    ``distributed``: pgqueue's tables are distributed by Citus, and the
+    engine takes the ``DISTRIBUTED_`` statements of `pgqueue._core.sql`;
+    ``settings``: the startup parameters of connections opened from now on
+    (none on Citus, which cannot plan the statements generically).
+    """
+
+    __slots__ = ("distributed", "settings")
+
+    def __init__(self) -> None:
+        self.distributed = False
+        self.settings = dict(_sql.WORKER_SETTINGS)
 
 
 class DedicatedConnection:
@@ -60,9 +78,15 @@ class DedicatedConnection:
     """
 
     def __init__(
-        self, connect: Connect, *, timeout: float, where: str = "the database"
+        self,
+        connect: Connect,
+        *,
+        timeout: float,
+        where: str = "the database",
+        mode: Mode | None = None,
     ) -> None:
         self._connect = connect
+        self.mode = Mode() if mode is None else mode
         self._connection: asyncpg.Connection[Any] | None = None
         self.timeout = timeout
         self.where = where
@@ -109,14 +133,14 @@ class DedicatedConnection:
         results: list[list[asyncpg.Record]] = await self._run_with(run)
         return results
 
-    async def in_transaction(
-        self, step: Callable[[asyncpg.Connection[Any]], Awaitable[T]]
+    async def run_in_transaction(
+        self, work: Callable[[asyncpg.Connection[Any]], Awaitable[T]]
     ) -> T:
-        """Run ``step`` with the connection, in one transaction; what it returns."""
+        """Run ``work`` with the connection, in one transaction (the steps of a statement Citus refuses whole)."""
 
         async def run(connection: asyncpg.Connection[Any]) -> T:
             async with connection.transaction():
-                return await step(connection)
+                return await work(connection)
 
         result: T = await self._run_with(run)
         return result
@@ -155,6 +179,21 @@ class DedicatedConnection:
                 outage.up(self, self.where)
         return result
 
+    @property
+    def distributed(self) -> bool:
+        """Whether pgqueue's tables are distributed (Citus): see `Mode`."""
+        return self.mode.distributed
+
+    async def detect_distributed(self) -> bool:
+        """Look once whether pgqueue's tables are distributed; on Citus, reconnect without generic plans."""
+        if await distributed_tables(self):
+            self.mode.distributed = True
+            self.mode.settings.clear()
+            # Opened with plan_cache_mode=force_generic_plan: open a new one.
+            async with self._lock:
+                await self.aclose()
+        return self.mode.distributed
+
     async def aclose(self) -> None:
         """Close the connection politely, or drop it; never raises, never waits long."""
         connection, self._connection = self._connection, None
@@ -172,11 +211,14 @@ def worker_connections(
 ) -> tuple[DedicatedConnection, DedicatedConnection, DedicatedConnection]:
     """A worker's claim, outcome-write and upkeep connections (opened on first use)."""
 
+    mode = Mode()
+
     def dedicated() -> DedicatedConnection:
         return DedicatedConnection(
-            connect_like(pool_or_dsn, _sql.WORKER_SETTINGS),
+            connect_like(pool_or_dsn, mode.settings, shared=True),
             timeout=timeout,
             where=target_of(pool_or_dsn) or "the database",
+            mode=mode,
         )
 
     return dedicated(), dedicated(), dedicated()

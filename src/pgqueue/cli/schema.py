@@ -5,7 +5,16 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from pgqueue import SCHEMA, SCHEMA_DOWN, SCHEMA_UPGRADE, Admin, SchemaState
+from pgqueue import (
+    SCHEMA,
+    SCHEMA_DISTRIBUTED,
+    SCHEMA_DOWN,
+    SCHEMA_UPGRADE,
+    Admin,
+    SchemaError,
+    SchemaState,
+    install,
+)
 from pgqueue._extension import target_of
 from pgqueue.cli._common import (
     EXIT_ERROR,
@@ -61,6 +70,11 @@ def add_to(commands: Commands) -> None:
     which.add_argument(
         "--down", action="store_true", help="SCHEMA_DOWN: drop the table"
     )
+    which.add_argument(
+        "--distributed",
+        action="store_true",
+        help="SCHEMA_DISTRIBUTED: the tables distributed by queue on a Citus coordinator",
+    )
     printing.set_defaults(run=reports_database_errors(print_schema))
 
     apply = actions.add_parser(
@@ -71,8 +85,14 @@ def add_to(commands: Commands) -> None:
             "existing one up to date (SCHEMA_UPGRADE). Both are idempotent."
         ),
     )
-    apply.add_argument(
+    applied = apply.add_mutually_exclusive_group()
+    applied.add_argument(
         "--upgrade", action="store_true", help="apply SCHEMA_UPGRADE to a table"
+    )
+    applied.add_argument(
+        "--distributed",
+        action="store_true",
+        help="apply SCHEMA_DISTRIBUTED on a Citus coordinator (the citus extension is required)",
     )
     apply.add_argument("--json", action="store_true", help="print the state as JSON")
     apply.set_defaults(run=reports_database_errors(apply_schema))
@@ -92,9 +112,13 @@ def add_to(commands: Commands) -> None:
 
 async def print_schema(args: argparse.Namespace) -> int:
     """Print the SQL asked for; or, given ``--dsn`` alone, what that database needs."""
-    if getattr(args, "dsn", None) and not (args.upgrade or args.down):
+    if getattr(args, "dsn", None) and not (
+        args.upgrade or args.down or args.distributed
+    ):
         return await _print_needed(args)
-    if args.upgrade:
+    if args.distributed:
+        sql = SCHEMA_DISTRIBUTED
+    elif args.upgrade:
         sql = SCHEMA_UPGRADE
     elif args.down:
         sql = SCHEMA_DOWN
@@ -137,6 +161,14 @@ async def apply_schema(args: argparse.Namespace) -> int:
     async with connect(args) as connection:
         where = _where(connection)
         admin = Admin(connection)
+        if args.distributed:
+            try:
+                await install(connection, distributed=True)
+            except SchemaError as exc:
+                print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
+                return EXIT_ERROR
+            _report(await admin.schema_state(), where, as_json=args.json)
+            return EXIT_OK
         state = await admin.schema_state()
         if args.upgrade and state.kind == "missing":
             print(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core import checks
-from django.db import connections
+from django.db import connections, transaction
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskError
@@ -113,7 +113,12 @@ class Backend(BaseTaskBackend):
         except TypeError as exc:
             msg = f"the arguments of task {task.module_path} must be JSON: {exc}"
             raise TypeError(msg) from exc
-        with connections[self.database].cursor() as cursor:
+        # One transaction (or the caller's): the row is read as inserted,
+        # before a worker woken by its commit can claim it.
+        with (
+            transaction.atomic(using=self.database, savepoint=False),
+            connections[self.database].cursor() as cursor,
+        ):
             cursor.execute(ENQUEUE_CALL, params)
             job_id = cursor.fetchone()[0]
             row = _fetch(cursor, job_id)

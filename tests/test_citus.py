@@ -1,0 +1,602 @@
+"""The distributed mode on a real Citus cluster: a coordinator and two worker nodes.
+
+Each test goes through the public API (or the CLI) on the coordinator, on
+queues of its own, and waits on events and rows under deadlines. The
+cluster is made once for the module (`tests.citus_cluster`); the whole tier
+is skipped, saying why, where the citus extension is not installed. Run it
+alone with ``-m citus``; deselect it with ``-m 'not citus'``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import asyncpg
+import pytest
+
+import pgqueue
+from tests.citus_cluster import citus_cluster, citus_missing
+from tests.helpers import row, rows, wait_for_row, wait_until
+from tests.replicated import binaries
+from tests.test_cli import EXIT_ERROR, EXIT_OK, cli
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from tests.citus_cluster import CitusCluster
+
+pytestmark = [pytest.mark.citus, pytest.mark.timeout(240)]
+
+_BINDIR = binaries()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[CitusCluster]:
+    """A joined three-node cluster with the distributed schema applied."""
+    missing = citus_missing(_BINDIR)
+    if missing is not None:
+        pytest.skip(f"the citus tier needs Citus: {missing}")
+    assert _BINDIR is not None
+    with citus_cluster(_BINDIR) as made:
+        anyio.run(made.join)
+        anyio.run(_install, made.coordinator.dsn)
+        yield made
+
+
+async def _install(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await pgqueue.install(conn, distributed=True)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def pool(cluster: CitusCluster) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on the coordinator."""
+    async with asyncpg.create_pool(
+        cluster.coordinator.dsn, min_size=1, max_size=8
+    ) as made:
+        yield made
+
+
+def _name() -> str:
+    return f"q-{uuid.uuid4().hex[:10]}"
+
+
+async def _node_of(pool: asyncpg.Pool, queue: str) -> int:
+    """The port of the worker node holding ``queue``'s shard."""
+    port: int = await pool.fetchval(
+        "SELECT nodeport FROM pg_dist_shard_placement"
+        " WHERE shardid = get_shard_id_for_distribution_column('pgqueue_jobs', $1::text)",
+        queue,
+    )
+    return port
+
+
+async def _queues_on_both_nodes(
+    pool: asyncpg.Pool, cluster: CitusCluster, count: int
+) -> list[str]:
+    """``count`` new queue names, at least one on each worker node."""
+    ports = {node.port for node in cluster.workers}
+    for _ in range(100):
+        names = [_name() for _ in range(count)]
+        if {await _node_of(pool, name) for name in names} == ports:
+            return names
+    msg = "no spread of queue names over both nodes found"
+    raise AssertionError(msg)
+
+
+async def _two_phase_commits(pool: asyncpg.Pool) -> int:
+    count: int = await pool.fetchval("SELECT count(*) FROM pg_dist_transaction")
+    return count
+
+
+async def test_the_schema_is_distributed_by_queue(
+    cluster: CitusCluster, pool: asyncpg.Pool
+) -> None:
+    tables = {
+        r["logicalrelid"]: (r["partmethod"], r["colocationid"])
+        for r in await pool.fetch(
+            "SELECT logicalrelid::text, partmethod::text, colocationid FROM pg_dist_partition"
+            " WHERE logicalrelid::text LIKE 'pgqueue_%'"
+        )
+    }
+    jobs = tables["pgqueue_jobs"]
+    assert jobs[0] == "h"
+    assert tables["pgqueue_limits"] == jobs
+    assert tables["pgqueue_leases"] == jobs
+    assert tables["pgqueue_periodic"][0] == "n"  # a reference table
+    key = await pool.fetchval(
+        "SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_index i"
+        " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+        " WHERE i.indrelid = 'pgqueue_jobs'::regclass AND i.indisprimary"
+    )
+    assert key == ["id", "queue"]
+    # Idempotent, and current for the library's own check.
+    await pgqueue.install(pool, distributed=True)
+    assert (await pgqueue.Admin(pool).schema_state()).kind == "current"
+
+
+async def test_a_drain_over_eight_queues_on_both_nodes_runs_each_job_once_without_2pc(
+    cluster: CitusCluster, pool: asyncpg.Pool
+) -> None:
+    names = await _queues_on_both_nodes(pool, cluster, 8)
+    expected: set[int] = set()
+    for name in names:
+        queue = pgqueue.Queue(pool, name=name)
+        expected.add(await queue.enqueue("t", {"one": True}))
+        expected.add(await queue.enqueue("t", {}, unique_key="u"))
+        expected.update(
+            await queue.enqueue_many(
+                [("t", {"i": i}) for i in range(40)]
+                + [pgqueue.NewJob("t", {}, unique_key=f"k{i}") for i in range(5)]
+            )
+        )
+    assert len(expected) == 8 * 47
+    before = await _two_phase_commits(pool)
+    ran: Counter[int] = Counter()
+    worker = pgqueue.Worker(pool, queues=dict.fromkeys(names, 4))
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        ran[job.id] += 1
+
+    with anyio.fail_after(120):
+        await worker.run(until_empty=True)
+    assert set(ran) == expected
+    assert set(ran.values()) == {1}
+    statuses = await pool.fetch(
+        "SELECT status, count(*) FROM pgqueue_jobs WHERE queue = ANY($1) GROUP BY 1",
+        names,
+    )
+    assert {r["status"]: r["count"] for r in statuses} == {"completed": len(expected)}
+    # Every enqueue, claim, outcome write and sweep ran on one shard.
+    assert await _two_phase_commits(pool) == before
+
+
+async def test_a_worker_on_the_coordinator_is_woken_without_a_poll(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    ran = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=name, poll_interval=3600)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        ran.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        await wait_until(lambda: _idle(worker))
+        async with pool.acquire() as conn, conn.transaction():
+            # In the caller's transaction: the job and its wakeup ride it.
+            await queue.enqueue("t", {}, connection=conn)
+        with anyio.fail_after(20):
+            await ran.wait()
+        await worker.stop()
+
+
+async def _idle(worker: pgqueue.Worker) -> bool:
+    return not any(lane.policy.more for lane in worker._lanes)
+
+
+async def test_enqueue_in_the_callers_transaction_rolls_back_with_it(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        await queue.enqueue("t", {}, connection=conn)
+        await queue.enqueue_many([("t", {}), ("t", {})], connection=conn)
+        await tx.rollback()
+        async with queue.transaction(conn), conn.transaction():
+            kept = await queue.enqueue("t", {}, connection=conn)
+    assert [r["id"] for r in await rows(pool, name)] == [kept]
+
+
+async def test_unique_keys_are_unique_per_queue(pool: asyncpg.Pool) -> None:
+    first, second = pgqueue.Queue(pool, name=_name()), pgqueue.Queue(pool, name=_name())
+    one = await first.enqueue("t", {}, unique_key="k")
+    assert await first.enqueue("t", {}, unique_key="k") == one
+    with pytest.raises(pgqueue.DuplicateJobError):
+        await first.enqueue("t", {}, unique_key="k", on_conflict="raise")
+    assert await second.enqueue("t", {}, unique_key="k") != one
+    many = await first.enqueue_many([pgqueue.NewJob("t", {}, unique_key="k")])
+    assert many == [one]
+
+
+async def test_replace_and_debounce_are_refused_and_write_nothing(
+    pool: asyncpg.Pool,
+) -> None:
+    # The job queued after a running one of the key waits for it as a child:
+    # dependencies are not supported on Citus.
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    with pytest.raises(ValueError, match="replace"):
+        await queue.enqueue("t", {}, unique_key="k", on_conflict="replace")
+    with pytest.raises(ValueError, match="debounce"):
+        await queue.enqueue("t", {}, unique_key="k", debounce=5.0)
+    with pytest.raises(ValueError, match="replace"):
+        await queue.enqueue_many(
+            [pgqueue.NewJob("t", {}, unique_key="k")], on_conflict="replace"
+        )
+    assert await rows(pool, name) == []
+
+
+async def test_retries_then_dead_with_the_history(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name, max_attempts=2)
+    job_id = await queue.enqueue("t", {})
+    worker = pgqueue.Worker(pool, queue=name, backoff=lambda attempt: 0.0)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        msg = f"attempt {job.attempts}"
+        raise RuntimeError(msg)
+
+    with anyio.fail_after(60):
+        await worker.run(until_empty=True)
+    stored = await row(pool, job_id)
+    assert (stored["status"], stored["attempts"]) == ("dead", 2)
+    assert [entry["attempt"] for entry in _json(stored["errors"])] == [1, 2]
+
+
+def _json(value: Any) -> Any:
+    import json
+
+    return json.loads(value) if isinstance(value, str) else value
+
+
+async def test_a_job_of_a_dead_worker_is_rescued(pool: asyncpg.Pool) -> None:
+    name = _name()
+    job_id = await pgqueue.Queue(pool, name=name).enqueue("t", {})
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = 1,"
+        " updated_at = now() - interval '1 hour' WHERE queue = $1 AND id = $2",
+        name,
+        job_id,
+    )
+    worker = pgqueue.Worker(pool, queue=name, rescue_after=60, poll_interval=0.2)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        pass
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        stored = await wait_for_row(pool, job_id, within=30, status="completed")
+        await worker.stop()
+    assert stored["attempts"] == 2
+    assert _json(stored["errors"])[0]["error"].startswith("no heartbeat for ")
+
+
+async def test_retention_and_prune(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    await queue.enqueue_many([("t", {}) for _ in range(5)])
+    with pytest.raises(ValueError, match="dependencies"):
+        await queue.enqueue("t", {}, after=[1])
+    worker = pgqueue.Worker(pool, queue=name)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        pass
+
+    with anyio.fail_after(60):
+        await worker.run(until_empty=True)
+    admin = pgqueue.Admin(pool)
+    assert await queue.prune(3600) == 0
+    assert await admin.prune(3600) == 0
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET updated_at = now() - interval '2 hours'"
+        " WHERE queue = $1 AND id IN (SELECT id FROM pgqueue_jobs WHERE queue = $1"
+        " ORDER BY id LIMIT 2)",
+        name,
+    )
+    assert await queue.prune(3600) == 2
+    assert await admin.prune(0, queue=name, batch_size=2) == 3
+    assert await rows(pool, name) == []
+    # The worker's retention sweep.
+    await queue.enqueue_many([("t", {}) for _ in range(3)])
+    retaining = pgqueue.Worker(
+        pool, queue=name, retain=0, poll_interval=0.2, rescue_after=1
+    )
+    retaining.register("t", handle)
+    async with anyio.create_task_group() as tg:
+        await tg.start(retaining.run)
+
+        async def gone() -> bool:
+            return not await rows(pool, name)
+
+        await wait_until(gone, within=30)
+        await retaining.stop()
+
+
+async def test_cancel_and_retry_by_id(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    admin = pgqueue.Admin(pool)
+    pending = await queue.enqueue("t", {})
+    other = await pgqueue.Queue(pool, name=_name()).enqueue("t", {})
+    assert await queue.cancel(pending, other, 2**62) == {
+        pending: "cancelled",
+        other: "cancelled",
+        2**62: "not_found",
+    }
+    assert (await row(pool, pending))["status"] == "cancelled"
+    assert await admin.retry(pending, 2**62) == {
+        pending: "retried",
+        2**62: "not_found",
+    }
+    assert (await row(pool, pending))["status"] == "pending"
+    assert await admin.cancel(pending) == {pending: "cancelled"}
+
+    # A running job: cancelled by request, its handler cut off.
+    started = anyio.Event()
+    running = await queue.enqueue("t", {})
+    worker = pgqueue.Worker(pool, queue=name)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        with anyio.fail_after(20):
+            await started.wait()
+        assert await admin.cancel(running) == {running: "requested"}
+        await wait_for_row(pool, running, within=20, status="cancelled")
+        await worker.stop()
+
+
+async def test_a_tracker_hears_outcomes(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    done = await queue.enqueue("t", {"x": 1}, track=True)
+    worker = pgqueue.Worker(pool, queue=name)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> dict[str, int]:
+        return {"got": job.payload["x"]}
+
+    async with (
+        pgqueue.Tracker(pool, poll_interval=3600) as tracker,
+        anyio.create_task_group() as tg,
+    ):
+        await tg.start(worker.run)
+        with anyio.fail_after(20):
+            outcome = await tracker.wait(done)
+        await worker.stop()
+    assert outcome.status == "completed"
+    assert outcome.result == {"got": 1}
+
+
+async def test_publish_and_subscribe_on_the_coordinator(
+    cluster: CitusCluster, pool: asyncpg.Pool
+) -> None:
+    heard: list[str] = []
+    got = anyio.Event()
+    subscriber = pgqueue.Subscriber(pool)
+
+    @subscriber.handler("orders")
+    async def on_order(payload: str) -> None:
+        heard.append(payload)
+        got.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(subscriber.run)
+        await pgqueue.publish(pool, "orders", "42")
+        with anyio.fail_after(20):
+            await got.wait()
+        subscriber.stop()
+    assert heard == ["42"]
+
+
+async def test_the_cli_prints_applies_and_reads(
+    cluster: CitusCluster, pool: asyncpg.Pool
+) -> None:
+    dsn = cluster.coordinator.dsn
+    printed = await cli(None, "schema", "print", "--distributed")
+    assert printed.code == EXIT_OK
+    assert printed.out.strip() == pgqueue.SCHEMA_DISTRIBUTED.strip()
+    applied = await cli(dsn, "schema", "apply", "--distributed")
+    assert applied.code == EXIT_OK, applied
+    assert "current" in applied.out
+    assert (await cli(dsn, "schema", "check")).code == EXIT_OK
+
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    job_id = await queue.enqueue("t", {})
+    stats = await cli(dsn, "stats", "--json")
+    assert stats.code == EXIT_OK, stats
+    assert any(entry["queue"] == name for entry in stats.json())
+    listed = await cli(dsn, "jobs", "list", "--queue", name, "--json")
+    assert listed.code == EXIT_OK, listed
+    assert [job["id"] for job in listed.json()] == [job_id]
+    cancelled = await cli(dsn, "cancel", str(job_id), str(2**62))
+    assert cancelled.code == EXIT_ERROR
+    assert cancelled.out.splitlines()[0] == f"{job_id}\tcancelled"
+    retried = await cli(dsn, "retry", str(job_id), "--json")
+    assert retried.code == EXIT_OK, retried
+    assert retried.json() == [{"id": job_id, "result": "retried"}]
+
+
+async def test_a_periodic_job_is_enqueued_once_per_tick_by_two_workers(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    ran: list[int] = []
+    enough = anyio.Event()
+    workers = [pgqueue.Worker(pool, queue=name) for _ in range(2)]
+    for worker in workers:
+        worker.periodic(f"every-second-{name}", every=1.0, job_type="tick")
+
+        @worker.handler("tick")
+        async def handle(job: pgqueue.Job) -> None:
+            ran.append(job.id)
+            if len(ran) >= 2:
+                enough.set()
+
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            await tg.start(worker.run)
+        with anyio.fail_after(30):
+            await enough.wait()
+        for worker in workers:
+            await worker.stop()
+    assert len(ran) == len(set(ran))
+    keys = [r["unique_key"] for r in await rows(pool, name) if r["job_type"] == "tick"]
+    assert len(keys) == len(set(keys))  # one job per tick
+    schedules = await pgqueue.Admin(pool).schedules()
+    assert any(s.name == f"every-second-{name}" for s in schedules)
+    assert await pgqueue.Admin(pool).remove_schedule(f"every-second-{name}")
+
+
+async def test_a_fleet_wide_limit_holds_across_workers(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    await queue.enqueue_many([("t", {}) for _ in range(12)])
+    running = 0
+    most = 0
+    done = 0
+    finished = anyio.Event()
+    workers = [
+        pgqueue.Worker(pool, queue=name, concurrency=4, global_limit=2)
+        for _ in range(2)
+    ]
+    for worker in workers:
+
+        @worker.handler("t")
+        async def handle(job: pgqueue.Job) -> None:
+            nonlocal running, most, done
+            running += 1
+            most = max(most, running)
+            await anyio.sleep(0.05)
+            running -= 1
+            done += 1
+            if done == 12:
+                finished.set()
+
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            await tg.start(worker.run)
+        with anyio.fail_after(60):
+            await finished.wait()
+        for worker in workers:
+            await worker.stop()
+    assert most <= 2
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM pgqueue_leases WHERE queue = $1", name
+        )
+        == 0
+    )
+
+
+async def test_a_checkpoint_is_stored_on_the_shard_without_2pc(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    job_id = await pgqueue.Queue(pool, name=name).enqueue("t", {})
+    worker = pgqueue.Worker(pool, queue=name)
+    stored: list[bool] = []
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        stored.append(await job.checkpoint({"step": 3}))
+        raise pgqueue.Permanent("stop here")
+
+    before = await _two_phase_commits(pool)
+    with anyio.fail_after(60):
+        await worker.run(until_empty=True)
+    assert stored == [True]
+    assert _json((await row(pool, job_id))["checkpoint"]) == {"step": 3}
+    assert await _two_phase_commits(pool) == before
+
+
+async def test_priorities_and_types_on_the_shard(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    low = await queue.enqueue("t", {}, priority=-2)
+    high = await queue.enqueue("t", {}, priority=3)
+    plain = await queue.enqueue("t", {})
+    other = await queue.enqueue("unknown", {})
+    order: list[int] = []
+    worker = pgqueue.Worker(pool, queue=name, concurrency=1, unknown_types="wait")
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        order.append(job.id)
+
+    with anyio.fail_after(60):
+        await worker.run(until_empty=True)
+    assert order == [high, plain, low]
+    assert (await row(pool, other))["status"] == "pending"
+
+
+async def test_the_web_dashboard_reads_the_cluster(pool: asyncpg.Pool) -> None:
+    import httpx
+
+    from pgqueue.web import create_app
+
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    job_id = await queue.enqueue("mail", {"n": 1})
+    await queue.enqueue_many([("mail", {}) for _ in range(2)])
+    transport = httpx.ASGITransport(app=create_app(pool))
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
+        page = await c.get("/")
+        assert page.status_code == 200
+        assert f'data-queue="{name}"' in page.text
+        frame = (await c.get("/api/frame")).json()
+        [ours] = [q for q in frame["queues"] if q["queue"] == name]
+        assert ours["ready"] == 3
+        listing = await c.get("/jobs", params={"queue": name})
+        assert listing.status_code == 200
+        assert str(job_id) in listing.text
+        assert (await c.get(f"/jobs/{job_id}")).status_code == 200
+
+
+async def test_pgqueue_enqueue_from_sql_wakes_a_worker(pool: asyncpg.Pool) -> None:
+    name = _name()
+    ran = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=name, poll_interval=3600)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        ran.set()
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run)
+        await wait_until(lambda: _idle(worker))
+        first = await pool.fetchval(
+            "SELECT pgqueue_enqueue('t', '{}', $1, unique_key => 'k')", name
+        )
+        with anyio.fail_after(20):
+            await ran.wait()
+        await worker.stop()
+    again = await pool.fetchval(
+        "SELECT pgqueue_enqueue('t', '{}', $1, unique_key => 'k')", name
+    )
+    assert again != first  # the first one completed: its key is free again
+
+
+async def test_the_frames_of_pgqueue_top_read_the_cluster(pool: asyncpg.Pool) -> None:
+    from pgqueue._dashboard import Sampler
+
+    name = _name()
+    await pgqueue.Queue(pool, name=name).enqueue_many([("t", {}) for _ in range(4)])
+    async with pool.acquire() as conn:
+        sampler = Sampler(conn, queue=name)
+        await sampler.frame()
+        frame = await sampler.frame()
+    [line] = frame.queues
+    assert (line.queue, line.ready) == (name, 4)
