@@ -212,6 +212,7 @@ async def test_stats_json_matches_the_table(fresh_dsn: str) -> None:
             "slots_in_use",
             "global_limit",
             "waiting",
+            "paused",
         ]
         q = found[0]
         assert (q["ready"], q["scheduled"], q["dead"], q["completed"]) == (2, 1, 2, 0)

@@ -151,6 +151,7 @@ async def test_once_json_matches_the_database(
             "slots_in_use",
             "global_limit",
             "waiting",
+            "paused",
         }
         assert q["waiting"] == 0
         assert q["completed_estimated"] is False

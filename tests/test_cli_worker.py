@@ -201,6 +201,8 @@ SAMPLES = {
     "queues": [],  # the other form of --queue, refused with --queue NAME; see below
     "max_concurrency": ["--max-concurrency", "6"],
     "global_limit": ["--global-limit", "4"],
+    "group_limit": ["--group-limit", "2"],
+    "rate_limit": ["--rate-limit", "100/60s"],
     "prefetch": ["--prefetch", "3"],
     "poll_interval": ["--poll-interval", "0.25"],
     "listen": ["--no-listen"],
@@ -235,6 +237,8 @@ async def test_flags_replace_the_workers_options_and_keep_its_handlers(
         assert options.max_concurrency == 6
         assert options.global_limit == 4
         assert worker._lanes[0].global_limit == 4
+        assert worker._lanes[0].group_limit == 2
+        assert options.rate_limit == pgqueue.RateLimit(100, per=60.0)
         assert options.prefetch == 3
         assert options.poll_interval == 0.25
         assert options.listen is False

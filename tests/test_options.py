@@ -28,6 +28,8 @@ SAMPLES: dict[str, Any] = {
     "queues": None,  # the other form; see test_several_queues_form
     "max_concurrency": 6,
     "global_limit": 4,
+    "group_limit": 2,
+    "rate_limit": pgqueue.RateLimit(100, per=60.0, per_group=True),
     "prefetch": 3,
     "poll_interval": 0.25,
     "listen": False,

@@ -139,14 +139,28 @@ async def assert_untouched(bouncer: PgBouncer, before: State) -> None:
     assert changed == {}, "session state left on server connections, by backend pid"
 
 
-@pytest.mark.parametrize("global_limit", [None, 3], ids=["unlimited", "limited"])
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {},
+        {"global_limit": 3},
+        {"group_limit": 1},
+        {"rate_limit": pgqueue.RateLimit(100, per=1.0)},
+        {"group_limit": 2, "rate_limit": pgqueue.RateLimit(100, per_group=True)},
+    ],
+    ids=["unlimited", "limited", "grouped", "rated", "grouped-and-rated"],
+)
 async def test_worker_leaves_no_session_state(
-    bouncer: PgBouncer, pool: asyncpg.Pool, queue_name: str, global_limit: int | None
+    bouncer: PgBouncer, pool: asyncpg.Pool, queue_name: str, limits: dict[str, Any]
 ) -> None:
     before = await baseline(bouncer)
-    ids = await pgqueue.Queue(pool, name=queue_name).enqueue_many(
-        [("t", {"n": n}) for n in range(10)]
-    )
+    queue = pgqueue.Queue(pool, name=queue_name)
+    if "group_limit" in limits:
+        # Group and rate limits: claims in transactions, after a lock of the
+        # queue that the transaction's end releases.
+        ids = [await queue.enqueue("t", {"n": n}, group=f"g{n % 3}") for n in range(10)]
+    else:
+        ids = await queue.enqueue_many([("t", {"n": n}) for n in range(10)])
     runs: Counter[int] = Counter()
     async with bounced_pool(bouncer) as bounced:
         # A fleet-wide limit's leases are taken in transactions, as a pooler needs.
@@ -155,7 +169,7 @@ async def test_worker_leaves_no_session_state(
             queue=queue_name,
             listen=False,
             poll_interval=0.05,
-            global_limit=global_limit,
+            **limits,
         )
 
         @worker.handler("t")

@@ -64,6 +64,7 @@ V2_COLUMNS = {
     "has_children": ("boolean", "NO", "false"),
     "parents_left": ("integer", "YES", None),
     "on_parent_failure": ("text", "YES", None),
+    "group_key": ("text", "YES", None),
 }
 
 

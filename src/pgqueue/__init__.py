@@ -37,7 +37,7 @@ from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._core.job import Job, NewJob, Status
 from pgqueue._core.log import Logger
-from pgqueue._core.options import WorkerOptions
+from pgqueue._core.options import RateLimit, WorkerOptions
 from pgqueue._core.outcome import Outcome
 from pgqueue._core.sql import (
     JOBS_CHANNEL,
@@ -89,6 +89,7 @@ __all__ = [
     "PgQueueError",
     "Queue",
     "QueueStats",
+    "RateLimit",
     "RelatedJob",
     "RetryAfter",
     "ScheduleInfo",

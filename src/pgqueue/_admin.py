@@ -211,9 +211,13 @@ class QueueStats(_JSONShape):
             without one.
         global_limit: for such a queue, how many slots it has (the largest
             ``global_limit`` its workers started with); None without one.
+        paused: whether the queue is paused (`Admin.pause`).
 
     .. versionchanged:: 0.1
         ``slots_in_use``, ``global_limit`` and ``waiting``.
+
+    .. versionchanged:: Unreleased
+        ``paused``.
     """
 
     queue: str
@@ -230,6 +234,7 @@ class QueueStats(_JSONShape):
     slots_in_use: int | None = None
     global_limit: int | None = None
     waiting: int = 0
+    paused: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -586,7 +591,12 @@ class Admin:
                 if table["has_limits"]
                 else []
             )
-        return queue_stats(name, rows, table, completed, slots)
+            paused = (
+                await self._executor.fetch(_sql.PAUSED, name)
+                if table["has_paused"]
+                else []
+            )
+        return queue_stats(name, rows, table, completed, slots, paused)
 
     async def jobs(
         self,
@@ -935,6 +945,64 @@ class Admin:
         self._logger.debug("cancel", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
 
+    async def pause(self, queue: str) -> bool:
+        """Pause ``queue``: no worker in the fleet starts another of its jobs until `resume`.
+
+        Every claim checks the queue's row in ``pgqueue_paused``, so claims
+        that begin after this commits take nothing (within a claim's time:
+        well under a second); running jobs finish, and jobs a worker had
+        already claimed beyond its concurrency (``prefetch``) may still
+        start. Jobs are still enqueued. The state is in the database: it
+        holds for workers started later and across restarts. Go workers do
+        not know of it and keep claiming. Returns whether the queue was
+        running (False: it was paused already, since `paused` says when).
+
+        Raises:
+            TypeError, ValueError: a bad queue name (nothing is written).
+            SchemaError: ``pgqueue_paused`` is missing (apply
+                `SCHEMA_UPGRADE`).
+
+        .. versionadded:: Unreleased
+        """
+        name = check_queue_name(queue)
+        async with self._schema_checked():
+            row = await self._executor.fetchrow(_sql.PAUSE, name)
+        self._logger.info(
+            "queue paused" if row else "queue already paused", extra={"queue": name}
+        )
+        return row is not None
+
+    async def resume(self, queue: str) -> bool:
+        """Resume a paused ``queue`` and wake its workers at once (a NOTIFY on ``pgqueue_jobs``).
+
+        Returns whether it was paused.
+
+        Raises:
+            TypeError, ValueError: a bad queue name (nothing is written).
+            SchemaError: ``pgqueue_paused`` is missing.
+
+        .. versionadded:: Unreleased
+        """
+        name = check_queue_name(queue)
+        async with self._schema_checked():
+            row = await self._executor.fetchrow(_sql.RESUME, name)
+        self._logger.info(
+            "queue resumed" if row else "queue was not paused", extra={"queue": name}
+        )
+        return row is not None
+
+    async def paused(self) -> dict[str, datetime]:
+        """The paused queues, each with when it was paused, by name.
+
+        Raises:
+            SchemaError: ``pgqueue_paused`` is missing.
+
+        .. versionadded:: Unreleased
+        """
+        async with self._schema_checked():
+            rows = await self._executor.fetch(_sql.PAUSED, None)
+        return {row["queue"]: row["paused_at"] for row in rows}
+
     async def prune(
         self, older_than: float, *, queue: str | None = None, batch_size: int = 10_000
     ) -> int:
@@ -1125,12 +1193,14 @@ def queue_stats(
     table: Row,
     completed_rows: Iterable[Row] | None,
     slot_rows: Iterable[Row],
+    paused_rows: Iterable[Row] = (),
 ) -> list[QueueStats]:
     """`Admin.stats` from its statements' rows.
 
     ``name``: the one queue asked for, or None; ``rows``: `_sql.STATS`'s;
     ``table``: `_sql.STATS_TABLE`'s; ``completed_rows``: `_sql.STATS_COMPLETED`'s,
-    None when `completed_estimated`; ``slot_rows``: `_sql.STATS_LIMITS`'s.
+    None when `completed_estimated`; ``slot_rows``: `_sql.STATS_LIMITS`'s;
+    ``paused_rows``: `_sql.PAUSED`'s (a paused queue is listed, jobs or not).
     """
     estimated = completed_rows is None
     counts = {row[0]: list(row[1:]) for row in rows}
@@ -1147,6 +1217,9 @@ def queue_stats(
     for extra in completed.keys() - counts.keys():
         if completed[extra]:
             counts[extra] = [0, 0, 0, 0, 0, 0, None, None, None]
+    paused = {row["queue"] for row in paused_rows}
+    for extra in paused - counts.keys():
+        counts[extra] = [0, 0, 0, 0, 0, 0, None, None, None]
     return [
         QueueStats(
             queue=queue_name,
@@ -1163,6 +1236,7 @@ def queue_stats(
             slots_in_use=slots[queue_name][0] if queue_name in slots else None,
             global_limit=slots[queue_name][1] if queue_name in slots else None,
             waiting=waiting,
+            paused=queue_name in paused,
         )
         for queue_name, (
             ready,

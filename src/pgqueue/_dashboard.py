@@ -75,6 +75,8 @@ class QueueLine:
     """The queue's slots, for a queue with a fleet-wide limit; else None."""
     waiting: int = 0
     """Jobs waiting for their parents to finish."""
+    paused: bool = False
+    """Whether the queue is paused (`pgqueue.Admin.pause`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -208,6 +210,7 @@ class Sampler:
                     slots_in_use=s.slots_in_use,
                     global_limit=s.global_limit,
                     waiting=s.waiting,
+                    paused=s.paused,
                 )
             )
         return Frame(

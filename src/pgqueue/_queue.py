@@ -293,6 +293,7 @@ class Queue:
         track: bool = False,
         after: Sequence[int] = (),
         on_parent_failure: Literal["cancel", "run"] = "cancel",
+        group: str | None = None,
         connection: Connection | None = None,
     ) -> int:
         """Insert a job and wake the queue's workers.
@@ -350,6 +351,10 @@ class Queue:
                 ``cancelled`` does: ``"cancel"`` cancels this job (and its
                 own waiting children, in turn); ``"run"`` lets it run once
                 every parent has ended, however.
+            group: the job's group (a tenant, a customer: ``"customer:42"``):
+                a worker with a ``group_limit`` runs at most that many jobs
+                of one group at once, groups taken round-robin (see
+                :doc:`/howto/flow-control`). Not with ``after``.
             connection: run on this connection (and its transaction).
 
         Returns:
@@ -389,10 +394,17 @@ class Queue:
             if debounced is not None:
                 seconds = debounced
         failure = check_on_parent_failure(on_parent_failure)
+        group_key = None if group is None else check_name("group", group)
+        if group_key is not None and conflict == "replace":
+            msg = "a job with a group cannot replace or debounce (on_conflict='replace', debounce=) yet"
+            raise ValueError(msg)
         if after:
             parents = check_after(after, None)
             if key is not None:
                 msg = "a job with a unique_key cannot have parents (after=...)"
+                raise ValueError(msg)
+            if group_key is not None:
+                msg = "a job with a group cannot have parents (after=...) yet"
                 raise ValueError(msg)
             return await self._enqueue_after(
                 connection,
@@ -405,7 +417,9 @@ class Queue:
                 failure,
             )
         if not self._hooks:
-            return await self._enqueue(connection, args, seconds, key, conflict)
+            return await self._enqueue(
+                connection, args, seconds, key, conflict, group=group_key
+            )
         new_job = NewJob(
             args[0],
             payload,
@@ -416,13 +430,16 @@ class Queue:
             unique_key=key,
             track=args[5],
             debounce=debounce,
+            group=group_key,
         )
         event = EnqueueEvent(self._name, (new_job,), batch=False)
         return await told(
             self._hooks,
             event,
             self._logger,
-            lambda: self._enqueue(connection, args, seconds, key, conflict, event),
+            lambda: self._enqueue(
+                connection, args, seconds, key, conflict, event, group=group_key
+            ),
         )
 
     async def _enqueue(
@@ -433,6 +450,8 @@ class Queue:
         key: str | None,
         conflict: str,
         event: EnqueueEvent | None = None,
+        *,
+        group: str | None = None,
     ) -> int:
         """`enqueue` once its arguments are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
@@ -444,7 +463,7 @@ class Queue:
             if conflict == "replace":
                 raise ValueError(_NO_REPLACE_DISTRIBUTED)
             return await self._enqueue_routed(
-                connection, args, delay, key, conflict, event
+                connection, args, delay, key, conflict, event, group=group
             )
         outcome = "inserted"
         with self._wakeup(connection) as wake:
@@ -456,6 +475,7 @@ class Queue:
                         *args,
                         trace_context,
                         delay,
+                        group,
                     )
                     woke = True
                 elif conflict == "replace":
@@ -480,6 +500,7 @@ class Queue:
                         trace_context,
                         key,
                         delay,
+                        group,
                     )
                     assert row is not None
                     job_id = row["id"]
@@ -526,6 +547,8 @@ class Queue:
         key: str | None,
         conflict: str,
         event: EnqueueEvent | None,
+        *,
+        group: str | None = None,
     ) -> int:
         """`_enqueue` on Citus: the row on its queue's shard, then the wakeup from the coordinator.
 
@@ -539,7 +562,12 @@ class Queue:
             try:
                 if key is None:
                     job_id: int = await executor.fetchval(
-                        _sql.ENQUEUE_SILENT, self._name, *args, trace_context, delay
+                        _sql.ENQUEUE_SILENT,
+                        self._name,
+                        *args,
+                        trace_context,
+                        delay,
+                        group,
                     )
                 else:
                     row = await executor.fetchrow(
@@ -549,6 +577,7 @@ class Queue:
                         trace_context,
                         key,
                         delay,
+                        group,
                     )
                     assert row is not None
                     job_id, existed = row["id"], row["existed"]
@@ -966,10 +995,11 @@ class Queue:
 
 
 def _copies(batch: Batch) -> bool:
-    """Whether a batch takes the COPY path: large, without unique keys or a delay past COPY_MAX_DELAY."""
+    """Whether a batch takes the COPY path: large, without unique keys, groups or a delay past COPY_MAX_DELAY."""
     return (
         len(batch.types) >= COPY_MIN_JOBS
         and not batch.keyed
+        and not batch.grouped
         and batch.parents is None
         and (
             not batch.delayed

@@ -75,7 +75,12 @@ from pgqueue._core.errors import AlreadyStartedError, SchemaError
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import Observer, call_observers
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.options import DEFAULT_CONCURRENCY, DEFAULT_QUEUE, WorkerOptions
+from pgqueue._core.options import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_QUEUE,
+    RateLimit,
+    WorkerOptions,
+)
 from pgqueue._core.outcome import Outcome
 from pgqueue._core.retry import Outage
 from pgqueue._core.typed import is_async, typed_handler
@@ -158,6 +163,29 @@ class Worker:
             its own limit, so with workers that disagree the queue runs at
             most the largest. Go workers, and workers without the limit,
             bypass it and are not counted.
+        group_limit: the most jobs of one group (``enqueue(group=...)``) of
+            a queue running at once across every worker and process: an int
+            for the one queue or, with ``queues``, a mapping of some of them
+            to their limits; ``None`` for none. With 1, each group's jobs
+            run one at a time, in ``(run_at, id)`` order. Claims of such a
+            queue take the groups round-robin (the first job of every
+            group with room before the second of any), so a group's flood
+            delays another group's job by at most one claim; they take
+            turns across the fleet (a lock of the queue for each claim's
+            transaction). Jobs without a group are not limited. Every
+            worker of the queue must have the same limit (Go workers and
+            workers without it ignore groups).
+        rate_limit: at most so many job starts of a queue in any window of
+            its length, across every worker and process
+            (``pgqueue.RateLimit(100, per=60.0)``; with ``per_group=True``,
+            of each group on its own): a `RateLimit` for the one queue or,
+            with ``queues``, a mapping of some of them to theirs; ``None``
+            for none. A start is a claim; jobs beyond the limit wait,
+            pending, and the worker sleeps until its window has room. The
+            claims of such a queue take turns across the fleet, counting
+            the starts recorded in ``pgqueue_starts``. Every worker of the
+            queue must have the same limit (Go workers and workers without
+            it are not counted).
         prefetch: how many jobs to claim beyond ``concurrency`` (for each
             queue, with ``queues``), so the next
             jobs are at hand when handlers finish and a claim's round trip
@@ -218,7 +246,8 @@ class Worker:
 
     .. versionchanged:: Unreleased
        ``queues`` and ``max_concurrency``: several queues per worker;
-       ``global_limit``: fleet-wide limits.
+       ``global_limit``: fleet-wide limits. ``group_limit``: per-group limits
+       with fair claims. ``rate_limit``: fleet-wide rate limits.
        The options are one checked `WorkerOptions` (`options`);
        `with_options` copies a worker with some of them changed.
     """
@@ -232,6 +261,8 @@ class Worker:
         queues: Mapping[str, int] | None = None,
         max_concurrency: int | None = None,
         global_limit: int | Mapping[str, int] | None = None,
+        group_limit: int | Mapping[str, int] | None = None,
+        rate_limit: RateLimit | Mapping[str, RateLimit] | None = None,
         prefetch: int = 0,
         poll_interval: float = 5.0,
         listen: bool | str = True,
@@ -254,6 +285,8 @@ class Worker:
                 queues=queues,
                 max_concurrency=max_concurrency,
                 global_limit=global_limit,
+                group_limit=group_limit,
+                rate_limit=rate_limit,
                 prefetch=prefetch,
                 poll_interval=poll_interval,
                 listen=listen,
@@ -311,8 +344,18 @@ class Worker:
         self._listener_keepalive = LISTEN_KEEPALIVE
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: ListenerRoute | None = None
+        group_limits = options.group_limits()
+        rate_limits = options.rate_limits()
         self._lanes = tuple(
-            Lane(index, name, concurrency, self._prefetch, limits.get(name))
+            Lane(
+                index,
+                name,
+                concurrency,
+                self._prefetch,
+                limits.get(name),
+                group_limit=group_limits.get(name),
+                rate_limit=rate_limits.get(name),
+            )
             for index, (name, concurrency) in enumerate(specs.items())
         )
         self._limited = tuple(lane for lane in self._lanes if lane.global_limit)

@@ -37,7 +37,8 @@ Metrics (the ``pgqueue`` prefix is ``namespace``):
 - From `QueueCollector`: ``pgqueue_queue_jobs{queue, status}`` (``waiting``, ``ready``,
   ``scheduled``, ``running``, ``completed``, ``dead``, ``cancelled``),
   ``pgqueue_queue_lag_seconds{queue}``,
-  ``pgqueue_queue_longest_running_seconds{queue}`` and
+  ``pgqueue_queue_longest_running_seconds{queue}``,
+  ``pgqueue_queue_paused{queue}`` and
   ``pgqueue_queue_stats_age_seconds``.
 """
 
@@ -402,12 +403,18 @@ class QueueCollector(Collector):
             "How long the longest running job of each queue has run.",
             labels=["queue"],
         )
+        paused = GaugeMetricFamily(
+            f"{prefix}_paused",
+            "1 while the queue is paused (pgqueue.Admin.pause), else 0.",
+            labels=["queue"],
+        )
         for row in stats:
             for status in QUEUE_COUNTS:
                 jobs.add_metric([row.queue, status], float(getattr(row, status) or 0))
             lag.add_metric([row.queue], float(row.lag or 0.0))
             longest.add_metric([row.queue], float(row.longest_running or 0.0))
-        return [jobs, lag, longest]
+            paused.add_metric([row.queue], 1.0 if row.paused else 0.0)
+        return [jobs, lag, longest, paused]
 
 
 def serve(

@@ -80,6 +80,7 @@ def check_jobs(
                     after,
                     on_parent_failure,
                     debounce,
+                    group,
                 ) = _unpack(job)
                 if type(job_type) is not str or job_type not in checked_types:
                     checked_types.add(check_name("job type", job_type))
@@ -92,6 +93,13 @@ def check_jobs(
                     run_at,
                     delay,
                 )
+                replaces = checked_key is not None and (
+                    replace or on_conflict == "replace"
+                )
+                group_key = None if group is None else check_name("group", group)
+                if group_key is not None and (after or replaces):
+                    msg = "a job with a group cannot have parents (after=...), replace or debounce yet"
+                    raise ValueError(msg)
                 batch.add(
                     job_type,  # type: ignore[arg-type]
                     payload,
@@ -101,7 +109,8 @@ def check_jobs(
                     check_priority(priority),
                     checked_key,
                     check_bool("track", track),
-                    checked_key is not None and (replace or on_conflict == "replace"),
+                    replaces,
+                    group_key,
                 )
                 if after:
                     batch.depend(
@@ -183,6 +192,7 @@ def insert_many(
             notify,
         )
         return _sql.ENQUEUE_MANY_REPLACE, args
+    args = (*args, batch.group_column())  # (a replacing batch has no groups)
     delayed = batch.delayed
     if delayed:
         args = (*args, _sql.seconds(batch.delays))
@@ -211,11 +221,35 @@ _MANY = {
 def _unpack(
     job: object,
 ) -> tuple[
-    object, Any, object, object, object, object, object, object, object, object, object
+    object,
+    Any,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
+    object,
 ]:
-    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track, after, on_parent_failure, debounce) of a job for enqueue_many."""
+    """(job_type, payload, max_attempts, run_at, delay, priority, unique_key, track, after, on_parent_failure, debounce, group) of a job for enqueue_many."""
     if isinstance(job, tuple) and len(job) == 2:
-        return job[0], job[1], None, None, None, 0, None, False, (), "cancel", None
+        return (
+            job[0],
+            job[1],
+            None,
+            None,
+            None,
+            0,
+            None,
+            False,
+            (),
+            "cancel",
+            None,
+            None,
+        )
     if isinstance(job, NewJob):
         return (
             job.job_type,
@@ -229,6 +263,7 @@ def _unpack(
             job.after,
             job.on_parent_failure,
             job.debounce,
+            job.group,
         )
     msg = f"expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
     raise TypeError(msg)
@@ -251,6 +286,9 @@ class Batch:
         self.priorities: list[int] = []
         self.tracked: list[bool] = []
         self._keys: list[str | None] = []
+        self.groups: list[str | None] = []
+        self.grouped = False
+        """Whether a job has a group (the batch then takes the INSERT path)."""
         self._index_of: list[int] = []  # each input job's row
         self._row_of_key: dict[tuple[str, str], int] = {}
         self.keyed = False
@@ -285,6 +323,7 @@ class Batch:
         key: str | None,
         track: bool,
         replace: bool,
+        group: str | None = None,
     ) -> None:
         if key is not None:
             row = self._row_of_key.get((job_type, key))
@@ -309,6 +348,8 @@ class Batch:
         self.tracked.append(track)
         self._keys.append(key)
         self.replaces.append(replace)
+        self.groups.append(group)
+        self.grouped = self.grouped or group is not None
         self._special = self._special or priority != 0 or track
 
     def _replace(
@@ -332,6 +373,10 @@ class Batch:
         self.replaces[row] = True
         self.replacing = True
         self._special = self._special or priority != 0 or track
+
+    def group_column(self) -> list[str | None]:
+        """group_key, as a parameter (empty when no job has a group)."""
+        return self.groups if self.grouped else []
 
     def columns(self) -> tuple[str, str, str, str, list[str | None]]:
         """max_attempts, run_at, priority, tracked and unique_key, as parameters."""

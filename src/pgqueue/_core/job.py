@@ -322,6 +322,8 @@ class NewJob:
     job and runs that many seconds after the last enqueue of the key. (A
     whole call's keyed jobs replace with ``enqueue_many(...,
     on_conflict="replace")``.)
+
+    ``group``: the job's group, as `Queue.enqueue`'s (not with ``after``).
     """
 
     job_type: str
@@ -336,3 +338,4 @@ class NewJob:
     after: Sequence[int] = ()
     on_parent_failure: Literal["cancel", "run"] = "cancel"
     debounce: float | timedelta | None = None
+    group: str | None = None

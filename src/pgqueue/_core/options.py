@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -23,6 +24,7 @@ from typing import (
 
 from pgqueue._core.backoff import Backoff, default_backoff
 from pgqueue._core.checks import (
+    check_bool,
     check_callable,
     check_duration,
     check_int,
@@ -44,10 +46,12 @@ __all__ = [
     "NO_FLAG",
     "Flag",
     "FlagKind",
+    "RateLimit",
     "SharedConnections",
     "WorkerOptions",
     "check_global_limit",
     "check_queues",
+    "check_rate_limit",
     "option_flags",
 ]
 
@@ -104,6 +108,7 @@ FlagKind: TypeAlias = Literal[
     "queue",  # --queue NAME, or --queue NAME=N repeated (which gives queues)
     "queues",  # given by the queue field's flag
     "limit",  # N, none, or NAME=N repeated
+    "rate",  # N/DURATION[:per-group], none, or NAME=N/DURATION repeated
 ]
 """What a flag's value is; the command line turns each kind into an argparse argument."""
 
@@ -133,6 +138,49 @@ def _flag(
     choices: tuple[str, ...] = (),
 ) -> dict[str, Flag]:
     return {FLAG: Flag(name, kind, help, metavar, choices)}
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most ``limit`` job starts of a queue in any ``per`` seconds, across the fleet.
+
+    Give it to `Worker` as ``rate_limit``. A start is a claim: the instant a
+    job becomes running in the database. The window slides: no span of
+    ``per`` seconds ever holds more than ``limit`` starts, whatever the
+    number of workers and processes (their claims of the queue take turns,
+    each counting the starts recorded in ``pgqueue_starts``). Jobs beyond it
+    wait, pending; a worker whose window is full sleeps until its oldest
+    start leaves it, claiming nothing meanwhile.
+
+    Args:
+        limit: the most starts in a window.
+        per: the window's length in seconds.
+        per_group: the limit holds for each group (``enqueue(group=...)``)
+            on its own instead of the whole queue; jobs without a group are
+            not limited.
+
+    Raises:
+        TypeError, ValueError: a bad value.
+
+    .. versionadded:: Unreleased
+    """
+
+    limit: int
+    per: float = 1.0
+    per_group: bool = False
+
+    def __post_init__(self) -> None:
+        check_int("rate limit", self.limit)
+        object.__setattr__(
+            self, "per", check_duration("rate limit's per", self.per, positive=True)
+        )
+        object.__setattr__(self, "per_group", check_bool("per_group", self.per_group))
+
+    def __str__(self) -> str:
+        """As ``pgqueue worker --rate-limit`` takes it: ``100/60s``, ``5/1s:per-group``."""
+        text = repr(self.per)
+        per = format(Decimal(text), "f") if "e" in text else text
+        return f"{self.limit}/{per}s" + (":per-group" if self.per_group else "")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,6 +233,29 @@ class WorkerOptions:
             "process; or, repeated as NAME=N, of each queue named "
             "(--global-limit emails=3); 'none' for no limit",
             "N|NAME=N",
+        ),
+    )
+    group_limit: int | Mapping[str, int] | None = field(
+        default=None,
+        metadata=_flag(
+            "--group-limit",
+            "limit",
+            "most jobs of one group (enqueue(group=...)) of the queue running at "
+            "once across every worker and process, groups taken round-robin; or, "
+            "repeated as NAME=N, of each queue named; 'none' for no limit",
+            "N|NAME=N",
+        ),
+    )
+    rate_limit: RateLimit | Mapping[str, RateLimit] | None = field(
+        default=None,
+        metadata=_flag(
+            "--rate-limit",
+            "rate",
+            "most job starts of the queue in any window of the given length, "
+            "across every worker and process (100/60s; 5/1s:per-group for each "
+            "group on its own); or, repeated as NAME=N/DURATION, of each queue "
+            "named; 'none' for no limit",
+            "N/DURATION|NAME=N/DURATION",
         ),
     )
     prefetch: int = field(
@@ -336,6 +407,12 @@ class WorkerOptions:
         check_global_limit(self.global_limit, self.queue, specs)
         if isinstance(self.global_limit, Mapping):
             set_(global_limit=dict(self.global_limit))
+        check_global_limit(self.group_limit, self.queue, specs, name="group_limit")
+        if isinstance(self.group_limit, Mapping):
+            set_(group_limit=dict(self.group_limit))
+        check_rate_limit(self.rate_limit, self.queue, specs)
+        if isinstance(self.rate_limit, Mapping):
+            set_(rate_limit=dict(self.rate_limit))
         set_(
             prefetch=check_int("prefetch", self.prefetch, minimum=0),
             poll_interval=check_duration(
@@ -363,6 +440,18 @@ class WorkerOptions:
         """Each queue's ``global_limit``, for the queues that have one."""
         specs = self.queues or {cast("str", self.queue): cast("int", self.concurrency)}
         return check_global_limit(self.global_limit, self.queue, specs)
+
+    def group_limits(self) -> dict[str, int]:
+        """Each queue's ``group_limit``, for the queues that have one."""
+        specs = self.queues or {cast("str", self.queue): cast("int", self.concurrency)}
+        return check_global_limit(
+            self.group_limit, self.queue, specs, name="group_limit"
+        )
+
+    def rate_limits(self) -> dict[str, RateLimit]:
+        """Each queue's ``rate_limit``, for the queues that have one."""
+        specs = self.queues or {cast("str", self.queue): cast("int", self.concurrency)}
+        return check_rate_limit(self.rate_limit, self.queue, specs)
 
     def changed(self, **changes: Any) -> WorkerOptions:
         """These options with ``changes``, checked as new ones are.
@@ -435,27 +524,61 @@ def check_queues(queues: Mapping[str, int]) -> dict[str, int]:
 
 
 def check_global_limit(
-    limit: int | Mapping[str, int] | None, queue: str | None, specs: Mapping[str, int]
+    limit: int | Mapping[str, int] | None,
+    queue: str | None,
+    specs: Mapping[str, int],
+    *,
+    name: str = "global_limit",
 ) -> dict[str, int]:
-    """``global_limit`` checked, as each limited queue's limit."""
+    """``global_limit`` (or the option ``name`` of its shape) checked, as each limited queue's limit."""
     if limit is None:
         return {}
     if isinstance(limit, Mapping):
         given: Mapping[str, int] = limit
     elif queue is None:
         msg = (
-            "with queues=, give global_limit as a mapping of queue names "
+            f"with queues=, give {name} as a mapping of queue names "
             'to limits ({"emails": 3})'
         )
         raise TypeError(msg)
     else:
         given = {queue: limit}
     limits = {}
-    for name, n in given.items():
-        if name not in specs:
+    for queue_name, n in given.items():
+        if queue_name not in specs:
             msg = (
-                f"global_limit names queue {name!r}, which this worker does not consume"
+                f"{name} names queue {queue_name!r}, which this worker does not consume"
             )
             raise ValueError(msg)
-        limits[name] = check_int(f"global_limit of queue {name!r}", n)
+        limits[queue_name] = check_int(f"{name} of queue {queue_name!r}", n)
+    return limits
+
+
+def check_rate_limit(
+    limit: RateLimit | Mapping[str, RateLimit] | None,
+    queue: str | None,
+    specs: Mapping[str, int],
+) -> dict[str, RateLimit]:
+    """``rate_limit`` checked, as each rate-limited queue's limit."""
+    if limit is None:
+        return {}
+    if isinstance(limit, Mapping):
+        given: Mapping[str, object] = limit
+    elif queue is None:
+        msg = (
+            "with queues=, give rate_limit as a mapping of queue names to "
+            'RateLimit ({"emails": RateLimit(10, per=1.0)})'
+        )
+        raise TypeError(msg)
+    else:
+        given = {queue: limit}
+    limits = {}
+    for queue_name, value in given.items():
+        if queue_name not in specs:
+            msg = f"rate_limit names queue {queue_name!r}, which this worker does not consume"
+            raise ValueError(msg)
+        if not isinstance(value, RateLimit):
+            msg = f"rate_limit of queue {queue_name!r} must be a pgqueue.RateLimit, got {type(value).__name__}"
+            raise TypeError(msg)
+        limits[queue_name] = value
     return limits

@@ -111,8 +111,11 @@ def schema_error(
     if not missing:
         return None
     lacking = []
-    if pieces := [piece for piece in missing if piece != _LIMITS_TABLE]:
+    tables = (_LIMITS_TABLE, _PAUSED_TABLE)
+    if pieces := [piece for piece in missing if piece not in tables]:
         lacking.append(f"pgqueue_jobs lacks {', '.join(pieces)}")
+    if _PAUSED_TABLE in missing:
+        lacking.append(f"the {_PAUSED_TABLE} is not on the search_path")
     if _LIMITS_TABLE in missing:
         lacking.append(
             f"the {_LIMITS_TABLE} are not both on the search_path (a worker with a global_limit needs them)"
@@ -125,6 +128,7 @@ def schema_error(
 
 
 _LIMITS_TABLE = "tables pgqueue_limits and pgqueue_leases"
+_PAUSED_TABLE = "table pgqueue_paused"
 
 
 def missing_pieces(row: Row, *, limits: bool = True) -> list[str]:
@@ -136,6 +140,8 @@ def missing_pieces(row: Row, *, limits: bool = True) -> list[str]:
     missing += [f"index {name}" for name in row["missing_indexes"]]
     if row["old_status_check"]:
         missing.append("a status check that allows 'waiting'")
+    if not row["has_paused"]:
+        missing.append(_PAUSED_TABLE)
     if limits and not row["has_limits"]:
         missing.append(_LIMITS_TABLE)
     return missing

@@ -24,7 +24,11 @@ __all__ = [
     "CITUS_CHECK",
     "CITUS_INSTALLED",
     "CLAIM",
+    "CLAIM_GROUPS",
+    "CLAIM_GROUPS_RATED",
+    "CLAIM_RATED",
     "CLAIM_TYPES",
+    "CLAIM_TYPES_RATED",
     "COMPLETE",
     "CONTROL_CHANNEL",
     "COPY_COLUMNS",
@@ -89,12 +93,15 @@ __all__ = [
     "JOB_STATUSES",
     "JOB_SUMMARY",
     "LEASE",
+    "LOCK_CLAIMS",
     "LOCK_LIMIT",
     "LOCK_PARENTS",
     "NOTIFY_JOBS",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
     "PARENT_RESULTS",
+    "PAUSE",
+    "PAUSED",
     "PERIODIC_LIST",
     "PERIODIC_NOW",
     "PERIODIC_REGISTER",
@@ -108,11 +115,13 @@ __all__ = [
     "PRUNE_BATCH_ANY",
     "PUBLISH",
     "QUEUES_OF",
+    "RATE_ROOM",
     "RELEASE_LEASES",
     "REQUIRED_COLUMNS",
     "REQUIRED_INDEXES",
     "RESCUE",
     "RESERVE_IDS",
+    "RESUME",
     "RETRY",
     "RETRYABLE_IDS",
     "RETRY_CHILDREN",
@@ -278,6 +287,32 @@ CREATE TABLE IF NOT EXISTS pgqueue_leases
     expires_at TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (queue, worker)
 );
+
+-- Paused queues (Admin.pause): one row each; claims take nothing from them.
+CREATE TABLE IF NOT EXISTS pgqueue_paused
+(
+    queue     TEXT        PRIMARY KEY,
+    paused_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+-- Rate limits (Worker(rate_limit=...)): each start of a job of a
+-- rate-limited queue, on the database clock, while it is in a window (see
+-- RATE_ROOM); group_key for limits per group.
+CREATE TABLE IF NOT EXISTS pgqueue_starts
+(
+    queue      TEXT        NOT NULL,
+    group_key  TEXT,
+    started_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_starts
+    ON pgqueue_starts (queue, started_at);
+
+-- Groups (enqueue(group=...)): the pending and running jobs of each group,
+-- for the claims of a queue with a group limit (see CLAIM_GROUPS); only
+-- jobs with a group are in it.
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_group
+    ON pgqueue_jobs (queue, group_key, status, run_at, id)
+    WHERE group_key IS NOT NULL AND status IN ('pending', 'running');
 
 -- Dependencies (Queue.enqueue(after=...)): one row per parent and child,
 -- found by parent (the primary key) when the parent ends and by child for
@@ -603,7 +638,8 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     checkpoint       JSONB,
     has_children     BOOLEAN     NOT NULL DEFAULT false,
     parents_left     INT,
-    on_parent_failure TEXT
+    on_parent_failure TEXT,
+    group_key        TEXT
 );
 
 -- The Go module's claims, and ours of jobs without a priority.
@@ -638,7 +674,8 @@ ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS checkpoint       JSONB,
     ADD COLUMN IF NOT EXISTS has_children     BOOLEAN  NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS parents_left     INT,
-    ADD COLUMN IF NOT EXISTS on_parent_failure TEXT;
+    ADD COLUMN IF NOT EXISTS on_parent_failure TEXT,
+    ADD COLUMN IF NOT EXISTS group_key        TEXT;
 
 DO $$
 DECLARE
@@ -693,6 +730,8 @@ whole script in one transaction holds the first lock until the end.
 SCHEMA_DOWN = """
 DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
 DROP FUNCTION IF EXISTS pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean);
+DROP TABLE IF EXISTS pgqueue_starts;
+DROP TABLE IF EXISTS pgqueue_paused;
 DROP TABLE IF EXISTS pgqueue_leases;
 DROP TABLE IF EXISTS pgqueue_limits;
 DROP TABLE IF EXISTS pgqueue_periodic;
@@ -729,8 +768,8 @@ _RUN_AT = (
     "COALESCE($5::timestamptz, now() + make_interval(secs => {delay}::float8), now())"
 )
 _INSERT_ONE = f"""
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context)
-    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$9")}, $6, $7, $8)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, group_key)
+    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$9")}, $6, $7, $8, $10)
     RETURNING id"""
 ENQUEUE = f"""
 WITH job AS ({_INSERT_ONE}
@@ -739,6 +778,8 @@ SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
 """
 ENQUEUE_SILENT = _INSERT_ONE
 
+# A group key ($10, or $11 with a unique key) is the job's group (see
+# CLAIM_GROUPS), NULL without one.
 # A job with a unique key ($9; its delay is $10): while a job of the same type and key is
 # pending or running, the index refuses a second one and the existing row's
 # id comes back instead (locked and updated in place, so that an enqueuer
@@ -749,8 +790,8 @@ _ON_UNIQUE_CONFLICT = """
     DO UPDATE SET unique_key = EXCLUDED.unique_key
 """
 _INSERT_UNIQUE = f"""
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key)
-    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")}, $6, $7, $8, $9)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key, group_key)
+    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")}, $6, $7, $8, $9, $11)
     {_ON_UNIQUE_CONFLICT}
     RETURNING id, xmax <> 0 AS existed"""
 ENQUEUE_UNIQUE = f"""
@@ -765,11 +806,12 @@ ENQUEUE_UNIQUE_SILENT = _INSERT_UNIQUE
 # zips them element by element, padding shorter ones with NULLs (so that a
 # batch without priorities, tracking, keys or delays passes empty arrays for
 # them). One trace context ($9, usually NULL) for the whole batch: its
-# producer span's. Delays ($10) are seconds from the database's now().
+# producer span's. Groups ($10, empty when no job has one). Delays ($11)
+# are seconds from the database's now().
 _ENQUEUE_ROWS = """
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key, trace_context)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key, trace_context, group_key)
     SELECT $1, t.job_type, t.payload, t.max_attempts, {run_at},
-           COALESCE(t.priority, 0), COALESCE(t.tracked, false), t.unique_key, $9::text
+           COALESCE(t.priority, 0), COALESCE(t.tracked, false), t.unique_key, $9::text, t.group_key
     FROM ROWS FROM (
         unnest($2::text[]),
         jsonb_array_elements($3::text::jsonb),
@@ -777,19 +819,20 @@ _ENQUEUE_ROWS = """
         unnest($5::text::timestamptz[]),
         unnest($6::text::smallint[]),
         unnest($7::text::boolean[]),
-        unnest($8::text[]){delays}
-    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key,{delay} ord)
+        unnest($8::text[]),
+        unnest($10::text[]){delays}
+    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{delay} ord)
     ORDER BY t.ord
 """
 # A batch without delays is the common one: its statement has no delay
 # column to unnest and no interval to compute per row (about 5% of a bulk
-# enqueue); a batch with any delay takes the _DELAYED statement, which adds $10.
+# enqueue); a batch with any delay takes the _DELAYED statement, which adds $11.
 _UNDELAYED_ROWS = _ENQUEUE_ROWS.format(
     run_at="COALESCE(t.run_at, now())", delays="", delay=""
 )
 _DELAYED_ROWS = _ENQUEUE_ROWS.format(
     run_at="COALESCE(t.run_at, now() + make_interval(secs => t.delay), now())",
-    delays=",\n        unnest($10::text::float8[])",
+    delays=",\n        unnest($11::text::float8[])",
     delay=" delay,",
 )
 _ENQUEUE_MANY = """
@@ -1147,6 +1190,27 @@ _CLAIM_RETURNING = ",\n    ".join(
 )
 
 
+# A paused queue ($1) claims nothing: an uncorrelated test, which the plan
+# runs once, before the scans (a One-Time Filter), so a paused queue's
+# claim reads one index page of an (empty, or nearly) table and no job.
+_NOT_PAUSED = "\n  AND NOT EXISTS (SELECT FROM pgqueue_paused WHERE queue = $1)"
+
+
+def _recorded(claim: str, at: str) -> str:
+    """``claim`` that also records each job it takes in ``pgqueue_starts``, started at ``at``."""
+    returning = f"RETURNING {_CLAIM_RETURNING}\n"
+    assert claim.endswith(returning)
+    body = claim[: -len(returning)] + f"RETURNING {_CLAIM_RETURNING},\n    group_key"
+    return f"""
+WITH claimed AS ({textwrap.indent(body, "    ")}
+), recorded AS (
+    INSERT INTO pgqueue_starts (queue, group_key, started_at)
+    SELECT queue, group_key, {at}::timestamptz FROM claimed
+)
+SELECT {", ".join(CLAIM_COLUMNS)} FROM claimed
+"""
+
+
 def _claim(limit: str, types: str | None = None) -> str:
     """The claim's UPDATE of at most ``limit`` jobs (CLAIM's ``$2``, or a limited claim's slots).
 
@@ -1172,7 +1236,7 @@ WHERE id = ANY(ARRAY(
     UNION ALL
     ({_PRIORITY_SCANS.format(levels=">= 7", limit=limit, types=only_p)})
     LIMIT {limit}
-))
+)){_NOT_PAUSED}
 RETURNING {_CLAIM_RETURNING}
 """
 
@@ -1184,6 +1248,153 @@ CLAIM = _claim("$2")
 # is a filter on the same index scans: waiting jobs of other types that are
 # due are walked by every claim (and skipped), not a scan of the table.
 CLAIM_TYPES = _claim("$2", types="$5")
+
+# CLAIM and CLAIM_TYPES under a rate limit: run after LOCK_CLAIMS and
+# RATE_ROOM (whose time is the last parameter, the starts' time).
+CLAIM_RATED = _recorded(CLAIM, "$5")
+CLAIM_TYPES_RATED = _recorded(CLAIM_TYPES, "$6")
+
+# Claims of a queue with a group limit ($3: the most running jobs of one
+# group, across the fleet), run after LOCK_GROUPS in one transaction, so
+# the queue's group claims take turns and each one's snapshot sees the
+# others' (the running jobs it counts are all there). Round-robin: each
+# group with room gives its first jobs in (run_at, id) order, as many as
+# its room, and the claim takes the first job of every group before the
+# second of any, oldest heads (highest priority first) first; so a group's
+# flood delays another group's job by at most one claim. The groups are
+# found by a skip scan of idx_pgqueue_jobs_group (one probe per group with
+# jobs pending or running), each group's running count and first jobs
+# there too. Jobs without a group are each a group of their own; finding
+# them walks the queue's due jobs in line (grouped ones included).
+_GROUP_PICKS = """
+WITH RECURSIVE groups AS (
+    (SELECT group_key FROM pgqueue_jobs
+     WHERE queue = $1 AND group_key IS NOT NULL AND status IN ('pending', 'running')
+     ORDER BY group_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.group_key FROM pgqueue_jobs AS j
+            WHERE j.queue = $1 AND j.group_key IS NOT NULL
+              AND j.status IN ('pending', 'running') AND j.group_key > g.group_key
+            ORDER BY j.group_key LIMIT 1)
+    FROM groups AS g
+    WHERE g.group_key IS NOT NULL
+), picks AS (
+    SELECT n.id, n.place, n.priority, n.run_at
+    FROM groups AS g
+    CROSS JOIN LATERAL (
+        SELECT $3::int - count(*)::int AS room FROM pgqueue_jobs AS r
+        WHERE r.queue = $1 AND r.group_key = g.group_key AND r.status = 'running'
+    ) AS r{group_rate}
+    CROSS JOIN LATERAL (
+        SELECT p.id, p.priority, p.run_at, row_number() OVER (ORDER BY p.run_at, p.id) AS place
+        FROM pgqueue_jobs AS p
+        WHERE p.queue = $1 AND p.group_key = g.group_key AND p.status = 'pending'
+          AND p.run_at <= now(){types_p}
+        ORDER BY p.run_at, p.id
+        LIMIT GREATEST({room}, 0)
+    ) AS n
+    WHERE g.group_key IS NOT NULL
+    UNION ALL
+    SELECT u.id, 1, u.priority, u.run_at
+    FROM (
+        SELECT id, priority, run_at FROM pgqueue_jobs
+        WHERE queue = $1 AND status = 'pending' AND run_at <= now() AND group_key IS NULL{types}
+        ORDER BY run_at, id
+        LIMIT $2
+    ) AS u
+)
+SELECT id FROM picks ORDER BY place, priority DESC, run_at, id LIMIT $2
+"""
+
+
+# A rate per group: the group's starts in the window ($5 starts, $6 seconds,
+# $7 the window's end: RATE_ROOM's time) leave it room for the rest.
+_GROUP_RATE = """
+    CROSS JOIN LATERAL (
+        SELECT $5::int - count(*)::int AS room FROM pgqueue_starts AS s
+        WHERE s.queue = $1 AND s.group_key = g.group_key
+          AND s.started_at > $7::timestamptz - make_interval(secs => $6::float8)
+    ) AS w"""
+
+
+def _claim_groups(*, group_rate: bool = False) -> str:
+    """The claim of at most ``$2`` jobs of queue ``$1`` under a group limit of ``$3``.
+
+    Only jobs of the types in ``$4`` (a ``text[]``; NULL for every type).
+    ``group_rate``: also at most ``$5`` starts per group in ``$6`` seconds
+    before ``$7`` (the jobs without a group are not limited).
+    """
+    only = " AND ($4::text[] IS NULL OR job_type = ANY($4::text[]))"
+    picks = _GROUP_PICKS.format(
+        types=only,
+        types_p=only.replace("job_type", "p.job_type"),
+        group_rate=_GROUP_RATE.rstrip() if group_rate else "",
+        room="LEAST(r.room, w.room)" if group_rate else "r.room",
+    )
+    return f"""
+UPDATE pgqueue_jobs
+SET status = 'running', attempts = attempts + 1, updated_at = now()
+WHERE id = ANY(ARRAY({textwrap.indent(picks, "    ").strip()}
+)) AND status = 'pending'{_NOT_PAUSED}
+RETURNING {_CLAIM_RETURNING}
+"""
+
+
+CLAIM_GROUPS = _claim_groups()
+# Under a rate limit (of the queue: the claim's $2 is within RATE_ROOM's room;
+# per group: $5 starts per $6 seconds), recording the starts at $7.
+CLAIM_GROUPS_RATED = _recorded(_claim_groups(group_rate=True), "$7")
+
+# Taken first in the transaction of a claim of queue $1 under a group or a
+# rate limit: such claims take turns across the fleet, and each one's
+# later statements (their snapshots taken after the lock) see what the
+# claims before it took and recorded.
+LOCK_CLAIMS = (
+    "SELECT pg_advisory_xact_lock(hashtextextended('pgqueue_claims:' || $1, 0))"
+)
+
+# A rate limit of $2 starts per $3 seconds of queue $1 (per group with $4):
+# the starts recorded less than $3 s before now (the clock's now, taken
+# after LOCK_CLAIMS) are counted, older ones deleted. Returns that time (the
+# rated claim records its starts at it), the starts the window leaves room
+# for (of the queue; for $4, $2: each group's room is the claim's), and
+# the seconds until the oldest start in it leaves it (NULL if none): when
+# room may come back. Every start in a window is counted by the claims
+# after it, whose starts lie in the same window, so no window of $3
+# seconds ever holds more than $2 starts (of the queue, or of each group).
+RATE_ROOM = """
+WITH t AS MATERIALIZED (SELECT clock_timestamp() AS at),
+gone AS (
+    DELETE FROM pgqueue_starts AS s USING t
+    WHERE s.queue = $1 AND s.started_at <= t.at - make_interval(secs => $3::float8)
+), w AS (
+    SELECT count(*)::int AS n, min(s.started_at) AS oldest
+    FROM pgqueue_starts AS s, t
+    WHERE s.queue = $1 AND s.started_at > t.at - make_interval(secs => $3::float8)
+)
+SELECT t.at,
+       CASE WHEN $4::boolean THEN $2::int ELSE GREATEST($2::int - w.n, 0) END AS room,
+       extract(epoch FROM w.oldest + make_interval(secs => $3::float8) - t.at)::float8 AS wait
+FROM t, w
+"""
+
+# Pause and resume a queue ($1). Resuming wakes the queue's workers (they
+# listen on pgqueue_jobs); pausing needs no wakeup: every claim checks.
+PAUSE = """
+INSERT INTO pgqueue_paused (queue) VALUES ($1)
+ON CONFLICT (queue) DO NOTHING
+RETURNING paused_at
+"""
+RESUME = """
+WITH gone AS (DELETE FROM pgqueue_paused WHERE queue = $1 RETURNING queue)
+SELECT g.queue FROM gone AS g, pg_notify('pgqueue_jobs', g.queue)
+"""
+# The paused queues ($1: one, or NULL for all) and since when.
+PAUSED = """
+SELECT queue, paused_at FROM pgqueue_paused
+WHERE ($1::text IS NULL OR queue = $1)
+ORDER BY queue
+"""
 
 # The results of the parents of the claimed jobs $1 that have parents
 # (`Job.parent_results`): per child, {parent id: result} as JSON text.
@@ -1427,6 +1638,7 @@ REQUIRED_COLUMNS = (
     "has_children",
     "parents_left",
     "on_parent_failure",
+    "group_key",
 )
 """The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
@@ -1464,7 +1676,8 @@ SELECT t.oid IS NOT NULL AS table_exists,
              AND pg_get_constraintdef(oid) LIKE '%status%'
              AND pg_get_constraintdef(oid) NOT LIKE '%waiting%'
        ) AS old_status_check,
-       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits
+       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
+       to_regclass('pgqueue_paused') IS NOT NULL AS has_paused
 FROM t
 """
 
@@ -1607,7 +1820,8 @@ SELECT size.pages,
             ELSE coalesce(s.n_live_tup, 0)
        END AS live,
        q.most_common_vals::text::text[] AS common_queues, q.most_common_freqs, q.n_distinct,
-       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits
+       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
+       to_regclass('pgqueue_paused') IS NOT NULL AS has_paused
 FROM size, pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 LEFT JOIN pg_stats AS q
@@ -2040,7 +2254,7 @@ SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 """
 
 _PLAIN_JOBS_KEY = "    id               BIGSERIAL PRIMARY KEY,\n"
-_PLAIN_JOBS_END = "    on_parent_failure TEXT\n);\n"
+_PLAIN_JOBS_END = "    group_key        TEXT\n);\n"
 assert SCHEMA.count(_PLAIN_JOBS_KEY) == 1
 assert SCHEMA.count(_PLAIN_JOBS_END) == 1
 _DISTRIBUTED_JOBS = (
@@ -2049,7 +2263,7 @@ _DISTRIBUTED_JOBS = (
             _PLAIN_JOBS_END
         )
     ].replace(_PLAIN_JOBS_KEY, "    id               BIGSERIAL,\n")
-    + "    on_parent_failure TEXT,\n    PRIMARY KEY (id, queue)\n);\n"
+    + "    group_key        TEXT,\n    PRIMARY KEY (id, queue)\n);\n"
 )
 
 _DISTRIBUTED_ENQUEUE_FUNCTION = _ENQUEUE_FUNCTION.replace(
@@ -2106,6 +2320,24 @@ CREATE TABLE IF NOT EXISTS pgqueue_leases
     expires_at TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (queue, worker)
 );
+-- Pauses and rate limits' starts (issue 29), by queue, co-located: each
+-- claim's test of its queue's pause stays on the queue's node.
+CREATE TABLE IF NOT EXISTS pgqueue_paused
+(
+    queue     TEXT        PRIMARY KEY,
+    paused_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS pgqueue_starts
+(
+    queue      TEXT        NOT NULL,
+    group_key  TEXT,
+    started_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_starts
+    ON pgqueue_starts (queue, started_at);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_group
+    ON pgqueue_jobs (queue, group_key, status, run_at, id)
+    WHERE group_key IS NOT NULL AND status IN ('pending', 'running');
 -- Dependencies are not supported distributed (a parent and its children
 -- may live on different nodes): the table is there, empty, for the
 -- statements that read it, and no trigger settles it.
@@ -2131,6 +2363,12 @@ BEGIN
     END IF;
     IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_leases'::regclass) THEN
         PERFORM create_distributed_table('pgqueue_leases', 'queue', colocate_with => 'pgqueue_jobs');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_paused'::regclass) THEN
+        PERFORM create_distributed_table('pgqueue_paused', 'queue', colocate_with => 'pgqueue_jobs');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_starts'::regclass) THEN
+        PERFORM create_distributed_table('pgqueue_starts', 'queue', colocate_with => 'pgqueue_jobs');
     END IF;
     IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_periodic'::regclass) THEN
         PERFORM create_reference_table('pgqueue_periodic');

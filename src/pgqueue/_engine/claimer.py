@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import asyncpg
 
     from pgqueue._core.log import Logger
+    from pgqueue._core.options import RateLimit
     from pgqueue._engine.lease import Lease
     from pgqueue._engine.ledger import Budget, Claims
     from pgqueue._engine.policy import Bounds, ClaimPolicy
@@ -65,6 +66,17 @@ class Claimer:
             of its queues has a limit): the schema check then requires them.
         types: claim only jobs of these types (`_sql.CLAIM_TYPES`); ``None``
             claims every type.
+        group_limit: the most running jobs of one group across the fleet,
+            if the queue has a group limit: claims are then
+            `_sql.CLAIM_GROUPS`, and every job that ends calls for a claim
+            (it may have freed its group).
+        rate_limit: the queue's rate limit, if any: each claim first
+            counts the starts in the window (`_sql.RATE_ROOM`), takes no
+            more than it leaves and records its own; with the window full,
+            the claimer sleeps until its oldest start leaves it.
+
+    Under a group or a rate limit, claims of the queue take turns across
+    the fleet (`_sql.LOCK_CLAIMS` in each claim's transaction).
     """
 
     def __init__(
@@ -83,6 +95,8 @@ class Claimer:
         lease: Lease | None = None,
         limits: bool = False,
         types: Sequence[str] | None = None,
+        group_limit: int | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self._connection = connection
         self._policy = policy
@@ -97,6 +111,14 @@ class Claimer:
         self._lease = lease
         self._limits = limits or lease is not None
         self._types = None if types is None else list(types)
+        self._rate_limit = rate_limit
+        # Per-group rates need the group claim (no limit of running jobs).
+        self._group_limit = (
+            _NO_GROUP_LIMIT
+            if group_limit is None and rate_limit is not None and rate_limit.per_group
+            else group_limit
+        )
+        self._rate_wait: float | None = None  # set by a claim the rate cut short
         self._event = asyncio.Event()
         self._until_empty = False
         self.checked = anyio.Event()
@@ -125,6 +147,8 @@ class Claimer:
 
     def room(self) -> None:
         """Claims ended or settled: claim if jobs may be ready and a claim is worth it."""
+        if self._group_limit is not None:
+            self._policy.wake()  # an ended job may have made room in its group
         free = self._free()
         if (self._policy.more and free >= self._policy.claim_at) or (
             self._until_empty and self._claims.held == 0
@@ -212,7 +236,13 @@ class Claimer:
             policy.claimed(
                 limit, bounds, len(rows), claimed.last, clock(), claimed.claimed_at
             )
-            empty_since = None if rows else settled_before
+            rated_short = self._rate_wait is not None
+            if self._rate_wait is not None:
+                # The window is full: claim again once its oldest start leaves
+                # (jobs may be ready: not an empty claim).
+                policy.retry_written(self._rate_wait, clock())
+                self._rate_wait = None
+            empty_since = None if rows or rated_short else settled_before
 
     @property
     def _retry_cap(self) -> float:
@@ -231,7 +261,13 @@ class Claimer:
         try:
             with anyio.CancelScope(shield=True):
                 distributed = self._connection.distributed
-                if self._types is None:
+                if self._group_limit is not None or self._rate_limit is not None:
+                    rows = await self._connection.run_in_transaction(
+                        lambda connection: self._claim_in_turn(
+                            connection, limit, bounds
+                        )
+                    )
+                elif self._types is None:
                     rows = await self._connection.fetch(
                         _sql.DISTRIBUTED_CLAIM if distributed else _sql.CLAIM,
                         self._queue,
@@ -267,6 +303,67 @@ class Claimer:
             return {}
         found = await self._connection.fetch(_sql.PARENT_RESULTS, _sql.array(children))
         return {row[0]: row[1] for row in found}
+
+    async def _claim_in_turn(
+        self, connection: asyncpg.Connection[Any], limit: int, bounds: Bounds
+    ) -> list[asyncpg.Record]:
+        """Claim up to ``limit`` jobs under the queue's group or rate limit.
+
+        In the claim's transaction, after the queue's claims before it.
+        """
+        queue, rate, groups = self._queue, self._rate_limit, self._group_limit
+        await connection.execute(_sql.LOCK_CLAIMS, queue)
+        if rate is None:
+            assert groups is not None
+            rows: list[asyncpg.Record] = await connection.fetch(
+                _sql.CLAIM_GROUPS, queue, limit, groups, self._types
+            )
+            return rows
+        window = await connection.fetchrow(
+            _sql.RATE_ROOM, queue, rate.limit, rate.per, rate.per_group
+        )
+        assert window is not None
+        at, room, wait = window
+        take = min(limit, room)
+        if take > 0:
+            if groups is not None:
+                per_group = rate.limit if rate.per_group else _NO_GROUP_LIMIT
+                rows = await connection.fetch(
+                    _sql.CLAIM_GROUPS_RATED,
+                    queue,
+                    take,
+                    groups,
+                    self._types,
+                    per_group,
+                    rate.per,
+                    at,
+                )
+            else:
+                run_ats, ids = _sql.claim_places(bounds)
+                if self._types is None:
+                    rows = await connection.fetch(
+                        _sql.CLAIM_RATED, queue, take, run_ats, ids, at
+                    )
+                else:
+                    rows = await connection.fetch(
+                        _sql.CLAIM_TYPES_RATED,
+                        queue,
+                        take,
+                        run_ats,
+                        ids,
+                        self._types,
+                        at,
+                    )
+        else:
+            rows = []
+        # Cut short by the window (it took all the window allowed, or per
+        # group, maybe): room comes back once the window's oldest start
+        # leaves it (a start since then is newer).
+        if wait is not None and (
+            len(rows) == take < limit or (rate.per_group and len(rows) < limit)
+        ):
+            self._rate_wait = max(wait, 0.0)
+        return rows
 
     async def _check_schema(self) -> None:
         await check_schema(self._connection, limits=self._limits)
@@ -430,4 +527,7 @@ _CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
 _HAS_PARENTS = _sql.CLAIM_COLUMNS.index("has_parents")
 
 _PLACE = operator.attrgetter("run_at", "id")
+
+_NO_GROUP_LIMIT = 2**31 - 1
+"""A group limit that limits nothing (a per-group rate without a group limit)."""
 _PRIORITY = operator.attrgetter("priority")

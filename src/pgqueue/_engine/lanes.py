@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from pgqueue._core.log import Logger
+    from pgqueue._core.options import RateLimit
     from pgqueue._core.outcome import Key
     from pgqueue._engine.ledger import Budget
     from pgqueue._engine.runner import JobRunner
@@ -93,11 +94,16 @@ class Lane:
         concurrency: int,
         prefetch: int,
         global_limit: int | None = None,
+        *,
+        group_limit: int | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.index = index
         self.name = name
         self.concurrency = concurrency
         self.global_limit = global_limit
+        self.group_limit = group_limit
+        self.rate_limit = rate_limit
         capacity = concurrency + prefetch
         self.claims = Claims(capacity, write_allowance=capacity)
         self.policy: ClaimPolicy
@@ -156,6 +162,8 @@ class Lane:
             on_spare=on_spare,
             schema_checked=schema_checked,
             lease=self.lease,
+            group_limit=self.group_limit,
+            rate_limit=self.rate_limit,
             types=settings.types,
             limits=settings.limits,
         )

@@ -62,6 +62,7 @@ def add_to(commands: Commands) -> None:
     _add_jobs(commands)
     _add_retry(commands)
     _add_cancel(commands)
+    _add_pause(commands)
     _add_prune(commands)
     _add_enqueue(commands)
     _add_listen(commands)
@@ -84,7 +85,8 @@ def _add_stats(commands: Commands) -> None:
             "Count each queue's jobs: waiting (for their parents), ready, scheduled, running, completed (an "
             "estimate on a big table, marked ~), dead and cancelled; the lag (how "
             "long the oldest ready job has waited), the longest running job and, "
-            "for a queue with a fleet-wide limit, the slots its workers lease."
+            "for a queue with a fleet-wide limit, the slots its workers lease. "
+            "A paused queue is marked (paused)."
         ),
     )
     parser.add_argument("--queue", help="only this queue")
@@ -108,7 +110,7 @@ def _print_stats(found: list[QueueStats]) -> None:
     columns = ("queue", *QUEUE_COUNTS, "lag", "longest running", "slots")
     rows = [
         (
-            s.queue,
+            f"{s.queue} (paused)" if s.paused else s.queue,
             str(s.waiting),
             str(s.ready),
             str(s.scheduled),
@@ -386,6 +388,55 @@ def _print_results(done: dict[int, str], *, as_json: bool) -> int:
         if not done:
             print("no jobs")
     return EXIT_ERROR if "not_found" in done.values() else EXIT_OK
+
+
+# --- pause / resume --------------------------------------------------------------------
+
+
+def _add_pause(commands: Commands) -> None:
+    pause = commands.add_parser(
+        "pause",
+        help="pause a queue: no worker starts another of its jobs",
+        description=(
+            "Pause a queue across the fleet: claims that begin after this take "
+            "nothing from it (running jobs finish; jobs are still enqueued), until "
+            "'pgqueue resume'. The state is in the database, for workers started "
+            "later too. Go workers do not know of it."
+        ),
+    )
+    pause.add_argument("queue", metavar="QUEUE", help="the queue to pause")
+    _json_flag(pause)
+    pause.set_defaults(run=reports_database_errors(pause_queue))
+    resume = commands.add_parser(
+        "resume",
+        help="resume a paused queue and wake its workers",
+        description="Resume a paused queue; its workers are woken at once.",
+    )
+    resume.add_argument("queue", metavar="QUEUE", help="the queue to resume")
+    _json_flag(resume)
+    resume.set_defaults(run=reports_database_errors(resume_queue))
+
+
+async def pause_queue(args: argparse.Namespace) -> int:
+    """Pause a queue."""
+    async with connect(args) as connection:
+        changed = await _checked(Admin(connection).pause(args.queue))
+    return _print_pause(args, "paused" if changed else "already paused")
+
+
+async def resume_queue(args: argparse.Namespace) -> int:
+    """Resume a queue."""
+    async with connect(args) as connection:
+        changed = await _checked(Admin(connection).resume(args.queue))
+    return _print_pause(args, "resumed" if changed else "not paused")
+
+
+def _print_pause(args: argparse.Namespace, result: str) -> int:
+    if args.json:
+        print_json({"queue": args.queue, "result": result})
+    else:
+        print(f"queue {printable(repr(args.queue))} {result}")
+    return EXIT_OK
 
 
 # --- prune -----------------------------------------------------------------------------

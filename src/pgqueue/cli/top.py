@@ -132,7 +132,9 @@ def render(
     queues.add_column("done/s", justify="right")
     for q in frame.queues:
         queues.add_row(
-            shown(q.queue),
+            shown(q.queue) + Text(" paused", style="bold yellow")
+            if q.paused
+            else shown(q.queue),
             *([str(q.waiting)] if waiting else []),
             str(q.ready),
             str(q.scheduled),

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from pgqueue import SchemaError
+from pgqueue import RateLimit, SchemaError
 from pgqueue._extension import Flag, JsonFormatter, option_flags
 from pgqueue.cli._common import (
     EXIT_ERROR,
@@ -218,6 +218,8 @@ def _add_option(group: argparse._ArgumentGroup, name: str, flag: Flag) -> None:
         arguments["action"] = _QueueAction
     elif kind == "limit":
         arguments["action"] = _GlobalLimitAction
+    elif kind == "rate":
+        arguments["action"] = _RateLimitAction
     elif kind == "listen":
         arguments.update(nargs="?", const=True)
     group.add_argument(flag.name, **arguments)
@@ -300,26 +302,72 @@ class _GlobalLimitAction(argparse.Action):
     ) -> None:
         text = str(values)
         name, sep, number = text.rpartition("=")
-        given = getattr(namespace, "global_limit", {})
+        dest = self.dest
+        mixed = f"give either one {option_string} N or several {option_string} NAME=N, not both"
+        given = getattr(namespace, dest, {})
         if sep and name:
             if not isinstance(given, dict):
-                raise argparse.ArgumentError(self, _MIXED_LIMITS)
+                raise argparse.ArgumentError(self, mixed)
             if name in given:
                 msg = f"queue {name!r} given twice"
                 raise argparse.ArgumentError(self, msg)
             given[name] = _whole(self, number)
-            namespace.global_limit = given
+            setattr(namespace, dest, given)
         else:
-            if hasattr(namespace, "global_limit"):
-                raise argparse.ArgumentError(self, _MIXED_LIMITS)
-            namespace.global_limit = (
-                None if text.lower() == "none" else _whole(self, text)
+            if hasattr(namespace, dest):
+                raise argparse.ArgumentError(self, mixed)
+            setattr(
+                namespace, dest, None if text.lower() == "none" else _whole(self, text)
             )
 
 
-_MIXED_LIMITS = (
-    "give either one --global-limit N or several --global-limit NAME=N, not both"
-)
+class _RateLimitAction(argparse.Action):
+    """``--rate-limit N/DURATION[:per-group]``, ``none``, or ``NAME=N/DURATION`` repeated."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        text = str(values)
+        dest = self.dest
+        mixed = f"give either one {option_string} N/DURATION or several {option_string} NAME=N/DURATION, not both"
+        given = getattr(namespace, dest, {})
+        name, sep, rate = text.rpartition("=")
+        if sep and name:
+            if not isinstance(given, dict):
+                raise argparse.ArgumentError(self, mixed)
+            if name in given:
+                msg = f"queue {name!r} given twice"
+                raise argparse.ArgumentError(self, msg)
+            given[name] = _rate(self, rate)
+            setattr(namespace, dest, given)
+        else:
+            if hasattr(namespace, dest):
+                raise argparse.ArgumentError(self, mixed)
+            setattr(
+                namespace, dest, None if text.lower() == "none" else _rate(self, text)
+            )
+
+
+def _rate(action: argparse.Action, text: str) -> RateLimit:
+    """``N/DURATION`` (``100/60s``, ``5/1s:per-group``) as a `RateLimit`."""
+    body, colon, flag = text.partition(":")
+    if colon and flag != "per-group":
+        msg = f"expected N/DURATION or N/DURATION:per-group, got {text!r}"
+        raise argparse.ArgumentError(action, msg)
+    count, slash, window = body.partition("/")
+    if not slash:
+        msg = f"expected N/DURATION (100/60s), got {text!r}"
+        raise argparse.ArgumentError(action, msg)
+    try:
+        return RateLimit(
+            _whole(action, count), per=duration(window), per_group=bool(colon)
+        )
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+        raise argparse.ArgumentError(action, str(exc)) from None
 
 
 def _whole(action: argparse.Action, text: str) -> int:

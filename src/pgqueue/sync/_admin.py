@@ -64,7 +64,8 @@ class Admin:
         slots = (
             fetch_dicts(conn, sql.STATS_LIMITS, (name,)) if table["has_limits"] else []
         )
-        return queue_stats(name, rows, table, completed, slots)
+        paused = fetch_dicts(conn, sql.PAUSED, (name,)) if table["has_paused"] else []
+        return queue_stats(name, rows, table, completed, slots, paused)
 
     def jobs(
         self,

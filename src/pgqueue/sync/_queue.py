@@ -94,6 +94,7 @@ class Queue:
         on_conflict: Literal["return", "raise", "replace"] = "return",
         debounce: float | timedelta | None = None,
         track: bool = False,
+        group: str | None = None,
     ) -> int:
         """Insert a job and wake the queue's workers when it commits; its id.
 
@@ -125,8 +126,12 @@ class Queue:
         )
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
+        group_key = None if group is None else check_name("group", group)
         replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
         if replace:
+            if group_key is not None:
+                msg = "a job with a group cannot replace or debounce (on_conflict='replace', debounce=) yet"
+                raise ValueError(msg)
             return int(
                 fetch_one(
                     self._connection,
@@ -135,10 +140,12 @@ class Queue:
                 )[0]
             )
         if key is None:
-            job_id: int = fetch_one(self._connection, sql.ENQUEUE, (*args, seconds))[0]
+            job_id: int = fetch_one(
+                self._connection, sql.ENQUEUE, (*args, seconds, group_key)
+            )[0]
             return job_id
         job_id, existed = fetch_one(
-            self._connection, sql.ENQUEUE_UNIQUE, (*args, key, seconds)
+            self._connection, sql.ENQUEUE_UNIQUE, (*args, key, seconds, group_key)
         )[:2]
         if existed and conflict == "raise":
             raise DuplicateJobError(job_id, key)

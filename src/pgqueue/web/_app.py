@@ -115,7 +115,7 @@ def create_app(
             With False, a dead or cancelled job can be retried (its attempts
             are kept and ``max_attempts`` raised, as `pgqueue.Admin.retry` does),
             every dead job of a listing retried, a pending or running job
-            cancelled; each asks for confirmation (GET or HEAD, which change
+            cancelled, a queue paused or resumed (`pgqueue.Admin.pause`); each asks for confirmation (GET or HEAD, which change
             nothing) and only a POST acts, carrying the confirmation page's
             token, from the same origin (scheme, host and port) or a trusted
             one.
@@ -175,6 +175,8 @@ def create_app(
         Route("/jobs/{job_id}/retry", dashboard.retry, methods=["GET", "POST"]),
         Route("/jobs/{job_id}/cancel", dashboard.cancel, methods=["GET", "POST"]),
         Route("/retry-all", dashboard.retry_all, methods=["GET", "POST"]),
+        Route("/pause", dashboard.pause, methods=["GET", "POST"]),
+        Route("/resume", dashboard.resume, methods=["GET", "POST"]),
         Route("/periodic", dashboard.periodic),
         Route("/static/{name}", dashboard.static),
     ]
@@ -434,12 +436,18 @@ class _Dashboard:
             script=True,
             frame=frame,
             interval=self._interval,
+            actions=not self.read_only,
         )
 
     async def queues_fragment(self, request: Request) -> Response:
         frame = await self.frame()
         return HTMLResponse(
-            _html.render("live.html", base=_base(request), frame=frame),
+            _html.render(
+                "live.html",
+                base=_base(request),
+                frame=frame,
+                actions=not self.read_only,
+            ),
             headers={"cache-control": "no-store"},
         )
 
@@ -703,6 +711,52 @@ class _Dashboard:
         retried = sum(1 for outcome in done.values() if outcome == "retried")
         target = _html.url(base, "/jobs", {**filters, "retried": retried})
         return RedirectResponse(target, status_code=303)
+
+    async def pause(self, request: Request) -> Response:
+        return await self._pause_or_resume(request, pause=True)
+
+    async def resume(self, request: Request) -> Response:
+        return await self._pause_or_resume(request, pause=False)
+
+    async def _pause_or_resume(self, request: Request, *, pause: bool) -> Response:
+        asks = self._guard.asks(request)
+        action, bound = ("/pause" if pause else "/resume"), ("queue",)
+        params: Mapping[str, str] = (
+            request.query_params
+            if asks
+            else await self._guard.form(request, action, bound)
+        )
+        queue, _, _ = self._filters(params)
+        if queue is None:
+            raise HTTPException(400, "give the queue to pause or resume")
+        base = _base(request)
+        if asks:
+            verb = "Pause" if pause else "Resume"
+            return self._confirm(
+                request,
+                f"{verb} a queue",
+                action=base + action,
+                token=self._guard.token(action, {"queue": queue}),
+                question=[f"{verb} queue ", Value(queue), "?"],
+                explanation=(
+                    "No worker starts another of its jobs until it is resumed; "
+                    "running jobs finish and jobs are still enqueued."
+                    if pause
+                    else "Its workers are woken and start its jobs again at once."
+                ),
+                verb=verb,
+                fields={"queue": queue},
+                back=base + "/",
+                back_label="Back to the queues",
+                danger=pause,
+            )
+        admin = await self.admin()
+        if pause:
+            await admin.pause(queue)
+        else:
+            await admin.resume(queue)
+        self._framed_at = -math.inf  # the queues page shows the new state
+        return RedirectResponse(base + "/", status_code=303)
 
 
 def _retried_all(params: Mapping[str, str]) -> str | None:
