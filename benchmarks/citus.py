@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import psutil
 from tests.citus_cluster import CitusCluster, CitusNode, citus_cluster, citus_missing
-from tests.replicated import _free_port, binaries
+from tests.local_servers import binaries, free_port
 
 import pgqueue
 from benchmarks._common import process_cpu
@@ -102,30 +102,8 @@ def _postmaster(data: Path) -> psutil.Process:
 
 def plain_node(cluster: CitusCluster) -> CitusNode:
     """A plain PostgreSQL server beside the cluster, with its settings but no Citus."""
-    node = CitusNode(cluster, "plain", _free_port())
-    cluster.run(
-        "initdb",
-        "-D",
-        str(node.data),
-        "-U",
-        "postgres",
-        "--auth=trust",
-        "--no-sync",
-        "-E",
-        "UTF8",
-        "--locale=C",
-    )
-    settings = {
-        "listen_addresses": "'127.0.0.1'",
-        "port": str(node.port),
-        "unix_socket_directories": f"'{cluster.root}'",
-        "fsync": "off",
-        "full_page_writes": "off",
-        "max_connections": "300",
-    }
-    with (node.data / "postgresql.conf").open("a") as conf:
-        conf.writelines(f"{name} = {value}\n" for name, value in settings.items())
-    node.start()
+    node = CitusNode(cluster, "plain", free_port())
+    node.init({"max_connections": "300"})
     return node
 
 

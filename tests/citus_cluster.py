@@ -16,25 +16,23 @@ directory (`citus_missing` says why), the tier is skipped.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import asyncpg
 
-from tests.replicated import _free_port, binaries
+from tests.local_servers import LocalCluster, LocalServer, binaries, free_port, servers
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    import contextlib
 
 __all__ = ["CitusCluster", "CitusNode", "citus_cluster", "citus_missing"]
 
-_START_TIMEOUT = 30
+CitusNode = LocalServer
+"""A server of the cluster (a coordinator or a worker node)."""
 
 
 def citus_missing(bindir: Path | None) -> str | None:
@@ -60,59 +58,15 @@ def citus_missing(bindir: Path | None) -> str | None:
     return None
 
 
-class CitusNode:
-    """One server of the cluster: its data directory, port and DSN."""
-
-    def __init__(self, cluster: CitusCluster, name: str, port: int) -> None:
-        self.cluster = cluster
-        self.name = name
-        self.port = port
-        self.data = cluster.root / name
-        self.log = cluster.root / f"{name}.log"
-        self.dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-
-    def start(self) -> None:
-        """Start the server; block until it accepts connections."""
-        self.cluster.run(
-            "pg_ctl",
-            "start",
-            "-w",
-            "-t",
-            str(_START_TIMEOUT),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.log),
-        )
-
-    def stop(self, mode: str = "fast") -> None:
-        """Stop the server; does nothing if it is not running."""
-        if (self.data / "postmaster.pid").exists():
-            self.cluster.run(
-                "pg_ctl", "stop", "-w", "-m", mode, "-D", str(self.data), check=False
-            )
-
-    def server_log(self) -> str:
-        """The server's log so far ('' if none)."""
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
-
-class CitusCluster:
+class CitusCluster(LocalCluster):
     """A coordinator and two worker nodes in a temporary directory."""
 
     def __init__(self, bindir: Path, *, settings: dict[str, str] | None = None) -> None:
-        self.bindir = bindir
-        self._as_postgres = os.geteuid() == 0
-        self.root = Path(tempfile.mkdtemp(prefix="pgqueue-citus-"))
-        if self._as_postgres:
-            shutil.chown(self.root, "postgres", "postgres")
-        self.coordinator = CitusNode(self, "coordinator", _free_port())
+        super().__init__(bindir, "pgqueue-citus-")
+        self.coordinator = CitusNode(self, "coordinator", free_port())
         self.workers = [
-            CitusNode(self, "worker1", _free_port()),
-            CitusNode(self, "worker2", _free_port()),
+            CitusNode(self, "worker1", free_port()),
+            CitusNode(self, "worker2", free_port()),
         ]
         self.extra_settings = settings or {}
 
@@ -121,60 +75,20 @@ class CitusCluster:
         """The coordinator, then the workers."""
         return [self.coordinator, *self.workers]
 
-    def run(
-        self, tool: str, *args: str, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        """Run one of the PostgreSQL tools (as ``postgres`` when we are root)."""
-        command = [str(self.bindir / tool), *args]
-        if self._as_postgres:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            cwd=self.root,
-        )
-        if check and result.returncode != 0:
-            msg = f"{tool} {' '.join(args)} failed: {result.stdout}{result.stderr}"
-            raise RuntimeError(msg)
-        return result
-
     def create(self) -> None:
         """Make and start the three servers (the extension comes with `join`)."""
         for node in self.nodes:
-            self.run(
-                "initdb",
-                "-D",
-                str(node.data),
-                "-U",
-                "postgres",
-                "--auth=trust",
-                "--no-sync",
-                "-E",
-                "UTF8",
-                "--locale=C",
+            node.init(
+                {
+                    "shared_preload_libraries": "'citus'",
+                    "max_connections": "300",
+                    "max_prepared_transactions": "100",
+                    "citus.recover_2pc_interval": "-1",
+                    # No reports to Citus's servers from a test run.
+                    "citus.enable_statistics_collection": "off",
+                    **self.extra_settings,
+                }
             )
-            settings = {
-                "listen_addresses": "'127.0.0.1'",
-                "port": str(node.port),
-                "unix_socket_directories": f"'{self.root}'",
-                "shared_preload_libraries": "'citus'",
-                "fsync": "off",
-                "full_page_writes": "off",
-                "max_connections": "300",
-                "max_prepared_transactions": "100",
-                "citus.recover_2pc_interval": "-1",
-                # No reports to Citus's servers from a test run.
-                "citus.enable_statistics_collection": "off",
-                **self.extra_settings,
-            }
-            with (node.data / "postgresql.conf").open("a") as conf:
-                conf.writelines(
-                    f"{name} = {value}\n" for name, value in settings.items()
-                )
-            node.start()
 
     async def join(self) -> None:
         """Create the extension on every node and register the nodes with the coordinator."""
@@ -195,31 +109,12 @@ class CitusCluster:
         finally:
             await conn.close()
 
-    def destroy(self) -> None:
-        """Stop the servers (immediately) and remove every file."""
-        for node in self.nodes:
-            with contextlib.suppress(Exception):
-                node.stop("immediate")
-        shutil.rmtree(self.root, ignore_errors=True)
 
-
-@contextlib.contextmanager
 def citus_cluster(
     bindir: Path, *, settings: dict[str, str] | None = None
-) -> Iterator[CitusCluster]:
+) -> contextlib.AbstractContextManager[CitusCluster]:
     """A created `CitusCluster` (not yet joined), destroyed on the way out whatever happened."""
-    cluster = CitusCluster(bindir, settings=settings)
-    try:
-        cluster.create()
-        yield cluster
-    except BaseException:
-        for node in cluster.nodes:
-            log = node.server_log()
-            if log:
-                sys.stderr.write(f"--- {node.name} server log ---\n{log[-4000:]}\n")
-        raise
-    finally:
-        cluster.destroy()
+    return servers(CitusCluster(bindir, settings=settings))
 
 
 def main() -> None:
