@@ -290,8 +290,15 @@ class _ListenFromEnv(argparse.Action):
         namespace.listen = os.environ.get(LISTEN_DSN_VARIABLE) or True
 
 
-class _GlobalLimitAction(argparse.Action):
-    """``--global-limit N`` (the one queue's), ``none``, or ``--global-limit NAME=N`` repeated."""
+class _PerQueueAction(argparse.Action):
+    """``--OPTION VALUE`` (the one queue's), ``none``, or ``--OPTION NAME=VALUE`` repeated."""
+
+    form = "N"
+    """How a value is written, for the error when both ways are mixed."""
+
+    def value(self, text: str) -> Any:
+        """The option's value read from ``text`` (raises `argparse.ArgumentError`)."""
+        return _whole(self, text)
 
     def __call__(
         self,
@@ -301,55 +308,41 @@ class _GlobalLimitAction(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         text = str(values)
-        name, sep, number = text.rpartition("=")
         dest = self.dest
-        mixed = f"give either one {option_string} N or several {option_string} NAME=N, not both"
+        mixed = (
+            f"give either one {option_string} {self.form} or several "
+            f"{option_string} NAME={self.form}, not both"
+        )
         given = getattr(namespace, dest, {})
+        name, sep, value = text.rpartition("=")
         if sep and name:
             if not isinstance(given, dict):
                 raise argparse.ArgumentError(self, mixed)
             if name in given:
                 msg = f"queue {name!r} given twice"
                 raise argparse.ArgumentError(self, msg)
-            given[name] = _whole(self, number)
+            given[name] = self.value(value)
             setattr(namespace, dest, given)
         else:
             if hasattr(namespace, dest):
                 raise argparse.ArgumentError(self, mixed)
             setattr(
-                namespace, dest, None if text.lower() == "none" else _whole(self, text)
+                namespace, dest, None if text.lower() == "none" else self.value(text)
             )
 
 
-class _RateLimitAction(argparse.Action):
+class _GlobalLimitAction(_PerQueueAction):
+    """``--global-limit N`` / ``--group-limit N`` (the one queue's), ``none``, or ``NAME=N`` repeated."""
+
+
+class _RateLimitAction(_PerQueueAction):
     """``--rate-limit N/DURATION[:per-group]``, ``none``, or ``NAME=N/DURATION`` repeated."""
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        text = str(values)
-        dest = self.dest
-        mixed = f"give either one {option_string} N/DURATION or several {option_string} NAME=N/DURATION, not both"
-        given = getattr(namespace, dest, {})
-        name, sep, rate = text.rpartition("=")
-        if sep and name:
-            if not isinstance(given, dict):
-                raise argparse.ArgumentError(self, mixed)
-            if name in given:
-                msg = f"queue {name!r} given twice"
-                raise argparse.ArgumentError(self, msg)
-            given[name] = _rate(self, rate)
-            setattr(namespace, dest, given)
-        else:
-            if hasattr(namespace, dest):
-                raise argparse.ArgumentError(self, mixed)
-            setattr(
-                namespace, dest, None if text.lower() == "none" else _rate(self, text)
-            )
+    form = "N/DURATION"
+
+    def value(self, text: str) -> RateLimit:
+        """The `RateLimit` written as ``N/DURATION[:per-group]``."""
+        return _rate(self, text)
 
 
 def _rate(action: argparse.Action, text: str) -> RateLimit:
