@@ -254,6 +254,45 @@ async def test_flags_replace_the_workers_options_and_keep_its_handlers(
         assert worker.pool._initialized  # type: ignore[attr-defined]  # opened here
 
 
+@pytest.mark.parametrize(
+    ("flag", "one", "value", "form"),
+    [
+        ("--global-limit", "4", 4, "N"),
+        ("--group-limit", "1", 1, "N"),
+        (
+            "--rate-limit",
+            "5/1s:per-group",
+            pgqueue.RateLimit(5, per=1.0, per_group=True),
+            "N/DURATION",
+        ),
+    ],
+)
+def test_per_queue_flags_take_one_value_or_one_per_queue_never_both(
+    flag: str, one: str, value: object, form: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = build_parser()
+    dest = flag[2:].replace("-", "_")
+    base = ["worker", f"{APPS}:sync_factory"]
+    assert getattr(parser.parse_args([*base, flag, one]), dest) == value
+    assert getattr(parser.parse_args([*base, flag, "none"]), dest) is None
+    both = parser.parse_args([*base, flag, f"a={one}", flag, f"b={one}"])
+    assert getattr(both, dest) == {"a": value, "b": value}
+    for argv, error in (
+        (
+            [flag, one, flag, f"a={one}"],
+            f"give either one {flag} {form} or several {flag} NAME={form}, not both",
+        ),
+        (
+            [flag, f"a={one}", flag, one],
+            f"give either one {flag} {form} or several {flag} NAME={form}, not both",
+        ),
+        ([flag, f"a={one}", flag, f"a={one}"], "queue 'a' given twice"),
+    ):
+        with pytest.raises(SystemExit):
+            parser.parse_args([*base, *argv])
+        assert error in capsys.readouterr().err
+
+
 def test_metrics_without_the_extra_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
