@@ -21,6 +21,7 @@ from pgqueue._core.batch import (
 )
 from pgqueue._core.checks import (
     check_bool,
+    check_conflict,
     check_duration,
     check_job_id,
     check_max_attempts,
@@ -28,7 +29,6 @@ from pgqueue._core.checks import (
     check_on_conflict,
     check_priority,
     check_queue_name,
-    check_replace,
     check_unique_key,
     check_when,
 )
@@ -387,12 +387,9 @@ class Queue:
             check_bool("track", track),
         )
         key = check_unique_key(unique_key)
-        conflict = check_on_conflict(on_conflict)
-        replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
-        if replace:
-            conflict = "replace"
-            if debounced is not None:
-                seconds = debounced
+        conflict, seconds = check_conflict(
+            key, on_conflict, debounce, run_at, delay, seconds
+        )
         failure = check_on_parent_failure(on_parent_failure)
         group_key = None if group is None else check_name("group", group)
         if group_key is not None and conflict == "replace":

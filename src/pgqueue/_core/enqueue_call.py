@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue._core.checks import (
     check_bool,
+    check_conflict,
     check_max_attempts,
     check_name,
-    check_on_conflict,
     check_priority,
     check_queue_name,
-    check_replace,
     check_unique_key,
     check_when,
 )
@@ -70,12 +69,9 @@ def enqueue_params(
     """
     when, seconds = check_when(run_at, delay)
     key = check_unique_key(unique_key)
-    conflict = check_on_conflict(on_conflict)
-    replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
-    if replace:
-        conflict = "replace"
-        if debounced is not None:
-            seconds = debounced
+    conflict, seconds = check_conflict(
+        key, on_conflict, debounce, run_at, delay, seconds
+    )
     return {
         "job_type": check_name("job type", job_type),
         "payload": encode_payload(payload, payload_encoder(json_encoder)),
