@@ -38,7 +38,6 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -58,6 +57,7 @@ from benchmarks._common import (
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
+    from pathlib import Path
 
 JOB_TYPE = "soak"
 TARGET = 1.25
@@ -436,16 +436,26 @@ def plot(samples: list[Sample], args: argparse.Namespace, path: Path) -> bool:
     rate.set_xlabel("minutes")
     load_axis = rate.twinx()
     load_axis.plot(
-        minutes, [s.load1 for s in samples], color="grey", linestyle=":", label="load 1 min"
+        minutes,
+        [s.load1 for s in samples],
+        color="grey",
+        linestyle=":",
+        label="load 1 min",
     )
     load_axis.set_ylabel("load average")
     for axis in axes:
         axis.axvspan(0, args.warmup / 60, color="0.9", zorder=0)
         axis.axvspan(
-            args.warmup / 60, (args.warmup + args.window) / 60, color="tab:green", alpha=0.08
+            args.warmup / 60,
+            (args.warmup + args.window) / 60,
+            color="tab:green",
+            alpha=0.08,
         )
         axis.axvspan(
-            (args.seconds - args.window) / 60, args.seconds / 60, color="tab:blue", alpha=0.08
+            (args.seconds - args.window) / 60,
+            args.seconds / 60,
+            color="tab:blue",
+            alpha=0.08,
         )
         if args.hold_open:
             axis.axvspan(
@@ -463,7 +473,10 @@ def plot(samples: list[Sample], args: argparse.Namespace, path: Path) -> bool:
     )
     if args.hold_open:
         title += f"; transaction held open {args.hold_at / 60:g}-{(args.hold_at + args.hold_open) / 60:g} min (red)"
-    size.set_title(title + "\ngrey: warm-up; green: first window; blue: last window", fontsize="medium")
+    size.set_title(
+        title + "\ngrey: warm-up; green: first window; blue: last window",
+        fontsize="medium",
+    )
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
@@ -486,9 +499,15 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--minutes", type=float, default=30.0, help="length of the run")
-    parser.add_argument("--rate", type=float, default=2000.0, help="jobs enqueued per second")
-    parser.add_argument("--tick", type=float, default=0.05, help="seconds between enqueue calls")
-    parser.add_argument("--retain", type=float, default=60.0, help="the workers' retain=")
+    parser.add_argument(
+        "--rate", type=float, default=2000.0, help="jobs enqueued per second"
+    )
+    parser.add_argument(
+        "--tick", type=float, default=0.05, help="seconds between enqueue calls"
+    )
+    parser.add_argument(
+        "--retain", type=float, default=60.0, help="the workers' retain="
+    )
     parser.add_argument(
         "--rescue-after",
         type=float,
@@ -498,13 +517,24 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=1, help="worker processes")
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--prefetch", type=int, default=100)
-    parser.add_argument("--sample", type=float, default=30.0, help="seconds between samples")
-    parser.add_argument("--warmup", type=float, default=300.0, help="seconds of warm-up")
     parser.add_argument(
-        "--window", type=float, default=300.0, help="seconds of the first and last windows"
+        "--sample", type=float, default=30.0, help="seconds between samples"
     )
-    parser.add_argument("--hold-open", type=float, default=0.0, help="seconds to hold a transaction")
-    parser.add_argument("--hold-at", type=float, default=600.0, help="when to open it, seconds")
+    parser.add_argument(
+        "--warmup", type=float, default=300.0, help="seconds of warm-up"
+    )
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=300.0,
+        help="seconds of the first and last windows",
+    )
+    parser.add_argument(
+        "--hold-open", type=float, default=0.0, help="seconds to hold a transaction"
+    )
+    parser.add_argument(
+        "--hold-at", type=float, default=600.0, help="when to open it, seconds"
+    )
     parser.add_argument("--label", default="", help="results/soak_LABEL.*")
     parser.add_argument("--database", default="soak", help="pgq_bench_NAME")
     parser.add_argument("--no-json", action="store_true", help="write no JSON")
@@ -560,9 +590,7 @@ def main() -> None:
         )
         print(f"\nwithin {TARGET}x: {'yes' if summary['passed'] else 'NO'}")
     print(f"wrote {csv_path}" + (f" and {stem}.png" if plotted else ""))
-    options = {
-        k: v for k, v in vars(args).items() if k not in ("dsn", "no_json")
-    }
+    options = {k: v for k, v in vars(args).items() if k not in ("dsn", "no_json")}
     write_json(
         stem,
         {"options": options, "server": settings, **summary},
