@@ -97,6 +97,7 @@ __all__ = [
     "LOCK_LIMIT",
     "LOCK_PARENTS",
     "NOTIFY_JOBS",
+    "NO_JIT",
     "OUTCOMES",
     "OUTCOMES_CHANNEL",
     "PARENT_RESULTS",
@@ -1083,6 +1084,16 @@ SELECT count(*)::int AS removed, coalesce(max(id), $3) AS last_id FROM gone
 # The retention sweep's, over the worker's queues ($1, a text[]: the one
 # array type asyncpg binds without looking it up).
 PRUNE_BATCH = _prune_batch("queue = ANY($1::text[])")
+
+# Each batch of the retention sweep runs after this, in a transaction of its
+# own. On a table of a few hundred thousand retained rows the planner costs
+# PRUNE_BATCH's walk of the primary key above jit_above_cost (the generic
+# plan a prepared statement gets after five runs, also above the inlining
+# and optimizing thresholds), so each batch compiled for 15 to 430 ms for
+# about 5 ms of work: at 2,000 jobs/s the sweep deleted no faster than jobs
+# finished and the table grew (benchmarks/soak.py). SET LOCAL, so nothing
+# stays on a server connection a transaction pooler hands to others.
+NO_JIT = "SET LOCAL jit = off"
 
 HEAD_OF_LINE = (datetime.min.replace(tzinfo=UTC), 0)
 """A place before every job of a priority: ('-infinity', 0)."""

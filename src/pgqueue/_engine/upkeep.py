@@ -232,10 +232,12 @@ class Upkeep:
             return removed
         removed, after = 0, 0
         while True:
-            row = await self._connection.fetchrow(
-                _sql.PRUNE_BATCH, self._queues, retain, after, SWEEP_BATCH
+            _, (row,) = await self._connection.transaction(
+                [
+                    (_sql.NO_JIT, ()),
+                    (_sql.PRUNE_BATCH, (self._queues, retain, after, SWEEP_BATCH)),
+                ]
             )
-            assert row is not None
             count: int = row["removed"]
             after = row["last_id"]
             removed += count
