@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import asyncpg
 import pytest
 
@@ -90,6 +91,25 @@ async def test_transactional_enqueue_commits_row_and_notify(
             )
         await notifications.wait_for(queue.name)
     assert (await row(pool, job_id))["status"] == "pending"
+
+
+async def test_calls_with_the_callers_connection_need_no_other_connection_of_the_pool(
+    dsn: str, queue_name: str
+) -> None:
+    # A service whose transactions hold every connection of its pool, each
+    # enqueueing in its own transaction: nothing may wait for the pool (a
+    # first call once looked up the schema there, and waited forever).
+    async with asyncpg.create_pool(dsn, min_size=1, max_size=1) as pool:
+        queue = pgqueue.Queue(pool, name=queue_name)
+        async with pool.acquire() as connection, connection.transaction():
+            with anyio.fail_after(10):
+                job_id = await queue.enqueue("t", {}, connection=connection)
+                await queue.enqueue_many([("t", {})], connection=connection)
+                assert await queue.cancel(job_id, connection=connection) == {
+                    job_id: "cancelled"
+                }
+                assert await queue.prune(3600, connection=connection) == 0
+        assert len(await rows(pool, queue_name)) == 2
 
 
 async def test_transactional_enqueue_rolls_back_row_and_notify(

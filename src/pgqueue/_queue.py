@@ -455,7 +455,7 @@ class Queue:
         executor: Executor = connection if connection is not None else self._pool
         distributed = self._distributed
         if distributed is None:
-            distributed = await self._routed()
+            distributed = await self._routed(executor)
         if distributed:
             if conflict == "replace":
                 raise ValueError(_NO_REPLACE_DISTRIBUTED)
@@ -529,9 +529,13 @@ class Queue:
             self._logger.debug("job enqueued", extra=extra)
         return job_id
 
-    async def _routed(self) -> bool:
-        """Whether the tables are distributed (Citus): looked up once, on this queue's pool."""
-        found = await is_distributed(self._pool)
+    async def _routed(self, executor: Executor) -> bool:
+        """Whether the tables are distributed (Citus): looked up once, on ``executor``.
+
+        The caller's connection when it gave one: the pool may have no
+        connection to spare while the caller's transactions hold them all.
+        """
+        found = await is_distributed(executor)
         if found is not None:
             self._distributed = found
         return bool(found)
@@ -712,7 +716,7 @@ class Queue:
         executor: Executor = connection if connection is not None else self._pool
         distributed = self._distributed
         if distributed is None:
-            distributed = await self._routed()
+            distributed = await self._routed(executor)
         if distributed and batch.parents is not None:
             msg = (
                 "jobs with dependencies (after=...) are not supported on a "
@@ -876,7 +880,7 @@ class Queue:
         executor: Executor = connection if connection is not None else self._pool
         distributed = self._distributed
         if distributed is None:
-            distributed = await self._routed()
+            distributed = await self._routed(executor)
         if distributed:
             done = await cancel_routed(executor, ids)
         else:
@@ -900,7 +904,7 @@ class Queue:
         executor: Executor = connection if connection is not None else self._pool
         distributed = self._distributed
         if distributed is None:
-            distributed = await self._routed()
+            distributed = await self._routed(executor)
         removed: int = await executor.fetchval(
             _sql.DISTRIBUTED_PRUNE if distributed else _sql.PRUNE, self._name, seconds
         )
