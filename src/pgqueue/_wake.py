@@ -14,6 +14,12 @@ meanwhile. However many producers commit at once, at most one notifying
 transaction per pool is in flight, plus the lone enqueue that started
 before the others, if any.
 
+When enqueues of the pool are in flight as a wakeup becomes due, the
+waker first waits for as long as its last wakeup took (about one commit,
+at most `MAX_GATHER`): their commits land meanwhile and share the wakeup,
+so the server runs fewer notifying transactions (a cost under many
+producers) for a wakeup a commit later.
+
 Nothing waits for a wakeup: when it cannot be sent (the database is gone,
 the process dies first), the workers' poll finds the job, within one
 ``poll_interval``.
@@ -41,13 +47,16 @@ if TYPE_CHECKING:
 
     import asyncpg
 
-__all__ = ["FINAL_SEND", "LINGER", "Waker", "waker_for"]
+__all__ = ["FINAL_SEND", "LINGER", "MAX_GATHER", "Waker", "waker_for"]
 
 LINGER = 10.0
 """Seconds a waker keeps its connection open after its last wakeup."""
 
 SEND_TIMEOUT = 5.0
 """Seconds a connect plus NOTIFY may take before that attempt is given up."""
+
+MAX_GATHER = 0.005
+"""The longest a waker waits for enqueues in flight before it sends (one commit's time, measured)."""
 
 FINAL_SEND = 2.0
 """Seconds a waker cancelled by the loop's shutdown may take to send what is due."""
@@ -80,6 +89,7 @@ class Waker:
         self._connection: asyncpg.Connection[Any] | None = None
         self._sending = False  # a wakeup transaction is in flight
         self._enqueuing = 0  # self-committing enqueues of the pool in flight
+        self._gather = 0.0  # seconds the last wakeup took: about a commit's time
         self.sent = 0
         """How many wakeup transactions were sent (for tests)."""
 
@@ -121,6 +131,10 @@ class Waker:
     async def _run(self) -> None:
         try:
             while await self._wait_for_more():
+                if self._enqueuing:
+                    # Enqueues in flight commit within about a commit's time:
+                    # one wakeup for them too costs the server less than two.
+                    await asyncio.sleep(self._gather)
                 await self._send_due()
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -175,7 +189,10 @@ class Waker:
                 async with asyncio.timeout(SEND_TIMEOUT):
                     if self._connection is None or self._connection.is_closed():
                         self._connection = await connect_like(self.pool)()
+                    started = asyncio.get_running_loop().time()
                     await self._connection.execute(_sql.WAKE, queues)
+                    took = asyncio.get_running_loop().time() - started
+                self._gather = min(took, MAX_GATHER)
                 self.sent += 1
                 return
             except Exception as exc:  # the workers' poll finds the jobs
