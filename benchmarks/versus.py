@@ -8,7 +8,7 @@ back (the order flips every round), so both see the same noise; ratios are
 taken per round (paired) and their median is reported.
 
 Usage: python -m benchmarks.versus --baseline REF [--rounds 5] [--jobs 20000]
-       [--single 2000] [--bulk 50000] [--wake-jobs 200]
+       [--single 2000] [--bulk 50000] [--wake-jobs 200] [--only drain,...]
 """
 
 from __future__ import annotations
@@ -117,7 +117,16 @@ def main() -> None:
     parser.add_argument("--single", type=int, default=2_000)
     parser.add_argument("--bulk", type=int, default=50_000)
     parser.add_argument("--wake-jobs", type=int, default=200)
+    parser.add_argument(
+        "--only",
+        default="drain,single,bulk,wake",
+        help="the measurements to run, comma-separated (default: all)",
+    )
     args = parser.parse_args()
+    only = set(args.only.split(","))
+    if unknown := only - {"drain", "single", "bulk", "wake"}:
+        parser.error(f"--only: unknown measurements {sorted(unknown)}")
+    metrics = [metric for metric in METRICS if metric[1] in only]
     dsn = resolve_dsn(args.dsn)
     sizes = {
         "drain": args.jobs,
@@ -125,7 +134,7 @@ def main() -> None:
         "bulk": args.bulk,
         "wake": args.wake_jobs,
     }
-    kinds = list(dict.fromkeys((kind, extra) for _, kind, extra, _, _ in METRICS))
+    kinds = list(dict.fromkeys((kind, extra) for _, kind, extra, _, _ in metrics))
     values: dict[str, dict[str, list[float]]] = {"baseline": {}, "current": {}}
     with tempfile.TemporaryDirectory(prefix="pgqueue-versus-") as tmp:
         commit = export(args.baseline, Path(tmp))
@@ -137,7 +146,7 @@ def main() -> None:
                     sides.reverse()
                 for side in sides:
                     got = measure(trees[side], kind, dsn, sizes[kind], extra)
-                    for label, k, e, key, _ in METRICS:
+                    for label, k, e, key, _ in metrics:
                         if (k, e) == (kind, extra):
                             values[side].setdefault(label, []).append(got[key])
             print(f"round {round_ + 1} of {args.rounds} done", flush=True)
@@ -148,7 +157,7 @@ def main() -> None:
         "sizes": sizes,
         "metrics": {},
     }
-    for label, _, _, _, higher_is_better in METRICS:
+    for label, _, _, _, higher_is_better in metrics:
         base, now = values["baseline"][label], values["current"][label]
         paired = statistics.median(c / b for b, c in zip(base, now, strict=True))
         out["metrics"][label] = {
