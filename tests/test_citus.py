@@ -542,6 +542,31 @@ async def test_priorities_and_types_on_the_shard(pool: asyncpg.Pool) -> None:
     assert (await row(pool, other))["status"] == "pending"
 
 
+async def test_a_job_with_a_priority_enqueued_mid_drain_is_taken_by_the_second_claim(
+    pool: asyncpg.Pool,
+) -> None:
+    # Claims of priority 0's line only, while no job of another priority is
+    # pending: the next claim sees the new job, the one after takes it.
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    backlog = await queue.enqueue_many([("t", {"n": n}) for n in range(40)])
+    order: list[int] = []
+    urgent: list[int] = []
+    worker = pgqueue.Worker(pool, queue=name, concurrency=1, prefetch=0)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        order.append(job.id)
+        if len(order) == 10:
+            urgent.append(await queue.enqueue("t", {}, priority=3))
+
+    with anyio.fail_after(60):
+        await worker.run(until_empty=True)
+    assert sorted(order) == sorted([*backlog, *urgent])
+    assert order.index(urgent[0]) <= 11  # enqueued during the 10th run
+    assert [job for job in order if job != urgent[0]] == backlog
+
+
 async def test_the_web_dashboard_reads_the_cluster(pool: asyncpg.Pool) -> None:
     import httpx
 
