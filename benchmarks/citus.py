@@ -1,7 +1,7 @@
 """Citus: drain throughput and CPU per job per node, side by side with plain PostgreSQL.
 
 Usage: python -m benchmarks.citus [--jobs 20000] [--runs 3]
-       [--concurrency 10 50] [--queues 1 8]
+       [--concurrency 10 50] [--queues 1 8] [--tls] [--statements]
 
 Needs the citus extension installed for the machine's PostgreSQL (see
 docs/howto/scaling.md; nothing here builds it). Starts, on free loopback
@@ -19,6 +19,19 @@ them (``run(until_empty=True)``, ``prefetch = C``; with 8 queues,
 - ``citus-direct`` (one queue only): the worker connected straight to the
   worker node that holds its queue's shard (Citus 11+ takes queries on any
   node), the producer on the coordinator.
+
+Citus turns TLS on between its nodes (``citus.node_conninfo =
+'sslmode=require'``, and ``ssl`` on every node when the extension is
+created); the plain server has none, so the cluster here runs with
+``sslmode=disable`` and no setup pays for TLS (``--tls`` keeps Citus's
+default, and then only Citus pays for it).
+
+``--statements`` measures instead what one statement costs, by setup: the
+median round trip (from the client, with its rows decoded) of a one-row
+SELECT by key, the cheapest claim-shaped UPDATE (a subquery taking one job,
+``FOR UPDATE SKIP LOCKED``), the worker's claim of 1 and of 100 jobs (on
+Citus, of priority 0's line and of every line) and the completion of 100;
+each in a transaction rolled back, 200 times.
 
 CPU per job is the CPU time of each server's processes over the drain
 (every process under its postmaster, sampled every 100 ms so backends that
@@ -44,6 +57,7 @@ from tests.local_servers import binaries, free_port
 
 import pgqueue
 from benchmarks._common import process_cpu
+from pgqueue._core import sql as _sql
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -201,23 +215,119 @@ async def prepare(nodes: dict[str, CitusNode], cluster: CitusCluster) -> None:
             await conn.close()
 
 
+STATEMENT_RUNS = 200
+
+
+async def statements(nodes: dict[str, CitusNode]) -> None:
+    """Print the round trip of single statements, by setup (``--statements``)."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    await fill(nodes["coordinator"].dsn, [queue], 1000)
+    await fill(nodes["plain"].dsn, [queue], 1000)
+    port = await shard_node(nodes["coordinator"].dsn, queue)
+    direct = next(node for node in nodes.values() if node.port == port)
+    setups = {
+        "citus": (nodes["coordinator"].dsn, True),
+        "citus-direct": (direct.dsn, True),
+        "plain": (nodes["plain"].dsn, False),
+    }
+    heads = _sql.claim_places({})
+    rows: dict[str, dict[str, float]] = {}
+    for setup, (dsn, distributed) in setups.items():
+        conn = await asyncpg.connect(dsn)
+        try:
+            ids = [
+                r[0]
+                for r in await conn.fetch(
+                    "SELECT id FROM pgqueue_jobs WHERE queue = $1 ORDER BY id LIMIT 100",
+                    queue,
+                )
+            ]
+            await conn.execute(
+                "UPDATE pgqueue_jobs SET status = 'running', attempts = 1"
+                " WHERE queue = $1 AND id = ANY($2::int8[])",
+                queue,
+                ids,
+            )
+            claim = _sql.DISTRIBUTED_CLAIM_ZERO if distributed else _sql.CLAIM
+            complete = _sql.DISTRIBUTED_COMPLETE if distributed else _sql.COMPLETE
+            done = (_sql.array(ids), _sql.array([1] * len(ids)), [None] * len(ids))
+            measured = {
+                "SELECT by key": await _timed(conn, _BY_KEY, queue, ids[0]),
+                "cheapest claim": await _timed(conn, _CHEAPEST_CLAIM, queue),
+                "claim of 1": await _timed(conn, claim, queue, 1, *heads),
+                "claim of 100": await _timed(conn, claim, queue, 100, *heads),
+                "complete 100": await _timed(
+                    conn, complete, *done, *((queue,) if distributed else ())
+                ),
+            }
+            if distributed:
+                measured["claim of 100, every line"] = await _timed(
+                    conn, _sql.DISTRIBUTED_CLAIM, queue, 100, *heads
+                )
+            rows[setup] = measured
+        finally:
+            await conn.close()
+    names = list(dict.fromkeys(name for measured in rows.values() for name in measured))
+    print()
+    print("| statement (ms) | " + " | ".join(rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    for name in names:
+        cells = [f"{rows[s][name]:.3f}" if name in rows[s] else "-" for s in rows]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+_BY_KEY = "SELECT id FROM pgqueue_jobs WHERE queue = $1 AND id = $2"
+_CHEAPEST_CLAIM = """
+UPDATE pgqueue_jobs SET status = 'running', attempts = attempts + 1
+WHERE queue = $1 AND id = ANY(ARRAY(
+    SELECT id FROM pgqueue_jobs WHERE queue = $1 AND status = 'pending'
+    ORDER BY run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED))
+RETURNING id
+"""
+
+
+async def _timed(conn: asyncpg.Connection[Any], statement: str, *args: object) -> float:
+    """The median milliseconds of ``statement``, each in a transaction rolled back."""
+    times = []
+    for _ in range(STATEMENT_RUNS):
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            started = time.perf_counter()
+            await conn.fetch(statement, *args)
+            times.append(time.perf_counter() - started)
+        finally:
+            await transaction.rollback()
+    return statistics.median(times) * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[10, 50])
     parser.add_argument("--queues", type=int, nargs="+", default=[1, 8])
+    parser.add_argument(
+        "--tls", action="store_true", help="keep Citus's TLS between its nodes"
+    )
+    parser.add_argument(
+        "--statements", action="store_true", help="time single statements instead"
+    )
     args = parser.parse_args()
     bindir = binaries()
     missing = citus_missing(bindir)
     if missing is not None:
         raise SystemExit(f"benchmarks.citus needs Citus: {missing}")
     assert bindir is not None
-    with citus_cluster(bindir) as cluster:
+    settings = {} if args.tls else {"citus.node_conninfo": "'sslmode=disable'"}
+    with citus_cluster(bindir, settings=settings) as cluster:
         nodes = {node.name: node for node in cluster.nodes}
         nodes["plain"] = plain = plain_node(cluster)
         try:
             asyncio.run(prepare(nodes, cluster))
+            if args.statements:
+                asyncio.run(statements(nodes))
+                return
             results: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
             for queue_count in args.queues:
                 for concurrency in args.concurrency:

@@ -181,6 +181,53 @@ async def test_a_worker_on_the_coordinator_is_woken_without_a_poll(
         await worker.stop()
 
 
+async def test_a_worker_on_its_queues_node_drains_and_is_woken_through_the_coordinator(
+    cluster: CitusCluster, pool: asyncpg.Pool
+) -> None:
+    # The guide's faster setup: the worker's pool on the node that holds its
+    # queue's shard, LISTEN on the coordinator that producers enqueue through.
+    name = _name()
+    port = await _node_of(pool, name)
+    node = next(node for node in cluster.workers if node.port == port)
+    queue = pgqueue.Queue(pool, name=name)
+    backlog = set(await queue.enqueue_many([("t", {"i": i}) for i in range(200)]))
+    ran: Counter[int] = Counter()
+    late = anyio.Event()
+    async with asyncpg.create_pool(node.dsn, min_size=1, max_size=8) as node_pool:
+        before = (
+            await _two_phase_commits(pool),
+            await _two_phase_commits(node_pool),
+        )
+        worker = pgqueue.Worker(
+            node_pool,
+            queue=name,
+            concurrency=10,
+            poll_interval=3600,
+            listen=cluster.coordinator.dsn,
+        )
+
+        @worker.handler("t")
+        async def handle(job: pgqueue.Job) -> None:
+            ran[job.id] += 1
+            if job.payload == {"late": True}:
+                late.set()
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run)
+            await wait_until(lambda: _idle(worker))
+            late_id = await queue.enqueue("t", {"late": True})
+            with anyio.fail_after(20):
+                await late.wait()
+            await worker.stop()
+        after = (
+            await _two_phase_commits(pool),
+            await _two_phase_commits(node_pool),
+        )
+    assert set(ran) == {*backlog, late_id}
+    assert set(ran.values()) == {1}
+    assert after == before
+
+
 async def _idle(worker: pgqueue.Worker) -> bool:
     return not any(lane.policy.more for lane in worker._lanes)
 
@@ -540,6 +587,31 @@ async def test_priorities_and_types_on_the_shard(pool: asyncpg.Pool) -> None:
         await worker.run(until_empty=True)
     assert order == [high, plain, low]
     assert (await row(pool, other))["status"] == "pending"
+
+
+async def test_a_job_with_a_priority_enqueued_mid_drain_is_taken_by_the_second_claim(
+    pool: asyncpg.Pool,
+) -> None:
+    # Claims of priority 0's line only, while no job of another priority is
+    # pending: the next claim sees the new job, the one after takes it.
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    backlog = await queue.enqueue_many([("t", {"n": n}) for n in range(40)])
+    order: list[int] = []
+    urgent: list[int] = []
+    worker = pgqueue.Worker(pool, queue=name, concurrency=1, prefetch=0)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> None:
+        order.append(job.id)
+        if len(order) == 10:
+            urgent.append(await queue.enqueue("t", {}, priority=3))
+
+    with anyio.fail_after(60):
+        await worker.run(until_empty=True)
+    assert sorted(order) == sorted([*backlog, *urgent])
+    assert order.index(urgent[0]) <= 11  # enqueued during the 10th run
+    assert [job for job in order if job != urgent[0]] == backlog
 
 
 async def test_the_web_dashboard_reads_the_cluster(pool: asyncpg.Pool) -> None:

@@ -111,6 +111,7 @@ class Claimer:
         self._lease = lease
         self._limits = limits or lease is not None
         self._types = None if types is None else list(types)
+        self._prioritized = True  # on Citus: claim every priority's line
         self._rate_limit = rate_limit
         # Per-group rates need the group claim (no limit of running jobs).
         self._group_limit = (
@@ -250,7 +251,7 @@ class Claimer:
 
     async def _claim(
         self, limit: int, bounds: Bounds
-    ) -> tuple[list[asyncpg.Record], dict[int, str]]:
+    ) -> tuple[Sequence[asyncpg.Record | tuple[Any, ...]], dict[int, str]]:
         """Claim up to ``limit`` jobs; the results of their parents, for those with parents."""
         run_ats, ids = _sql.claim_places(bounds)
         budget, lease = self._budget, self._lease
@@ -261,30 +262,22 @@ class Claimer:
         try:
             with anyio.CancelScope(shield=True):
                 distributed = self._connection.distributed
+                rows: Sequence[asyncpg.Record | tuple[Any, ...]]
                 if self._group_limit is not None or self._rate_limit is not None:
                     rows = await self._connection.run_in_transaction(
                         lambda connection: self._claim_in_turn(
                             connection, limit, bounds
                         )
                     )
+                elif distributed:
+                    rows = await self._claim_distributed(limit, run_ats, ids)
                 elif self._types is None:
                     rows = await self._connection.fetch(
-                        _sql.DISTRIBUTED_CLAIM if distributed else _sql.CLAIM,
-                        self._queue,
-                        limit,
-                        run_ats,
-                        ids,
+                        _sql.CLAIM, self._queue, limit, run_ats, ids
                     )
                 else:
                     rows = await self._connection.fetch(
-                        _sql.DISTRIBUTED_CLAIM_TYPES
-                        if distributed
-                        else _sql.CLAIM_TYPES,
-                        self._queue,
-                        limit,
-                        run_ats,
-                        ids,
-                        self._types,
+                        _sql.CLAIM_TYPES, self._queue, limit, run_ats, ids, self._types
                     )
                 parents = await self._parent_results(rows)
         finally:
@@ -296,7 +289,40 @@ class Claimer:
                 lease.claiming = 0
         return rows, parents
 
-    async def _parent_results(self, rows: list[asyncpg.Record]) -> dict[int, str]:
+    async def _claim_distributed(
+        self, limit: int, run_ats: str, ids: str
+    ) -> list[tuple[Any, ...]]:
+        """A claim on Citus: of priority 0's line only, while the last claim saw no other priority pending.
+
+        A job with a priority that commits during a drain is seen by the
+        next claim and taken by the one after it. An empty claim says
+        nothing (it may have been of priority 0 only): the next looks at
+        every priority.
+        """
+        if self._types is None:
+            statement = (
+                _sql.DISTRIBUTED_CLAIM
+                if self._prioritized
+                else _sql.DISTRIBUTED_CLAIM_ZERO
+            )
+            rows = await self._connection.fetch(
+                statement, self._queue, limit, run_ats, ids
+            )
+        else:
+            statement = (
+                _sql.DISTRIBUTED_CLAIM_TYPES
+                if self._prioritized
+                else _sql.DISTRIBUTED_CLAIM_ZERO_TYPES
+            )
+            rows = await self._connection.fetch(
+                statement, self._queue, limit, run_ats, ids, self._types
+            )
+        self._prioritized = not rows or rows[0][_PRIORITIZED]
+        return [row[:_PRIORITIZED] for row in rows]
+
+    async def _parent_results(
+        self, rows: Sequence[asyncpg.Record | tuple[Any, ...]]
+    ) -> dict[int, str]:
         """Each claimed job with parents: its ``{parent id: result}`` as JSON text."""
         children = [row[0] for row in rows if row[_HAS_PARENTS]]
         if not children:
@@ -525,6 +551,7 @@ _UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
 _HAS_PARENTS = _sql.CLAIM_COLUMNS.index("has_parents")
+_PRIORITIZED = len(_sql.CLAIM_COLUMNS)  # the last column of a claim on Citus
 
 _PLACE = operator.attrgetter("run_at", "id")
 
