@@ -1014,7 +1014,10 @@ class Admin:
         big table never holds its locks for long (over a connection inside
         a transaction, the batches ride it). Rows another session has
         locked are skipped, never waited for. Pending and running jobs are
-        never touched. Returns how many rows were deleted.
+        never touched. Each batch runs with ``jit`` off (on a big table the
+        planner would compile it for longer than it takes); inside the
+        caller's transaction the setting is put back after each batch.
+        Returns how many rows were deleted.
 
         Raises:
             TypeError, ValueError: ``older_than`` negative or not a finite
@@ -1068,14 +1071,36 @@ class Admin:
         after = 0
         while True:
             async with self._schema_checked():
-                row = await self._executor.fetchrow(
-                    statement, name, seconds, after, size
-                )
+                row = await self._prune_batch(statement, name, seconds, after, size)
             assert row is not None
             count, after = int(row["removed"]), int(row["last_id"])
             removed += count
             if count < size:
                 return removed
+
+    async def _prune_batch(
+        self, statement: str, *args: object
+    ) -> asyncpg.Record | None:
+        """One batch of `prune`, planned without JIT (see `_sql.NO_JIT`).
+
+        Over a pool or a connection outside a transaction, the batch is a
+        transaction of its own; inside the caller's transaction, ``jit`` is
+        set back to what it was after the batch.
+        """
+        executor = self._executor
+        if isinstance(executor, asyncpg.Pool):
+            async with executor.acquire() as conn, conn.transaction():
+                await conn.execute(_sql.NO_JIT)
+                return await conn.fetchrow(statement, *args)
+        if not executor.is_in_transaction():
+            async with executor.transaction():
+                await executor.execute(_sql.NO_JIT)
+                return await executor.fetchrow(statement, *args)
+        was = await executor.fetchval(_sql.JIT_OFF)
+        try:
+            return await executor.fetchrow(statement, *args)
+        finally:
+            await executor.execute(_sql.JIT_BACK, was)
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every periodic schedule workers have registered, by name.

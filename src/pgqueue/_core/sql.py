@@ -88,6 +88,8 @@ __all__ = [
     "FOREIGN_JOBS_PYFORMAT",
     "HEAD_OF_LINE",
     "HISTORY_KEPT",
+    "JIT_BACK",
+    "JIT_OFF",
     "JOB",
     "JOBS_CHANNEL",
     "JOB_PREVIEW",
@@ -1096,6 +1098,10 @@ PRUNE_BATCH = _prune_batch("queue = ANY($1::text[])")
 # finished and the table grew (benchmarks/soak.py). SET LOCAL, so nothing
 # stays on a server connection a transaction pooler hands to others.
 NO_JIT = "SET LOCAL jit = off"
+# NO_JIT inside a caller's transaction (Admin.prune on its connection):
+# JIT_OFF returns the setting it replaces, JIT_BACK ($1) puts it back.
+JIT_OFF = "SELECT current_setting('jit') AS was, set_config('jit', 'off', true)"
+JIT_BACK = "SELECT set_config('jit', $1, true)"
 
 HEAD_OF_LINE = (datetime.min.replace(tzinfo=UTC), 0)
 """A place before every job of a priority: ('-infinity', 0)."""
