@@ -355,6 +355,10 @@ BAD = {
         "not a duration: '30m1h'",
     ),
     "bad in the parent": ([f"{APPS}:nosuch", "--processes", "2"], "has no attribute"),
+    "pool cannot connect": (
+        [f"{APPS}:unreachable"],
+        "the worker's pool cannot connect to postgres@127.0.0.1:1/nowhere: ",
+    ),
 }
 
 

@@ -73,6 +73,10 @@ async def wait_for(pool: asyncpg.Pool[Any], queue: str, what: str, n: int) -> No
 # the command (this module is imported inside its event loop).
 worker = make_worker(asyncpg.create_pool(dsn(), min_size=1, max_size=4))
 single = make_worker(asyncpg.create_pool(dsn(), min_size=1, max_size=4), 1)
+# Nothing listens on port 1: the pool fails to open, as a wrong DSN would.
+unreachable = make_worker(
+    asyncpg.create_pool("postgresql://postgres@127.0.0.1:1/nowhere", min_size=1)
+)
 
 
 def sync_factory() -> pgqueue.Worker:

@@ -34,6 +34,7 @@ __all__ = [
     "delay",
     "dsn_of",
     "duration",
+    "first_line",
     "job_id",
     "optional_duration",
     "optional_int",
@@ -82,9 +83,13 @@ CONNECT_ERRORS = (
 
 def cannot_connect(exc: BaseException, dsn: str | None) -> UsageError:
     """The `UsageError` for a failed connection: ``cannot connect to <place>: <first line>``."""
+    return UsageError(f"cannot connect to {place(dsn)}: {first_line(exc)}")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its type's name if it has none."""
     text = str(exc).strip()
-    reason = text.splitlines()[0] if text else type(exc).__name__
-    return UsageError(f"cannot connect to {place(dsn)}: {reason}")
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def dsn_of(args: argparse.Namespace) -> str | None:

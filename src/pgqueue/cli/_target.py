@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import Worker
 from pgqueue._extension import check_dsn, option_flags, target_of
-from pgqueue.cli._common import UsageError, printable
+from pgqueue.cli._common import CONNECT_ERRORS, UsageError, first_line, printable
 
 if TYPE_CHECKING:
     import argparse
@@ -201,6 +201,10 @@ async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
     where = target_of(pool) or "its database"
     try:
         await pool
+    except CONNECT_ERRORS as exc:
+        # Like every command's DSN that does not connect: exit 2.
+        msg = f"the worker's pool cannot connect to {where}: {first_line(exc)}"
+        raise UsageError(msg) from None
     except Exception as exc:
         msg = f"opening the worker's pool ({where})"
         raise WorkerFailed(msg) from exc
