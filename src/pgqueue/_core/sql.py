@@ -2296,85 +2296,66 @@ _DISTRIBUTED_ENQUEUE_FUNCTION = _ENQUEUE_FUNCTION.replace(
 )
 assert _DISTRIBUTED_ENQUEUE_FUNCTION != _ENQUEUE_FUNCTION
 
+
+def _created(name: str) -> str:
+    """SCHEMA's statement creating the table or index ``name`` (a distributed schema has the same)."""
+    for start, end in (("CREATE TABLE", "\n);\n"), ("CREATE INDEX", ";\n")):
+        head = f"{start} IF NOT EXISTS {name}\n"
+        if head in SCHEMA:
+            begin = SCHEMA.index(head)
+            return SCHEMA[begin : SCHEMA.index(end, begin) + len(end)]
+    raise LookupError(name)
+
+
 SCHEMA_DISTRIBUTED = (
     _CITUS_REQUIRED
     + _DISTRIBUTED_JOBS
-    + """
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_claim
-    ON pgqueue_jobs (queue, run_at, id) WHERE status = 'pending';
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
-    ON pgqueue_jobs (updated_at) WHERE status = 'running';
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
-    ON pgqueue_jobs (queue, priority, run_at, id)
-    WHERE status = 'pending' COLLATE "C" AND priority <> 0;
--- One live job per (queue, job_type, unique_key): a unique index of a
+    + "\n"
+    + "".join(
+        _created(name)
+        for name in (
+            "idx_pgqueue_jobs_claim",
+            "idx_pgqueue_jobs_rescue",
+            "idx_pgqueue_jobs_priority",
+        )
+    )
+    + """-- One live job per (queue, job_type, unique_key): a unique index of a
 -- distributed table must hold its distribution column.
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
     ON pgqueue_jobs (queue, job_type, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
-    ON pgqueue_jobs (queue, status, id) WHERE status IN ('dead', 'cancelled');
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_waiting
-    ON pgqueue_jobs (queue, id) WHERE status = 'waiting';
-
-CREATE TABLE IF NOT EXISTS pgqueue_periodic
-(
-    name         TEXT        PRIMARY KEY,
-    schedule     TEXT        NOT NULL,
-    timezone     TEXT        NOT NULL DEFAULT 'UTC',
-    queue        TEXT        NOT NULL,
-    job_type     TEXT        NOT NULL,
-    last_tick    TIMESTAMPTZ,
-    next_tick    TIMESTAMPTZ,
-    last_job_key TEXT,
-    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS pgqueue_limits
-(
-    queue        TEXT PRIMARY KEY,
-    global_limit INT  NOT NULL
-);
-CREATE TABLE IF NOT EXISTS pgqueue_leases
-(
-    queue      TEXT        NOT NULL,
-    worker     TEXT        NOT NULL,
-    slots      INT         NOT NULL,
-    wanted     INT         NOT NULL,
-    expires_at TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (queue, worker)
-);
--- Pauses and rate limits' starts (issue 29), by queue, co-located: each
+"""
+    + "".join(
+        _created(name)
+        for name in (
+            "idx_pgqueue_jobs_failed",
+            "idx_pgqueue_jobs_waiting",
+        )
+    )
+    + "\n"
+    + "".join(
+        _created(name)
+        for name in ("pgqueue_periodic", "pgqueue_limits", "pgqueue_leases")
+    )
+    + """-- Pauses and rate limits' starts (issue 29), by queue, co-located: each
 -- claim's test of its queue's pause stays on the queue's node.
-CREATE TABLE IF NOT EXISTS pgqueue_paused
-(
-    queue     TEXT        PRIMARY KEY,
-    paused_at TIMESTAMPTZ NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS pgqueue_starts
-(
-    queue      TEXT        NOT NULL,
-    group_key  TEXT,
-    started_at TIMESTAMPTZ NOT NULL
-);
-CREATE INDEX IF NOT EXISTS idx_pgqueue_starts
-    ON pgqueue_starts (queue, started_at);
-CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_group
-    ON pgqueue_jobs (queue, group_key, status, run_at, id)
-    WHERE group_key IS NOT NULL AND status IN ('pending', 'running');
--- Dependencies are not supported distributed (a parent and its children
+"""
+    + "".join(
+        _created(name)
+        for name in (
+            "pgqueue_paused",
+            "pgqueue_starts",
+            "idx_pgqueue_starts",
+            "idx_pgqueue_jobs_group",
+        )
+    )
+    + """-- Dependencies are not supported distributed (a parent and its children
 -- may live on different nodes): the table is there, empty, for the
 -- statements that read it, and no trigger settles it.
-CREATE TABLE IF NOT EXISTS pgqueue_dependencies
-(
-    parent_id BIGINT  NOT NULL,
-    child_id  BIGINT  NOT NULL,
-    settled   BOOLEAN NOT NULL DEFAULT false,
-    PRIMARY KEY (parent_id, child_id)
-);
-CREATE INDEX IF NOT EXISTS idx_pgqueue_dependencies_child
-    ON pgqueue_dependencies (child_id);
-
+"""
+    + _created("pgqueue_dependencies")
+    + _created("idx_pgqueue_dependencies_child")
+    + """
 -- Jobs, limits and leases by queue, co-located (a queue's rows of all
 -- three on one node); schedules and dependencies copied to every node.
 DO $$
@@ -2428,10 +2409,16 @@ SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
 """
 
 
-def _routed(statement: str, old: str, new: str) -> str:
-    """``statement`` with its one ``old`` replaced by ``new`` (checked: a changed original fails at import)."""
-    assert statement.count(old) == 1, old
-    return statement.replace(old, new)
+def _routed(statement: str, *changes: tuple[str, str]) -> str:
+    """``statement`` with each ``(old, new)`` made: its one ``old`` replaced by ``new``.
+
+    Checked: an original that changed so that ``old`` is not there once
+    fails at import.
+    """
+    for old, new in changes:
+        assert statement.count(old) == 1, old
+        statement = statement.replace(old, new)
+    return statement
 
 
 _DIST_CLAIM_EXPRESSIONS = {
@@ -2474,9 +2461,10 @@ RETURNING {_CLAIM_RETURNING}
         "(SELECT EXISTS (SELECT FROM pgqueue_jobs WHERE queue = $1"
         f""" AND status = 'pending' COLLATE "C" AND priority <> 0{only})) AS prioritized"""
     )
-    statement = _routed(statement, _CLAIM_RETURNING, f"{returning},\n    {prioritized}")
     return _routed(
-        statement, "WHERE id = ANY(ARRAY(", "WHERE queue = $1 AND id = ANY(ARRAY("
+        statement,
+        (_CLAIM_RETURNING, f"{returning},\n    {prioritized}"),
+        ("WHERE id = ANY(ARRAY(", "WHERE queue = $1 AND id = ANY(ARRAY("),
     )
 
 
@@ -2498,7 +2486,7 @@ DISTRIBUTED_CLAIM_ZERO_TYPES = _distributed_claim("$5", zero=True)
 # with DISTRIBUTED_ANNOUNCE on the coordinator.
 _DIST_ENDED = "j.tracked AND j.status IN ('completed', 'dead', 'cancelled') AS ended"
 DISTRIBUTED_COMPLETE = (
-    _routed(_COMPLETE, "WHERE j.id = o.id", "WHERE j.queue = $4 AND j.id = o.id")
+    _routed(_COMPLETE, ("WHERE j.id = o.id", "WHERE j.queue = $4 AND j.id = o.id"))
     + f"RETURNING j.id, o.attempts, {_DIST_ENDED}\n"
 )
 
@@ -2554,7 +2542,7 @@ DISTRIBUTED_ANNOUNCE = (
 
 # A heartbeat of one queue's runs ($3).
 DISTRIBUTED_TOUCH = _routed(
-    TOUCH, "WHERE j.id = o.id", "WHERE j.queue = $3 AND j.id = o.id"
+    TOUCH, ("WHERE j.id = o.id", "WHERE j.queue = $3 AND j.id = o.id")
 )
 
 # The rescue sweep of one queue ($1, text); the rows come back for the
@@ -2621,8 +2609,7 @@ SELECT count(*)::int FROM gone
 # separate statement, which runs on the coordinator (where workers listen).
 DISTRIBUTED_UNIQUE_SILENT = _routed(
     ENQUEUE_UNIQUE_SILENT,
-    "ON CONFLICT (job_type, unique_key)",
-    "ON CONFLICT (queue, job_type, unique_key)",
+    ("ON CONFLICT (job_type, unique_key)", "ON CONFLICT (queue, job_type, unique_key)"),
 )
 _DISTRIBUTED_MANY_UNIQUE = _ENQUEUE_MANY_UNIQUE.replace(
     "{on_conflict}",
@@ -2668,47 +2655,29 @@ FROM wanted AS w LEFT JOIN found AS f ON f.id = w.id LEFT JOIN changed AS c ON c
 
 # Retry the jobs $1 of queue $3 (RETRY on Citus; $2 as RETRY's). A unique
 # key is unique per queue there. The wakeup is DISTRIBUTED_NOTIFY's.
-DISTRIBUTED_RETRY = """
-WITH wanted AS (
-    SELECT DISTINCT unnest($1::text::bigint[]) AS id
-), found AS MATERIALIZED (
-    SELECT id, queue, job_type, status, unique_key
-    FROM pgqueue_jobs WHERE queue = $3 AND id IN (SELECT id FROM wanted)
-    FOR UPDATE
-), eligible AS (
-    SELECT f.id,
-           f.unique_key IS NULL OR (
-               row_number() OVER (PARTITION BY f.job_type, f.unique_key ORDER BY f.id DESC) = 1
-               AND NOT EXISTS (
-                   SELECT 1 FROM pgqueue_jobs AS live
-                   WHERE live.queue = $3 AND live.job_type = f.job_type AND live.unique_key = f.unique_key
-                     AND live.unique_key IS NOT NULL AND live.status IN ('pending', 'running')
-               )
-           ) AS free
-    FROM found AS f
-    WHERE f.status IN ('dead', 'cancelled')
-), retried AS (
-    UPDATE pgqueue_jobs AS j
-    SET status           = 'pending',
-        run_at           = now(),
-        updated_at       = now(),
-        max_attempts     = least(2147483647,
-                                 j.attempts::int8 + coalesce($2::int8, j.max_attempts::int8))::int,
-        cancel_requested = false
-    FROM eligible AS e
-    WHERE j.queue = $3 AND j.id = e.id AND e.free
-    RETURNING j.id
+DISTRIBUTED_RETRY = _routed(
+    RETRY,
+    ("), found AS (\n", "), found AS MATERIALIZED (\n"),
+    (
+        "FROM pgqueue_jobs WHERE id IN",
+        "FROM pgqueue_jobs WHERE queue = $3 AND id IN",
+    ),
+    (
+        "WHERE live.job_type = f.job_type",
+        "WHERE live.queue = $3 AND live.job_type = f.job_type",
+    ),
+    (
+        "    WHERE j.id = e.id AND e.free\n    RETURNING j.id, j.queue\n",
+        "    WHERE j.queue = $3 AND j.id = e.id AND e.free\n    RETURNING j.id\n",
+    ),
+    (
+        (
+            "END AS result,\n       CASE WHEN r.id IS NOT NULL"
+            " THEN pg_notify('pgqueue_jobs', r.queue) END AS notified\n"
+        ),
+        "END AS result\n",
+    ),
 )
-SELECT w.id,
-       CASE WHEN r.id IS NOT NULL THEN 'retried'
-            WHEN e.id IS NOT NULL THEN 'duplicate'
-            WHEN f.id IS NOT NULL THEN 'not_retryable'
-            ELSE 'not_found' END AS result
-FROM wanted AS w
-LEFT JOIN found AS f ON f.id = w.id
-LEFT JOIN eligible AS e ON e.id = w.id
-LEFT JOIN retried AS r ON r.id = w.id
-"""
 
 # NOTIFYs on the coordinator: channel $1[i], payload $2[i].
 DISTRIBUTED_NOTIFY = (
@@ -2746,8 +2715,10 @@ DISTRIBUTED_RELEASE_LEASE = (
 # PERIODIC_REGISTER on Citus (no now() in ON CONFLICT DO UPDATE).
 DISTRIBUTED_PERIODIC_REGISTER = _routed(
     PERIODIC_REGISTER,
-    "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = now()",
-    "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = EXCLUDED.updated_at",
+    (
+        "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = now()",
+        "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = EXCLUDED.updated_at",
+    ),
 )
 # PERIODIC_TICK on Citus, in steps in one transaction (pgqueue_periodic is a
 # reference table, the job lives on its queue's shard): the schedule's row
@@ -2793,5 +2764,5 @@ SELECT DISTINCT queue FROM pgqueue_jobs WHERE status IN ('completed', 'dead', 'c
 
 # A checkpoint of job $1 of queue $4 (CHECKPOINT on Citus).
 DISTRIBUTED_CHECKPOINT = _routed(
-    CHECKPOINT, "WHERE j.id = $1", "WHERE j.queue = $4 AND j.id = $1"
+    CHECKPOINT, ("WHERE j.id = $1", "WHERE j.queue = $4 AND j.id = $1")
 )
