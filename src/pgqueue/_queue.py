@@ -459,9 +459,43 @@ class Queue:
         if distributed:
             if conflict == "replace":
                 raise ValueError(_NO_REPLACE_DISTRIBUTED)
-            return await self._enqueue_routed(
-                connection, args, delay, key, conflict, event, group=group
+            job_id, outcome = await self._insert_routed(
+                connection, args, delay, key, trace_context, group
             )
+        else:
+            job_id, outcome = await self._insert(
+                connection, args, delay, key, conflict, trace_context, group
+            )
+        duplicate = outcome in ("existed", "replaced", "replaced_next")
+        if event is not None:
+            event.ids.append(job_id)
+            event.duplicates.append(duplicate)
+        extra = {"job_id": job_id, "job_type": args[0], "queue": self._name}
+        if outcome == "existed":
+            assert key is not None
+            if conflict == "raise":
+                raise DuplicateJobError(job_id, key)
+            self._logger.debug("job already enqueued with its unique key", extra=extra)
+        elif duplicate:
+            self._logger.debug(
+                "job replaced by an enqueue of its unique key", extra=extra
+            )
+        else:
+            self._logger.debug("job enqueued", extra=extra)
+        return job_id
+
+    async def _insert(
+        self,
+        connection: Connection | None,
+        args: tuple[str, str, int, datetime | None, int, bool],
+        delay: float | None,
+        key: str | None,
+        conflict: str,
+        trace_context: str | None,
+        group: str | None,
+    ) -> tuple[int, str]:
+        """`_enqueue`'s row and wakeup; its id and what was done (`ENQUEUE_REPLACE`'s outcomes)."""
+        executor: Executor = connection if connection is not None else self._pool
         outcome = "inserted"
         with self._wakeup(connection) as wake:
             try:
@@ -511,23 +545,7 @@ class Queue:
                 raise SchemaError(REPLACE_MISSING, where=target_of(executor)) from exc
             if wake is not None and woke:
                 wake()
-        duplicate = outcome in ("existed", "replaced", "replaced_next")
-        if event is not None:
-            event.ids.append(job_id)
-            event.duplicates.append(duplicate)
-        extra = {"job_id": job_id, "job_type": args[0], "queue": self._name}
-        if outcome == "existed":
-            assert key is not None
-            if conflict == "raise":
-                raise DuplicateJobError(job_id, key)
-            self._logger.debug("job already enqueued with its unique key", extra=extra)
-        elif duplicate:
-            self._logger.debug(
-                "job replaced by an enqueue of its unique key", extra=extra
-            )
-        else:
-            self._logger.debug("job enqueued", extra=extra)
-        return job_id
+        return job_id, outcome
 
     async def _routed(self, executor: Executor) -> bool:
         """Whether the tables are distributed (Citus): looked up once, on ``executor``.
@@ -540,23 +558,20 @@ class Queue:
             self._distributed = found
         return bool(found)
 
-    async def _enqueue_routed(
+    async def _insert_routed(
         self,
         connection: Connection | None,
         args: tuple[str, str, int, datetime | None, int, bool],
         delay: float | None,
         key: str | None,
-        conflict: str,
-        event: EnqueueEvent | None,
-        *,
-        group: str | None = None,
-    ) -> int:
-        """`_enqueue` on Citus: the row on its queue's shard, then the wakeup from the coordinator.
+        trace_context: str | None,
+        group: str | None,
+    ) -> tuple[int, str]:
+        """`_insert` on Citus: the row on its queue's shard, then the wakeup from the coordinator.
 
         With ``connection``, both ride its transaction (a `transaction`
         block's wakeup waits for its commit, as on PostgreSQL).
         """
-        trace_context = None if event is None else event.trace_context
         executor: Executor = connection if connection is not None else self._pool
         existed = False
         with self._wakeup(connection) as wake:
@@ -589,13 +604,7 @@ class Queue:
                     await executor.execute(_sql.NOTIFY_JOBS, self._name)
                 else:
                     wake()
-        if event is not None:
-            event.ids.append(job_id)
-            event.duplicates.append(existed)
-        if existed and conflict == "raise":
-            assert key is not None
-            raise DuplicateJobError(job_id, key)
-        return job_id
+        return job_id, "existed" if existed else "inserted"
 
     async def _enqueue_after(
         self,
