@@ -9,6 +9,7 @@ alone with ``-m citus``; deselect it with ``-m 'not citus'``.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -612,6 +613,105 @@ async def test_a_job_with_a_priority_enqueued_mid_drain_is_taken_by_the_second_c
     assert sorted(order) == sorted([*backlog, *urgent])
     assert order.index(urgent[0]) <= 11  # enqueued during the 10th run
     assert [job for job in order if job != urgent[0]] == backlog
+
+
+async def test_a_paused_queue_waits_then_its_groups_run_one_job_at_a_time(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    admin = pgqueue.Admin(pool)
+    assert await admin.pause(name)
+    ids = await queue.enqueue_many(
+        [
+            pgqueue.NewJob("t", {"group": f"g{n % 3}"}, group=f"g{n % 3}")
+            for n in range(18)
+        ]
+    )
+    before = await _two_phase_commits(pool)
+    running: Counter[str] = Counter()
+    most: Counter[str] = Counter()
+    done: list[int] = []
+    started = anyio.Event()
+    finished = anyio.Event()
+    # Two workers: the group limit holds across them.
+    workers = [
+        pgqueue.Worker(
+            pool, queue=name, concurrency=4, group_limit=1, poll_interval=0.2
+        )
+        for _ in range(2)
+    ]
+
+    async def handle(job: pgqueue.Job) -> None:
+        group = job.payload["group"]
+        started.set()
+        running[group] += 1
+        most[group] = max(most[group], running[group])
+        await anyio.sleep(0.02)
+        running[group] -= 1
+        done.append(job.id)
+        if len(done) == len(ids):
+            finished.set()
+
+    for worker in workers:
+        worker.register("t", handle)
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            await tg.start(worker.run)
+        # Paused: five polls of each worker find nothing to claim.
+        with anyio.move_on_after(1.0):
+            await started.wait()
+        assert not started.is_set()
+        assert await admin.resume(name)
+        with anyio.fail_after(60):
+            await finished.wait()
+        for worker in workers:
+            await worker.stop()
+    assert sorted(done) == sorted(ids)
+    assert set(most.values()) == {1}
+    assert await _two_phase_commits(pool) == before
+
+
+async def test_a_rate_limit_holds_across_workers_on_the_shard(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    ids = await queue.enqueue_many([("t", {}) for _ in range(25)])
+    before = await _two_phase_commits(pool)
+    starts: list[float] = []
+    ran: Counter[int] = Counter()
+    finished = anyio.Event()
+    workers = [
+        pgqueue.Worker(
+            pool, queue=name, concurrency=10, rate_limit=pgqueue.RateLimit(10, per=1)
+        )
+        for _ in range(2)
+    ]
+
+    async def handle(job: pgqueue.Job) -> None:
+        starts.append(time.monotonic())
+        ran[job.id] += 1
+        if len(ran) == len(ids):
+            finished.set()
+
+    for worker in workers:
+        worker.register("t", handle)
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            await tg.start(worker.run)
+        with anyio.fail_after(60):
+            await finished.wait()
+        for worker in workers:
+            await worker.stop()
+    assert sorted(ran) == sorted(ids)
+    assert set(ran.values()) == {1}
+    first = min(starts)
+    # A job starts after its claim: the first half second's starts were all
+    # claimed within one window, and 25 jobs at 10 a second take 3 windows.
+    assert sum(1 for at in starts if at < first + 0.5) <= 10
+    assert max(starts) - first >= 1.5
+    assert await _two_phase_commits(pool) == before
 
 
 async def test_the_web_dashboard_reads_the_cluster(pool: asyncpg.Pool) -> None:

@@ -29,6 +29,7 @@ __all__ = [
     "CLAIM_RATED",
     "CLAIM_TYPES",
     "CLAIM_TYPES_RATED",
+    "CLOCK",
     "COMPLETE",
     "CONTROL_CHANNEL",
     "COPY_COLUMNS",
@@ -44,7 +45,11 @@ __all__ = [
     "DISTRIBUTED_CHECK",
     "DISTRIBUTED_CHECKPOINT",
     "DISTRIBUTED_CLAIM",
+    "DISTRIBUTED_CLAIM_GROUPS",
+    "DISTRIBUTED_CLAIM_GROUPS_RATED",
+    "DISTRIBUTED_CLAIM_RATED",
     "DISTRIBUTED_CLAIM_TYPES",
+    "DISTRIBUTED_CLAIM_TYPES_RATED",
     "DISTRIBUTED_CLAIM_ZERO",
     "DISTRIBUTED_CLAIM_ZERO_TYPES",
     "DISTRIBUTED_COMPLETE",
@@ -58,6 +63,8 @@ __all__ = [
     "DISTRIBUTED_PERIODIC_REGISTER",
     "DISTRIBUTED_PRUNE",
     "DISTRIBUTED_PRUNE_BATCH",
+    "DISTRIBUTED_RATE_ROOM",
+    "DISTRIBUTED_RECORD_START",
     "DISTRIBUTED_RELEASE_LEASE",
     "DISTRIBUTED_RESCUE",
     "DISTRIBUTED_RETRY",
@@ -2440,6 +2447,23 @@ _DIST_CLAIM_EXPRESSIONS = {
 # claim of a queue that has no pending job with a priority takes that scan
 # only (DISTRIBUTED_CLAIM_ZERO), and each claim says in its last column
 # whether such jobs were pending when it began, for the next one to choose.
+_DIST_CLAIM_RETURNING = ",\n    ".join(
+    f"{_DIST_CLAIM_EXPRESSIONS[name]} AS {name}"
+    if name in _DIST_CLAIM_EXPRESSIONS
+    else name
+    for name in CLAIM_COLUMNS
+)
+
+
+def _on_citus(claim: str) -> str:
+    """``claim`` as Citus runs it on the queue's shard: the outer UPDATE names the queue."""
+    return _routed(
+        claim,
+        (_CLAIM_RETURNING, _DIST_CLAIM_RETURNING),
+        ("WHERE id = ANY(ARRAY(", "WHERE queue = $1 AND id = ANY(ARRAY("),
+    )
+
+
 def _distributed_claim(types: str | None, *, zero: bool = False) -> str:
     only = "" if types is None else f" AND job_type = ANY({types}::text[])"
     if zero:
@@ -2451,20 +2475,13 @@ RETURNING {_CLAIM_RETURNING}
 """
     else:
         statement = _claim("$2", types=types)
-    returning = ",\n    ".join(
-        f"{_DIST_CLAIM_EXPRESSIONS[name]} AS {name}"
-        if name in _DIST_CLAIM_EXPRESSIONS
-        else name
-        for name in CLAIM_COLUMNS
-    )
     prioritized = (
         "(SELECT EXISTS (SELECT FROM pgqueue_jobs WHERE queue = $1"
         f""" AND status = 'pending' COLLATE "C" AND priority <> 0{only})) AS prioritized"""
     )
     return _routed(
-        statement,
-        (_CLAIM_RETURNING, f"{returning},\n    {prioritized}"),
-        ("WHERE id = ANY(ARRAY(", "WHERE queue = $1 AND id = ANY(ARRAY("),
+        _on_citus(statement),
+        (_DIST_CLAIM_RETURNING, f"{_DIST_CLAIM_RETURNING},\n    {prioritized}"),
     )
 
 
@@ -2480,6 +2497,51 @@ DISTRIBUTED_CLAIM_ZERO = _distributed_claim(None, zero=True)
 """DISTRIBUTED_CLAIM of priority 0's line only, for a queue without pending jobs of other priorities."""
 DISTRIBUTED_CLAIM_ZERO_TYPES = _distributed_claim("$5", zero=True)
 """DISTRIBUTED_CLAIM_ZERO of the job types in $5."""
+
+# The claims under a group or a rate limit on Citus (CLAIM_GROUPS and the
+# rated claims, after LOCK_CLAIMS and DISTRIBUTED_RATE_ROOM): every line's
+# scans, on the queue's shard. A rated claim returns each job's group_key
+# last, and the claimer records the starts with DISTRIBUTED_RECORD_START,
+# one row a statement: Citus runs an INSERT ... SELECT (or a claim's CTE
+# that inserts) through the coordinator, with a two-phase commit.
+DISTRIBUTED_CLAIM_GROUPS = _on_citus(CLAIM_GROUPS)
+
+
+def _with_group_key(claim: str) -> str:
+    return _routed(
+        _on_citus(claim),
+        (
+            f"RETURNING {_DIST_CLAIM_RETURNING}\n",
+            f"RETURNING {_DIST_CLAIM_RETURNING},\n    group_key\n",
+        ),
+    )
+
+
+DISTRIBUTED_CLAIM_GROUPS_RATED = _with_group_key(_claim_groups(group_rate=True))
+DISTRIBUTED_CLAIM_RATED = _with_group_key(CLAIM)
+DISTRIBUTED_CLAIM_TYPES_RATED = _with_group_key(CLAIM_TYPES)
+DISTRIBUTED_RECORD_START = (
+    "INSERT INTO pgqueue_starts (queue, group_key, started_at) VALUES ($1, $2, $3)"
+)
+
+# RATE_ROOM on Citus, at the time $5 (CLOCK's, read after LOCK_CLAIMS): it
+# refuses a stable function of a column in a statement that deletes, so
+# the window's bounds are computed from the parameter.
+CLOCK = "SELECT clock_timestamp()"
+DISTRIBUTED_RATE_ROOM = """
+WITH gone AS (
+    DELETE FROM pgqueue_starts
+    WHERE queue = $1 AND started_at <= $5::timestamptz - make_interval(secs => $3::float8)
+), w AS (
+    SELECT count(*)::int AS n, min(started_at) AS oldest
+    FROM pgqueue_starts
+    WHERE queue = $1 AND started_at > $5::timestamptz - make_interval(secs => $3::float8)
+)
+SELECT $5::timestamptz AS at,
+       CASE WHEN $4::boolean THEN $2::int ELSE GREATEST($2::int - w.n, 0) END AS room,
+       extract(epoch FROM w.oldest - $5::timestamptz)::float8 + $3::float8 AS wait
+FROM w
+"""
 
 # Outcome writes of one queue ($4 for COMPLETE, $7 for FINISH): the ids of
 # tracked jobs that ended come back in ``ended``, announced by the writer

@@ -332,22 +332,34 @@ class Claimer:
 
     async def _claim_in_turn(
         self, connection: asyncpg.Connection[Any], limit: int, bounds: Bounds
-    ) -> list[asyncpg.Record]:
+    ) -> Sequence[asyncpg.Record | tuple[Any, ...]]:
         """Claim up to ``limit`` jobs under the queue's group or rate limit.
 
         In the claim's transaction, after the queue's claims before it.
         """
         queue, rate, groups = self._queue, self._rate_limit, self._group_limit
+        on_citus = self._connection.distributed
+        statements = _ON_CITUS if on_citus else _ON_POSTGRES
         await connection.execute(_sql.LOCK_CLAIMS, queue)
         if rate is None:
             assert groups is not None
-            rows: list[asyncpg.Record] = await connection.fetch(
-                _sql.CLAIM_GROUPS, queue, limit, groups, self._types
+            found: list[asyncpg.Record] = await connection.fetch(
+                statements.groups, queue, limit, groups, self._types
             )
-            return rows
-        window = await connection.fetchrow(
-            _sql.RATE_ROOM, queue, rate.limit, rate.per, rate.per_group
-        )
+            return found
+        if on_citus:
+            window = await connection.fetchrow(
+                _sql.DISTRIBUTED_RATE_ROOM,
+                queue,
+                rate.limit,
+                rate.per,
+                rate.per_group,
+                await connection.fetchval(_sql.CLOCK),
+            )
+        else:
+            window = await connection.fetchrow(
+                _sql.RATE_ROOM, queue, rate.limit, rate.per, rate.per_group
+            )
         assert window is not None
         at, room, wait = window
         take = min(limit, room)
@@ -355,7 +367,7 @@ class Claimer:
             if groups is not None:
                 per_group = rate.limit if rate.per_group else _NO_GROUP_LIMIT
                 rows = await connection.fetch(
-                    _sql.CLAIM_GROUPS_RATED,
+                    statements.groups_rated,
                     queue,
                     take,
                     groups,
@@ -366,20 +378,28 @@ class Claimer:
                 )
             else:
                 run_ats, ids = _sql.claim_places(bounds)
+                # On Citus the starts are recorded apart (below).
+                started = () if on_citus else (at,)
                 if self._types is None:
                     rows = await connection.fetch(
-                        _sql.CLAIM_RATED, queue, take, run_ats, ids, at
+                        statements.rated, queue, take, run_ats, ids, *started
                     )
                 else:
                     rows = await connection.fetch(
-                        _sql.CLAIM_TYPES_RATED,
+                        statements.types_rated,
                         queue,
                         take,
                         run_ats,
                         ids,
                         self._types,
-                        at,
+                        *started,
                     )
+            if on_citus and rows:
+                await connection.executemany(
+                    _sql.DISTRIBUTED_RECORD_START,
+                    [(queue, row[_GROUP_KEY], at) for row in rows],
+                )
+                rows = [row[:_GROUP_KEY] for row in rows]
         else:
             rows = []
         # Cut short by the window (it took all the window allowed, or per
@@ -552,8 +572,29 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
 _HAS_PARENTS = _sql.CLAIM_COLUMNS.index("has_parents")
 _PRIORITIZED = len(_sql.CLAIM_COLUMNS)  # the last column of a claim on Citus
+_GROUP_KEY = len(_sql.CLAIM_COLUMNS)  # ... and of a rated claim there
 
 _PLACE = operator.attrgetter("run_at", "id")
+
+
+class _InTurn(NamedTuple):
+    """The claims under a group or a rate limit, on one kind of server."""
+
+    groups: str
+    groups_rated: str
+    rated: str
+    types_rated: str
+
+
+_ON_POSTGRES = _InTurn(
+    _sql.CLAIM_GROUPS, _sql.CLAIM_GROUPS_RATED, _sql.CLAIM_RATED, _sql.CLAIM_TYPES_RATED
+)
+_ON_CITUS = _InTurn(
+    _sql.DISTRIBUTED_CLAIM_GROUPS,
+    _sql.DISTRIBUTED_CLAIM_GROUPS_RATED,
+    _sql.DISTRIBUTED_CLAIM_RATED,
+    _sql.DISTRIBUTED_CLAIM_TYPES_RATED,
+)
 
 _NO_GROUP_LIMIT = 2**31 - 1
 """A group limit that limits nothing (a per-group rate without a group limit)."""
