@@ -9,6 +9,7 @@ alone with ``-m citus``; deselect it with ``-m 'not citus'``.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections import Counter
@@ -25,7 +26,7 @@ from tests.replicated import binaries
 from tests.test_cli import EXIT_ERROR, EXIT_OK, cli
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
     from tests.citus_cluster import CitusCluster
 
@@ -615,6 +616,21 @@ async def test_a_job_with_a_priority_enqueued_mid_drain_is_taken_by_the_second_c
     assert [job for job in order if job != urgent[0]] == backlog
 
 
+@contextlib.asynccontextmanager
+async def _running(
+    workers: list[pgqueue.Worker], handle: Callable[[pgqueue.Job], Awaitable[None]]
+) -> AsyncIterator[None]:
+    """``workers`` running ``handle`` for jobs of type ``t``, stopped on the way out."""
+    for worker in workers:
+        worker.register("t", handle)
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            await tg.start(worker.run)
+        yield
+        for worker in workers:
+            await worker.stop()
+
+
 async def test_a_paused_queue_waits_then_its_groups_run_one_job_at_a_time(
     pool: asyncpg.Pool,
 ) -> None:
@@ -653,11 +669,7 @@ async def test_a_paused_queue_waits_then_its_groups_run_one_job_at_a_time(
         if len(done) == len(ids):
             finished.set()
 
-    for worker in workers:
-        worker.register("t", handle)
-    async with anyio.create_task_group() as tg:
-        for worker in workers:
-            await tg.start(worker.run)
+    async with _running(workers, handle):
         # Paused: five polls of each worker find nothing to claim.
         with anyio.move_on_after(1.0):
             await started.wait()
@@ -665,8 +677,6 @@ async def test_a_paused_queue_waits_then_its_groups_run_one_job_at_a_time(
         assert await admin.resume(name)
         with anyio.fail_after(60):
             await finished.wait()
-        for worker in workers:
-            await worker.stop()
     assert sorted(done) == sorted(ids)
     assert set(most.values()) == {1}
     assert await _two_phase_commits(pool) == before
@@ -695,15 +705,9 @@ async def test_a_rate_limit_holds_across_workers_on_the_shard(
         if len(ran) == len(ids):
             finished.set()
 
-    for worker in workers:
-        worker.register("t", handle)
-    async with anyio.create_task_group() as tg:
-        for worker in workers:
-            await tg.start(worker.run)
+    async with _running(workers, handle):
         with anyio.fail_after(60):
             await finished.wait()
-        for worker in workers:
-            await worker.stop()
     assert sorted(ran) == sorted(ids)
     assert set(ran.values()) == {1}
     first = min(starts)
