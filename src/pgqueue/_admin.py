@@ -32,7 +32,7 @@ from pgqueue._queue import cancel_routed, is_distributed, retry_routed
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
-    from pgqueue._queue import Executor
+    from pgqueue._queue import Connection, Executor
 
 __all__ = [
     "Admin",
@@ -1089,18 +1089,9 @@ class Admin:
         """
         executor = self._executor
         if isinstance(executor, asyncpg.Pool):
-            async with executor.acquire() as conn, conn.transaction():
-                await conn.execute(_sql.NO_JIT)
-                return await conn.fetchrow(statement, *args)
-        if not executor.is_in_transaction():
-            async with executor.transaction():
-                await executor.execute(_sql.NO_JIT)
-                return await executor.fetchrow(statement, *args)
-        was = await executor.fetchval(_sql.JIT_OFF)
-        try:
-            return await executor.fetchrow(statement, *args)
-        finally:
-            await executor.execute(_sql.JIT_BACK, was)
+            async with executor.acquire() as conn:
+                return await _fetchrow_without_jit(conn, statement, *args)
+        return await _fetchrow_without_jit(executor, statement, *args)
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every periodic schedule workers have registered, by name.
@@ -1308,3 +1299,22 @@ def listing(
         after if newer else before,
         count,
     )
+
+
+async def _fetchrow_without_jit(
+    conn: Connection, statement: str, *args: object
+) -> asyncpg.Record | None:
+    """``statement``'s row, planned with ``jit`` off on ``conn``, whose setting is kept.
+
+    Outside a transaction, in one of its own with ``SET LOCAL``; inside the
+    caller's, ``jit`` is put back afterwards.
+    """
+    if not conn.is_in_transaction():
+        async with conn.transaction():
+            await conn.execute(_sql.NO_JIT)
+            return await conn.fetchrow(statement, *args)
+    was = await conn.fetchval(_sql.JIT_OFF)
+    try:
+        return await conn.fetchrow(statement, *args)
+    finally:
+        await conn.execute(_sql.JIT_BACK, was)
