@@ -300,23 +300,22 @@ class Claimer:
         every priority.
         """
         if self._types is None:
-            statement = (
-                _sql.DISTRIBUTED_CLAIM
-                if self._prioritized
-                else _sql.DISTRIBUTED_CLAIM_ZERO
-            )
-            rows = await self._connection.fetch(
-                statement, self._queue, limit, run_ats, ids
-            )
+            every, zero = _sql.DISTRIBUTED_CLAIM, _sql.DISTRIBUTED_CLAIM_ZERO
+            types: tuple[list[str], ...] = ()
         else:
-            statement = (
-                _sql.DISTRIBUTED_CLAIM_TYPES
-                if self._prioritized
-                else _sql.DISTRIBUTED_CLAIM_ZERO_TYPES
+            every, zero = (
+                _sql.DISTRIBUTED_CLAIM_TYPES,
+                _sql.DISTRIBUTED_CLAIM_ZERO_TYPES,
             )
-            rows = await self._connection.fetch(
-                statement, self._queue, limit, run_ats, ids, self._types
-            )
+            types = (self._types,)
+        rows = await self._connection.fetch(
+            every if self._prioritized else zero,
+            self._queue,
+            limit,
+            run_ats,
+            ids,
+            *types,
+        )
         self._prioritized = not rows or rows[0][_PRIORITIZED]
         return [row[:_PRIORITIZED] for row in rows]
 
