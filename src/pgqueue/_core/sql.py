@@ -1237,6 +1237,20 @@ SELECT {", ".join(CLAIM_COLUMNS)} FROM claimed
 """
 
 
+def _claiming(ids: str, *, recheck: str = "") -> str:
+    """The claim's UPDATE of the jobs whose ids the query ``ids`` gives (none while the queue is paused).
+
+    ``recheck``: a condition the rows must still meet (the group claim's
+    picks are read without a lock).
+    """
+    return f"""
+UPDATE pgqueue_jobs
+SET status = 'running', attempts = attempts + 1, updated_at = now()
+WHERE id = ANY(ARRAY({ids})){recheck}{_NOT_PAUSED}
+RETURNING {_CLAIM_RETURNING}
+"""
+
+
 def _zero_scan(limit: str, only: str) -> str:
     """The claim's scan of priority 0's line, from its place ($3[6], $4[6])."""
     return f"""
@@ -1257,19 +1271,14 @@ def _claim(limit: str, types: str | None = None) -> str:
     """
     only = "" if types is None else f" AND job_type = ANY({types}::text[])"
     only_p = only.replace("job_type", "p.job_type")
-    return f"""
-UPDATE pgqueue_jobs
-SET status = 'running', attempts = attempts + 1, updated_at = now()
-WHERE id = ANY(ARRAY(
+    return _claiming(f"""
     ({_PRIORITY_SCANS.format(levels="<= 5", limit=limit, types=only_p)})
     UNION ALL
     (SELECT z.id FROM ({_zero_scan(limit, only)}) AS z)
     UNION ALL
     ({_PRIORITY_SCANS.format(levels=">= 7", limit=limit, types=only_p)})
     LIMIT {limit}
-)){_NOT_PAUSED}
-RETURNING {_CLAIM_RETURNING}
-"""
+""")
 
 
 CLAIM = _claim("$2")
@@ -1362,13 +1371,9 @@ def _claim_groups(*, group_rate: bool = False) -> str:
         group_rate=_GROUP_RATE.rstrip() if group_rate else "",
         room="LEAST(r.room, w.room)" if group_rate else "r.room",
     )
-    return f"""
-UPDATE pgqueue_jobs
-SET status = 'running', attempts = attempts + 1, updated_at = now()
-WHERE id = ANY(ARRAY({textwrap.indent(picks, "    ").strip()}
-)) AND status = 'pending'{_NOT_PAUSED}
-RETURNING {_CLAIM_RETURNING}
-"""
+    return _claiming(
+        f"{textwrap.indent(picks, '    ').strip()}\n", recheck=" AND status = 'pending'"
+    )
 
 
 CLAIM_GROUPS = _claim_groups()
@@ -2466,15 +2471,7 @@ def _on_citus(claim: str) -> str:
 
 def _distributed_claim(types: str | None, *, zero: bool = False) -> str:
     only = "" if types is None else f" AND job_type = ANY({types}::text[])"
-    if zero:
-        statement = f"""
-UPDATE pgqueue_jobs
-SET status = 'running', attempts = attempts + 1, updated_at = now()
-WHERE id = ANY(ARRAY({_zero_scan("$2", only)})){_NOT_PAUSED}
-RETURNING {_CLAIM_RETURNING}
-"""
-    else:
-        statement = _claim("$2", types=types)
+    statement = _claiming(_zero_scan("$2", only)) if zero else _claim("$2", types)
     prioritized = (
         "(SELECT EXISTS (SELECT FROM pgqueue_jobs WHERE queue = $1"
         f""" AND status = 'pending' COLLATE "C" AND priority <> 0{only})) AS prioritized"""
