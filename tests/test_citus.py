@@ -9,7 +9,6 @@ alone with ``-m citus``; deselect it with ``-m 'not citus'``.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections import Counter
@@ -21,12 +20,12 @@ import pytest
 
 import pgqueue
 from tests.citus_cluster import citus_cluster, citus_missing
-from tests.helpers import row, rows, wait_for_row, wait_until
+from tests.helpers import row, rows, running, wait_for_row, wait_until
 from tests.replicated import binaries
 from tests.test_cli import EXIT_ERROR, EXIT_OK, cli
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Iterator
 
     from tests.citus_cluster import CitusCluster
 
@@ -172,15 +171,13 @@ async def test_a_worker_on_the_coordinator_is_woken_without_a_poll(
     async def handle(job: pgqueue.Job) -> None:
         ran.set()
 
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run)
+    async with running(worker):
         await wait_until(lambda: _idle(worker))
         async with pool.acquire() as conn, conn.transaction():
             # In the caller's transaction: the job and its wakeup ride it.
             await queue.enqueue("t", {}, connection=conn)
         with anyio.fail_after(20):
             await ran.wait()
-        await worker.stop()
 
 
 async def test_a_worker_on_its_queues_node_drains_and_is_woken_through_the_coordinator(
@@ -214,13 +211,11 @@ async def test_a_worker_on_its_queues_node_drains_and_is_woken_through_the_coord
             if job.payload == {"late": True}:
                 late.set()
 
-        async with anyio.create_task_group() as tg:
-            await tg.start(worker.run)
+        async with running(worker):
             await wait_until(lambda: _idle(worker))
             late_id = await queue.enqueue("t", {"late": True})
             with anyio.fail_after(20):
                 await late.wait()
-            await worker.stop()
         after = (
             await _two_phase_commits(pool),
             await _two_phase_commits(node_pool),
@@ -318,10 +313,8 @@ async def test_a_job_of_a_dead_worker_is_rescued(pool: asyncpg.Pool) -> None:
     async def handle(job: pgqueue.Job) -> None:
         pass
 
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run)
+    async with running(worker):
         stored = await wait_for_row(pool, job_id, within=30, status="completed")
-        await worker.stop()
     assert stored["attempts"] == 2
     assert _json(stored["errors"])[0]["error"].startswith("no heartbeat for ")
 
@@ -358,14 +351,12 @@ async def test_retention_and_prune(pool: asyncpg.Pool) -> None:
         pool, queue=name, retain=0, poll_interval=0.2, rescue_after=1
     )
     retaining.register("t", handle)
-    async with anyio.create_task_group() as tg:
-        await tg.start(retaining.run)
+    async with running(retaining):
 
         async def gone() -> bool:
             return not await rows(pool, name)
 
         await wait_until(gone, within=30)
-        await retaining.stop()
 
 
 async def test_cancel_and_retry_by_id(pool: asyncpg.Pool) -> None:
@@ -387,9 +378,9 @@ async def test_cancel_and_retry_by_id(pool: asyncpg.Pool) -> None:
     assert (await row(pool, pending))["status"] == "pending"
     assert await admin.cancel(pending) == {pending: "cancelled"}
 
-    # A running job: cancelled by request, its handler cut off.
+    # A in_progress job: cancelled by request, its handler cut off.
     started = anyio.Event()
-    running = await queue.enqueue("t", {})
+    in_progress = await queue.enqueue("t", {})
     worker = pgqueue.Worker(pool, queue=name)
 
     @worker.handler("t")
@@ -397,13 +388,11 @@ async def test_cancel_and_retry_by_id(pool: asyncpg.Pool) -> None:
         started.set()
         await anyio.sleep_forever()
 
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run)
+    async with running(worker):
         with anyio.fail_after(20):
             await started.wait()
-        assert await admin.cancel(running) == {running: "requested"}
-        await wait_for_row(pool, running, within=20, status="cancelled")
-        await worker.stop()
+        assert await admin.cancel(in_progress) == {in_progress: "requested"}
+        await wait_for_row(pool, in_progress, within=20, status="cancelled")
 
 
 async def test_a_tracker_hears_outcomes(pool: asyncpg.Pool) -> None:
@@ -416,14 +405,9 @@ async def test_a_tracker_hears_outcomes(pool: asyncpg.Pool) -> None:
     async def handle(job: pgqueue.Job) -> dict[str, int]:
         return {"got": job.payload["x"]}
 
-    async with (
-        pgqueue.Tracker(pool, poll_interval=3600) as tracker,
-        anyio.create_task_group() as tg,
-    ):
-        await tg.start(worker.run)
+    async with pgqueue.Tracker(pool, poll_interval=3600) as tracker, running(worker):
         with anyio.fail_after(20):
             outcome = await tracker.wait(done)
-        await worker.stop()
     assert outcome.status == "completed"
     assert outcome.result == {"got": 1}
 
@@ -494,13 +478,9 @@ async def test_a_periodic_job_is_enqueued_once_per_tick_by_two_workers(
             if len(ran) >= 2:
                 enough.set()
 
-    async with anyio.create_task_group() as tg:
-        for worker in workers:
-            await tg.start(worker.run)
+    async with running(workers[0]), running(workers[1]):
         with anyio.fail_after(30):
             await enough.wait()
-        for worker in workers:
-            await worker.stop()
     assert len(ran) == len(set(ran))
     keys = [r["unique_key"] for r in await rows(pool, name) if r["job_type"] == "tick"]
     assert len(keys) == len(set(keys))  # one job per tick
@@ -513,7 +493,7 @@ async def test_a_fleet_wide_limit_holds_across_workers(pool: asyncpg.Pool) -> No
     name = _name()
     queue = pgqueue.Queue(pool, name=name)
     await queue.enqueue_many([("t", {}) for _ in range(12)])
-    running = 0
+    in_flight = 0
     most = 0
     done = 0
     finished = anyio.Event()
@@ -525,22 +505,18 @@ async def test_a_fleet_wide_limit_holds_across_workers(pool: asyncpg.Pool) -> No
 
         @worker.handler("t")
         async def handle(job: pgqueue.Job) -> None:
-            nonlocal running, most, done
-            running += 1
-            most = max(most, running)
+            nonlocal in_flight, most, done
+            in_flight += 1
+            most = max(most, in_flight)
             await anyio.sleep(0.05)
-            running -= 1
+            in_flight -= 1
             done += 1
             if done == 12:
                 finished.set()
 
-    async with anyio.create_task_group() as tg:
-        for worker in workers:
-            await tg.start(worker.run)
+    async with running(workers[0]), running(workers[1]):
         with anyio.fail_after(60):
             await finished.wait()
-        for worker in workers:
-            await worker.stop()
     assert most <= 2
     assert (
         await pool.fetchval(
@@ -616,21 +592,6 @@ async def test_a_job_with_a_priority_enqueued_mid_drain_is_taken_by_the_second_c
     assert [job for job in order if job != urgent[0]] == backlog
 
 
-@contextlib.asynccontextmanager
-async def _running(
-    workers: list[pgqueue.Worker], handle: Callable[[pgqueue.Job], Awaitable[None]]
-) -> AsyncIterator[None]:
-    """``workers`` running ``handle`` for jobs of type ``t``, stopped on the way out."""
-    for worker in workers:
-        worker.register("t", handle)
-    async with anyio.create_task_group() as tg:
-        for worker in workers:
-            await tg.start(worker.run)
-        yield
-        for worker in workers:
-            await worker.stop()
-
-
 async def test_a_paused_queue_waits_then_its_groups_run_one_job_at_a_time(
     pool: asyncpg.Pool,
 ) -> None:
@@ -645,7 +606,7 @@ async def test_a_paused_queue_waits_then_its_groups_run_one_job_at_a_time(
         ]
     )
     before = await _two_phase_commits(pool)
-    running: Counter[str] = Counter()
+    busy: Counter[str] = Counter()
     most: Counter[str] = Counter()
     done: list[int] = []
     started = anyio.Event()
@@ -661,15 +622,17 @@ async def test_a_paused_queue_waits_then_its_groups_run_one_job_at_a_time(
     async def handle(job: pgqueue.Job) -> None:
         group = job.payload["group"]
         started.set()
-        running[group] += 1
-        most[group] = max(most[group], running[group])
+        busy[group] += 1
+        most[group] = max(most[group], busy[group])
         await anyio.sleep(0.02)
-        running[group] -= 1
+        busy[group] -= 1
         done.append(job.id)
         if len(done) == len(ids):
             finished.set()
 
-    async with _running(workers, handle):
+    for worker in workers:
+        worker.register("t", handle)
+    async with running(workers[0]), running(workers[1]):
         # Paused: five polls of each worker find nothing to claim.
         with anyio.move_on_after(1.0):
             await started.wait()
@@ -705,7 +668,9 @@ async def test_a_rate_limit_holds_across_workers_on_the_shard(
         if len(ran) == len(ids):
             finished.set()
 
-    async with _running(workers, handle):
+    for worker in workers:
+        worker.register("t", handle)
+    async with running(workers[0]), running(workers[1]):
         with anyio.fail_after(60):
             await finished.wait()
     assert sorted(ran) == sorted(ids)
@@ -750,15 +715,13 @@ async def test_pgqueue_enqueue_from_sql_wakes_a_worker(pool: asyncpg.Pool) -> No
     async def handle(job: pgqueue.Job) -> None:
         ran.set()
 
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run)
+    async with running(worker):
         await wait_until(lambda: _idle(worker))
         first = await pool.fetchval(
             "SELECT pgqueue_enqueue('t', '{}', $1, unique_key => 'k')", name
         )
         with anyio.fail_after(20):
             await ran.wait()
-        await worker.stop()
     again = await pool.fetchval(
         "SELECT pgqueue_enqueue('t', '{}', $1, unique_key => 'k')", name
     )

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import anyio
 import asyncpg
 import pytest
 
 import pgqueue
+from tests.helpers import running, wait_until
 from tests.local_servers import LocalCluster, LocalServer, binaries, free_port, servers
 
 if TYPE_CHECKING:
@@ -136,12 +136,8 @@ async def test_the_workers_retention_sweep_compiles_nothing(pool: asyncpg.Pool) 
         left: int = await pool.fetchval("SELECT count(*) FROM pgqueue_jobs")
         return left == 0
 
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run)
-        with anyio.fail_after(30):
-            while not await swept():
-                await anyio.sleep(0.05)
-        await worker.stop()
+    async with running(worker):
+        await wait_until(swept, within=30)
     calls, jit = await _compiled(pool, "DELETE FROM pgqueue_jobs")
     assert calls >= 1
     assert jit == 0
