@@ -305,14 +305,14 @@ def run_child(
     process = context.Process(target=target, args=(child, *args), daemon=True)
     process.start()
     try:
-        _expect(parent, process, "ready")
+        expect(parent, process, "ready")
         sampler = PostgresSampler(database)
         sampler.start()
         parent.send("go")
         try:
             if while_running is not None:
                 while_running()
-            result = _expect(parent, process, "done")
+            result = expect(parent, process, "done")
         finally:
             every, ours = sampler.stop()
         assert isinstance(result, dict)
@@ -327,14 +327,20 @@ def run_child(
             process.join()
 
 
-def _expect(parent: Connection, process: Any, kind: str) -> Any:
-    deadline = time.monotonic() + CHILD_TIMEOUT
+def expect(
+    parent: Connection, process: Any, kind: str, timeout: float = CHILD_TIMEOUT
+) -> Any:
+    """The value of the child's next message, which must be ``kind``.
+
+    Raises if the child exits or sends nothing within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
     while not parent.poll(0.5):
         if not process.is_alive():
             msg = f"benchmark child exited with code {process.exitcode} before {kind!r}"
             raise RuntimeError(msg)
         if time.monotonic() > deadline:
-            msg = f"benchmark child sent no {kind!r} within {CHILD_TIMEOUT:g} s"
+            msg = f"benchmark child sent no {kind!r} within {timeout:g} s"
             raise TimeoutError(msg)
     got, value = parent.recv()
     if got != kind:

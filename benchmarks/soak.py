@@ -48,6 +48,7 @@ import pgqueue
 from benchmarks._common import (
     RESULTS_DIR,
     bench_database,
+    expect,
     markdown_table,
     percentile,
     resolve_dsn,
@@ -173,18 +174,7 @@ class Workers:
         for link, process in zip(self._links, self._processes, strict=True):
             if command is not None:
                 link.send(command)
-            deadline = time.monotonic() + 120
-            while not await asyncio.to_thread(link.poll, 0.5):
-                if not process.is_alive():
-                    msg = f"worker process exited with code {process.exitcode}"
-                    raise RuntimeError(msg)
-                if time.monotonic() > deadline:
-                    msg = f"worker process sent no {kind!r} within 120 s"
-                    raise TimeoutError(msg)
-            answer, data = link.recv()
-            if answer != kind:
-                msg = f"expected {kind!r} from a worker process, got {answer!r}"
-                raise RuntimeError(msg)
+            data = await asyncio.to_thread(expect, link, process, kind, 120)
             if data is not None:
                 got.frombytes(data)
         return list(got)
