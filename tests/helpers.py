@@ -81,12 +81,15 @@ async def queue_count(pool: asyncpg.Pool, queue: str) -> int:
 
 
 @contextlib.asynccontextmanager
-async def running(worker: pgqueue.Worker) -> AsyncIterator[pgqueue.Worker]:
+async def running(
+    worker: pgqueue.Worker, *, stop_within: float = 10
+) -> AsyncIterator[pgqueue.Worker]:
     """Run ``worker`` inside the test body; stop it (draining) on the way out.
 
     Returns once the worker is ready (schema checked, LISTEN up).
     pytest-asyncio runs fixture setup and teardown in different tasks, so a
     task group cannot span a fixture's yield: workers run through this.
+    The drain must end within ``stop_within`` seconds.
     """
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(10):
@@ -94,7 +97,7 @@ async def running(worker: pgqueue.Worker) -> AsyncIterator[pgqueue.Worker]:
         try:
             yield worker
         finally:
-            with anyio.fail_after(10):
+            with anyio.fail_after(stop_within):
                 await worker.stop()
 
 

@@ -594,7 +594,14 @@ async def test_schema_state_tells_missing_go_partial_and_current(
         assert state.to_json() == {
             "kind": "partial",
             "missing": ["index idx_pgqueue_jobs_failed"],
+            "analyzed": False,
         }
+        await connection.execute("DROP FUNCTION pgqueue_depend")
+        state = await admin.schema_state()
+        assert state.missing == (
+            "index idx_pgqueue_jobs_failed",
+            "function pgqueue_depend",
+        )
         await pgqueue.uninstall(connection)
         state = await admin.schema_state()
         assert (state.kind, state.missing) == ("missing", ("table pgqueue_jobs",))

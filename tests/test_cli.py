@@ -21,6 +21,7 @@ import asyncpg
 import pytest
 
 import pgqueue
+from pgqueue.cli.schema import NEVER_ANALYZED
 from tests.helpers import row, rows
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -126,6 +127,24 @@ async def test_a_missing_table_is_exit_1_naming_the_fix(fresh_dsn: str) -> None:
 # --- schema ----------------------------------------------------------------------------
 
 
+async def test_schema_check_says_when_the_table_was_never_analyzed(
+    fresh_dsn: str,
+) -> None:
+    check = await cli(fresh_dsn, "schema", "check")
+    assert check.code == EXIT_OK
+    assert check.out.splitlines()[1:] == [NEVER_ANALYZED]
+    connection = await asyncpg.connect(fresh_dsn)
+    try:
+        await connection.execute("ANALYZE pgqueue_jobs")
+    finally:
+        await connection.close()
+    check = await cli(fresh_dsn, "schema", "check", "--json")
+    assert (check.code, check.json()["analyzed"]) == (EXIT_OK, True)
+    check = await cli(fresh_dsn, "schema", "check")
+    assert NEVER_ANALYZED not in check.out
+    assert len(check.out.splitlines()) == 1
+
+
 async def test_schema_print_apply_and_check(fresh_dsn: str) -> None:
     printed = await cli(None, "schema", "print")
     assert printed.code == EXIT_OK
@@ -138,7 +157,13 @@ async def test_schema_print_apply_and_check(fresh_dsn: str) -> None:
     check = await cli(fresh_dsn, "schema", "check", "--json")
     assert (check.code, check.json()) == (
         EXIT_OK,
-        {"kind": "current", "missing": [], "fix": None, "database": where},
+        {
+            "kind": "current",
+            "missing": [],
+            "analyzed": False,
+            "fix": None,
+            "database": where,
+        },
     )
 
     connection = await asyncpg.connect(fresh_dsn)
@@ -161,9 +186,9 @@ async def test_schema_print_apply_and_check(fresh_dsn: str) -> None:
             EXIT_ERROR
         )
         applied = await cli(fresh_dsn, "schema", "apply")
-        assert (applied.code, applied.out.strip()) == (
+        assert (applied.code, applied.out.splitlines()) == (
             EXIT_OK,
-            f"{where}: pgqueue_jobs is current",
+            [f"{where}: pgqueue_jobs is current", NEVER_ANALYZED],
         )
 
         await pgqueue.uninstall(connection)

@@ -444,11 +444,17 @@ class SchemaState(_JSONShape):
             ``"current"`` (everything is there).
         missing: what is missing, e.g. ``"column priority"``, ``"index
             idx_pgqueue_jobs_failed"``, ``"a status check that allows
-            'cancelled'"``; empty when current.
+            'cancelled'"``, ``"function pgqueue_depend"``; empty when current.
+        analyzed: whether ``pgqueue_jobs`` has been analyzed (by ``ANALYZE``
+            or autovacuum, since the server's statistics were last reset);
+            False for a missing table. Until it is, the planner guesses the
+            table's contents; pgqueue's own statements plan well either way
+            (:doc:`/explanation/performance`), yours may not.
     """
 
     kind: Literal["missing", "go", "partial", "current"]
     missing: tuple[str, ...]
+    analyzed: bool = False
 
     @property
     def fix(self) -> str | None:
@@ -1137,8 +1143,9 @@ class Admin:
 
         Checks the columns and indexes pgqueue's statements use, the
         indexes of these operations (``idx_pgqueue_jobs_failed``), the
-        status check and the table of periodic schedules
-        (``pgqueue_periodic``); reads the catalog only.
+        status check, the table of periodic schedules (``pgqueue_periodic``)
+        and the producers' functions, and whether the table has ever been
+        analyzed; reads the catalog only.
         """
         row = await self._executor.fetchrow(
             _sql.SCHEMA_CHECK,
@@ -1150,12 +1157,17 @@ class Admin:
         missing = tuple(missing_pieces(row))
         if not await self._executor.fetchval(_sql.PERIODIC_TABLE_EXISTS):
             missing += ("table pgqueue_periodic",)
+        missing += tuple(
+            f"function {signature.partition('(')[0]}"
+            for signature in row["missing_functions"]
+        )
+        analyzed = row["analyzed"]
         if not missing:
-            return SchemaState(kind="current", missing=())
+            return SchemaState(kind="current", missing=(), analyzed=analyzed)
         absent = set(row["missing_columns"])
         if absent >= _V2_COLUMNS and not absent & set(_GO_COLUMNS):
-            return SchemaState(kind="go", missing=missing)
-        return SchemaState(kind="partial", missing=missing)
+            return SchemaState(kind="go", missing=missing, analyzed=analyzed)
+        return SchemaState(kind="partial", missing=missing, analyzed=analyzed)
 
     @asynccontextmanager
     async def _schema_checked(self) -> AsyncIterator[None]:

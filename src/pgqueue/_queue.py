@@ -44,6 +44,7 @@ from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.schema import (
+    DEPENDENCIES_MISSING,
     REPLACE_MISSING,
     SCHEMA_ERRORS,
     distributed_tables,
@@ -799,19 +800,22 @@ class Queue:
                 conn = await stack.enter_async_context(self._pool.acquire())
             else:  # the CLI's single connection
                 conn = cast("Connection", pool)
-            async with conn.transaction():
-                wanted = outside_parents(batch)
-                found: dict[int, str] = {}
-                if wanted:
-                    rows = await conn.fetch(_sql.LOCK_PARENTS, _sql.array(wanted))
-                    found = {row["id"]: row["status"] for row in rows}
-                for parent in wanted:
-                    if parent not in found:
-                        raise JobNotFoundError(parent)
-                ids, _, _, _ = await self._insert_many(
-                    conn, batch, payloads, trace_context, notify=notify
-                )
-                await conn.execute(_sql.DEPEND, *depend_args(batch, ids, found))
+            try:
+                async with conn.transaction():
+                    wanted = outside_parents(batch)
+                    found: dict[int, str] = {}
+                    if wanted:
+                        rows = await conn.fetch(_sql.LOCK_PARENTS, _sql.array(wanted))
+                        found = {row["id"]: row["status"] for row in rows}
+                    for parent in wanted:
+                        if parent not in found:
+                            raise JobNotFoundError(parent)
+                    ids, _, _, _ = await self._insert_many(
+                        conn, batch, payloads, trace_context, notify=notify
+                    )
+                    await conn.execute(_sql.DEPEND, *depend_args(batch, ids, found))
+            except asyncpg.UndefinedFunctionError as exc:
+                raise SchemaError(DEPENDENCIES_MISSING, where=target_of(conn)) from exc
         return ids
 
     async def _insert_many(

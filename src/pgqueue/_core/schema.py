@@ -11,6 +11,7 @@ from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
 
 __all__ = [
+    "DEPENDENCIES_MISSING",
     "REPLACE_MISSING",
     "SCHEMA_ERRORS",
     "Row",
@@ -36,6 +37,13 @@ REPLACE_MISSING = (
 )
 """The `SchemaError` of a replacing enqueue on a schema from before it (a table the upgrade has not reached)."""
 
+DEPENDENCIES_MISSING = (
+    "the functions pgqueue_lock_parents and pgqueue_depend are missing "
+    "(enqueues with after= need them): apply pgqueue.SCHEMA_UPGRADE in a "
+    "migration (or await pgqueue.install(pool))"
+)
+"""The `SchemaError` of an enqueue with parents on a schema from before its functions."""
+
 
 class Row(Protocol):
     """A row read by name: an asyncpg ``Record``, or a dict (psycopg's ``dict_row``)."""
@@ -47,8 +55,8 @@ class _Fetches(Protocol):
     async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None: ...
 
 
-async def check_schema(executor: _Fetches, *, limits: bool = False) -> None:
-    """Raise `SchemaError` naming what ``pgqueue_jobs`` lacks; return if nothing.
+async def check_schema(executor: _Fetches, *, limits: bool = False) -> bool:
+    """Raise `SchemaError` naming what ``pgqueue_jobs`` lacks; else return whether it was ever analyzed.
 
     With ``limits`` (a worker with a fleet-wide limit), the ``pgqueue_limits``
     and ``pgqueue_leases`` tables are required too.
@@ -63,6 +71,8 @@ async def check_schema(executor: _Fetches, *, limits: bool = False) -> None:
     error = schema_error(row, limits=limits, where=target_of(executor))
     if error is not None:
         raise error
+    assert row is not None
+    return bool(row["analyzed"])
 
 
 async def distributed_tables(executor: _Fetches) -> bool | None:

@@ -95,6 +95,7 @@ __all__ = [
     "FOREIGN_JOBS_PYFORMAT",
     "HEAD_OF_LINE",
     "HISTORY_KEPT",
+    "INDEX_PLANNING",
     "JIT_BACK",
     "JIT_OFF",
     "JOB",
@@ -130,6 +131,7 @@ __all__ = [
     "RATE_ROOM",
     "RELEASE_LEASES",
     "REQUIRED_COLUMNS",
+    "REQUIRED_FUNCTIONS",
     "REQUIRED_INDEXES",
     "RESCUE",
     "RESERVE_IDS",
@@ -170,6 +172,32 @@ role may NOTIFY here, so a worker takes the id as a hint (see CANCEL_REQUESTED).
 
 OUTCOMES_CHANNEL = "pgqueue_outcomes"
 """The id of a tracked job that has ended (completed, dead or cancelled)."""
+
+
+# How every statement pgqueue plans on its own connections, and inside the
+# functions its schema creates, may read the tables: through an index,
+# probing by key in nested loops. Each such statement looks rows up by
+# their ids or walks an index from a place, and an index is right for it at
+# every size; but planned on a new table, which the planner takes for ten
+# pages or fewer, a sequential scan, a bitmap of the whole table or a hash
+# or merge join over a full scan costs less, and a plan cached then (a
+# worker's connections keep theirs for good) scans the table for every
+# batch after it has grown to millions of rows (issue 39). With these off,
+# the planner keeps those paths only where no index serves, and
+# statements that could take one partial index for another spell their
+# status tests so that only the right one's predicate is implied (see
+# _STILL_RUNNING, the COLLATE "C" tests).
+INDEX_PLANNING = {
+    "enable_seqscan": "off",
+    "enable_bitmapscan": "off",
+    "enable_hashjoin": "off",
+    "enable_mergejoin": "off",
+}
+"""Planner settings of pgqueue's own connections and functions: index lookups only."""
+
+_FUNCTION_SETTINGS = "".join(
+    f"SET {name} = {value}\n" for name, value in INDEX_PLANNING.items()
+)
 
 
 def array(values: Iterable[int | float]) -> str:
@@ -213,7 +241,11 @@ def _timestamp(value: datetime | None) -> str:
 
 # What a parent's ending does to its children (see pgqueue_parent_ended in
 # _ADDED_IN_V2, which runs it with the parent's id and new status): SETTLE
-# is the same statement with those as $1 and $2, for the plan tests.
+# is the same statement with those as $1 and $2, for the plan tests. The
+# children are found by their edges, then by id: 'waiting' is spelled
+# COLLATE "C" (the same test) so that the index of every waiting job
+# (idx_pgqueue_jobs_waiting, whose predicate is in the default collation)
+# is never taken for it.
 _SETTLE = """
 WITH settled AS (
     UPDATE pgqueue_dependencies SET settled = true
@@ -233,7 +265,7 @@ WITH settled AS (
                             ELSE c.last_error END,
         updated_at   = now()
     FROM settled AS s
-    WHERE c.id = s.child_id AND c.status = 'waiting'
+    WHERE c.id = s.child_id AND c.status = 'waiting' COLLATE "C"
     RETURNING c.id, c.queue, c.status, c.tracked
 )
 SELECT count(n.sent){into}
@@ -321,10 +353,21 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_starts
 
 -- Groups (enqueue(group=...)): the pending and running jobs of each group,
 -- for the claims of a queue with a group limit (see CLAIM_GROUPS); only
--- jobs with a group are in it.
+-- jobs with a group are in it. Its status is spelled COLLATE "C" (the same
+-- values, compared alike), as are the group claims' tests of it, so that
+-- the Go module's claim and rescue indexes, whose predicates are in the
+-- default collation, are never taken for those tests, nor it for theirs.
+-- An earlier form without it is replaced.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('idx_pgqueue_jobs_group')
+               AND pg_get_indexdef(indexrelid) NOT LIKE '%status COLLATE "C"%') THEN
+        DROP INDEX idx_pgqueue_jobs_group;
+    END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_group
-    ON pgqueue_jobs (queue, group_key, status, run_at, id)
-    WHERE group_key IS NOT NULL AND status IN ('pending', 'running');
+    ON pgqueue_jobs (queue, group_key, status COLLATE "C", run_at, id)
+    WHERE group_key IS NOT NULL AND status IN ('pending' COLLATE "C", 'running');
 
 -- Dependencies (Queue.enqueue(after=...)): one row per parent and child,
 -- found by parent (the primary key) when the parent ends and by child for
@@ -354,7 +397,7 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_waiting
 -- child's other parents.
 CREATE OR REPLACE FUNCTION pgqueue_parent_ended() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
-AS $pgqueue_parent_ended$
+{settings}AS $pgqueue_parent_ended$
 DECLARE
     woken int;
 BEGIN
@@ -395,7 +438,7 @@ _ADDED_IN_V2 = _ADDED_IN_V2_TEXT.replace(
         "    ",
     )
     + "\n",
-)
+).replace("{settings}", _FUNCTION_SETTINGS)
 
 
 # pgqueue_enqueue_replace(...): an enqueue with a unique key that replaces
@@ -444,7 +487,7 @@ CREATE OR REPLACE FUNCTION pgqueue_enqueue_replace(
     OUT wake        boolean
 )
 LANGUAGE plpgsql VOLATILE
-AS $pgqueue_enqueue_replace$
+{settings}AS $pgqueue_enqueue_replace$
 DECLARE
     live record;
 BEGIN
@@ -502,7 +545,7 @@ BEGIN
     END IF;
 END
 $pgqueue_enqueue_replace$;
-"""
+""".replace("{settings}", _FUNCTION_SETTINGS)
 
 # pgqueue_enqueue(...): an enqueue in SQL, in the caller's transaction, from
 # any driver, a trigger or psql; the same defaults, checks and row as
@@ -523,7 +566,7 @@ CREATE OR REPLACE FUNCTION pgqueue_enqueue(
     trace_context text        DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
-AS $pgqueue_enqueue$
+{settings}AS $pgqueue_enqueue$
 #variable_conflict use_column
 DECLARE
     new_id  bigint;
@@ -617,7 +660,63 @@ BEGIN
     RETURN new_id;
 END
 $pgqueue_enqueue$;
-"""
+""".replace("{settings}", _FUNCTION_SETTINGS)
+
+# An enqueue with dependencies (after=...), in one transaction: first the
+# parents are locked, in id order, and their statuses read (a parent ending
+# meanwhile waits for the enqueue's commit, and its trigger then sees the
+# new edges; a parent that ended first is seen ended, and counts at once),
+# then the jobs are inserted as any others, then the edges are written.
+# Both steps are functions of the schema: they plan with INDEX_PLANNING on
+# any connection (a producer's pool caches a generic plan after five runs,
+# which on a new table would scan it for good).
+_DEPENDENCY_FUNCTIONS = """
+-- The parents p_ids of an enqueue with dependencies, locked in id order,
+-- with their statuses.
+CREATE OR REPLACE FUNCTION pgqueue_lock_parents(p_ids bigint[])
+RETURNS TABLE (id bigint, status text)
+LANGUAGE sql VOLATILE
+{settings}AS $pgqueue_lock_parents$
+SELECT j.id, j.status FROM pgqueue_jobs AS j
+WHERE j.id = ANY(p_ids)
+ORDER BY j.id
+FOR NO KEY UPDATE
+$pgqueue_lock_parents$;
+
+-- The edges (p_parent_ids, p_child_ids, p_settled: the parent had ended),
+-- then in one update of each row concerned (p_ids): whether it is a parent
+-- now, and a child's status ('waiting' or 'cancelled'; NULL keeps
+-- 'pending'), unfinished parents, on_parent_failure and last_error. A row
+-- is both parent and child at most once here.
+CREATE OR REPLACE FUNCTION pgqueue_depend(
+    p_parent_ids        bigint[],
+    p_child_ids         bigint[],
+    p_settled           boolean[],
+    p_ids               bigint[],
+    p_parent            boolean[],
+    p_status            text[],
+    p_parents_left      int[],
+    p_on_parent_failure text[],
+    p_last_error        text[]
+) RETURNS void
+LANGUAGE sql VOLATILE
+{settings}AS $pgqueue_depend$
+WITH edges AS (
+    INSERT INTO pgqueue_dependencies (parent_id, child_id, settled)
+    SELECT * FROM unnest(p_parent_ids, p_child_ids, p_settled)
+    ON CONFLICT DO NOTHING
+)
+UPDATE pgqueue_jobs AS j
+SET has_children      = j.has_children OR o.parent,
+    status            = coalesce(o.status, j.status),
+    parents_left      = coalesce(o.parents_left, j.parents_left),
+    on_parent_failure = coalesce(o.on_parent_failure, j.on_parent_failure),
+    last_error        = coalesce(o.last_error, j.last_error)
+FROM unnest(p_ids, p_parent, p_status, p_parents_left, p_on_parent_failure, p_last_error)
+    AS o(id, parent, status, parents_left, on_parent_failure, last_error)
+WHERE j.id = o.id
+$pgqueue_depend$;
+""".replace("{settings}", _FUNCTION_SETTINGS)
 
 SCHEMA = (
     """
@@ -663,6 +762,7 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
     + _ADDED_IN_V2
     + _ENQUEUE_REPLACE_FUNCTION
     + _ENQUEUE_FUNCTION
+    + _DEPENDENCY_FUNCTIONS
 )
 """Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic``, ``pgqueue_limits`` and ``pgqueue_leases`` (apply it in a migration).
 
@@ -723,6 +823,7 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
     + _ADDED_IN_V2
     + _ENQUEUE_REPLACE_FUNCTION
     + _ENQUEUE_FUNCTION
+    + _DEPENDENCY_FUNCTIONS
 )
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
@@ -740,6 +841,8 @@ whole script in one transaction holds the first lock until the end.
 """
 
 SCHEMA_DOWN = """
+DROP FUNCTION IF EXISTS pgqueue_depend(bigint[], bigint[], boolean[], bigint[], boolean[], text[], int[], text[], text[]);
+DROP FUNCTION IF EXISTS pgqueue_lock_parents(bigint[]);
 DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
 DROP FUNCTION IF EXISTS pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean);
 DROP TABLE IF EXISTS pgqueue_starts;
@@ -965,37 +1068,12 @@ COPY_COLUMNS = (
 )
 NOTIFY_JOBS = "SELECT pg_notify('pgqueue_jobs', $1)"
 
-# An enqueue with dependencies (after=...), in one transaction: first the
-# parents $1 are locked, in id order, and their statuses read (a parent
-# ending meanwhile waits for the enqueue's commit, and its trigger then sees
-# the new edges; a parent that ended first is seen ended, and counts at
-# once), then the jobs are inserted as any others, then DEPEND.
-LOCK_PARENTS = """
-SELECT id, status FROM pgqueue_jobs
-WHERE id = ANY($1::text::bigint[])
-ORDER BY id
-FOR NO KEY UPDATE
-"""
-# The edges ($1 parent, $2 child, $3 settled: the parent had ended), then
-# in one update of each row concerned ($4): whether it is a parent now
-# ($5), and a child's status ($6, 'waiting' or 'cancelled'; NULL keeps
-# 'pending'), unfinished parents ($7), on_parent_failure ($8) and
-# last_error ($9). A row is both parent and child at most once here.
+# An enqueue with dependencies (after=...): see _DEPENDENCY_FUNCTIONS.
+LOCK_PARENTS = "SELECT id, status FROM pgqueue_lock_parents($1::text::bigint[])"
 DEPEND = """
-WITH edges AS (
-    INSERT INTO pgqueue_dependencies (parent_id, child_id, settled)
-    SELECT * FROM unnest($1::text::bigint[], $2::text::bigint[], $3::text::boolean[])
-    ON CONFLICT DO NOTHING
-)
-UPDATE pgqueue_jobs AS j
-SET has_children      = j.has_children OR o.parent,
-    status            = coalesce(o.status, j.status),
-    parents_left      = coalesce(o.parents_left, j.parents_left),
-    on_parent_failure = coalesce(o.on_parent_failure, j.on_parent_failure),
-    last_error        = coalesce(o.last_error, j.last_error)
-FROM unnest($4::text::bigint[], $5::text::boolean[], $6::text[], $7::text::int[], $8::text[], $9::text[])
-    AS o(id, parent, status, parents_left, on_parent_failure, last_error)
-WHERE j.id = o.id
+SELECT pgqueue_depend($1::text::bigint[], $2::text::bigint[], $3::text::boolean[],
+                      $4::text::bigint[], $5::text::boolean[], $6::text[], $7::text::int[],
+                      $8::text[], $9::text[])
 """
 
 # Cancel the jobs $1: pending and waiting ones at once (no worker claims
@@ -1037,17 +1115,27 @@ CANCEL_REQUESTED = """
 SELECT id FROM pgqueue_jobs WHERE id = ANY($1::text::bigint[]) AND cancel_requested
 """
 
-# A parent stays while a child of it has not finished (its result is the
-# child's parent_results); a child's edges go with it. Returns how many rows went.
-PRUNE = """
+# A row that may go: not a parent of a child that has not finished (its
+# result is that child's parent_results). Scalar subqueries, not EXISTS or
+# a join: PostgreSQL may run an EXISTS as one hashed pass over every job not
+# finished, or a join from the jobs to the edges; this reads the row's
+# edges, then each child by its id.
+_KEEPS_NO_CHILD = """NOT (has_children AND coalesce((
+          SELECT true FROM pgqueue_dependencies AS d
+          WHERE d.parent_id = pgqueue_jobs.id
+            AND (SELECT c.status FROM pgqueue_jobs AS c WHERE c.id = d.child_id)
+                IN ('waiting', 'pending', 'running')
+          LIMIT 1), false))"""
+
+# A parent stays while a child of it has not finished (see _KEEPS_NO_CHILD);
+# a child's edges go with it. Returns how many rows went.
+PRUNE = f"""
 WITH gone AS (
     DELETE FROM pgqueue_jobs
     WHERE queue = $1
       AND status IN ('completed', 'dead', 'cancelled')
       AND updated_at < now() - make_interval(secs => $2)
-      AND NOT (has_children AND EXISTS (
-          SELECT FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS c ON c.id = d.child_id
-          WHERE d.parent_id = pgqueue_jobs.id AND c.status IN ('waiting', 'pending', 'running')))
+      AND {_KEEPS_NO_CHILD}
     RETURNING id, parents_left
 ), edges AS (
     DELETE FROM pgqueue_dependencies
@@ -1076,9 +1164,7 @@ WITH gone AS (
         WHERE id > $3 AND {queue_matches}
           AND status IN ('completed', 'dead', 'cancelled')
           AND updated_at < now() - make_interval(secs => $2)
-          AND NOT (has_children AND EXISTS (
-              SELECT FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS c ON c.id = d.child_id
-              WHERE d.parent_id = pgqueue_jobs.id AND c.status IN ('waiting', 'pending', 'running')))
+          AND {_KEEPS_NO_CHILD}
         ORDER BY id
         LIMIT $4
         FOR UPDATE SKIP LOCKED
@@ -1241,7 +1327,8 @@ def _claiming(ids: str, *, recheck: str = "") -> str:
     """The claim's UPDATE of the jobs whose ids the query ``ids`` gives (none while the queue is paused).
 
     ``recheck``: a condition the rows must still meet (the group claim's
-    picks are read without a lock).
+    picks are read without a lock), spelled so that no partial index's
+    predicate follows from it: the rows are found by their ids.
     """
     return f"""
 UPDATE pgqueue_jobs
@@ -1309,12 +1396,12 @@ CLAIM_TYPES_RATED = _recorded(CLAIM_TYPES, "$6")
 _GROUP_PICKS = """
 WITH RECURSIVE groups AS (
     (SELECT group_key FROM pgqueue_jobs
-     WHERE queue = $1 AND group_key IS NOT NULL AND status IN ('pending', 'running')
+     WHERE queue = $1 AND group_key IS NOT NULL AND status IN ('pending' COLLATE "C", 'running')
      ORDER BY group_key LIMIT 1)
     UNION ALL
     SELECT (SELECT j.group_key FROM pgqueue_jobs AS j
             WHERE j.queue = $1 AND j.group_key IS NOT NULL
-              AND j.status IN ('pending', 'running') AND j.group_key > g.group_key
+              AND j.status IN ('pending' COLLATE "C", 'running') AND j.group_key > g.group_key
             ORDER BY j.group_key LIMIT 1)
     FROM groups AS g
     WHERE g.group_key IS NOT NULL
@@ -1323,12 +1410,12 @@ WITH RECURSIVE groups AS (
     FROM groups AS g
     CROSS JOIN LATERAL (
         SELECT $3::int - count(*)::int AS room FROM pgqueue_jobs AS r
-        WHERE r.queue = $1 AND r.group_key = g.group_key AND r.status = 'running'
+        WHERE r.queue = $1 AND r.group_key = g.group_key AND r.status = 'running' COLLATE "C"
     ) AS r{group_rate}
     CROSS JOIN LATERAL (
         SELECT p.id, p.priority, p.run_at, row_number() OVER (ORDER BY p.run_at, p.id) AS place
         FROM pgqueue_jobs AS p
-        WHERE p.queue = $1 AND p.group_key = g.group_key AND p.status = 'pending'
+        WHERE p.queue = $1 AND p.group_key = g.group_key AND p.status = 'pending' COLLATE "C"
           AND p.run_at <= now(){types_p}
         ORDER BY p.run_at, p.id
         LIMIT GREATEST({room}, 0)
@@ -1372,7 +1459,8 @@ def _claim_groups(*, group_rate: bool = False) -> str:
         room="LEAST(r.room, w.room)" if group_rate else "r.room",
     )
     return _claiming(
-        f"{textwrap.indent(picks, '    ').strip()}\n", recheck=" AND status = 'pending'"
+        f"{textwrap.indent(picks, '    ').strip()}\n",
+        recheck=" AND status = 'pending' COLLATE \"C\"",
     )
 
 
@@ -1683,10 +1771,21 @@ REQUIRED_INDEXES = ("idx_pgqueue_jobs_priority", "idx_pgqueue_jobs_unique")
 # both come with the status check that allows 'waiting', in one upgrade)
 """The indexes pgqueue's own statements need (beyond the Go module's)."""
 
+REQUIRED_FUNCTIONS = (
+    "pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean)",
+    "pgqueue_lock_parents(bigint[])",
+    "pgqueue_depend(bigint[], bigint[], boolean[], bigint[], boolean[], text[], int[], text[], text[])",
+)
+"""The functions pgqueue's producers call (``on_conflict="replace"``, ``after=``)."""
+
 # Whether pgqueue_jobs is visible on the search_path; which of the columns
 # $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'waiting'
 # (the Go module's refuses 'cancelled' too);
-# whether pgqueue_limits (fleet-wide limits) is visible.
+# whether pgqueue_limits (fleet-wide limits) is visible; which of
+# REQUIRED_FUNCTIONS are missing; whether the table has ever been analyzed
+# (by ANALYZE or autovacuum, as far as the statistics since their last
+# reset know): the planner's estimates of a table never analyzed are
+# guesses, and the operator should know.
 SCHEMA_CHECK = """
 WITH t AS (SELECT to_regclass('pgqueue_jobs') AS oid)
 SELECT t.oid IS NOT NULL AS table_exists,
@@ -1713,9 +1812,18 @@ SELECT t.oid IS NOT NULL AS table_exists,
              AND pg_get_constraintdef(oid) NOT LIKE '%waiting%'
        ) AS old_status_check,
        to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
-       to_regclass('pgqueue_paused') IS NOT NULL AS has_paused
+       to_regclass('pgqueue_paused') IS NOT NULL AS has_paused,
+       ARRAY(
+           SELECT f FROM unnest('{functions}'::text[]) WITH ORDINALITY AS u (f, n)
+           WHERE to_regprocedure(f) IS NULL
+           ORDER BY n
+       ) AS missing_functions,
+       EXISTS (
+           SELECT 1 FROM pg_stat_all_tables AS s
+           WHERE s.relid = t.oid AND coalesce(s.last_analyze, s.last_autoanalyze) IS NOT NULL
+       ) AS analyzed
 FROM t
-"""
+""".replace("{functions}", "{" + ",".join(f'"{f}"' for f in REQUIRED_FUNCTIONS) + "}")
 
 PUBLISH = "SELECT pg_notify($1, $2)"
 
@@ -1734,11 +1842,17 @@ SERVER_IDENTITY = (
 # are written to plan well without their parameters' values, and a claim of
 # ten jobs costs less to run than to re-plan: custom plans (chosen by
 # default, since LIMIT $2 makes the generic plan look dear) cost about a
-# quarter more server CPU per job. Sent in the startup packet, never with
-# SET: a transaction pooler (PgBouncer) refuses, ignores or tracks startup
-# parameters per client, while a SET would stay on a server connection it
-# then hands to other clients.
-WORKER_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
+# quarter more server CPU per job. A generic plan is kept for the life of
+# the connection, made when the statement first runs, perhaps on a table
+# that is still empty: INDEX_PLANNING makes that plan the one an index
+# gives, whatever the table's size and statistics then and later. Sent in
+# the startup packet, never with SET: a transaction pooler (PgBouncer)
+# refuses, ignores or tracks startup parameters per client, while a SET
+# would stay on a server connection it then hands to other clients. (One
+# that refuses them gets connections without: PgBouncer in transaction
+# mode, with asyncpg's statement cache off, then plans each statement with
+# its values at every run, never from a cached plan.)
+WORKER_SETTINGS = {"plan_cache_mode": "force_generic_plan", **INDEX_PLANNING}
 
 # Dashboard (``pgqueue top``): read-only, and each statement bounded by an
 # index whatever the table holds, so that a frame every second costs about

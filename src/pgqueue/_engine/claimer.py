@@ -411,7 +411,12 @@ class Claimer:
         return rows
 
     async def _check_schema(self) -> None:
-        await check_schema(self._connection, limits=self._limits)
+        if not await check_schema(self._connection, limits=self._limits):
+            self._logger.debug(
+                "the table pgqueue_jobs has never been analyzed: the planner guesses its "
+                "size (the worker's statements plan by index regardless)",
+                extra={"queue": self._queue},
+            )
         await self._connection.detect_distributed()
 
     async def _take_lease(self) -> None:

@@ -154,6 +154,16 @@ def _report(state: SchemaState, where: str, *, as_json: bool) -> None:
     if state.fix is not None:
         line += f": apply {state.fix}"
     print(line)
+    if state.kind != "missing" and not state.analyzed:
+        print(NEVER_ANALYZED)
+
+
+NEVER_ANALYZED = (
+    "note: pgqueue_jobs has never been analyzed: the planner guesses its size "
+    "and contents (pgqueue's statements plan well regardless; queries of your "
+    "own may not); autovacuum analyzes it once enough rows change, or run "
+    "ANALYZE pgqueue_jobs"
+)
 
 
 async def apply_schema(args: argparse.Namespace) -> int:
