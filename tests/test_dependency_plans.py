@@ -5,9 +5,9 @@ A fan-in of 10,000 parents to one child, and a fan-out of one parent to
 ending runs (`_sql.SETTLE`, the body of the ``pgqueue_parent_ended``
 trigger) reads no sibling, whether it is the first parent to end or the
 last, and scans neither table; the drain's outcome write of jobs without
-children never fires the trigger. Planned as the worker's connections plan
-(generically; the trigger's statement is cached generic after five runs)
-and with the values known.
+children never fires the trigger. Planned as the trigger function plans
+it (with its own planner settings, generically: the trigger's statement is
+cached generic after five runs) and with the values known.
 """
 
 from __future__ import annotations
@@ -70,13 +70,18 @@ async def _edges(
 async def _settle_plans(
     connection: asyncpg.Connection, parent: int
 ) -> dict[str, list[dict[str, Any]]]:
-    """SETTLE's plan nodes for ``parent`` completing, custom and generic; rolled back."""
+    """SETTLE's plan nodes for ``parent`` completing, custom and generic; rolled back.
+
+    Under the trigger function's own planner settings (`_sql.INDEX_PLANNING`).
+    """
     found = {}
     for mode in ("custom", "generic"):
         transaction = connection.transaction()
         await transaction.start()
         try:
             await connection.execute(f"SET LOCAL plan_cache_mode = force_{mode}_plan")
+            for name, value in _sql.INDEX_PLANNING.items():
+                await connection.execute(f"SET LOCAL {name} = {value}")
             await connection.execute("PREPARE settle AS " + _sql.SETTLE)
             raw = await connection.fetchval(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)"
