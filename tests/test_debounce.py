@@ -157,17 +157,21 @@ async def test_replace_after_a_failed_attempt_leaves_the_retry_alone(
     assert ran == [{"v": 1}, {"v": 2}]
 
 
-async def test_a_replaced_job_moves_to_the_enqueuing_queue(
-    pool: asyncpg.Pool, queue: pgqueue.Queue, key: str
+@pytest.mark.parametrize("on_conflict", ["replace", "return", "raise"])
+async def test_a_key_is_a_queues_own_another_queues_job_is_never_touched_or_told(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, key: str, on_conflict: str
 ) -> None:
     other = pgqueue.Queue(pool, name=f"{queue.name}-other")
-    first = await other.enqueue("t", {"v": 1}, unique_key=key, delay=60)
-    assert (
-        await queue.enqueue("t", {"v": 2}, unique_key=key, on_conflict="replace")
-        == first
+    theirs = await other.enqueue("t", {"v": 1}, unique_key=key, delay=60)
+    ours = await queue.enqueue(
+        "t",
+        {"v": 2},
+        unique_key=key,
+        on_conflict=on_conflict,  # type: ignore[arg-type]
     )
-    ((job,),) = [await _live(pool, key)]
-    assert job["queue"] == queue.name
+    assert ours != theirs
+    jobs = {job["id"]: (job["queue"], job["payload"]) for job in await _live(pool, key)}
+    assert jobs == {theirs: (other.name, {"v": 1}), ours: (queue.name, {"v": 2})}
 
 
 async def test_a_replaced_job_due_now_wakes_an_idle_worker(

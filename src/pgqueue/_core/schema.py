@@ -150,6 +150,10 @@ def missing_pieces(row: Row, *, limits: bool = True) -> list[str]:
     missing += [f"index {name}" for name in row["missing_indexes"]]
     if row["old_status_check"]:
         missing.append("a status check that allows 'waiting'")
+    if row["old_unique_index"]:
+        missing.append(
+            "unique keys per queue (index idx_pgqueue_jobs_unique on queue, job_type, unique_key)"
+        )
     if not row["has_paused"]:
         missing.append(_PAUSED_TABLE)
     if limits and not row["has_limits"]:

@@ -283,15 +283,36 @@ _ADDED_IN_V2_TEXT = """
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_priority
     ON pgqueue_jobs (queue, priority, run_at, id)
     WHERE status = 'pending' COLLATE "C" AND priority <> 0;
--- One live job per (job_type, unique_key).
+-- One live job per (queue, job_type, unique_key): unique keys are per
+-- queue, so one tenant's queue never meets another's keys. The earlier
+-- form, on (job_type, unique_key) across queues, is replaced: the new one
+-- is built first (it allows all the old one allowed), then the old one goes.
+DO $$
+DECLARE
+    name text;
+    predicate text;
+BEGIN
+    FOR name, predicate IN VALUES
+        ('idx_pgqueue_jobs_unique', $p$unique_key IS NOT NULL AND status IN ('pending', 'running')$p$),
+        ('idx_pgqueue_jobs_unique_next', $p$unique_key IS NOT NULL AND status = 'waiting'$p$)
+    LOOP
+        IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(name)
+                   AND pg_get_indexdef(indexrelid) NOT LIKE '%(queue, job_type, unique_key)%') THEN
+            EXECUTE format('CREATE UNIQUE INDEX %I ON pgqueue_jobs (queue, job_type, unique_key) WHERE %s',
+                           name || '_per_queue', predicate);
+            EXECUTE format('DROP INDEX %I', name);
+            EXECUTE format('ALTER INDEX %I RENAME TO %I', name || '_per_queue', name);
+        END IF;
+    END LOOP;
+END $$;
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
-    ON pgqueue_jobs (job_type, unique_key)
+    ON pgqueue_jobs (queue, job_type, unique_key)
     WHERE unique_key IS NOT NULL AND status IN ('pending', 'running');
 -- The next job of a key whose live job had started when a replacing
 -- enqueue came (see pgqueue_enqueue_replace): at most one per key, waiting
 -- for the live one.
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique_next
-    ON pgqueue_jobs (job_type, unique_key)
+    ON pgqueue_jobs (queue, job_type, unique_key)
     WHERE unique_key IS NOT NULL AND status = 'waiting';
 -- The operations' stats and listings of dead and cancelled jobs (pgqueue.Admin).
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed
@@ -468,7 +489,7 @@ _ADDED_IN_V2 = _ADDED_IN_V2_TEXT.replace(
 # job), 'replaced_next' (the next job) or 'queued_next' (a new next job).
 # wake: whether the queue's workers have something to claim now (a new
 # pending job, or a replaced one due now); with p_notify the function sends
-# that wakeup itself. Replaced jobs take the new job's queue.
+# that wakeup itself. A key is a queue's: only that queue's jobs are seen.
 _ENQUEUE_REPLACE_FUNCTION = """
 CREATE OR REPLACE FUNCTION pgqueue_enqueue_replace(
     p_queue         text,
@@ -495,7 +516,7 @@ BEGIN
                                    tracked, trace_context, unique_key)
     VALUES (p_queue, p_job_type, p_payload, p_max_attempts, p_run_at, p_priority,
             p_tracked, p_trace_context, p_unique_key)
-    ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+    ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET unique_key = EXCLUDED.unique_key
     RETURNING j.id, j.status, j.attempts, j.snoozes, j.xmax <> 0 AS existed INTO live;
 
@@ -509,17 +530,18 @@ BEGIN
         wake := false;
     ELSE
         UPDATE pgqueue_jobs AS j
-        SET queue = p_queue, payload = p_payload, max_attempts = p_max_attempts,
+        SET payload = p_payload, max_attempts = p_max_attempts,
             run_at = p_run_at, priority = p_priority, tracked = j.tracked OR p_tracked,
             trace_context = p_trace_context, updated_at = now()
-        WHERE j.job_type = p_job_type AND j.unique_key = p_unique_key AND j.status = 'waiting'
+        WHERE j.queue = p_queue AND j.job_type = p_job_type AND j.unique_key = p_unique_key
+          AND j.status = 'waiting'
         RETURNING j.id INTO job_id;
         IF FOUND THEN
             outcome := 'replaced_next';
             wake := false;
         ELSIF live.status = 'pending' AND live.attempts = 0 AND live.snoozes = 0 THEN
             UPDATE pgqueue_jobs AS j
-            SET queue = p_queue, payload = p_payload, max_attempts = p_max_attempts,
+            SET payload = p_payload, max_attempts = p_max_attempts,
                 run_at = p_run_at, priority = p_priority, tracked = j.tracked OR p_tracked,
                 trace_context = p_trace_context, updated_at = now()
             WHERE j.id = live.id;
@@ -644,7 +666,7 @@ BEGIN
             coalesce(pgqueue_enqueue.run_at, now() + pgqueue_enqueue.delay, now()),
             pgqueue_enqueue.priority, pgqueue_enqueue.track,
             pgqueue_enqueue.trace_context, pgqueue_enqueue.unique_key)
-    ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+    ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET unique_key = EXCLUDED.unique_key
     RETURNING id, xmax <> 0 INTO new_id, existed;
 
@@ -901,7 +923,7 @@ ENQUEUE_SILENT = _INSERT_ONE
 # racing its commit still gets it), with no wakeup. xmax is 0 only on a row
 # this statement inserted.
 _ON_UNIQUE_CONFLICT = """
-    ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+    ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET unique_key = EXCLUDED.unique_key
 """
 _INSERT_UNIQUE = f"""
@@ -1780,7 +1802,8 @@ REQUIRED_FUNCTIONS = (
 
 # Whether pgqueue_jobs is visible on the search_path; which of the columns
 # $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'waiting'
-# (the Go module's refuses 'cancelled' too);
+# (the Go module's refuses 'cancelled' too); whether its unique keys are
+# still one across queues (before schema v3);
 # whether pgqueue_limits (fleet-wide limits) is visible; which of
 # REQUIRED_FUNCTIONS are missing; whether the table has ever been analyzed
 # (by ANALYZE or autovacuum, as far as the statistics since their last
@@ -1811,6 +1834,11 @@ SELECT t.oid IS NOT NULL AS table_exists,
              AND pg_get_constraintdef(oid) LIKE '%status%'
              AND pg_get_constraintdef(oid) NOT LIKE '%waiting%'
        ) AS old_status_check,
+       EXISTS (
+           SELECT 1 FROM pg_index
+           WHERE indrelid = t.oid AND indexrelid = to_regclass('idx_pgqueue_jobs_unique')
+             AND pg_get_indexdef(indexrelid) NOT LIKE '%(queue, job_type, unique_key)%'
+       ) AS old_unique_index,
        to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
        to_regclass('pgqueue_paused') IS NOT NULL AS has_paused,
        ARRAY(
@@ -2185,7 +2213,7 @@ def job_summaries_query(status: str | None, *, newer: bool = False) -> str:
 # Put dead and cancelled jobs $1 back to pending, due now, with $2 more
 # attempts each (NULL: as many as their max_attempts) on top of those they
 # used: attempts is never reset, so a stale run of an old attempt stays
-# fenced off. A job whose (job_type, unique_key) is held by a live job (or
+# fenced off. A job whose (queue, job_type, unique_key) is held by a live job (or
 # by another job of this call: the newest one is retried) is skipped.
 # Each id comes back with what was done: retried, duplicate, not_retryable
 # (pending, running or completed) or not_found; each queue that got jobs
@@ -2200,10 +2228,10 @@ WITH wanted AS (
 ), eligible AS (
     SELECT f.id,
            f.unique_key IS NULL OR (
-               row_number() OVER (PARTITION BY f.job_type, f.unique_key ORDER BY f.id DESC) = 1
+               row_number() OVER (PARTITION BY f.queue, f.job_type, f.unique_key ORDER BY f.id DESC) = 1
                AND NOT EXISTS (
                    SELECT 1 FROM pgqueue_jobs AS live
-                   WHERE live.job_type = f.job_type AND live.unique_key = f.unique_key
+                   WHERE live.queue = f.queue AND live.job_type = f.job_type AND live.unique_key = f.unique_key
                      AND live.unique_key IS NOT NULL AND live.status IN ('pending', 'running')
                )
            ) AS free
@@ -2342,7 +2370,7 @@ WITH seen AS (
         last_job_key = CASE
             WHEN $11 AND EXISTS (
                 SELECT FROM pgqueue_jobs AS j
-                WHERE j.job_type = $5 AND j.unique_key = p.last_job_key
+                WHERE j.queue = $4 AND j.job_type = $5 AND j.unique_key = p.last_job_key
                   AND j.unique_key IS NOT NULL AND j.status IN ('pending', 'running')
             ) THEN p.last_job_key
             ELSE EXCLUDED.last_job_key
@@ -2355,7 +2383,7 @@ WITH seen AS (
     SELECT $4, $5, $9::text::jsonb, $10, $12
     FROM advanced
     WHERE advanced.enqueue
-    ON CONFLICT (job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+    ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
     DO NOTHING
     RETURNING id
 )
@@ -2415,12 +2443,6 @@ _DISTRIBUTED_JOBS = (
     ].replace(_PLAIN_JOBS_KEY, "    id               BIGSERIAL,\n")
     + "    group_key        TEXT,\n    PRIMARY KEY (id, queue)\n);\n"
 )
-
-_DISTRIBUTED_ENQUEUE_FUNCTION = _ENQUEUE_FUNCTION.replace(
-    "ON CONFLICT (job_type, unique_key) WHERE",
-    "ON CONFLICT (queue, job_type, unique_key) WHERE",
-)
-assert _DISTRIBUTED_ENQUEUE_FUNCTION != _ENQUEUE_FUNCTION
 
 
 def _created(name: str) -> str:
@@ -2509,7 +2531,7 @@ BEGIN
     END IF;
 END $$;
 """
-    + _DISTRIBUTED_ENQUEUE_FUNCTION
+    + _ENQUEUE_FUNCTION
 )
 """Create pgqueue's tables on a Citus coordinator and distribute them (``pgqueue schema print --distributed``).
 
@@ -2780,16 +2802,9 @@ SELECT count(*)::int FROM gone
 
 # Enqueues on Citus insert with the _SILENT statements; the wakeup is this
 # separate statement, which runs on the coordinator (where workers listen).
-DISTRIBUTED_UNIQUE_SILENT = _routed(
-    ENQUEUE_UNIQUE_SILENT,
-    ("ON CONFLICT (job_type, unique_key)", "ON CONFLICT (queue, job_type, unique_key)"),
-)
+DISTRIBUTED_UNIQUE_SILENT = ENQUEUE_UNIQUE_SILENT
 _DISTRIBUTED_MANY_UNIQUE = _ENQUEUE_MANY_UNIQUE.replace(
-    "{on_conflict}",
-    _ON_UNIQUE_CONFLICT.replace(
-        "ON CONFLICT (job_type, unique_key)",
-        "ON CONFLICT (queue, job_type, unique_key)",
-    ),
+    "{on_conflict}", _ON_UNIQUE_CONFLICT
 ).replace("{notify}", "")
 DISTRIBUTED_MANY_UNIQUE = _DISTRIBUTED_MANY_UNIQUE.format(rows=_UNDELAYED_ROWS)
 DISTRIBUTED_MANY_UNIQUE_DELAYED = _DISTRIBUTED_MANY_UNIQUE.format(rows=_DELAYED_ROWS)
@@ -2836,7 +2851,7 @@ DISTRIBUTED_RETRY = _routed(
         "FROM pgqueue_jobs WHERE queue = $3 AND id IN",
     ),
     (
-        "WHERE live.job_type = f.job_type",
+        "WHERE live.queue = f.queue AND live.job_type = f.job_type",
         "WHERE live.queue = $3 AND live.job_type = f.job_type",
     ),
     (
