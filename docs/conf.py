@@ -102,11 +102,12 @@ nitpick_ignore_regex = [("py:class", r"(pgqueue\.[\w.]+\.)?(C|H|P|R|PayloadT)")]
 
 # -- Other projects' documentation, from local inventories --------------------
 
-# Debian's documentation packages (python3.11-doc, python-django-doc,
-# python-sqlalchemy-doc; .ci/run installs them) hold the real inventories
-# of the releases they document, and links go to those releases' pages.
+# Python's inventory comes from Debian's documentation package
+# (python3.11-doc; .ci/run installs it), with links to that release's pages.
 # Without the package, intersphinx fetches the published inventory (which
-# needs a network: offline, the build then fails on it).
+# needs a network: offline, the build then fails on it). Django's and
+# SQLAlchemy's packages document 3.2 and 1.4, older than the extras need:
+# their names are lists of inventories/ below, linking to 6.0 and 2.0.
 DEBIAN = Path("/usr/share/doc")
 
 
@@ -118,13 +119,8 @@ def debian(package: str) -> str | None:
 
 intersphinx_mapping = {
     "python": ("https://docs.python.org/3.11/", debian("python3.11")),
-    "django": ("https://docs.djangoproject.com/en/3.2/", debian("python-django-doc")),
-    "sqlalchemy": (
-        "https://docs.sqlalchemy.org/en/14/",
-        debian("python-sqlalchemy-doc"),
-    ),
-    # asyncpg, AnyIO, OpenTelemetry, prometheus_client, psycopg, Starlette and pytest
-    # ship no documentation package: inventories/<name>.txt lists the names
+    # asyncpg, AnyIO, Django, OpenTelemetry, prometheus_client, psycopg,
+    # SQLAlchemy, Starlette and pytest: inventories/<name>.txt lists the names
     # these pages refer to and where each project's documentation describes
     # them, written into an objects.inv at each build.
     **local_inventories(DOCS / "inventories", DOCS / "_build" / "inventories"),
