@@ -8,6 +8,7 @@ never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -111,6 +112,64 @@ async def test_a_dsn_that_does_not_connect_names_the_host_and_why(
     assert "no_such_database_here" in line, line
 
 
+CONNECTING = {
+    ("schema", "print"): ["schema", "print"],  # given --dsn, what the database needs
+    ("schema", "apply"): ["schema", "apply"],
+    ("schema", "check"): ["schema", "check"],
+    ("stats",): ["stats"],
+    ("jobs", "list"): ["jobs", "list"],
+    ("jobs", "show"): ["jobs", "show", "1"],
+    ("retry",): ["retry", "1"],
+    ("cancel",): ["cancel", "1"],
+    ("pause",): ["pause", "q"],
+    ("resume",): ["resume", "q"],
+    ("prune",): ["prune", "--older-than", "1d"],
+    ("enqueue",): ["enqueue", "t", "{}"],
+    ("listen",): ["listen", "c"],
+    ("periodic", "list"): ["periodic", "list"],
+    ("periodic", "remove"): ["periodic", "remove", "p"],
+    ("top",): ["top", "--once"],
+    ("web",): ["web", "--port", "0"],
+}
+"""A command line of every command that connects to --dsn (``worker``'s pool is its app's)."""
+
+
+def test_every_command_that_connects_is_tried_unreachable() -> None:
+    from pgqueue.cli import build_parser
+    from tests.test_docs import commands
+
+    leaves = {
+        name
+        for name, parser in commands(build_parser())
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+    }
+    assert leaves == {*CONNECTING, ("worker",)}
+
+
+async def test_every_command_says_where_it_cannot_connect_and_whence_exit_2() -> None:
+    unreachable = "postgresql://postgres@127.0.0.1:1/nowhere"
+    results: dict[tuple[str, ...], tuple[Result, Result]] = {}
+
+    async def run(name: tuple[str, ...], args: list[str]) -> None:
+        given = await cli(None, *args, "--dsn", unreachable)
+        from_env = await cli(unreachable, *args)
+        results[name] = (given, from_env)
+
+    async with anyio.create_task_group() as tasks:
+        for name, args in CONNECTING.items():
+            tasks.start_soon(run, name, args)
+    for name in CONNECTING:
+        given, from_env = results[name]
+        line = _usage_error(given)
+        assert line.startswith(
+            "pgqueue: cannot connect to postgres@127.0.0.1:1/nowhere (from --dsn): "
+        ), (name, line)
+        if name == ("schema", "print"):
+            continue  # without --dsn it prints the SQL, connecting nowhere
+        line = _usage_error(from_env)
+        assert "postgres@127.0.0.1:1/nowhere (from PGQUEUE_DSN): " in line, (name, line)
+
+
 async def test_a_missing_table_is_exit_1_naming_the_fix(fresh_dsn: str) -> None:
     connection = await asyncpg.connect(fresh_dsn)
     try:
@@ -119,7 +178,10 @@ async def test_a_missing_table_is_exit_1_naming_the_fix(fresh_dsn: str) -> None:
         await connection.close()
     result = await cli(fresh_dsn, "stats")
     assert result.code == EXIT_ERROR, result
-    assert "pgqueue.SCHEMA" in result.err
+    # The command line's fix, not a Python one.
+    assert "there is no table pgqueue_jobs" in result.err
+    assert "run pgqueue schema apply" in result.err
+    assert "pgqueue.install(pool)" not in result.err
     assert "Traceback" not in result.err
 
 

@@ -357,7 +357,15 @@ BAD = {
     "bad in the parent": ([f"{APPS}:nosuch", "--processes", "2"], "has no attribute"),
     "pool cannot connect": (
         [f"{APPS}:unreachable"],
-        "the worker's pool cannot connect to postgres@127.0.0.1:1/nowhere: ",
+        "cannot connect to postgres@127.0.0.1:1/nowhere (from the pool of tests.cli_apps.apps:unreachable): ",
+    ),
+    "factory cannot connect": (
+        [f"{APPS}:refused"],
+        "cannot connect (from the factory tests.cli_apps.apps:refused): ",
+    ),
+    "sync context manager": (
+        [f"{APPS}:sync_context"],
+        "use contextlib.asynccontextmanager",
     ),
 }
 

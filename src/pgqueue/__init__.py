@@ -113,6 +113,22 @@ __all__ = [
 
 __version__ = "0.1.0.dev0"
 
+# Tracebacks name the errors where users import them from: pgqueue.SchemaError.
+for _error in (
+    AlreadyStartedError,
+    DuplicateJobError,
+    JobNotFoundError,
+    PayloadTooLargeError,
+    Permanent,
+    PgQueueError,
+    RetryAfter,
+    SchemaError,
+    Snooze,
+    TrackerClosedError,
+):
+    _error.__module__ = __name__
+del _error
+
 
 def __dir__() -> list[str]:
     """The public names: ``__all__``, ``__version__`` and public submodules once imported."""

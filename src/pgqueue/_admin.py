@@ -1126,11 +1126,11 @@ class Admin:
         try:
             yield
         except asyncpg.UndefinedTableError as exc:
-            msg = (
-                "there is no table pgqueue_periodic on the search_path: apply "
-                "pgqueue.SCHEMA_UPGRADE in a migration (or await pgqueue.install(pool))"
-            )
-            raise SchemaError(msg, where=target_of(self._executor)) from exc
+            raise SchemaError(
+                "there is no table pgqueue_periodic on the search_path",
+                where=target_of(self._executor),
+                apply="SCHEMA_UPGRADE",
+            ) from exc
 
     async def schema_state(self) -> SchemaState:
         """Say whether ``pgqueue_jobs`` is missing, the Go module's, partly upgraded or current.

@@ -542,7 +542,9 @@ class Queue:
             except SCHEMA_ERRORS as exc:
                 raise await schema_failure(executor, str(exc)) from exc
             except asyncpg.UndefinedFunctionError as exc:
-                raise SchemaError(REPLACE_MISSING, where=target_of(executor)) from exc
+                raise SchemaError(
+                    REPLACE_MISSING, where=target_of(executor), apply="SCHEMA_UPGRADE"
+                ) from exc
             if wake is not None and woke:
                 wake()
         return job_id, outcome
@@ -765,7 +767,9 @@ class Queue:
             except SCHEMA_ERRORS as exc:
                 raise await schema_failure(executor, str(exc)) from exc
             except asyncpg.UndefinedFunctionError as exc:
-                raise SchemaError(REPLACE_MISSING, where=target_of(executor)) from exc
+                raise SchemaError(
+                    REPLACE_MISSING, where=target_of(executor), apply="SCHEMA_UPGRADE"
+                ) from exc
             if wake is not None and woke:
                 wake()
         if event is not None:
