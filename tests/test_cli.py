@@ -344,6 +344,24 @@ async def test_jobs_list_and_show(
     assert "no job" in missing.err
 
 
+async def test_piped_output_keeps_whole_lines_past_80_columns(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    long_queue = f"{queue_name}-{'q' * 90}"
+    long_type = "t" * 150
+    await pgqueue.Queue(pool, name=long_queue).enqueue(long_type, {})
+    env = {k: v for k, v in _env(dsn).items() if k != "COLUMNS"}
+    for args in (["jobs", "list", "--queue", long_queue], ["stats"]):
+        with anyio.fail_after(30):
+            done = await anyio.run_process(
+                [sys.executable, "-m", "pgqueue", *args], env=env, check=False
+            )
+        out = done.stdout.decode()
+        assert done.returncode == EXIT_OK, done.stderr
+        wanted = long_type if args[0] == "jobs" else long_queue
+        assert any(wanted in line for line in out.splitlines()), out
+
+
 # --- retry, cancel, prune, enqueue -----------------------------------------------------
 
 
@@ -359,9 +377,17 @@ async def test_retry_cancel_and_their_results(
     retried = await cli(dsn, "retry", str(dead), str(pending), str(2**62), "--json")
     assert retried.code == EXIT_ERROR  # an id has no job
     assert retried.json() == [
-        {"id": dead, "result": "retried"},
-        {"id": pending, "result": "not_retryable"},
-        {"id": 2**62, "result": "not_found"},
+        {"id": dead, "result": "retried", "reason": None},
+        {
+            "id": pending,
+            "result": "not_retryable",
+            "reason": "it is pending: only dead and cancelled jobs are retried",
+        },
+        {
+            "id": 2**62,
+            "result": "not_found",
+            "reason": "no job has this id (never enqueued, or pruned)",
+        },
     ]
     stored = await row(pool, dead)
     assert (stored["status"], stored["attempts"], stored["max_attempts"]) == (
@@ -373,7 +399,9 @@ async def test_retry_cancel_and_their_results(
         dsn, "retry", "--all-dead", "--queue", queue_name, "--attempts", "1", "--json"
     )
     assert everything.code == EXIT_OK
-    assert everything.json() == [{"id": other_dead, "result": "retried"}]
+    assert everything.json() == [
+        {"id": other_dead, "result": "retried", "reason": None}
+    ]
     assert (await row(pool, other_dead))["max_attempts"] == 3
 
     cancelled = await cli(dsn, "cancel", str(pending), str(dead))
@@ -383,6 +411,26 @@ async def test_retry_cancel_and_their_results(
         "cancelled",
         "pending",
     }
+
+    # Nothing done: each id says why, and the exit code is 1.
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", dead
+    )
+    again = await cli(dsn, "retry", str(dead))
+    assert again.code == EXIT_ERROR
+    assert again.out.splitlines() == [
+        f"{dead}\tnot_retryable: it is completed: only dead and cancelled jobs are retried"
+    ]
+    finished = await cli(dsn, "cancel", str(dead), str(pending))
+    assert finished.code == EXIT_ERROR
+    assert finished.out.splitlines() == [
+        f"{dead}\tfinished: it is completed: only pending, waiting and running jobs"
+        " are cancelled",
+        f"{pending}\tfinished: it is cancelled: only pending, waiting and running jobs"
+        " are cancelled",
+    ]
+    nothing_dead = await cli(dsn, "retry", "--all-dead", "--queue", queue_name)
+    assert (nothing_dead.code, nothing_dead.out.strip()) == (EXIT_OK, "no jobs")
 
 
 async def test_prune_takes_a_duration(

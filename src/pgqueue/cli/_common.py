@@ -283,14 +283,25 @@ def _json_default(value: object) -> Any:
     raise TypeError(msg)
 
 
+PIPED_WIDTH = 1_000
+"""Columns of output that is not a terminal's (without ``COLUMNS``): whole lines."""
+
+
 def rich_console() -> Any:
-    """A `rich.console.Console` on stdout; `UsageError` saying how to install rich if missing."""
+    """A `rich.console.Console` on stdout; `UsageError` saying how to install rich if missing.
+
+    Piped or redirected (and ``COLUMNS`` unset), lines are as long as their
+    cells, not cut at rich's 80 columns: a script reads every id and type.
+    """
     try:
         from rich.console import Console
     except ModuleNotFoundError as exc:
         msg = "this command renders with rich: pip install 'pgqueue-asyncio[cli]'"
         raise UsageError(msg) from exc
-    return Console()
+    console = Console()
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(width=PIPED_WIDTH)
+    return console
 
 
 def print_table(
