@@ -423,11 +423,10 @@ async def test_retry_cancel_and_their_results(
     ]
     finished = await cli(dsn, "cancel", str(dead), str(pending))
     assert finished.code == EXIT_ERROR
+    why = "only pending, waiting and running jobs are cancelled"
     assert finished.out.splitlines() == [
-        f"{dead}\tfinished: it is completed: only pending, waiting and running jobs"
-        " are cancelled",
-        f"{pending}\tfinished: it is cancelled: only pending, waiting and running jobs"
-        " are cancelled",
+        f"{dead}\tfinished: it is completed: {why}",
+        f"{pending}\tfinished: it is cancelled: {why}",
     ]
     nothing_dead = await cli(dsn, "retry", "--all-dead", "--queue", queue_name)
     assert (nothing_dead.code, nothing_dead.out.strip()) == (EXIT_OK, "no jobs")
