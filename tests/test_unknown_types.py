@@ -1,11 +1,13 @@
-"""Rolling deploys: a job type the worker has no handler for, under both rules.
+"""Job types a worker has no handler for, under both rules.
 
-``unknown_types="dead"`` (the default, the seed's rule) dead-letters such a
-job at once. ``"wait"`` claims only the types the worker has handlers for,
-so a job a newer producer enqueued waits, unclaimed and with no attempt
-used, for a newer worker. Its claim is one statement on the same indexes as
-the default claim (`_sql.CLAIM_TYPES`), checked here on a table of 20,000
-jobs, custom and generic plans alike.
+``unknown_types="wait"`` (the default) claims only the types the worker has
+handlers for, so a job another application (or a newer producer) enqueued
+on the queue waits, unclaimed and with no attempt used, for a worker that
+has its handler: no worker destroys another's job at first sight.
+``"dead"`` (the seed's and the Go module's rule) dead-letters such a job at
+once. The claim of some types is one statement on the same indexes as the
+claim of every type (`_sql.CLAIM_TYPES`), checked here on a table of
+20,000 jobs, custom and generic plans alike.
 """
 
 from __future__ import annotations
@@ -38,10 +40,33 @@ async def drain(worker: pgqueue.Worker) -> None:
         await worker.run(until_empty=True)
 
 
-async def test_by_default_a_job_without_a_handler_goes_dead_at_once(
+async def test_by_default_another_application_s_job_is_left_pending_untouched(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
+    # Two applications share the queue; each worker knows its own types.
+    theirs = await queue.enqueue("their_report", {})
+    ours = await queue.enqueue("our_email", {})
     worker = pgqueue.Worker(pool, queue=queue.name)
+    worker.register("our_email", noop)
+    await drain(worker)
+    assert (await row(pool, ours))["status"] == "completed"
+    stored = await row(pool, theirs)
+    assert (stored["status"], stored["attempts"], stored["last_error"]) == (
+        "pending",
+        0,
+        None,
+    )
+    # Their worker runs it.
+    other = pgqueue.Worker(pool, queue=queue.name)
+    other.register("their_report", noop)
+    await drain(other)
+    assert (await row(pool, theirs))["status"] == "completed"
+
+
+async def test_with_unknown_types_dead_a_job_without_a_handler_goes_dead_at_once(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name, unknown_types="dead")
     worker.register("old", noop)
     job_id = await queue.enqueue("new", {})
     await drain(worker)
