@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 from pathlib import Path
+from typing import Any
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS / "_ext"))
@@ -125,3 +126,8 @@ intersphinx_mapping = {
     # them, written into an objects.inv at each build.
     **local_inventories(DOCS / "inventories", DOCS / "_build" / "inventories"),
 }
+
+
+def setup(app: Any) -> None:
+    """Django's ``setting`` objects, so that ``:setting:`TASKS``` links to Django's page."""
+    app.add_crossref_type("setting", "setting", indextemplate="pair: %s; setting")

@@ -193,7 +193,8 @@ def test_each_extra_installed_alone_in_a_fresh_virtualenv_imports_and_works(
     # Two at a time: each is mostly pip unpacking wheels from its cache.
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         results = pool.map(
-            lambda item: _prove(*item, wheel, tmp_path, dsn), EXTRAS.items()
+            lambda item: _prove(item[0], item[1], wheel, tmp_path, dsn),
+            EXTRAS.items(),
         )
         failures = [failure for failure in results if failure]
     assert not failures, "\n\n".join(failures)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_PAYLOAD_DEPTH",
+    "UnencodableError",
     "encode_each",
     "encode_payload",
     "encode_payloads",
@@ -339,7 +340,7 @@ def _encode(value: Any, encoder: json.JSONEncoder, depth: int = 0) -> str:
         text = encoder.encode(value)
     except TypeError as exc:
         hook = encoder.hook if isinstance(encoder, _HookedEncoder) else None
-        raise TypeError(_unserializable(value, hook, exc)) from exc
+        raise _unserializable(value, hook, exc) from exc
     except ValueError as exc:
         # Python's own messages: NaN and infinities, ints too long for text.
         reason = "JSON has no NaN or infinity" if "float" in str(exc) else exc
@@ -366,9 +367,26 @@ def _checked(text: str) -> str:
     return text
 
 
+class UnencodableError(TypeError):
+    """A payload holds a value JSON cannot hold.
+
+    Attributes:
+        path: where in the payload (``args[0]``, ``kwargs.when``; ``""``
+            for the payload itself); None when it cannot be told.
+        value_type: the value's type, None when it cannot be told.
+    """
+
+    def __init__(
+        self, message: str, path: str | None = None, value_type: type | None = None
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.value_type = value_type
+
+
 def _unserializable(
     value: Any, hook: Callable[[Any], Any] | None, error: TypeError
-) -> str:
+) -> UnencodableError:
     """Why ``value`` could not be encoded: the first value JSON cannot hold, and where."""
     stack: list[tuple[str, Any, int]] = [("", value, 0)]
     while stack:
@@ -389,16 +407,21 @@ def _unserializable(
             continue
         where = f"payload field '{path}'" if path else "payload"
         where += f" ({type(item).__name__}) is not JSON-serializable"
+        found = path, type(item)
         if hook is None:
-            return f"{where}; {_HINT}"
+            return UnencodableError(f"{where}; {_HINT}", *found)
         if hooked == 10:  # what it returns needs it again, and again...
-            return f"{where}: json_encoder did not turn it into JSON values"
+            return UnencodableError(
+                f"{where}: json_encoder did not turn it into JSON values", *found
+            )
         try:
             stack.append((path, hook(item), hooked + 1))
         except Exception as exc:
-            return f"{where}: json_encoder raised {describe(exc)}"
+            return UnencodableError(
+                f"{where}: json_encoder raised {describe(exc)}", *found
+            )
     text = str(error)
-    return (
+    return UnencodableError(
         text
         if text.startswith("payload")
         else f"payload is not JSON-serializable: {text}"
