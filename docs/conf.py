@@ -18,9 +18,11 @@ DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS / "_ext"))
 
 from pgqueue_docs.inventory import local_inventories  # noqa: E402
+from sphinx.search.en import SearchEnglish  # noqa: E402
 
 project = "pgqueue"
-author = "pgqueue contributors"
+author = "the pgqueue maintainers"
+project_copyright = f"2026, {author}"
 release = importlib.metadata.version("pgqueue-asyncio")
 version = release
 
@@ -43,6 +45,8 @@ smartquotes = False
 
 html_theme = "furo"
 html_title = "pgqueue"
+# Output blocks (```text, captioned) are not commands: no copy button.
+copybutton_selector = "div.highlight:not(.highlight-text) pre"
 
 # Every reference must resolve (``-n``); the docstrings' `Name` is a Python
 # cross-reference, as they are written.
@@ -128,6 +132,17 @@ intersphinx_mapping = {
 }
 
 
+class Search(SearchEnglish):
+    """English search that indexes the words pgqueue's options are named by.
+
+    Sphinx drops English stop words from the index and from queries:
+    "after" would find no page, not even the Workflows guide (``after=``).
+    """
+
+    stopwords = SearchEnglish.stopwords - {"after", "before", "until", "once"}
+
+
 def setup(app: Any) -> None:
-    """Django's ``setting`` objects, so that ``:setting:`TASKS``` links to Django's page."""
+    """The search above; Django's ``setting`` objects (``:setting:`TASKS``` links to Django's page)."""
+    app.add_search_language(Search)
     app.add_crossref_type("setting", "setting", indextemplate="pair: %s; setting")
