@@ -45,10 +45,10 @@ from pgqueue._core.checks import (
     check_when,
 )
 from pgqueue._core.codec import (
-    UnencodableError,
     encode_payload,
     encode_payloads,
     payload_encoder,
+    unencodable,
 )
 from pgqueue._core.connect import check_dsn, target, target_of
 from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
@@ -92,7 +92,6 @@ __all__ = [
     "Kind",
     "PeriodicKey",
     "Sampler",
-    "UnencodableError",
     "check_bool",
     "check_channel",
     "check_dsn",
@@ -130,4 +129,5 @@ __all__ = [
     "sql",
     "target",
     "target_of",
+    "unencodable",
 ]

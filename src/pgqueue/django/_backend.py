@@ -22,8 +22,8 @@ from pgqueue._extension import (
     ENQUEUE_CALL,
     JOB_PYFORMAT,
     TABLE_EXISTS,
-    UnencodableError,
     enqueue_params,
+    unencodable,
 )
 from pgqueue.django._outcome import JOB_TYPE, read_error
 
@@ -131,13 +131,15 @@ class Backend(BaseTaskBackend):
                 max_attempts=self.max_attempts,
                 priority=pgqueue_priority(task.priority),
             )
-        except UnencodableError as exc:
-            where = "an argument" if exc.path is None else exc.path
-            kind = "" if exc.value_type is None else f" ({exc.value_type.__name__})"
-            msg = f"task {task.module_path}: {where}{kind} is not JSON; {JSON_VALUES}"
-            raise TypeError(msg) from exc
         except TypeError as exc:
-            msg = f"the arguments of task {task.module_path} must be JSON: {exc}"
+            found = unencodable({"args": payload["args"], "kwargs": payload["kwargs"]})
+            if found is None or found.path is None or found.value_type is None:
+                msg = f"the arguments of task {task.module_path} must be JSON: {exc}"
+            else:
+                msg = (
+                    f"task {task.module_path}: {found.path} "
+                    f"({found.value_type.__name__}) is not JSON; {JSON_VALUES}"
+                )
             raise TypeError(msg) from exc
         # One transaction (or the caller's): the row is read as inserted,
         # before a worker woken by its commit can claim it.
