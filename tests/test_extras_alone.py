@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -148,7 +148,7 @@ def _prove(name: str, extra: Extra, wheel: Path, where: Path, dsn: str) -> str:
         [python, "-m", "venv", "--without-pip", venv], check=True, timeout=120
     )
     interpreter = venv / "bin" / "python"
-    install = subprocess.run(
+    install = _run(
         [
             sys.executable,
             "-m",
@@ -159,10 +159,7 @@ def _prove(name: str, extra: Extra, wheel: Path, where: Path, dsn: str) -> str:
             "--quiet",
             f"{wheel}[{name}]",
         ],
-        capture_output=True,
-        text=True,
         timeout=600,
-        check=False,
     )
     if install.returncode != 0:
         return f"[{name}] did not install:\n{install.stderr}"
@@ -171,18 +168,20 @@ def _prove(name: str, extra: Extra, wheel: Path, where: Path, dsn: str) -> str:
         f"present = [m for m in {extra.absent!r} if importlib.util.find_spec(m)]\n"
         "assert not present, f'installed, though the extra must not need them: {present}'\n"
     )
-    used = subprocess.run(
+    used = _run(
         [interpreter, "-W", "error", "-c", extra.code + absent],
         cwd=where,  # not the checkout: the installed package, nothing else
         env={**os.environ, "PGQUEUE_DSN": dsn},
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )
     if used.returncode != 0:
         return f"[{name}] alone does not work:\n{used.stderr}"
     return ""
+
+
+def _run(args: list[Any], **options: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``args`` to its end, its output kept as text."""
+    return subprocess.run(args, capture_output=True, text=True, check=False, **options)
 
 
 @pytest.mark.slow

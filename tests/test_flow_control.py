@@ -398,25 +398,6 @@ async def test_a_rate_per_group_holds_for_each_group_on_its_own(
     assert timedelta(seconds=2) <= last - first < timedelta(seconds=4)
 
 
-@pytest.mark.usefixtures("start_log")
-async def test_a_full_window_sleeps_until_its_oldest_start_leaves(
-    pool: asyncpg.Pool, queue_name: str
-) -> None:
-    await enqueue(pool, queue_name, 6)
-    rate = pgqueue.RateLimit(3, per=1.5)
-    worker = make_worker(pool, queue_name, concurrency=3, rate_limit=rate)
-    async with running(worker):
-        await wait_until(lambda: _completed(pool, queue_name, 6), within=10)
-    first, last = await _fetchrow(
-        pool,
-        "SELECT min(started_at), max(started_at) FROM start_log WHERE queue = $1",
-        queue_name,
-    )
-    # The second three start once the first three leave the window, not before
-    # and not a poll later (the default poll is 5 s).
-    assert timedelta(seconds=1.5) <= last - first < timedelta(seconds=2.5)
-
-
 async def _three_windows_of_three(pool: asyncpg.Pool, queue: str) -> None:
     """9 starts at 3 per 0.5 s: never 4 in a window, the last at least two windows in.
 
@@ -432,15 +413,21 @@ async def _three_windows_of_three(pool: asyncpg.Pool, queue: str) -> None:
 
 
 @pytest.mark.usefixtures("start_log")
-async def test_under_run_a_window_fuller_than_a_claim_waits_for_the_window_not_the_poll(
-    pool: asyncpg.Pool, queue_name: str
+@pytest.mark.parametrize(
+    "concurrency",
+    [3, 10],
+    ids=["claims-as-large-as-the-window", "claims-larger-than-the-window"],
+)
+async def test_under_run_a_full_window_sleeps_until_its_oldest_start_leaves_not_the_poll(
+    pool: asyncpg.Pool, queue_name: str, concurrency: int
 ) -> None:
-    # Concurrency above the rate: each window's claim takes all it allows
-    # and comes back short of the claim; the poll (30 s) never comes.
+    # With concurrency above the rate, each window's claim takes all it
+    # allows and comes back short of what it asked; the poll (30 s) never
+    # comes within the test's wait.
     await enqueue(pool, queue_name, 9)
     rate = pgqueue.RateLimit(3, per=0.5)
     worker = make_worker(
-        pool, queue_name, concurrency=10, rate_limit=rate, poll_interval=30
+        pool, queue_name, concurrency=concurrency, rate_limit=rate, poll_interval=30
     )
     async with running(worker):
         await wait_until(lambda: _completed(pool, queue_name, 9), within=10)

@@ -40,29 +40,6 @@ async def drain(worker: pgqueue.Worker) -> None:
         await worker.run(until_empty=True)
 
 
-async def test_by_default_another_application_s_job_is_left_pending_untouched(
-    pool: asyncpg.Pool, queue: pgqueue.Queue
-) -> None:
-    # Two applications share the queue; each worker knows its own types.
-    theirs = await queue.enqueue("their_report", {})
-    ours = await queue.enqueue("our_email", {})
-    worker = pgqueue.Worker(pool, queue=queue.name)
-    worker.register("our_email", noop)
-    await drain(worker)
-    assert (await row(pool, ours))["status"] == "completed"
-    stored = await row(pool, theirs)
-    assert (stored["status"], stored["attempts"], stored["last_error"]) == (
-        "pending",
-        0,
-        None,
-    )
-    # Their worker runs it.
-    other = pgqueue.Worker(pool, queue=queue.name)
-    other.register("their_report", noop)
-    await drain(other)
-    assert (await row(pool, theirs))["status"] == "completed"
-
-
 async def test_with_unknown_types_dead_a_job_without_a_handler_goes_dead_at_once(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
@@ -78,10 +55,12 @@ async def test_with_unknown_types_dead_a_job_without_a_handler_goes_dead_at_once
     )
 
 
-async def test_waiting_jobs_are_left_for_a_newer_worker(
+async def test_by_default_jobs_of_other_types_wait_for_a_worker_that_has_them(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
-    old_worker = pgqueue.Worker(pool, queue=queue.name, unknown_types="wait")
+    # Another application's job on a shared queue, or a newer producer's in
+    # a rolling deploy: untouched by a worker without its handler.
+    old_worker = pgqueue.Worker(pool, queue=queue.name)
     old_worker.register("old", noop)
     new_job = await queue.enqueue("new", {})
     old_job = await queue.enqueue("old", {})
@@ -95,7 +74,7 @@ async def test_waiting_jobs_are_left_for_a_newer_worker(
     )
 
     ran: list[int] = []
-    newer = pgqueue.Worker(pool, queue=queue.name, unknown_types="wait")
+    newer = pgqueue.Worker(pool, queue=queue.name)
 
     @newer.handler("new")
     async def handle_new(job: pgqueue.Job) -> None:

@@ -114,20 +114,11 @@ __all__ = [
 __version__ = "0.1.0.dev0"
 
 # Tracebacks name the errors where users import them from: pgqueue.SchemaError.
-for _error in (
-    AlreadyStartedError,
-    DuplicateJobError,
-    JobNotFoundError,
-    PayloadTooLargeError,
-    Permanent,
-    PgQueueError,
-    RetryAfter,
-    SchemaError,
-    Snooze,
-    TrackerClosedError,
-):
-    _error.__module__ = __name__
-del _error
+for _name in __all__:
+    _public = globals()[_name]
+    if isinstance(_public, type) and issubclass(_public, BaseException):
+        _public.__module__ = __name__
+del _name, _public
 
 
 def __dir__() -> list[str]:
