@@ -349,7 +349,7 @@ async def test_a_rate_of_20_per_second_over_4_processes_holds_in_every_window(
         " WHERE queue = $1",
         queue_name,
     )
-    assert count == 100
+    assert count == 100, child.text
     assert timedelta(seconds=4) <= last - first < timedelta(seconds=6)
     pids = await pool.fetchval(
         "SELECT count(DISTINCT pid) FROM limit_samples WHERE queue = $1", queue_name
