@@ -12,14 +12,17 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 from pathlib import Path
+from typing import Any
 
 DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS / "_ext"))
 
 from pgqueue_docs.inventory import local_inventories  # noqa: E402
+from sphinx.search.en import SearchEnglish  # noqa: E402
 
 project = "pgqueue"
-author = "pgqueue contributors"
+author = "the pgqueue maintainers"
+project_copyright = f"2026, {author}"
 release = importlib.metadata.version("pgqueue-asyncio")
 version = release
 
@@ -42,6 +45,8 @@ smartquotes = False
 
 html_theme = "furo"
 html_title = "pgqueue"
+# Output blocks (```text, captioned) are not commands: no copy button.
+copybutton_selector = "div.highlight:not(.highlight-text) pre"
 
 # Every reference must resolve (``-n``); the docstrings' `Name` is a Python
 # cross-reference, as they are written.
@@ -102,11 +107,12 @@ nitpick_ignore_regex = [("py:class", r"(pgqueue\.[\w.]+\.)?(C|H|P|R|PayloadT)")]
 
 # -- Other projects' documentation, from local inventories --------------------
 
-# Debian's documentation packages (python3.11-doc, python-django-doc,
-# python-sqlalchemy-doc; .ci/run installs them) hold the real inventories
-# of the releases they document, and links go to those releases' pages.
+# Python's inventory comes from Debian's documentation package
+# (python3.11-doc; .ci/run installs it), with links to that release's pages.
 # Without the package, intersphinx fetches the published inventory (which
-# needs a network: offline, the build then fails on it).
+# needs a network: offline, the build then fails on it). Django's and
+# SQLAlchemy's packages document 3.2 and 1.4, older than the extras need:
+# their names are lists of inventories/ below, linking to 6.0 and 2.0.
 DEBIAN = Path("/usr/share/doc")
 
 
@@ -118,14 +124,25 @@ def debian(package: str) -> str | None:
 
 intersphinx_mapping = {
     "python": ("https://docs.python.org/3.11/", debian("python3.11")),
-    "django": ("https://docs.djangoproject.com/en/3.2/", debian("python-django-doc")),
-    "sqlalchemy": (
-        "https://docs.sqlalchemy.org/en/14/",
-        debian("python-sqlalchemy-doc"),
-    ),
-    # asyncpg, AnyIO, OpenTelemetry, prometheus_client, psycopg, Starlette and pytest
-    # ship no documentation package: inventories/<name>.txt lists the names
+    # asyncpg, AnyIO, Django, OpenTelemetry, prometheus_client, psycopg,
+    # SQLAlchemy, Starlette and pytest: inventories/<name>.txt lists the names
     # these pages refer to and where each project's documentation describes
     # them, written into an objects.inv at each build.
     **local_inventories(DOCS / "inventories", DOCS / "_build" / "inventories"),
 }
+
+
+class Search(SearchEnglish):
+    """English search that indexes the words pgqueue's options are named by.
+
+    Sphinx drops English stop words from the index and from queries:
+    "after" would find no page, not even the Workflows guide (``after=``).
+    """
+
+    stopwords = SearchEnglish.stopwords - {"after", "before", "until", "once"}
+
+
+def setup(app: Any) -> None:
+    """The search above; Django's ``setting`` objects (``:setting:`TASKS``` links to Django's page)."""
+    app.add_search_language(Search)
+    app.add_crossref_type("setting", "setting", indextemplate="pair: %s; setting")

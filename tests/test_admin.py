@@ -11,7 +11,8 @@ import pytest
 
 import pgqueue
 from pgqueue._core import sql as _sql
-from tests.helpers import listening, row, rows
+from pgqueue._dashboard import Sampler
+from tests.helpers import listening, row, rows, running, wait_until
 from tests.test_schema_upgrade import GO_SCHEMA
 
 FINISHED_AGO = "now() - interval '2 days'"
@@ -649,3 +650,45 @@ async def test_a_retry_racing_an_enqueue_of_its_key_reports_a_duplicate(
     assert done == {dead: "duplicate"}
     assert (await row(pool, dead))["status"] == "dead"
     assert (await row(pool, live))["status"] == "pending"
+
+
+async def test_running_for_counts_from_the_claim_whatever_the_heartbeats(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    # Due an hour ago, claimed now: it has run for seconds, not an hour.
+    job_id = await pgqueue.Queue(pool, name=queue_name).enqueue("slow", {})
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET run_at = now() - interval '1 hour' WHERE id = $1",
+        job_id,
+    )
+    started, release = anyio.Event(), anyio.Event()
+    # Heartbeats every 0.1 s move updated_at; the claim time stays.
+    worker = pgqueue.Worker(pool, queue=queue_name, rescue_after=0.3)
+
+    @worker.handler("slow")
+    async def slow(_job: pgqueue.Job) -> None:
+        started.set()
+        await release.wait()
+
+    async with running(worker):
+        try:
+            with anyio.fail_after(10):
+                await started.wait()
+            claimed = (await row(pool, job_id))["claimed_at"]
+
+            async def heartbeat_moved_on() -> bool:
+                return bool((await row(pool, job_id))["updated_at"] > claimed)
+
+            await wait_until(heartbeat_moved_on)
+            stored = await row(pool, job_id)
+            assert stored["claimed_at"] == claimed
+            [stats] = await pgqueue.Admin(pool).stats(queue_name)
+            assert stats.longest_running is not None
+            assert 0 <= stats.longest_running < 60
+            async with pool.acquire() as conn:
+                frame = await Sampler(conn, queue=queue_name).frame()
+            [shown] = [r for r in frame.longest_running if r.id == job_id]
+            assert shown.running_for is not None
+            assert 0 <= shown.running_for < 60
+        finally:
+            release.set()

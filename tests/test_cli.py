@@ -8,6 +8,7 @@ never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -112,6 +113,64 @@ async def test_a_dsn_that_does_not_connect_names_the_host_and_why(
     assert "no_such_database_here" in line, line
 
 
+CONNECTING = {
+    ("schema", "print"): ["schema", "print"],  # given --dsn, what the database needs
+    ("schema", "apply"): ["schema", "apply"],
+    ("schema", "check"): ["schema", "check"],
+    ("stats",): ["stats"],
+    ("jobs", "list"): ["jobs", "list"],
+    ("jobs", "show"): ["jobs", "show", "1"],
+    ("retry",): ["retry", "1"],
+    ("cancel",): ["cancel", "1"],
+    ("pause",): ["pause", "q"],
+    ("resume",): ["resume", "q"],
+    ("prune",): ["prune", "--older-than", "1d"],
+    ("enqueue",): ["enqueue", "t", "{}"],
+    ("listen",): ["listen", "c"],
+    ("periodic", "list"): ["periodic", "list"],
+    ("periodic", "remove"): ["periodic", "remove", "p"],
+    ("top",): ["top", "--once"],
+    ("web",): ["web", "--port", "0"],
+}
+"""A command line of every command that connects to --dsn (``worker``'s pool is its app's)."""
+
+
+def test_every_command_that_connects_is_tried_unreachable() -> None:
+    from pgqueue.cli import build_parser
+    from tests.test_docs import commands
+
+    leaves = {
+        name
+        for name, parser in commands(build_parser())
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+    }
+    assert leaves == {*CONNECTING, ("worker",)}
+
+
+async def test_every_command_says_where_it_cannot_connect_and_whence_exit_2() -> None:
+    unreachable = "postgresql://postgres@127.0.0.1:1/nowhere"
+    results: dict[tuple[str, ...], tuple[Result, Result]] = {}
+
+    async def run(name: tuple[str, ...], args: list[str]) -> None:
+        given = await cli(None, *args, "--dsn", unreachable)
+        from_env = await cli(unreachable, *args)
+        results[name] = (given, from_env)
+
+    async with anyio.create_task_group() as tasks:
+        for name, args in CONNECTING.items():
+            tasks.start_soon(run, name, args)
+    for name in CONNECTING:
+        given, from_env = results[name]
+        line = _usage_error(given)
+        assert line.startswith(
+            "pgqueue: cannot connect to postgres@127.0.0.1:1/nowhere (from --dsn): "
+        ), (name, line)
+        if name == ("schema", "print"):
+            continue  # without --dsn it prints the SQL, connecting nowhere
+        line = _usage_error(from_env)
+        assert "postgres@127.0.0.1:1/nowhere (from PGQUEUE_DSN): " in line, (name, line)
+
+
 async def test_a_missing_table_is_exit_1_naming_the_fix(fresh_dsn: str) -> None:
     connection = await asyncpg.connect(fresh_dsn)
     try:
@@ -120,7 +179,10 @@ async def test_a_missing_table_is_exit_1_naming_the_fix(fresh_dsn: str) -> None:
         await connection.close()
     result = await cli(fresh_dsn, "stats")
     assert result.code == EXIT_ERROR, result
-    assert "pgqueue.SCHEMA" in result.err
+    # The command line's fix, not a Python one.
+    assert "there is no table pgqueue_jobs" in result.err
+    assert "run pgqueue schema apply" in result.err
+    assert "pgqueue.install(pool)" not in result.err
     assert "Traceback" not in result.err
 
 
@@ -307,6 +369,24 @@ async def test_jobs_list_and_show(
     assert "no job" in missing.err
 
 
+async def test_piped_output_keeps_whole_lines_past_80_columns(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    long_queue = f"{queue_name}-{'q' * 90}"
+    long_type = "t" * 150
+    await pgqueue.Queue(pool, name=long_queue).enqueue(long_type, {})
+    env = {k: v for k, v in _env(dsn).items() if k != "COLUMNS"}
+    for args in (["jobs", "list", "--queue", long_queue], ["stats"]):
+        with anyio.fail_after(30):
+            done = await anyio.run_process(
+                [sys.executable, "-m", "pgqueue", *args], env=env, check=False
+            )
+        out = done.stdout.decode()
+        assert done.returncode == EXIT_OK, done.stderr
+        wanted = long_type if args[0] == "jobs" else long_queue
+        assert any(wanted in line for line in out.splitlines()), out
+
+
 # --- retry, cancel, prune, enqueue -----------------------------------------------------
 
 
@@ -322,9 +402,17 @@ async def test_retry_cancel_and_their_results(
     retried = await cli(dsn, "retry", str(dead), str(pending), str(2**62), "--json")
     assert retried.code == EXIT_ERROR  # an id has no job
     assert retried.json() == [
-        {"id": dead, "result": "retried"},
-        {"id": pending, "result": "not_retryable"},
-        {"id": 2**62, "result": "not_found"},
+        {"id": dead, "result": "retried", "reason": None},
+        {
+            "id": pending,
+            "result": "not_retryable",
+            "reason": "it is pending: only dead and cancelled jobs are retried",
+        },
+        {
+            "id": 2**62,
+            "result": "not_found",
+            "reason": "no job has this id (never enqueued, or pruned)",
+        },
     ]
     stored = await row(pool, dead)
     assert (stored["status"], stored["attempts"], stored["max_attempts"]) == (
@@ -336,7 +424,9 @@ async def test_retry_cancel_and_their_results(
         dsn, "retry", "--all-dead", "--queue", queue_name, "--attempts", "1", "--json"
     )
     assert everything.code == EXIT_OK
-    assert everything.json() == [{"id": other_dead, "result": "retried"}]
+    assert everything.json() == [
+        {"id": other_dead, "result": "retried", "reason": None}
+    ]
     assert (await row(pool, other_dead))["max_attempts"] == 3
 
     cancelled = await cli(dsn, "cancel", str(pending), str(dead))
@@ -346,6 +436,25 @@ async def test_retry_cancel_and_their_results(
         "cancelled",
         "pending",
     }
+
+    # Nothing done: each id says why, and the exit code is 1.
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", dead
+    )
+    again = await cli(dsn, "retry", str(dead))
+    assert again.code == EXIT_ERROR
+    assert again.out.splitlines() == [
+        f"{dead}\tnot_retryable: it is completed: only dead and cancelled jobs are retried"
+    ]
+    finished = await cli(dsn, "cancel", str(dead), str(pending))
+    assert finished.code == EXIT_ERROR
+    why = "only pending, waiting and running jobs are cancelled"
+    assert finished.out.splitlines() == [
+        f"{dead}\tfinished: it is completed: {why}",
+        f"{pending}\tfinished: it is cancelled: {why}",
+    ]
+    nothing_dead = await cli(dsn, "retry", "--all-dead", "--queue", queue_name)
+    assert (nothing_dead.code, nothing_dead.out.strip()) == (EXIT_OK, "no jobs")
 
 
 async def test_prune_takes_a_duration(

@@ -209,7 +209,8 @@ SAMPLES = {
     "backoff": ["--backoff", f"{APPS}:backoff"],
     "rescue_after": ["--rescue-after", "60"],
     "job_timeout": ["--job-timeout", "none"],
-    "unknown_types": ["--unknown-types", "wait"],
+    "block_warning": ["--block-warning", "none"],
+    "unknown_types": ["--unknown-types", "dead"],
     "retain": ["--retain", "3600"],
     "shutdown_grace": ["--shutdown-grace", "5"],
     "middleware": ["--middleware", f"{APPS}:tag", "--middleware", f"{APPS}:tag"],
@@ -245,7 +246,8 @@ async def test_flags_replace_the_workers_options_and_keep_its_handlers(
         assert options.backoff is sys.modules[APPS].backoff
         assert options.rescue_after == 60.0
         assert options.job_timeout is None  # the last flag wins, "none" included
-        assert options.unknown_types == "wait"
+        assert options.block_warning is None
+        assert options.unknown_types == "dead"
         assert options.retain == 3600.0
         assert options.shutdown_grace == 5.0
         assert options.middleware == (sys.modules[APPS].tag,) * 2
@@ -357,7 +359,15 @@ BAD = {
     "bad in the parent": ([f"{APPS}:nosuch", "--processes", "2"], "has no attribute"),
     "pool cannot connect": (
         [f"{APPS}:unreachable"],
-        "the worker's pool cannot connect to postgres@127.0.0.1:1/nowhere: ",
+        "cannot connect to postgres@127.0.0.1:1/nowhere (from the pool of tests.cli_apps.apps:unreachable): ",
+    ),
+    "factory cannot connect": (
+        [f"{APPS}:refused"],
+        "cannot connect (from the factory tests.cli_apps.apps:refused): ",
+    ),
+    "sync context manager": (
+        [f"{APPS}:sync_context"],
+        "use contextlib.asynccontextmanager",
     ),
 }
 

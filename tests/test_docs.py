@@ -1,9 +1,10 @@
 """The documentation site: it builds with every warning an error, it documents every
 public name and command, and every ```python block of its pages runs.
 
-The site is built once, with ``sphinx-build -n -W`` in a subprocess (as
-``nox -s docs`` and CI build it); the tests that read it are skipped when
-Sphinx is not installed (``pip install -e '.[docs]'``). The blocks run as
+The site is built once, by ``nox -s docs`` (``sphinx-build -n -W`` in a
+virtualenv with the ``docs`` extra alone, as CI builds it) from a fresh
+clone's files; the tests that read it are skipped without nox (``pip
+install -e '.[dev]'``). The blocks run as
 the README's do (`tests.markdown_blocks`); a block marked ``% no-run:``
 is skipped with its reason.
 """
@@ -11,21 +12,27 @@ is skipped with its reason.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import os
 import posixpath
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
 
 from tests.markdown_blocks import python_blocks, run_block
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -46,9 +53,10 @@ CHROMIUM = Path("/usr/bin/chromium")
 """Debian's Chromium, which the browser check drives (never ``playwright install``)."""
 HAVE_CHROMIUM = CHROMIUM.exists()
 
-needs_sphinx = pytest.mark.skipif(
-    importlib.util.find_spec("sphinx") is None,
-    reason="Sphinx is not installed: pip install -e '.[docs]' to build the site",
+needs_site = pytest.mark.skipif(
+    importlib.util.find_spec("nox") is None or not (ROOT / ".git").exists(),
+    reason="the site is built by nox -s docs from a clone: pip install -e '.[dev]'"
+    " in a git checkout",
 )
 
 
@@ -67,35 +75,44 @@ def page_blocks() -> list[pytest.ParameterSet]:
 BLOCKS = page_blocks()
 
 
+def fresh_clone(target: Path) -> Path:
+    """The checkout's files as a fresh clone has them, in ``target``.
+
+    Tracked files and new ones git does not ignore, as they are in the work
+    tree: no virtualenv, no earlier build, no generated inventory.
+    """
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    for name in filter(None, listed.decode().split("\0")):
+        source = ROOT / name
+        if source.is_file():  # not a deletion still in the index
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built with ``-n -W`` (every reference resolved, no warning)."""
-    out = tmp_path_factory.mktemp("site")
+    """The site as ``nox -s docs`` builds it from a fresh clone (the docs extra alone)."""
+    clone = fresh_clone(tmp_path_factory.mktemp("clone"))
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sphinx",
-            "-n",
-            "-W",
-            "--keep-going",
-            "-q",
-            "-b",
-            "html",
-            "-d",
-            str(out / ".doctrees"),
-            str(DOCS),
-            str(out / "html"),
-        ],
+        [sys.executable, "-m", "nox", "--non-interactive", "-s", "docs"],
+        cwd=clone,
+        env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
         check=False,
     )
     assert result.returncode == 0, (
-        f"sphinx-build -n -W failed ({result.returncode}):\n{result.stderr}"
+        f"nox -s docs failed ({result.returncode}):\n{result.stderr[-6000:]}"
     )
-    return out / "html"
+    return clone / ".nox" / "docs" / "tmp" / "html"
 
 
 def inventory(site: Path) -> dict[str, set[str]]:
@@ -120,7 +137,7 @@ def commands(
     return found
 
 
-@needs_sphinx
+@needs_site
 @pytest.mark.slow
 @pytest.mark.timeout(660)
 def test_the_site_builds_without_a_warning(site: Path) -> None:
@@ -128,7 +145,7 @@ def test_the_site_builds_without_a_warning(site: Path) -> None:
     assert (site / "reference" / "cli.html").is_file()
 
 
-@needs_sphinx
+@needs_site
 @pytest.mark.slow
 @pytest.mark.timeout(660)
 @pytest.mark.parametrize("module_name", PUBLIC_MODULES)
@@ -145,7 +162,7 @@ def test_every_public_name_is_in_the_inventory(site: Path, module_name: str) -> 
     assert missing == []
 
 
-@needs_sphinx
+@needs_site
 @pytest.mark.slow
 @pytest.mark.timeout(660)
 def test_every_command_and_flag_is_on_the_cli_page(site: Path) -> None:
@@ -193,20 +210,46 @@ async def test_docs_block_runs(code: str, fresh_dsn: str, tmp_path: Path) -> Non
     await run_block(code, fresh_dsn, tmp_path)
 
 
-@needs_sphinx
-async def test_the_site_navigates_and_searches_in_chromium(site: Path) -> None:
-    """Served over HTTP, the built site's navigation and search work in a real browser."""
-    playwright_api = pytest.importorskip(
-        "playwright.async_api", reason="the browser check needs playwright"
-    )
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+"""Headless Chromium as root, with nothing fetched from outside."""
+
+SEARCHES = {
+    "after": "howto/workflows.html",
+    "enqueue_many": "howto/enqueue.html",
+    "rate limit": "howto/flow-control.html",
+    "unknown types": "howto/workers.html",
+    "PgBouncer": "howto/pgbouncer.html",
+    "Celery": "howto/from-celery.html",
+    "cron": "howto/periodic-jobs.html",
+    "Django": "howto/django.html",
+    "SQLAlchemy": "howto/sqlalchemy.html",
+    "Prometheus": "howto/metrics-and-tracing.html",
+    "failover": "howto/high-availability.html",
+}
+"""A guide's main term, and the guide the site's search must find for it."""
+
+SCREENSHOTS = {
+    "docs-front.png": "index.html",
+    "docs-guide.png": "howto/workflows.html",
+    "docs-reference.png": "reference/api/working.html",
+}
+"""Saved in docs/screenshots/: the front page, a guide, a reference page."""
+
+
+@contextlib.asynccontextmanager
+async def served(site: Path) -> AsyncIterator[str]:
+    """The built site over HTTP on a free port; its base address."""
     uvicorn = pytest.importorskip("uvicorn", reason="the browser check needs uvicorn")
     from starlette.staticfiles import StaticFiles
 
-    if not HAVE_CHROMIUM:
-        pytest.skip("no Chromium at /usr/bin/chromium (apt-get install chromium)")
-    expect = playwright_api.expect
     listener = socket.create_server(("127.0.0.1", 0))
-    base = f"http://127.0.0.1:{listener.getsockname()[1]}"
     server = uvicorn.Server(
         uvicorn.Config(
             StaticFiles(directory=site, html=True), log_level="warning", lifespan="off"
@@ -216,37 +259,57 @@ async def test_the_site_navigates_and_searches_in_chromium(site: Path) -> None:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(server.serve, [listener])
             try:
-                async with playwright_api.async_playwright() as playwright:
-                    browser = await playwright.chromium.launch(
-                        executable_path=str(CHROMIUM)
-                    )
-                    try:
-                        page = await browser.new_page()
-                        await page.goto(f"{base}/index.html")
-                        await expect(page).to_have_title(re.compile("pgqueue"))
-                        # The sidebar leads to every section.
-                        for section in ("Tutorial", "How-to guides", "Reference"):
-                            await (
-                                page.locator(".sidebar-tree")
-                                .get_by_role("link", name=section, exact=True)
-                                .click()
-                            )
-                            await expect(page).to_have_title(re.compile(section[:8]))
-                        # Search finds the API by name.
-                        await page.goto(f"{base}/search.html?q=enqueue_many")
-                        results = page.locator("#search-results")
-                        await expect(results.get_by_role("link").first).to_be_visible(
-                            timeout=10_000
-                        )
-                        await expect(results).to_contain_text("enqueue_many")
-                        if os.environ.get("PGQUEUE_SCREENSHOTS") == "1":
-                            await page.screenshot(
-                                path=str(DOCS / "screenshots" / "docs-search.png")
-                            )
-                    finally:
-                        await browser.close()
+                yield f"http://127.0.0.1:{listener.getsockname()[1]}"
             finally:
                 server.should_exit = True
+
+
+@needs_site
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+async def test_the_site_navigates_searches_and_is_photographed_in_chromium(
+    site: Path,
+) -> None:
+    """Served over HTTP, the built site's navigation and search work in a real browser."""
+    playwright_api = pytest.importorskip(
+        "playwright.async_api", reason="the browser check needs playwright"
+    )
+    if not HAVE_CHROMIUM:
+        pytest.skip("no Chromium at /usr/bin/chromium (apt-get install chromium)")
+    expect = playwright_api.expect
+    async with served(site) as base, playwright_api.async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 900})
+            await page.goto(f"{base}/index.html")
+            await expect(page).to_have_title(re.compile("pgqueue"))
+            # The front page: a runnable example, the reasons, the features.
+            await expect(page.locator("div.highlight-python").first).to_be_visible()
+            await expect(page.locator("table").first).to_be_visible()
+            # The sidebar leads to every section, the guides in their groups.
+            tree = page.locator(".sidebar-tree")
+            for group in ("Produce", "Work", "Operate", "Integrate", "Scale"):
+                await expect(tree).to_contain_text(group)
+            for section in ("Tutorial", "How-to guides", "Reference"):
+                await tree.get_by_role("link", name=section, exact=True).click()
+                await expect(page).to_have_title(re.compile(section[:8]))
+            for name, path in SCREENSHOTS.items():
+                await page.goto(f"{base}/{path}")
+                await expect(page.locator("article")).to_be_visible()
+                shot = await page.screenshot(path=str(DOCS / "screenshots" / name))
+                assert shot.startswith(b"\x89PNG"), name
+            # Search finds each guide by its main term.
+            for term, guide in SEARCHES.items():
+                await page.goto(f"{base}/search.html?q={term}")
+                results = page.locator("#search-results")
+                link = results.locator(f'a[href*="{guide}"]').first
+                await expect(link, f"{term!r} finds {guide}").to_be_visible(
+                    timeout=10_000
+                )
+        finally:
+            await browser.close()
 
 
 SHELL_FENCE = re.compile(

@@ -11,6 +11,7 @@ Against a real server, with real worker processes (``pgqueue worker
 
 from __future__ import annotations
 
+import itertools
 import json
 import signal
 from datetime import timedelta
@@ -348,7 +349,7 @@ async def test_a_rate_of_20_per_second_over_4_processes_holds_in_every_window(
         " WHERE queue = $1",
         queue_name,
     )
-    assert count == 100
+    assert count == 100, child.text
     assert timedelta(seconds=4) <= last - first < timedelta(seconds=6)
     pids = await pool.fetchval(
         "SELECT count(DISTINCT pid) FROM limit_samples WHERE queue = $1", queue_name
@@ -397,23 +398,74 @@ async def test_a_rate_per_group_holds_for_each_group_on_its_own(
     assert timedelta(seconds=2) <= last - first < timedelta(seconds=4)
 
 
+async def _three_windows_of_three(pool: asyncpg.Pool, queue: str) -> None:
+    """9 starts at 3 per 0.5 s: never 4 in a window, the last at least two windows in.
+
+    And not a poll (30 s) later: the test's wait for the 9 jobs is 10 s.
+    """
+    assert await pool.fetchval(MAX_IN_WINDOW, queue, 0.5) == 3
+    spread = await pool.fetchval(
+        "SELECT extract(epoch FROM max(started_at) - min(started_at))::float8"
+        " FROM start_log WHERE queue = $1",
+        queue,
+    )
+    assert 1.0 <= spread < 5.0
+
+
 @pytest.mark.usefixtures("start_log")
-async def test_a_full_window_sleeps_until_its_oldest_start_leaves(
+@pytest.mark.parametrize(
+    "concurrency",
+    [3, 10],
+    ids=["claims-as-large-as-the-window", "claims-larger-than-the-window"],
+)
+async def test_under_run_a_full_window_sleeps_until_its_oldest_start_leaves_not_the_poll(
+    pool: asyncpg.Pool, queue_name: str, concurrency: int
+) -> None:
+    # With concurrency above the rate, each window's claim takes all it
+    # allows and comes back short of what it asked; the poll (30 s) never
+    # comes within the test's wait.
+    await enqueue(pool, queue_name, 9)
+    rate = pgqueue.RateLimit(3, per=0.5)
+    worker = make_worker(
+        pool, queue_name, concurrency=concurrency, rate_limit=rate, poll_interval=30
+    )
+    async with running(worker):
+        await wait_until(lambda: _completed(pool, queue_name, 9), within=10)
+    await _three_windows_of_three(pool, queue_name)
+
+
+@pytest.mark.usefixtures("start_log")
+async def test_pgqueue_worker_rate_limit_holds_its_rate(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await enqueue(pool, queue_name, 9)
+    flags = ["--concurrency", "10", "--rate-limit", "3/0.5s", "--poll-interval", "30"]
+    async with started(dsn, queue_name, LIMITED, *flags) as child:
+        await child.wait_for("worker ready", within=30)
+        await wait_until(lambda: _completed(pool, queue_name, 9), within=10)
+        child.process.send_signal(signal.SIGTERM)
+        assert await child.exit_code() == 0, child.text
+    await _three_windows_of_three(pool, queue_name)
+
+
+async def test_under_run_a_group_s_room_wakes_the_claim_not_the_poll(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    await enqueue(pool, queue_name, 6)
-    rate = pgqueue.RateLimit(3, per=1.5)
-    worker = make_worker(pool, queue_name, concurrency=3, rate_limit=rate)
+    await enqueue(pool, queue_name, 4, group="one", sleep=0.1)
+    worker = make_worker(
+        pool, queue_name, concurrency=4, group_limit=1, poll_interval=30
+    )
     async with running(worker):
-        await wait_until(lambda: _completed(pool, queue_name, 6), within=10)
-    first, last = await _fetchrow(
-        pool,
-        "SELECT min(started_at), max(started_at) FROM start_log WHERE queue = $1",
+        await wait_until(lambda: _completed(pool, queue_name, 4), within=10)
+    found = await pool.fetch(
+        "SELECT started, ended FROM limit_samples WHERE queue = $1 ORDER BY started",
         queue_name,
     )
-    # The second three start once the first three leave the window, not before
-    # and not a poll later (the default poll is 5 s).
-    assert timedelta(seconds=1.5) <= last - first < timedelta(seconds=2.5)
+    assert await pool.fetchval(MAX_GROUP_OVERLAP, queue_name) == 1
+    # Each job starts as the one before it ends (well within a second),
+    # not a poll later.
+    for before, after in itertools.pairwise(found):
+        assert after["started"] - before["ended"] < timedelta(seconds=1)
 
 
 # --------------------------------------------------------------------------

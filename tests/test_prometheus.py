@@ -337,6 +337,7 @@ async def test_job_types_without_a_handler_share_one_label(
         queue=queue.name,
         middleware=[metrics.middleware],
         observers=[metrics.observer],
+        unknown_types="dead",  # claimed, so counted
     )
 
     @worker.handler("known")

@@ -91,3 +91,26 @@ def test_every_public_class_and_function_has_a_docstring_of_its_own(
         if not doc.strip():
             undocumented.append(name)
     assert undocumented == []
+
+
+def test_every_public_error_is_named_as_pgqueue_imports_it() -> None:
+    errors = [
+        obj
+        for name in pgqueue.__all__
+        if isinstance(obj := getattr(pgqueue, name), type)
+        and issubclass(obj, BaseException)
+    ]
+    assert len(errors) == 10
+    for error in errors:
+        assert error.__module__ == "pgqueue", error
+    # What a traceback shows.
+    code = (
+        "import pgqueue\n"
+        "raise pgqueue.SchemaError('x', where='u@h:5432/d', apply='SCHEMA')\n"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    ).stderr
+    assert shown.splitlines()[-1].startswith("pgqueue.SchemaError: u@h:5432/d: x: "), (
+        shown
+    )

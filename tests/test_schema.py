@@ -65,6 +65,7 @@ V2_COLUMNS = {
     "parents_left": ("integer", "YES", None),
     "on_parent_failure": ("text", "YES", None),
     "group_key": ("text", "YES", None),
+    "claimed_at": ("timestamp with time zone", "YES", None),
 }
 
 

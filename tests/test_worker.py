@@ -249,7 +249,7 @@ async def test_permanent_skips_retries(
 async def test_unregistered_type_goes_dead(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
-    worker = pgqueue.Worker(pool, queue=queue.name)
+    worker = pgqueue.Worker(pool, queue=queue.name, unknown_types="dead")
     worker.register("known", noop)
     job_id = await queue.enqueue("unknown", {})
     async with running(worker):
@@ -1098,7 +1098,9 @@ async def test_log_messages_do_not_repeat_the_loggers_name(
     pool: asyncpg.Pool, queue: pgqueue.Queue, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="pgqueue")
-    worker = pgqueue.Worker(pool, queue=queue.name, backoff=no_backoff)
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, backoff=no_backoff, unknown_types="dead"
+    )
 
     @worker.handler("t")
     async def handle(job: pgqueue.Job) -> None:

@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ import pytest
 import pgqueue
 from pgqueue._core.log import JsonFormatter
 from pgqueue._engine.runner import TRACEBACK_INTERVAL
+from tests.helpers import RecordingLogger
 
 if TYPE_CHECKING:
     import asyncpg
@@ -45,7 +47,9 @@ async def test_messages_name_the_job_its_attempt_and_the_error(
     pool: asyncpg.Pool, queue: pgqueue.Queue, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="pgqueue")
-    worker = pgqueue.Worker(pool, queue=queue.name, backoff=no_backoff)
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, backoff=no_backoff, unknown_types="dead"
+    )
 
     @worker.handler("send_email")
     async def send_email(job: pgqueue.Job) -> None:
@@ -194,3 +198,52 @@ async def test_pgqueue_worker_log_format_json_writes_one_object_per_line(
         flaky: "completed",
         doomed: "dead",
     }
+
+
+async def test_a_handler_that_blocks_the_event_loop_is_named_in_a_warning(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    logger = RecordingLogger()
+    worker = pgqueue.Worker(pool, queue=queue.name, block_warning=0.2, logger=logger)
+
+    @worker.handler("resize")
+    async def resize(job: pgqueue.Job) -> None:
+        time.sleep(0.6)  # noqa: ASYNC251 - the blocking call the watch is for
+
+    @worker.handler("polite")
+    async def polite(job: pgqueue.Job) -> None:
+        await anyio.sleep(0.6)
+
+    blocking = await queue.enqueue("resize", {})
+    await queue.enqueue("polite", {})
+    await drain_logged(worker)
+    [(level, extra)] = [
+        (lv, e) for lv, m, e in logger.records if "held the event loop" in m
+    ]
+    assert level == "warning"
+    assert (extra["job_id"], extra["job_type"], extra["queue"]) == (
+        blocking,
+        "resize",
+        queue.name,
+    )
+    assert extra["held"] >= 0.4
+
+
+async def test_the_block_warning_can_be_turned_off(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    logger = RecordingLogger()
+    worker = pgqueue.Worker(pool, queue=queue.name, block_warning=None, logger=logger)
+
+    @worker.handler("resize")
+    async def resize(job: pgqueue.Job) -> None:
+        time.sleep(0.3)  # noqa: ASYNC251 - blocks, and nothing is said
+
+    await queue.enqueue("resize", {})
+    await drain_logged(worker)
+    assert not [m for m in logger.messages() if "event loop" in m]
+
+
+async def drain_logged(worker: pgqueue.Worker) -> None:
+    with anyio.fail_after(15):
+        await worker.run(until_empty=True)

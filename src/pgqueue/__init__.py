@@ -113,6 +113,13 @@ __all__ = [
 
 __version__ = "0.1.0.dev0"
 
+# Tracebacks name the errors where users import them from: pgqueue.SchemaError.
+for _name in __all__:
+    _public = globals()[_name]
+    if isinstance(_public, type) and issubclass(_public, BaseException):
+        _public.__module__ = __name__
+del _name, _public
+
 
 def __dir__() -> list[str]:
     """The public names: ``__all__``, ``__version__`` and public submodules once imported."""

@@ -196,11 +196,10 @@ class QueueStats(_JSONShape):
         waiting: jobs waiting for their parents (``after=``) to finish.
         lag: seconds the oldest ready job has waited since its ``run_at``,
             or None when no job is ready.
-        longest_running: seconds since the oldest running job became due
-            (its ``run_at``), or None when none runs. The table records no
-            claim time (``updated_at`` moves with every heartbeat), so this
-            is an upper bound of the run's length: it includes the time the
-            job waited in line, and for a rescued job its earlier runs.
+        longest_running: seconds since the longest running job was
+            claimed (its ``claimed_at``), or None when none runs. A job a
+            Go worker claimed has no ``claimed_at``: its ``run_at`` stands
+            in (an upper bound, with the time it waited in line).
         oldest_heartbeat: seconds since the least recently seen running job
             was seen alive (claimed or heartbeated): what the rescue sweep
             compares with ``rescue_after``. None when none runs.
@@ -1132,11 +1131,11 @@ class Admin:
         try:
             yield
         except asyncpg.UndefinedTableError as exc:
-            msg = (
-                "there is no table pgqueue_periodic on the search_path: apply "
-                "pgqueue.SCHEMA_UPGRADE in a migration (or await pgqueue.install(pool))"
-            )
-            raise SchemaError(msg, where=target_of(self._executor)) from exc
+            raise SchemaError(
+                "there is no table pgqueue_periodic on the search_path",
+                where=target_of(self._executor),
+                apply="SCHEMA_UPGRADE",
+            ) from exc
 
     async def schema_state(self) -> SchemaState:
         """Say whether ``pgqueue_jobs`` is missing, the Go module's, partly upgraded or current.

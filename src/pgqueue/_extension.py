@@ -44,7 +44,12 @@ from pgqueue._core.checks import (
     check_unique_key,
     check_when,
 )
-from pgqueue._core.codec import encode_payload, encode_payloads, payload_encoder
+from pgqueue._core.codec import (
+    encode_payload,
+    encode_payloads,
+    payload_encoder,
+    unencodable,
+)
 from pgqueue._core.connect import check_dsn, target, target_of
 from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
@@ -124,4 +129,5 @@ __all__ = [
     "sql",
     "target",
     "target_of",
+    "unencodable",
 ]

@@ -543,7 +543,9 @@ class Queue:
             except SCHEMA_ERRORS as exc:
                 raise await schema_failure(executor, str(exc)) from exc
             except asyncpg.UndefinedFunctionError as exc:
-                raise SchemaError(REPLACE_MISSING, where=target_of(executor)) from exc
+                raise SchemaError(
+                    REPLACE_MISSING, where=target_of(executor), apply="SCHEMA_UPGRADE"
+                ) from exc
             if wake is not None and woke:
                 wake()
         return job_id, outcome
@@ -766,7 +768,9 @@ class Queue:
             except SCHEMA_ERRORS as exc:
                 raise await schema_failure(executor, str(exc)) from exc
             except asyncpg.UndefinedFunctionError as exc:
-                raise SchemaError(REPLACE_MISSING, where=target_of(executor)) from exc
+                raise SchemaError(
+                    REPLACE_MISSING, where=target_of(executor), apply="SCHEMA_UPGRADE"
+                ) from exc
             if wake is not None and woke:
                 wake()
         if event is not None:

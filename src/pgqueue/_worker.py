@@ -93,6 +93,7 @@ from pgqueue._engine.ledger import Budget
 from pgqueue._engine.periodic import Schedules, check_schedule
 from pgqueue._engine.runner import JobRunner, in_thread
 from pgqueue._engine.upkeep import HEARTBEATS_PER_RESCUE, Upkeep
+from pgqueue._engine.watch import LoopWatch
 from pgqueue._engine.writer import OutcomeWriter
 from pgqueue._jobtype import JobType
 from pgqueue._wire.connections import Connections, private_connections
@@ -215,14 +216,26 @@ class Worker:
             refreshes its held jobs' rows every ``rescue_after / 3``.
         job_timeout: seconds a handler may run before it is cancelled and its
             attempt fails; ``None`` leaves handlers unbounded.
+        block_warning: seconds an ``async def`` handler may hold the event
+            loop (blocking code between two awaits) before a WARNING names
+            its job; ``None`` turns the watch off. It times nothing per job:
+            a ticker notes the time and a thread looks at the loop's stack
+            only while it is held.
+
+            .. versionadded:: Unreleased
         unknown_types: what becomes of a job whose type has no handler here.
-            ``"dead"`` (the default): it is dead-lettered at once ("no
-            handler registered for job type ..."). ``"wait"``: the worker
-            claims only the types it has handlers for and leaves the others
-            pending, attempts untouched, for a worker that has them (a
-            rolling deploy: older workers beside newer producers). Jobs
-            left waiting are walked past by each claim, so do not leave a
-            large backlog of a type no worker handles.
+            ``"wait"`` (the default): the worker claims only the types it
+            has handlers for and leaves the others pending, attempts
+            untouched, for a worker that has them: another application's
+            worker on a shared queue, or a newer worker in a rolling
+            deploy. Jobs left waiting are walked past by each claim, so do
+            not leave a large backlog of a type no worker handles.
+            ``"dead"``: such a job is dead-lettered at once ("no handler
+            registered for job type ...", as the Go module does); only for
+            a queue this worker's application has to itself.
+
+            .. versionchanged:: Unreleased
+               ``"wait"`` is the default (it was ``"dead"``).
         retain: prune the worker's queues' completed, dead and cancelled
             jobs older than this many seconds; ``None`` never prunes.
         shutdown_grace: when the task running `run` is cancelled, how long
@@ -270,7 +283,8 @@ class Worker:
         backoff: Backoff = default_backoff,
         rescue_after: float = 300.0,
         job_timeout: float | None = None,
-        unknown_types: Literal["dead", "wait"] = "dead",
+        block_warning: float | None = 0.5,
+        unknown_types: Literal["dead", "wait"] = "wait",
         retain: float | None = None,
         shutdown_grace: float | None = 30.0,
         middleware: Sequence[Middleware] = (),
@@ -294,6 +308,7 @@ class Worker:
                 backoff=backoff,
                 rescue_after=rescue_after,
                 job_timeout=job_timeout,
+                block_warning=block_warning,
                 unknown_types=unknown_types,
                 retain=retain,
                 shutdown_grace=shutdown_grace,
@@ -325,6 +340,7 @@ class Worker:
         self._backoff = options.backoff
         self._rescue_after = options.rescue_after
         self._job_timeout = options.job_timeout
+        self._block_warning = options.block_warning
         self._unknown_types = options.unknown_types
         self._retain = options.retain
         self._shutdown_grace = options.shutdown_grace
@@ -821,6 +837,11 @@ class Worker:
                     connections._watch(outage)
                     async with anyio.create_task_group() as services:
                         services.start_soon(self._writer.run)
+                        if self._block_warning is not None:
+                            watch = LoopWatch(
+                                self._block_warning, self._logger, self._fields
+                            )
+                            services.start_soon(watch.run)
                         if self._listens:
                             self._listener = connections.route(
                                 [_sql.JOBS_CHANNEL, _sql.CONTROL_CHANNEL],

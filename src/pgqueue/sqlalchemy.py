@@ -29,7 +29,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 import pgqueue
-import pgqueue.sync
 from pgqueue._extension import (
     check_jobs,
     check_on_conflict,
@@ -45,6 +44,8 @@ if TYPE_CHECKING:
 
     import asyncpg
     import psycopg
+
+    from pgqueue.sync import Queue as SyncQueue
 
 __all__ = ["enqueue", "enqueue_many", "enqueue_many_sync", "enqueue_sync"]
 
@@ -243,7 +244,7 @@ def _sync_queue(
     session: Session | sa.Connection,
     name: str,
     json_encoder: Callable[[Any], Any] | None,
-) -> pgqueue.sync.Queue:
+) -> SyncQueue:
     """A `pgqueue.sync.Queue` on the psycopg connection of ``session``."""
     given: object = session  # whatever the annotation says
     if not isinstance(given, Session | sa.Connection):
@@ -260,7 +261,10 @@ def _sync_queue(
         # connection's commit(). psycopg begins at the job's statement.
         connection.begin()
     raw = connection.connection.driver_connection
-    return pgqueue.sync.Queue(
+    # Only here: the async side needs asyncpg alone, not psycopg.
+    from pgqueue import sync
+
+    return sync.Queue(
         cast("psycopg.Connection[Any]", raw), name, json_encoder=json_encoder
     )
 

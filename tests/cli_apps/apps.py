@@ -20,7 +20,7 @@ import asyncpg
 import pgqueue
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterator
 
 WAIT_LIMIT = 20.0
 
@@ -114,3 +114,16 @@ def needs_args(pool: asyncpg.Pool[Any]) -> pgqueue.Worker:
 
 def gives_nothing() -> None:
     return None
+
+
+@contextlib.asynccontextmanager
+async def refused() -> AsyncIterator[pgqueue.Worker]:
+    """A factory whose own pool cannot connect (nothing listens on port 1)."""
+    async with asyncpg.create_pool("postgresql://postgres@127.0.0.1:1/x") as pool:
+        yield make_worker(pool)
+
+
+@contextlib.contextmanager
+def sync_context() -> Iterator[pgqueue.Worker]:
+    """A factory written with contextlib.contextmanager, not asynccontextmanager."""
+    yield make_worker(asyncpg.create_pool(dsn()))

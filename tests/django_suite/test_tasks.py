@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import os
 import subprocess
@@ -12,19 +13,25 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+import asyncpg
 import psycopg
 import pytest
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.tasks import TaskResultStatus, default_task_backend
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
-from django.test import Client
+from django.test import Client, override_settings
 from django.utils import timezone
 from shop.models import Order
 from shop.tasks import PaymentDeclinedError, attempt, charge, send_receipt, total
 
+from pgqueue import SchemaError
 from pgqueue.django import JOB_TYPE, database_dsn, pgqueue_priority
 from tests.django_suite.conftest import PROJECT, ROOT, Process, wait_until
+from tests.django_suite.tasks import now
 
 PROMPTLY = 10.0  # seconds; the worker polls only every 60
 
@@ -182,9 +189,9 @@ def test_a_rolled_back_view_writes_nothing_and_wakes_no_worker() -> None:
 def test_bad_input_raises_before_anything_is_written() -> None:
     before = jobs()
     with transaction.atomic():
-        with pytest.raises(TypeError, match="must be JSON"):
+        with pytest.raises(TypeError, match="is not JSON"):
             send_receipt.enqueue(object())
-        with pytest.raises(TypeError, match="must be JSON"):
+        with pytest.raises(TypeError, match="is not JSON"):
             send_receipt.enqueue(timezone.now())
         with pytest.raises(InvalidTask, match="priority"):
             send_receipt.using(priority=101)
@@ -267,3 +274,119 @@ def test_pgqueue_worker_django_runs_the_tasks_and_never_shows_the_password() -> 
     )
     assert f"running the tasks of backend default from {dsn.username}@" in cli.stderr
     assert password not in cli.stderr
+
+
+def _manage(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_worker_logs_to_stderr_under_djangos_default_logging() -> None:
+    result = send_receipt.enqueue(Order.objects.create(item="c", cents=1).pk)
+    ran = _manage(
+        "pgqueue_worker",
+        "--burst",
+        "--settings",
+        "tests.django_suite.settings_unlogged",
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert " INFO pgqueue: worker starting" in ran.stderr, ran.stderr
+    assert "INFO pgqueue: worker stopped" in ran.stderr, ran.stderr
+    assert (
+        default_task_backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    )
+
+
+def test_the_checks_name_a_missing_app_and_an_empty_queues() -> None:
+    assert not [m for m in checks.run_checks() if m.id.startswith("pgqueue.")]
+    misconfigured = {
+        "INSTALLED_APPS": ["shop"],
+        "TASKS": {"default": {"BACKEND": "pgqueue.django.Backend", "QUEUES": []}},
+    }
+    with override_settings(**misconfigured):
+        found = {m.id: m for m in checks.run_checks()}
+    assert '"pgqueue.django" is not in INSTALLED_APPS' in found["pgqueue.E003"].msg
+    assert "python manage.py migrate" in str(found["pgqueue.E003"].hint)
+    assert "QUEUES is empty" in found["pgqueue.E004"].msg
+
+
+def test_without_the_migration_check_enqueue_and_the_worker_say_to_migrate() -> None:
+    call_command("migrate", "pgqueue", "zero", verbosity=0)
+    try:
+        messages = checks.run_checks(databases=["default"])
+        [missing] = [m for m in messages if m.id == "pgqueue.W001"]
+        assert "python manage.py migrate" in str(missing.hint)
+        with pytest.raises(SchemaError, match=r"run python manage\.py migrate"):
+            send_receipt.enqueue(1)
+        worker = _manage("pgqueue_worker", "--burst")
+        assert worker.returncode == 1, worker.stderr
+        assert "pgqueue.W001" in worker.stderr
+        assert "run python manage.py migrate" in worker.stderr
+        assert "install(pool)" not in worker.stderr + str(missing.hint)
+    finally:
+        call_command("migrate", verbosity=0)
+    assert table_exists()
+
+
+def test_arguments_and_return_values_that_are_not_json_are_said_the_django_way(
+    worker: Process,
+) -> None:
+    with pytest.raises(TypeError) as raised:
+        send_receipt.enqueue(timezone.now())
+    assert str(raised.value).startswith(
+        "task shop.tasks.send_receipt: args[0] (datetime) is not JSON; "
+        "Django's tasks take and return JSON values"
+    )
+    assert "json_encoder" not in str(raised.value)  # pgqueue's own advice
+    result = now.enqueue()
+    done = wait_until(finished(result.id), PROMPTLY, "the task failed")
+    assert done.status == TaskResultStatus.FAILED
+    traceback = done.errors[-1].traceback
+    assert "task tests.django_suite.tasks.now returned what is not JSON" in traceback
+    assert "Django's tasks take and return JSON values" in traceback
+
+
+def test_database_options_reach_the_workers_connections() -> None:
+    options = {
+        "options": "-c statement_timeout=4321 --lock-timeout=1234",
+        "application_name": "shop worker",
+    }
+    dsn = _dsn_with(options)
+
+    async def shown() -> tuple[str, str, str]:
+        connection = await asyncpg.connect(dsn)
+        try:
+            return (
+                await connection.fetchval("SHOW statement_timeout"),
+                await connection.fetchval("SHOW lock_timeout"),
+                await connection.fetchval("SHOW application_name"),
+            )
+        finally:
+            await connection.close()
+
+    assert asyncio.run(shown()) == ("4321ms", "1234ms", "shop worker")
+    for refused, match in (
+        ({"assume_role": "app"}, "assume_role"),
+        ({"options": "statement_timeout=1"}, "is not -c name=value"),
+        ({"options": "-c nothing"}, "is not name=value"),
+    ):
+        with pytest.raises(ImproperlyConfigured, match=match):
+            _dsn_with(refused)
+
+
+def _dsn_with(options: dict[str, str]) -> str:
+    """`database_dsn` of the default database with these OPTIONS (Django's connection unchanged)."""
+    settings.DATABASES["with_options"] = {
+        **settings.DATABASES["default"],
+        "OPTIONS": options,
+    }
+    try:
+        return database_dsn("with_options")
+    finally:
+        del settings.DATABASES["with_options"]

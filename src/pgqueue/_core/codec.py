@@ -18,7 +18,7 @@ import uuid
 from datetime import date, time
 from decimal import Decimal
 from itertools import chain
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pgqueue._core.checks import check_callable
 from pgqueue._core.errors import describe
@@ -28,12 +28,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_PAYLOAD_DEPTH",
+    "Unencodable",
     "encode_each",
     "encode_payload",
     "encode_payloads",
     "is_model_class",
     "payload_encoder",
     "to_json_value",
+    "unencodable",
 ]
 
 _JSON_TYPES = frozenset({dict, list, str, int, float, bool, type(None)})
@@ -339,7 +341,7 @@ def _encode(value: Any, encoder: json.JSONEncoder, depth: int = 0) -> str:
         text = encoder.encode(value)
     except TypeError as exc:
         hook = encoder.hook if isinstance(encoder, _HookedEncoder) else None
-        raise TypeError(_unserializable(value, hook, exc)) from exc
+        raise TypeError(_unserializable(value, hook, exc).message) from exc
     except ValueError as exc:
         # Python's own messages: NaN and infinities, ints too long for text.
         reason = "JSON has no NaN or infinity" if "float" in str(exc) else exc
@@ -366,9 +368,31 @@ def _checked(text: str) -> str:
     return text
 
 
+class Unencodable(NamedTuple):
+    """Why a payload could not be encoded, and where."""
+
+    message: str
+    path: str | None = None
+    """Where in the payload (``args[0]``, ``kwargs.when``; ``""`` for the
+    payload itself); None when it cannot be told."""
+    value_type: type | None = None
+    """The type of the value JSON cannot hold; None when it cannot be told."""
+
+
+def unencodable(value: Any) -> Unencodable | None:
+    """The first value in ``value`` JSON cannot hold, and where; None if there is none."""
+    try:
+        _encoder.encode(value)
+    except TypeError as exc:
+        return _unserializable(value, None, exc)
+    except ValueError:
+        return None
+    return None
+
+
 def _unserializable(
     value: Any, hook: Callable[[Any], Any] | None, error: TypeError
-) -> str:
+) -> Unencodable:
     """Why ``value`` could not be encoded: the first value JSON cannot hold, and where."""
     stack: list[tuple[str, Any, int]] = [("", value, 0)]
     while stack:
@@ -389,16 +413,19 @@ def _unserializable(
             continue
         where = f"payload field '{path}'" if path else "payload"
         where += f" ({type(item).__name__}) is not JSON-serializable"
+        found = path, type(item)
         if hook is None:
-            return f"{where}; {_HINT}"
+            return Unencodable(f"{where}; {_HINT}", *found)
         if hooked == 10:  # what it returns needs it again, and again...
-            return f"{where}: json_encoder did not turn it into JSON values"
+            return Unencodable(
+                f"{where}: json_encoder did not turn it into JSON values", *found
+            )
         try:
             stack.append((path, hook(item), hooked + 1))
         except Exception as exc:
-            return f"{where}: json_encoder raised {describe(exc)}"
+            return Unencodable(f"{where}: json_encoder raised {describe(exc)}", *found)
     text = str(error)
-    return (
+    return Unencodable(
         text
         if text.startswith("payload")
         else f"payload is not JSON-serializable: {text}"

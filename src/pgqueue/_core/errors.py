@@ -40,6 +40,7 @@ __all__ = [
     "is_outage",
     "is_permanent",
     "is_transient",
+    "schema_fix",
     "storable",
 ]
 
@@ -98,12 +99,33 @@ class SchemaError(PgQueueError):
             the database (for a page a viewer sees).
         where: the database, ``user@host:port/database``; None when it
             cannot be told (an executor pgqueue does not know).
+        missing: what is missing, without how to add it.
+        apply: the statement that adds it, ``"SCHEMA"`` or
+            ``"SCHEMA_UPGRADE"``; None when the message says something else.
     """
 
-    def __init__(self, summary: str, *, where: str | None = None) -> None:
+    def __init__(
+        self, summary: str, *, where: str | None = None, apply: str | None = None
+    ) -> None:
+        self.missing = summary
+        self.apply = apply
+        if apply is not None:
+            summary = f"{summary}: {schema_fix(apply)}"
         super().__init__(summary if where is None else f"{where}: {summary}")
         self.summary = summary
         self.where = where
+
+    def fixed_by(self, fix: str) -> str:
+        """The message with ``fix`` as how to add what is missing (a command line's, a framework's)."""
+        if self.apply is None:
+            return str(self)
+        summary = f"{self.missing}: {fix}"
+        return summary if self.where is None else f"{self.where}: {summary}"
+
+
+def schema_fix(apply: str) -> str:
+    """How Python code adds what ``pgqueue.<apply>`` creates."""
+    return f"apply pgqueue.{apply} in a migration (or await pgqueue.install(pool))"
 
 
 class TrackerClosedError(PgQueueError):

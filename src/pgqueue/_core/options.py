@@ -313,13 +313,23 @@ class WorkerOptions:
             "DURATION|none",
         ),
     )
+    block_warning: float | None = field(
+        default=0.5,
+        metadata=_flag(
+            "--block-warning",
+            "seconds|none",
+            "warn, naming the job, when a handler holds the event loop this long",
+            "DURATION|none",
+        ),
+    )
     unknown_types: Literal["dead", "wait"] = field(
-        default="dead",
+        default="wait",
         metadata=_flag(
             "--unknown-types",
             "choice",
-            "a job whose type has no handler: dead at once (the default), or "
-            "left pending for a worker that has one (rolling deploys)",
+            "a job whose type has no handler: left pending for a worker that "
+            "has one (the default: another application's job, a rolling "
+            "deploy), or dead at once",
             choices=("dead", "wait"),
         ),
     )
@@ -422,6 +432,7 @@ class WorkerOptions:
                 "rescue_after", self.rescue_after, positive=True
             ),
             job_timeout=_optional_duration("job_timeout", self.job_timeout),
+            block_warning=_optional_duration("block_warning", self.block_warning),
             unknown_types=_check_unknown_types(self.unknown_types),
             retain=None
             if self.retain is None

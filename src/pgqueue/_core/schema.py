@@ -32,8 +32,7 @@ SCHEMA_ERRORS: tuple[type[Exception], ...] = (
 
 REPLACE_MISSING = (
     'the function pgqueue_enqueue_replace is missing (on_conflict="replace" '
-    "and debounce need it): apply pgqueue.SCHEMA_UPGRADE in a migration "
-    "(or await pgqueue.install(pool))"
+    "and debounce need it)"
 )
 """The `SchemaError` of a replacing enqueue on a schema from before it (a table the upgrade has not reached)."""
 
@@ -113,9 +112,9 @@ def schema_error(
     """
     if row is None or not row["table_exists"]:
         return SchemaError(
-            "there is no table pgqueue_jobs on the search_path: apply "
-            "pgqueue.SCHEMA in a migration (or await pgqueue.install(pool))",
+            "there is no table pgqueue_jobs on the search_path",
             where=where,
+            apply="SCHEMA",
         )
     missing = missing_pieces(row, limits=limits)
     if not missing:
@@ -130,11 +129,7 @@ def schema_error(
         lacking.append(
             f"the {_LIMITS_TABLE} are not both on the search_path (a worker with a global_limit needs them)"
         )
-    return SchemaError(
-        f"{'; '.join(lacking)}: apply pgqueue.SCHEMA_UPGRADE "
-        "in a migration (or await pgqueue.install(pool))",
-        where=where,
-    )
+    return SchemaError("; ".join(lacking), where=where, apply="SCHEMA_UPGRADE")
 
 
 _LIMITS_TABLE = "tables pgqueue_limits and pgqueue_leases"

@@ -772,7 +772,8 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
     has_children     BOOLEAN     NOT NULL DEFAULT false,
     parents_left     INT,
     on_parent_failure TEXT,
-    group_key        TEXT
+    group_key        TEXT,
+    claimed_at       TIMESTAMPTZ
 );
 
 -- The Go module's claims, and ours of jobs without a priority.
@@ -809,7 +810,8 @@ ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS has_children     BOOLEAN  NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS parents_left     INT,
     ADD COLUMN IF NOT EXISTS on_parent_failure TEXT,
-    ADD COLUMN IF NOT EXISTS group_key        TEXT;
+    ADD COLUMN IF NOT EXISTS group_key        TEXT,
+    ADD COLUMN IF NOT EXISTS claimed_at       TIMESTAMPTZ;
 
 DO $$
 DECLARE
@@ -1354,7 +1356,7 @@ def _claiming(ids: str, *, recheck: str = "") -> str:
     """
     return f"""
 UPDATE pgqueue_jobs
-SET status = 'running', attempts = attempts + 1, updated_at = now()
+SET status = 'running', attempts = attempts + 1, updated_at = now(), claimed_at = now()
 WHERE id = ANY(ARRAY({ids})){recheck}{_NOT_PAUSED}
 RETURNING {_CLAIM_RETURNING}
 """
@@ -1785,6 +1787,7 @@ REQUIRED_COLUMNS = (
     "parents_left",
     "on_parent_failure",
     "group_key",
+    "claimed_at",
 )
 """The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
@@ -1901,9 +1904,9 @@ WHERE id > $1 AND id <= $2 AND ($3::text IS NULL OR queue = $3)
 GROUP BY queue
 """
 
-# The $2 jobs running longest: seconds since they were due (run_at, as
-# Admin's longest_running) and since they were last heard from (claimed or
-# heartbeat, updated_at), and their progress: the first PROGRESS_CHARS
+# The $2 jobs running longest: seconds since they were claimed (claimed_at;
+# run_at for a job a Go worker claimed, as Admin's longest_running) and
+# since they were last heard from (claimed or heartbeat, updated_at), and their progress: the first PROGRESS_CHARS
 # characters of their checkpoint's JSON text. The running rows come through the rescue index,
 # and are few (no more than the workers' concurrency, plus orphans).
 # Queue $1, or every queue.
@@ -1912,14 +1915,15 @@ PROGRESS_CHARS = 200
 
 DASHBOARD_RUNNING = f"""
 SELECT id, queue, job_type,
-       CASE WHEN isfinite(run_at)
-            THEN greatest(extract(epoch FROM now() - run_at), 0)::float8 END AS running_for,
+       CASE WHEN isfinite(coalesce(claimed_at, run_at))
+            THEN greatest(extract(epoch FROM now() - coalesce(claimed_at, run_at)), 0)::float8
+       END AS running_for,
        CASE WHEN isfinite(updated_at)
             THEN greatest(extract(epoch FROM now() - updated_at), 0)::float8 END AS heard_from,
        left(checkpoint::text, {PROGRESS_CHARS}) AS progress
 FROM pgqueue_jobs
 WHERE status = 'running' AND ($1::text IS NULL OR queue = $1)
-ORDER BY run_at, id
+ORDER BY coalesce(claimed_at, run_at), id
 LIMIT $2
 """
 
@@ -1936,7 +1940,7 @@ ADMIN_INDEXES = ("idx_pgqueue_jobs_failed",)
 
 # Per queue: pending jobs due (ready) and not yet due (scheduled), and how
 # long the oldest due job has waited (through the claim index); running
-# jobs, the earliest run_at among them and their stalest heartbeat (through
+# jobs, the earliest claim among them and their stalest heartbeat (through
 # the rescue index); dead and cancelled jobs (through the failed index);
 # jobs waiting for their parents (through the waiting index).
 # $1: one queue, or NULL for every queue. Completed jobs are not counted
@@ -1952,7 +1956,7 @@ WITH pending AS (
     GROUP BY queue
 ), running AS (
     SELECT queue, count(*) AS running,
-           extract(epoch FROM now() - min(run_at))::float8 AS longest_running,
+           extract(epoch FROM now() - min(coalesce(claimed_at, run_at)))::float8 AS longest_running,
            extract(epoch FROM now() - min(updated_at))::float8 AS oldest_heartbeat
     FROM pgqueue_jobs
     WHERE status = 'running' AND ($1::text IS NULL OR queue = $1)
@@ -2432,7 +2436,7 @@ SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 """
 
 _PLAIN_JOBS_KEY = "    id               BIGSERIAL PRIMARY KEY,\n"
-_PLAIN_JOBS_END = "    group_key        TEXT\n);\n"
+_PLAIN_JOBS_END = "    claimed_at       TIMESTAMPTZ\n);\n"
 assert SCHEMA.count(_PLAIN_JOBS_KEY) == 1
 assert SCHEMA.count(_PLAIN_JOBS_END) == 1
 _DISTRIBUTED_JOBS = (
@@ -2441,7 +2445,7 @@ _DISTRIBUTED_JOBS = (
             _PLAIN_JOBS_END
         )
     ].replace(_PLAIN_JOBS_KEY, "    id               BIGSERIAL,\n")
-    + "    group_key        TEXT,\n    PRIMARY KEY (id, queue)\n);\n"
+    + "    claimed_at       TIMESTAMPTZ,\n    PRIMARY KEY (id, queue)\n);\n"
 )
 
 

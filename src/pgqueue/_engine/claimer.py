@@ -403,7 +403,10 @@ class Claimer:
             rows = []
         # Cut short by the window (it took all the window allowed, or per
         # group, maybe): room comes back once the window's oldest start
-        # leaves it (a start since then is newer).
+        # leaves it (a start since then is newer). In a window that was
+        # empty, the oldest start is this claim's own, at ``at``.
+        if wait is None and rows:
+            wait = rate.per
         if wait is not None and (
             len(rows) == take < limit or (rate.per_group and len(rows) < limit)
         ):

@@ -14,7 +14,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from pgqueue import SchemaError
-from pgqueue.cli._common import EXIT_ERROR, EXIT_USAGE, UsageError, printable
+from pgqueue.cli._common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    UsageError,
+    printable,
+    schema_message,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -83,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except SchemaError as exc:
-        print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
+        print(f"pgqueue: {schema_message(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

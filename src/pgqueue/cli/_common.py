@@ -12,11 +12,14 @@ import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 
 from pgqueue._extension import DATABASE_ERRORS, check_dsn, describe, target
+
+if TYPE_CHECKING:
+    from pgqueue import SchemaError
 
 __all__ = [
     "CONNECT_ERRORS",
@@ -33,6 +36,7 @@ __all__ = [
     "connect",
     "delay",
     "dsn_of",
+    "dsn_source",
     "duration",
     "first_line",
     "job_id",
@@ -47,6 +51,7 @@ __all__ = [
     "read_dsn_of",
     "reports_database_errors",
     "rich_console",
+    "schema_message",
     "seconds_of",
     "text_log_handler",
 ]
@@ -81,9 +86,28 @@ CONNECT_ERRORS = (
 """What connecting can raise for a reason the user can fix (a bad DSN, a server down)."""
 
 
-def cannot_connect(exc: BaseException, dsn: str | None) -> UsageError:
-    """The `UsageError` for a failed connection: ``cannot connect to <place>: <first line>``."""
-    return UsageError(f"cannot connect to {place(dsn)}: {first_line(exc)}")
+def cannot_connect(exc: BaseException, dsn: str | None, source: str) -> UsageError:
+    """The `UsageError` for a failed connection.
+
+    ``cannot connect to <place> (from <source>): <first line>``; ``source``
+    says where the DSN came from (`dsn_source`).
+    """
+    return UsageError(f"cannot connect to {place(dsn, source)}: {first_line(exc)}")
+
+
+_CLI_FIXES = {
+    "SCHEMA": "run pgqueue schema apply (or apply pgqueue.SCHEMA in a migration)",
+    "SCHEMA_UPGRADE": (
+        "run pgqueue schema apply --upgrade (or apply pgqueue.SCHEMA_UPGRADE "
+        "in a migration)"
+    ),
+}
+
+
+def schema_message(exc: SchemaError) -> str:
+    """``exc``'s message as the command line says it: the fix is a ``pgqueue`` command."""
+    fix = None if exc.apply is None else _CLI_FIXES.get(exc.apply)
+    return printable(str(exc) if fix is None else exc.fixed_by(fix))
 
 
 def first_line(exc: BaseException) -> str:
@@ -115,6 +139,20 @@ def add_read_dsn(parser: argparse.ArgumentParser) -> None:
     )
 
 
+_LIBPQ = "libpq's PG* variables and defaults: no --dsn or PGQUEUE_DSN"
+
+
+def dsn_source(args: argparse.Namespace, *, read: bool = False) -> str:
+    """Where the DSN `dsn_of` (with ``read``, `read_dsn_of`) gives came from, for a message."""
+    if read and getattr(args, "read_dsn", None):
+        return "--read-dsn"
+    if read and os.environ.get(READ_DSN_VARIABLE):
+        return READ_DSN_VARIABLE
+    if getattr(args, "dsn", None):
+        return "--dsn"
+    return "PGQUEUE_DSN" if os.environ.get("PGQUEUE_DSN") else _LIBPQ
+
+
 def read_dsn_of(args: argparse.Namespace) -> str | None:
     """``--read-dsn``, else ``PGQUEUE_READ_DSN``, else `dsn_of`."""
     dsn: str | None = getattr(args, "read_dsn", None) or os.environ.get(
@@ -123,22 +161,22 @@ def read_dsn_of(args: argparse.Namespace) -> str | None:
     return dsn or dsn_of(args)
 
 
-def place(dsn: str | None) -> str:
+def place(dsn: str | None, source: str | None = None) -> str:
     """Where a connection goes, ``user@host:port/database`` (no password), for a message.
+
+    With ``source`` (`dsn_source`), followed by ``(from <source>)``.
 
     Raises:
         UsageError: a DSN that cannot be parsed (saying to percent-encode the
             password, and quoting nothing of it).
     """
     if dsn is None:
-        return (
-            f"{target()} (no --dsn or PGQUEUE_DSN: libpq's PG* variables and defaults)"
-        )
+        return f"{target()} (from {source or _LIBPQ})"
     try:
         check_dsn(dsn)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return target(dsn)
+    return target(dsn) if source is None else f"{target(dsn)} (from {source})"
 
 
 @asynccontextmanager
@@ -156,7 +194,7 @@ async def connect(
             dsn, timeout=connect_timeout
         )
     except CONNECT_ERRORS as exc:
-        raise cannot_connect(exc, dsn) from exc
+        raise cannot_connect(exc, dsn, dsn_source(args, read=read)) from exc
     try:
         yield conn
     finally:
@@ -245,14 +283,25 @@ def _json_default(value: object) -> Any:
     raise TypeError(msg)
 
 
+PIPED_WIDTH = 1_000
+"""Columns of output that is not a terminal's (without ``COLUMNS``): whole lines."""
+
+
 def rich_console() -> Any:
-    """A `rich.console.Console` on stdout; `UsageError` saying how to install rich if missing."""
+    """A `rich.console.Console` on stdout; `UsageError` saying how to install rich if missing.
+
+    Piped or redirected (and ``COLUMNS`` unset), lines are as long as their
+    cells, not cut at rich's 80 columns: a script reads every id and type.
+    """
     try:
         from rich.console import Console
     except ModuleNotFoundError as exc:
         msg = "this command renders with rich: pip install 'pgqueue-asyncio[cli]'"
         raise UsageError(msg) from exc
-    return Console()
+    console = Console()
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console = Console(width=PIPED_WIDTH)
+    return console
 
 
 def print_table(

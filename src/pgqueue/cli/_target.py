@@ -13,8 +13,11 @@ import importlib
 import inspect
 import logging
 import os
+import socket
 import sys
 from typing import TYPE_CHECKING, Any
+
+import asyncpg
 
 from pgqueue import Worker
 from pgqueue._extension import check_dsn, option_flags, target_of
@@ -152,7 +155,7 @@ async def open_worker(
         except (TypeError, ValueError) as exc:
             msg = f"bad worker option: {exc}"
             raise UsageError(msg) from exc
-    await _open_pool(worker, stack)
+    await _open_pool(worker, target, stack)
     return worker
 
 
@@ -173,20 +176,55 @@ async def _produce(obj: Any, target: str, stack: contextlib.AsyncExitStack) -> W
             obj = obj()
             if inspect.isawaitable(obj):
                 obj = await obj
+        except _REFUSED as exc:
+            raise _factory_cannot_connect(exc, target) from exc
         except Exception as exc:
             raise WorkerFailed(target) from exc
     if hasattr(obj, "__aenter__") and hasattr(obj, "__aexit__"):
         try:
             obj = await stack.enter_async_context(obj)
+        except _REFUSED as exc:
+            raise _factory_cannot_connect(exc, target) from exc
         except Exception as exc:
             raise WorkerFailed(target) from exc
+    elif hasattr(obj, "__enter__") and hasattr(obj, "__exit__"):
+        msg = (
+            f"{target} gave a synchronous context manager ({type(obj).__name__}): "
+            "a worker's factory runs in the event loop; use "
+            "contextlib.asynccontextmanager (and async with for its pool)"
+        )
+        raise UsageError(msg)
     if not isinstance(obj, Worker):
         msg = f"{target} gave {_kind(obj)}, not a Worker"
         raise UsageError(msg)
     return obj
 
 
-async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
+_REFUSED = (
+    ConnectionError,
+    TimeoutError,
+    socket.gaierror,
+    asyncpg.InvalidAuthorizationSpecificationError,
+    asyncpg.InvalidCatalogNameError,
+    asyncpg.CannotConnectNowError,
+)
+"""What a factory raises when its pool cannot connect (a refused port, a
+wrong password or database, a server starting up): the user's DSN, not the
+user's code."""
+
+
+def _factory_cannot_connect(exc: BaseException, target: str) -> UsageError:
+    """`UsageError` (exit 2) for a factory whose pool did not connect.
+
+    The DSN is the factory's own, which pgqueue never sees: the reason names
+    what the driver reached.
+    """
+    return UsageError(f"cannot connect (from the factory {target}): {first_line(exc)}")
+
+
+async def _open_pool(
+    worker: Worker, target: str, stack: contextlib.AsyncExitStack
+) -> None:
     """Open the worker's pool if nobody has (``asyncpg.create_pool`` not awaited)."""
     pool = worker.pool
     if getattr(pool, "_initialized", True) or getattr(pool, "_initializing", False):
@@ -203,7 +241,9 @@ async def _open_pool(worker: Worker, stack: contextlib.AsyncExitStack) -> None:
         await pool
     except CONNECT_ERRORS as exc:
         # Like every command's DSN that does not connect: exit 2.
-        msg = f"the worker's pool cannot connect to {where}: {first_line(exc)}"
+        msg = (
+            f"cannot connect to {where} (from the pool of {target}): {first_line(exc)}"
+        )
         raise UsageError(msg) from None
     except Exception as exc:
         msg = f"opening the worker's pool ({where})"

@@ -315,7 +315,8 @@ def _add_retry(commands: Commands) -> None:
             "Put dead or cancelled jobs back to pending, due now, with as many "
             "more attempts as their max_attempts (or --attempts). Their attempts "
             "are never reset. A job whose unique key is held by a live job is "
-            "skipped (duplicate). Exit 1 if an id has no job."
+            "skipped (duplicate); each id left alone is printed with why. Exit 1 "
+            "if an id has no job or none of the ids was retried."
         ),
     )
     parser.add_argument("ids", nargs="*", type=job_id, metavar="ID", help="job ids")
@@ -353,7 +354,8 @@ async def retry(args: argparse.Namespace) -> int:
             )
         else:
             done = await _checked(admin.retry(*args.ids, attempts=args.attempts))
-    return _print_results(done, as_json=args.json)
+        reasons = await _reasons(admin, done, "retry")
+    return _print_results(done, reasons, as_json=args.json)
 
 
 def _add_cancel(commands: Commands) -> None:
@@ -363,7 +365,8 @@ def _add_cancel(commands: Commands) -> None:
         description=(
             "Cancel jobs: a pending one at once (cancelled), a running one by "
             "request to its worker (requested); a finished one is left alone "
-            "(finished). Exit 1 if an id has no job."
+            "(finished), printed with why. Exit 1 if an id has no job or none "
+            "of the ids was cancelled."
         ),
     )
     parser.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="job ids")
@@ -374,20 +377,65 @@ def _add_cancel(commands: Commands) -> None:
 async def cancel(args: argparse.Namespace) -> int:
     """Cancel the given jobs."""
     async with connect(args) as connection:
-        done = await _checked(Admin(connection).cancel(*args.ids))
-    return _print_results(done, as_json=args.json)
+        admin = Admin(connection)
+        done = await _checked(admin.cancel(*args.ids))
+        reasons = await _reasons(admin, done, "cancel")
+    return _print_results(done, reasons, as_json=args.json)
 
 
-def _print_results(done: dict[int, str], *, as_json: bool) -> int:
-    """Print what became of each id (JSON: ``[{"id", "result"}]``); exit 1 if one has no job."""
+_DONE = frozenset({"retried", "cancelled", "requested"})
+"""The results of ``retry`` and ``cancel`` that changed the job."""
+
+_CAN = {
+    "retry": "only dead and cancelled jobs are retried",
+    "cancel": "only pending, waiting and running jobs are cancelled",
+}
+
+
+async def _reasons(admin: Admin, done: dict[int, str], action: str) -> dict[int, str]:
+    """Why each id that was left alone was: its job's status, read after the refusal."""
+    reasons = {}
+    for key, result in done.items():
+        if result in _DONE:
+            continue
+        if result == "not_found":
+            reasons[key] = "no job has this id (never enqueued, or pruned)"
+        elif result == "duplicate":
+            reasons[key] = (
+                "another job of its type and unique key is pending or running"
+            )
+        else:
+            summary = await admin.job_summary(key)
+            status = "gone" if summary is None else summary.status
+            reasons[key] = f"it is {status}: {_CAN[action]}"
+    return reasons
+
+
+def _print_results(
+    done: dict[int, str], reasons: dict[int, str], *, as_json: bool
+) -> int:
+    """Print what became of each id and why one was left alone; the exit code.
+
+    JSON: ``[{"id", "result", "reason"}]`` (``reason`` null for a job
+    changed). Exit 1 if an id has no job, or if ids were given and none
+    was changed (``--all-dead`` finding none is not a failure).
+    """
     if as_json:
-        print_json([{"id": key, "result": result} for key, result in done.items()])
+        print_json(
+            [
+                {"id": key, "result": result, "reason": reasons.get(key)}
+                for key, result in done.items()
+            ]
+        )
     else:
         for key, result in done.items():
-            print(f"{key}\t{result}")
+            why = reasons.get(key)
+            print(f"{key}\t{result}" if why is None else f"{key}\t{result}: {why}")
         if not done:
             print("no jobs")
-    return EXIT_ERROR if "not_found" in done.values() else EXIT_OK
+    acted = any(result in _DONE for result in done.values())
+    refused = bool(done) and not acted
+    return EXIT_ERROR if "not_found" in done.values() or refused else EXIT_OK
 
 
 # --- pause / resume --------------------------------------------------------------------

@@ -25,6 +25,7 @@ from pgqueue.cli._common import (
     add_read_dsn,
     cannot_connect,
     dsn_of,
+    dsn_source,
     read_dsn_of,
     reports_database_errors,
 )
@@ -168,10 +169,14 @@ async def run(args: argparse.Namespace) -> int:
         msg = f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
         raise UsageError(msg) from exc
     with listener:
-        pool = await _open_pool(dsn_of(args))
+        pool = await _open_pool(dsn_of(args), dsn_source(args))
         read_dsn = read_dsn_of(args)
         try:
-            reads = await _open_pool(read_dsn) if read_dsn != dsn_of(args) else None
+            reads = (
+                await _open_pool(read_dsn, dsn_source(args, read=True))
+                if read_dsn != dsn_of(args)
+                else None
+            )
         except BaseException:
             await pool.close()
             raise
@@ -230,11 +235,11 @@ def _secret() -> str | None:
     return secret
 
 
-async def _open_pool(dsn: str | None) -> asyncpg.Pool[Any]:
+async def _open_pool(dsn: str | None, source: str) -> asyncpg.Pool[Any]:
     try:
         pool: asyncpg.Pool[Any] = await asyncpg.create_pool(
             dsn, min_size=1, max_size=4, timeout=10
         )
     except CONNECT_ERRORS as exc:
-        raise cannot_connect(exc, dsn) from exc
+        raise cannot_connect(exc, dsn, source) from exc
     return pool

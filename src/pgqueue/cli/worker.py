@@ -43,7 +43,7 @@ from pgqueue.cli._common import (
     optional_int,
     port,
     positive_int,
-    printable,
+    schema_message,
     text_log_handler,
 )
 from pgqueue.cli._processes import LISTEN_DSN_VARIABLE, run_processes
@@ -551,7 +551,7 @@ async def drive(
             try:
                 await worker.run(until_empty=burst, task_status=_Ready(worker))
             except SchemaError as exc:
-                print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
+                print(f"pgqueue: {schema_message(exc)}", file=sys.stderr)
                 code = EXIT_ERROR
             except SystemExit as exc:
                 if exc.code not in (None, 0):

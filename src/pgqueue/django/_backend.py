@@ -7,22 +7,43 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
-from django.db import connections, transaction
+from django.db import ProgrammingError, connections, transaction
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils.module_loading import import_string
 
-from pgqueue._extension import ENQUEUE_CALL, JOB_PYFORMAT, enqueue_params
+from pgqueue import SchemaError
+from pgqueue._extension import (
+    ENQUEUE_CALL,
+    JOB_PYFORMAT,
+    TABLE_EXISTS,
+    enqueue_params,
+    unencodable,
+)
 from pgqueue.django._outcome import JOB_TYPE, read_error
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Backend", "pgqueue_priority"]
+__all__ = ["Backend", "check_migrated", "pgqueue_priority"]
+
+MIGRATE = (
+    'run python manage.py migrate (with "pgqueue.django" in INSTALLED_APPS: '
+    "its migration creates pgqueue_jobs)"
+)
+"""How a Django project adds pgqueue's schema."""
+
+JSON_VALUES = (
+    "Django's tasks take and return JSON values (str, int, float, bool, None, "
+    "and lists and dicts of them): pass a model's pk rather than the model, "
+    "a datetime's isoformat() rather than the datetime"
+)
+"""What a task's arguments and return value may be, said the Django way."""
 
 _STATUSES = {
     "pending": TaskResultStatus.READY,
@@ -111,17 +132,31 @@ class Backend(BaseTaskBackend):
                 priority=pgqueue_priority(task.priority),
             )
         except TypeError as exc:
-            msg = f"the arguments of task {task.module_path} must be JSON: {exc}"
+            found = unencodable({"args": payload["args"], "kwargs": payload["kwargs"]})
+            if found is None or found.path is None or found.value_type is None:
+                msg = f"the arguments of task {task.module_path} must be JSON: {exc}"
+            else:
+                msg = (
+                    f"task {task.module_path}: {found.path} "
+                    f"({found.value_type.__name__}) is not JSON; {JSON_VALUES}"
+                )
             raise TypeError(msg) from exc
         # One transaction (or the caller's): the row is read as inserted,
         # before a worker woken by its commit can claim it.
-        with (
-            transaction.atomic(using=self.database, savepoint=False),
-            connections[self.database].cursor() as cursor,
-        ):
-            cursor.execute(ENQUEUE_CALL, params)
-            job_id = cursor.fetchone()[0]
-            row = _fetch(cursor, job_id)
+        try:
+            with (
+                transaction.atomic(using=self.database, savepoint=False),
+                connections[self.database].cursor() as cursor,
+            ):
+                cursor.execute(ENQUEUE_CALL, params)
+                job_id = cursor.fetchone()[0]
+                row = _fetch(cursor, job_id)
+        except ProgrammingError as exc:
+            # 42883: no function pgqueue_enqueue; 42P01: no table pgqueue_jobs.
+            if getattr(exc.__cause__, "sqlstate", None) not in ("42883", "42P01"):
+                raise
+            msg = f"database {self.database!r} has no pgqueue schema: {MIGRATE}"
+            raise SchemaError(msg) from exc
         assert row is not None  # inserted by this transaction
         return self._result(task, row)
 
@@ -142,23 +177,50 @@ class Backend(BaseTaskBackend):
         return self._result(self._task(payload, row["queue"]), row)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Report a ``DATABASE`` that is missing or not PostgreSQL."""
+        """Django's system check of the backend's settings (no query).
+
+        ``pgqueue.E001``: ``DATABASE`` is not in ``DATABASES``; ``E002``: it
+        is not PostgreSQL; ``E003``: ``pgqueue.django`` is not in
+        ``INSTALLED_APPS`` (its migration makes the schema); ``E004``:
+        ``QUEUES`` is empty, so no worker takes the tasks. `check_migrated`
+        (``manage.py check --database``) looks at the database itself.
+        """
         found = settings.DATABASES.get(self.database)
+        errors: list[checks.CheckMessage] = []
         if found is None:
-            return [
+            errors.append(
                 checks.Error(
                     f"TASKS[{self.alias!r}]: DATABASE {self.database!r} is not in DATABASES",
                     id="pgqueue.E001",
                 )
-            ]
-        if "postgresql" not in found.get("ENGINE", ""):
-            return [
+            )
+        elif "postgresql" not in found.get("ENGINE", ""):
+            errors.append(
                 checks.Error(
                     f"TASKS[{self.alias!r}]: DATABASE {self.database!r} is not PostgreSQL",
                     id="pgqueue.E002",
                 )
-            ]
-        return []
+            )
+        if not apps.is_installed("pgqueue.django"):
+            errors.append(
+                checks.Error(
+                    '"pgqueue.django" is not in INSTALLED_APPS: nothing creates '
+                    "pgqueue_jobs, and enqueue fails",
+                    hint='add "pgqueue.django" to INSTALLED_APPS, then run '
+                    "python manage.py migrate",
+                    id="pgqueue.E003",
+                )
+            )
+        if not self.queues:
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]: QUEUES is empty: no worker takes its "
+                    "tasks (manage.py pgqueue_worker runs the queues it lists)",
+                    hint='list the queues your tasks use, e.g. "QUEUES": ["default"]',
+                    id="pgqueue.E004",
+                )
+            )
+        return errors
 
     def _task(self, payload: dict[str, Any], queue: str) -> Task:
         """The task a job's payload names, as it was enqueued."""
@@ -235,3 +297,38 @@ def _fetch(cursor: Any, job_id: int) -> dict[str, Any] | None:
     if found is None:
         return None
     return dict(zip((c[0] for c in cursor.description), found, strict=True))
+
+
+@checks.register(checks.Tags.database)
+def check_migrated(
+    app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """``pgqueue.W001``: a pgqueue backend's database has no ``pgqueue_jobs``.
+
+    A database check: ``manage.py check --database default``, ``migrate``
+    and ``manage.py pgqueue_worker`` run it; plain ``check`` does not query.
+    """
+    from django.tasks import task_backends
+
+    errors: list[checks.CheckMessage] = []
+    for backend in task_backends.all():
+        if not isinstance(backend, Backend) or backend.database not in (
+            databases or ()
+        ):
+            continue
+        if backend.database not in settings.DATABASES:
+            continue  # E001 says so
+        with connections[backend.database].cursor() as cursor:
+            cursor.execute(TABLE_EXISTS)
+            (exists,) = cursor.fetchone()
+        if not exists:
+            # A warning: migrate runs the database checks before it migrates.
+            errors.append(
+                checks.Warning(
+                    f"database {backend.database!r} of TASKS[{backend.alias!r}] has "
+                    "no pgqueue_jobs table: the pgqueue migration is not applied",
+                    hint=MIGRATE,
+                    id="pgqueue.W001",
+                )
+            )
+    return errors

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import os
+import shlex
 import signal
 import socket
 from inspect import iscoroutinefunction
@@ -24,7 +25,7 @@ from django.utils.json import normalize_json
 
 import pgqueue
 from pgqueue._extension import target
-from pgqueue.django._backend import Backend
+from pgqueue.django._backend import JSON_VALUES, Backend
 from pgqueue.django._outcome import JOB_TYPE, TaskFailed
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ __all__ = ["database_dsn", "run_worker", "worker"]
 logger = logging.getLogger("pgqueue.django")
 
 # The connection settings of Django's OPTIONS that asyncpg reads from a DSN
-# (any other query parameter would be sent to the server as a setting).
+# (any other query parameter is sent to the server as a setting, as
+# "options" and "application_name" are on purpose).
 _DSN_OPTIONS = (
     "sslmode",
     "sslrootcert",
@@ -60,9 +62,9 @@ def database_dsn(alias: str = "default") -> str:
     password = quote(str(database.get("PASSWORD") or ""), safe="")
     host = str(database.get("HOST") or "")
     port = str(database.get("PORT") or "")
-    query = {
-        k: str(v) for k, v in database.get("OPTIONS", {}).items() if k in _DSN_OPTIONS
-    }
+    options = database.get("OPTIONS", {})
+    query = {k: str(v) for k, v in options.items() if k in _DSN_OPTIONS}
+    query.update(_server_settings(alias, options))
     if host.startswith("/"):  # a socket directory
         query["host"] = host
         host = ""
@@ -73,6 +75,46 @@ def database_dsn(alias: str = "default") -> str:
     name = quote(str(database.get("NAME") or ""), safe="")
     dsn = f"postgresql://{credentials}{where}/{name}"
     return f"{dsn}?{urlencode(query)}" if query else dsn
+
+
+def _server_settings(alias: str, options: dict[str, Any]) -> dict[str, str]:
+    """The server settings of ``OPTIONS``: ``options`` (libpq's ``-c name=value``) and ``application_name``.
+
+    The worker's asyncpg connections start with them, as Django's psycopg
+    connection does.
+
+    Raises:
+        ImproperlyConfigured: ``options`` holds what is not a setting
+            (``-c name=value`` or ``--name=value``), or ``assume_role``
+            is set (the worker would run as ``USER``, not the role).
+    """
+    where = f"DATABASES[{alias!r}]['OPTIONS']"
+    if "assume_role" in options:
+        msg = (
+            f"{where}['assume_role'] is not forwarded to pgqueue's worker "
+            "(asyncpg cannot SET ROLE on connect): give the database a USER of "
+            "that role for the worker"
+        )
+        raise ImproperlyConfigured(msg)
+    found: dict[str, str] = {}
+    if "application_name" in options:
+        found["application_name"] = str(options["application_name"])
+    words = shlex.split(str(options.get("options", "")))
+    while words:
+        word = words.pop(0)
+        if word == "-c" and words:
+            word = words.pop(0)
+        elif word.startswith(("-c", "--")):
+            word = word[2:]
+        else:
+            msg = f"{where}['options']: {word!r} is not -c name=value"
+            raise ImproperlyConfigured(msg)
+        name, equals, value = word.partition("=")
+        if not (equals and name):
+            msg = f"{where}['options']: {word!r} is not name=value"
+            raise ImproperlyConfigured(msg)
+        found[name.replace("-", "_")] = value
+    return found
 
 
 def _backend(alias: str) -> Backend:
@@ -220,7 +262,13 @@ async def _call(alias: str, job: pgqueue.Job, started: Any, worker_id: str) -> A
         value = await anyio.to_thread.run_sync(
             functools.partial(_in_thread, task.func, args, kwargs)
         )
-    return normalize_json(value)
+    try:
+        return normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        msg = (
+            f"task {task.module_path} returned what is not JSON ({exc}); {JSON_VALUES}"
+        )
+        raise TypeError(msg) from exc
 
 
 def _in_thread(

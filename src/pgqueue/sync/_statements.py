@@ -78,7 +78,7 @@ def _execute(
     except psycopg.errors.UndefinedFunction as exc:
         info = cursor.connection.info
         where = f"{info.user}@{info.host}:{info.port}/{info.dbname}"
-        raise SchemaError(REPLACE_MISSING, where=where) from exc
+        raise SchemaError(REPLACE_MISSING, where=where, apply="SCHEMA_UPGRADE") from exc
 
 
 def _schema_failure(connection: psycopg.Connection[Any], message: str) -> SchemaError:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.tasks import task_backends
 
+from pgqueue import SchemaError
+from pgqueue.django._backend import MIGRATE
 from pgqueue.django._runner import run_worker
 
 
@@ -58,10 +63,43 @@ class Command(BaseCommand):
             for name in ("concurrency", "poll_interval")
             if given[name] is not None
         }
-        run_worker(
-            given["backend"],
-            queue_names=given["queue_names"],
-            burst=given["burst"],
-            shutdown_timeout=given["shutdown_timeout"],
-            **options,
-        )
+        log_unless_configured()
+        backend = task_backends[given["backend"]]
+        database = getattr(backend, "database", None)
+        if database is not None:
+            # The database's own checks too (the pgqueue migration applied).
+            self.check(databases=[database])
+        try:
+            run_worker(
+                given["backend"],
+                queue_names=given["queue_names"],
+                burst=given["burst"],
+                shutdown_timeout=given["shutdown_timeout"],
+                **options,
+            )
+        except* SchemaError as failed:  # out of the worker's task groups
+            error = failed.exceptions[0]
+            assert isinstance(error, SchemaError)
+            raise CommandError(error.fixed_by(MIGRATE)) from None
+
+
+def log_unless_configured() -> None:
+    """pgqueue's INFO lines on stderr, unless LOGGING sends them somewhere.
+
+    Django's default logging configures only its own loggers: without this
+    the worker would say nothing, not its start, not a failed task.
+    """
+    found = logging.getLogger("pgqueue")
+    current: logging.Logger | None = found
+    while current is not None:
+        # pgqueue's own NullHandler says nothing.
+        if any(not isinstance(h, logging.NullHandler) for h in current.handlers):
+            return
+        current = current.parent if current.propagate else None
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    found.addHandler(handler)
+    if found.level == logging.NOTSET:
+        found.setLevel(logging.INFO)

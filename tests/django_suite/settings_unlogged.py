@@ -1,0 +1,7 @@
+"""The example project's settings without LOGGING: Django's default logging, as a new project has."""
+
+from __future__ import annotations
+
+from project.settings import *  # noqa: F403 - the project's settings, then one change
+
+del LOGGING  # noqa: F821 - defined by the project's settings
