@@ -597,11 +597,11 @@ async def test_schema_state_tells_missing_go_partial_and_current(
             "missing": ["index idx_pgqueue_jobs_failed"],
             "analyzed": False,
         }
-        await connection.execute("DROP FUNCTION pgqueue_depend")
+        await connection.execute("DROP FUNCTION pgqueue_enqueue_after")
         state = await admin.schema_state()
         assert state.missing == (
             "index idx_pgqueue_jobs_failed",
-            "function pgqueue_depend",
+            "function pgqueue_enqueue_after",
         )
         await pgqueue.uninstall(connection)
         state = await admin.schema_state()

@@ -661,7 +661,7 @@ async def test_a_schema_without_the_replacing_function_says_to_upgrade(
         await pgqueue.install(pool)
         await pool.execute(
             "DROP FUNCTION pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz,"
-            " int, boolean, text, text, boolean, boolean)"
+            " int, boolean, text, text, boolean, boolean, text)"
         )
         queue = pgqueue.Queue(pool, name="q")
         with pytest.raises(pgqueue.SchemaError, match="SCHEMA_UPGRADE") as caught:
@@ -676,8 +676,11 @@ async def test_a_schema_without_the_replacing_function_says_to_upgrade(
             pytest.raises(pgqueue.SchemaError, match="SCHEMA_UPGRADE"),
         ):
             pgqueue.sync.Queue(conn, "q").enqueue("t", {}, unique_key="k", debounce=1)
-        # Plain and unique enqueues do not need it; the upgrade brings it back.
-        assert await queue.enqueue("t", {}, unique_key="k") > 0
+        # Unique keys need it too (a producer's enqueues with keys go through
+        # it); plain enqueues do not. The upgrade brings it back.
+        with pytest.raises(pgqueue.SchemaError, match="pgqueue_enqueue_replace"):
+            await queue.enqueue("t", {}, unique_key="k")
+        assert await queue.enqueue("t", {}) > 0
         await pool.execute(pgqueue.SCHEMA_UPGRADE)
         assert await queue.enqueue("t", {}, unique_key="k", debounce=1) > 0
 

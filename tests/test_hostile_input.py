@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -43,6 +44,7 @@ from hypothesis import strategies as st
 import pgqueue
 from pgqueue._core.checks import (
     MAX_IDENTIFIER_BYTES,
+    MAX_NAME_CHARS,
     MAX_QUEUE_NAME_BYTES,
     NOTIFY_LIMIT,
 )
@@ -180,13 +182,31 @@ def same(got: Any, want: Any) -> bool:
     return bool(got == want)
 
 
-def name_refusals(value: object, max_bytes: int | None = None) -> set[type[Exception]]:
-    """The error a job type, queue or channel name must get; empty: it must work."""
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def name_refusals(
+    value: object,
+    max_bytes: int | None = None,
+    *,
+    max_chars: int | None = None,
+    controls: bool = False,
+) -> set[type[Exception]]:
+    """The error a job type, queue or channel name must get; empty: it must work.
+
+    ``max_chars``: the most characters; ``controls``: whether a C0 or C1
+    control character is refused (in job types, queues, groups and keys;
+    a channel is quoted, and takes them).
+    """
     if not isinstance(value, str):
         return {TypeError}
     if not value or bad_text(value):
         return {ValueError}
     if max_bytes is not None and len(value.encode("utf-8")) > max_bytes:
+        return {ValueError}
+    if max_chars is not None and len(value) > max_chars:
+        return {ValueError}
+    if controls and CONTROL.search(value):
         return {ValueError}
     return set()
 
@@ -667,7 +687,7 @@ def test_a_reference_cycle_is_refused() -> None:
 
 
 async def _check_job_type(db: Db, job_type: object) -> None:
-    expected = name_refusals(job_type)
+    expected = name_refusals(job_type, max_chars=MAX_NAME_CHARS, controls=True)
     queue = pgqueue.Queue(db.pool, name=unique("job-type"))
     worker = pgqueue.Worker(db.pool, queue=queue.name)
     ran: list[str] = []
@@ -710,7 +730,7 @@ def test_job_types_round_trip_or_are_refused_before_any_sql(
 
 
 async def _check_queue_name(db: Db, name: object) -> None:
-    expected = name_refusals(name, MAX_QUEUE_NAME_BYTES)
+    expected = name_refusals(name, MAX_QUEUE_NAME_BYTES, controls=True)
     try:
         queue = pgqueue.Queue(db.pool, name=name)  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:

@@ -511,8 +511,9 @@ def _dsn_of(pool: asyncpg.Pool) -> str:
     return dsn
 
 
-async def test_the_tick_statement_finds_live_jobs_through_the_unique_index(
-    fresh_dsn: str,
+@pytest.mark.parametrize("last_job", ["by id", "by key, from before last_job_id"])
+async def test_the_tick_statement_finds_its_last_job_through_an_index(
+    fresh_dsn: str, last_job: str
 ) -> None:
     """As the worker's connections plan it (generically), on a table of 20,000 jobs."""
     from tests.test_statement_plans import _plans, _table_scans
@@ -529,7 +530,10 @@ async def test_the_tick_statement_finds_live_jobs_through_the_unique_index(
             _sql.PERIODIC_REGISTER, "s", "@every 60s", "UTC", "q", "t", T0, T0
         )
         await connection.execute(
-            "UPDATE pgqueue_periodic SET last_job_key = 'periodic:other@3'"
+            "UPDATE pgqueue_periodic SET last_job_key = 'periodic:other@3',"
+            " last_job_id = CASE WHEN $1 THEN (SELECT id FROM pgqueue_jobs"
+            " WHERE unique_key = 'periodic:other@3') END",
+            last_job == "by id",
         )
         tick = T0 + timedelta(seconds=30)
         plans = await _plans(
@@ -553,10 +557,15 @@ async def test_the_tick_statement_finds_live_jobs_through_the_unique_index(
         await connection.close()
     nodes = plans["generic"]
     scans = _table_scans(nodes)
-    assert scans == [("Index Only Scan", "idx_pgqueue_jobs_unique")], scans
-    [lookup] = [n for n in nodes if n.get("Index Name") == "idx_pgqueue_jobs_unique"]
-    assert "unique_key =" in lookup["Index Cond"], lookup
-    assert "job_type =" in lookup["Index Cond"], lookup
+    assert sorted(scans) == [
+        ("Index Only Scan", "idx_pgqueue_jobs_unique"),
+        ("Index Scan", "pgqueue_jobs_pkey"),
+    ], scans
+    index = "pgqueue_jobs_pkey" if last_job == "by id" else "idx_pgqueue_jobs_unique"
+    [lookup] = [n for n in nodes if n.get("Index Name") == index]
+    conditions = ("id =",) if last_job == "by id" else ("unique_key =", "job_type =")
+    for condition in conditions:
+        assert condition in lookup["Index Cond"], lookup
     assert lookup["Actual Rows"] == 1  # the last job, pending: the tick is skipped
 
 

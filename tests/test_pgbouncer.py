@@ -102,11 +102,21 @@ async def server_sessions(bouncer: PgBouncer, rounds: int = 3) -> dict[int, Stat
 
 
 def differences(before: State, after: State) -> list[str]:
-    """What differs between two session states, item by item."""
+    """What differs between two session states, item by item.
+
+    A setting that appears at its default is not one: a library the session
+    loaded (PL/pgSQL, at the first call of one of the schema's functions)
+    registered it, as any session that calls a PL/pgSQL function does.
+    """
     found = []
     for key, value in after.items():
         if isinstance(value, list):
-            found += [f"{key}: + {item}" for item in value if item not in before[key]]
+            found += [
+                f"{key}: + {item}"
+                for item in value
+                if item not in before[key]
+                and not (key == "settings" and item.endswith("(default)"))
+            ]
             found += [f"{key}: - {item}" for item in before[key] if item not in value]
         elif value != before[key]:
             found.append(f"{key}: {before[key]!r} -> {value!r}")

@@ -92,8 +92,8 @@ async def an_enqueue_in_flight(
 ) -> AsyncIterator[None]:
     """An enqueue to ``queue`` on ``pool`` without ``connection=``, in flight until the block ends.
 
-    Its statement waits on the lock of a row with its type and unique key
-    that another connection inserted and has not committed (`holding`).
+    Its statement waits on the lock of a row of its queue, type and unique
+    key that another connection inserted and has not committed (`holding`).
     When the block ends, that transaction rolls back, and the enqueue
     inserts its job and returns.
     """
@@ -106,7 +106,7 @@ async def an_enqueue_in_flight(
     # group waits for the enqueue, which can insert its job.
     async with (
         anyio.create_task_group() as tg,
-        holding(dsn, f"{queue}-blocker", key) as blocker_pid,
+        holding(dsn, queue, key) as blocker_pid,
     ):
         tg.start_soon(enqueue)
         await wait_until(lambda: _waits_on(pool, blocker_pid), within=5)
@@ -430,7 +430,7 @@ async def test_a_producer_killed_between_commit_and_wakeup_loses_no_job(
     async with (
         go_listener(dsn) as heard,
         running(worker),
-        holding(dsn, f"{queue.name}-blocker", key) as blocker_pid,
+        holding(dsn, f"{queue.name}-other", key) as blocker_pid,
     ):
         with anyio.fail_after(30):
             result = await anyio.run_process(

@@ -33,6 +33,7 @@ from pgqueue._core.errors import (
     TrackerClosedError,
     is_permanent,
 )
+from pgqueue._core.grants import grants
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._core.job import Job, NewJob, Status
@@ -105,6 +106,7 @@ __all__ = [
     "Worker",
     "WorkerOptions",
     "default_backoff",
+    "grants",
     "install",
     "is_permanent",
     "publish",

@@ -64,8 +64,9 @@ async def copy_jobs(
     take one of their own (on a connection of the pool). With ``notify``,
     the queue's workers are woken when it commits.
 
-    Returns None, having sent nothing, when the connection encodes jsonb
-    with a codec of its own (its encoder would get the JSON text): the
+    Returns None, having written nothing, when the connection encodes
+    jsonb with a codec of its own (its encoder would get the JSON text), or
+    its role may not insert ids (a producer's grants, `pgqueue.grants`): the
     caller takes the INSERT path.
     """
     if isinstance(executor, asyncpg.Pool):
@@ -90,12 +91,14 @@ async def _copy(
     rows: Rows,
     trace_context: str | None,
     notify: bool,
-) -> list[int]:
+) -> list[int] | None:
     """`copy_jobs` on a connection in a transaction."""
     count = len(rows.job_types)
     reserved = await connection.fetchrow(_sql.RESERVE_IDS, count)
     assert reserved is not None
-    packed, now = reserved
+    packed, now, may_copy = reserved
+    if not may_copy:
+        return None
     ids = list(struct.unpack(f">{count}q", packed))
     records = zip(
         ids,

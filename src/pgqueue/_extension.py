@@ -32,8 +32,10 @@ from pgqueue._core.checks import (
     check_channel,
     check_dsn_or_pool,
     check_duration,
+    check_group,
     check_int,
     check_job_id,
+    check_job_type,
     check_max_attempts,
     check_name,
     check_on_conflict,
@@ -53,6 +55,7 @@ from pgqueue._core.codec import (
 from pgqueue._core.connect import check_dsn, target, target_of
 from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
+from pgqueue._core.grants import KINDS as GRANT_KINDS
 from pgqueue._core.job import PeriodicKey
 from pgqueue._core.log import JsonFormatter, default_logger
 from pgqueue._core.options import Flag, option_flags
@@ -78,6 +81,7 @@ __all__ = [
     "DATABASE_ERRORS",
     "ENQUEUE_CALL",
     "FOREIGN_JOBS_PYFORMAT",
+    "GRANT_KINDS",
     "JOB_PYFORMAT",
     "JOB_STATUSES",
     "PREVIEW_CHARS",
@@ -97,8 +101,10 @@ __all__ = [
     "check_dsn",
     "check_dsn_or_pool",
     "check_duration",
+    "check_group",
     "check_int",
     "check_job_id",
+    "check_job_type",
     "check_jobs",
     "check_max_attempts",
     "check_name",

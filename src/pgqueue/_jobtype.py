@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from pgqueue._core.checks import check_callable, check_name, check_queue_name
+from pgqueue._core.checks import check_callable, check_job_type, check_queue_name
 from pgqueue._core.codec import is_model_class
 from pgqueue._core.typed import converting, payload_converter
 from pgqueue._queue import Queue
@@ -81,7 +81,7 @@ class JobType(Generic[P]):
     def __init__(
         self, name: str, payload_type: type[P], *, queue: str | None = None
     ) -> None:
-        self.name = check_name("job type", name)
+        self.name = check_job_type(name)
         cls = typing.get_origin(payload_type) or payload_type
         if not (
             isinstance(cls, type)

@@ -12,20 +12,20 @@ from pgqueue._copy import COPY_MAX_DELAY, COPY_MIN_JOBS, Rows, copy_jobs
 from pgqueue._core import sql as _sql
 from pgqueue._core.batch import (
     Batch,
+    after_args,
     check_after,
     check_jobs,
     check_on_parent_failure,
-    depend_args,
     insert_many,
-    outside_parents,
 )
 from pgqueue._core.checks import (
     check_bool,
     check_conflict,
     check_duration,
+    check_group,
     check_job_id,
+    check_job_type,
     check_max_attempts,
-    check_name,
     check_on_conflict,
     check_priority,
     check_queue_name,
@@ -380,7 +380,7 @@ class Queue:
         """
         when, seconds = check_when(run_at, delay)
         args = (
-            check_name("job type", job_type),
+            check_job_type(job_type),
             encode_payload(payload, self._encoder),
             self._attempts(max_attempts),
             when,
@@ -392,7 +392,7 @@ class Queue:
             key, on_conflict, debounce, run_at, delay, seconds
         )
         failure = check_on_parent_failure(on_parent_failure)
-        group_key = None if group is None else check_name("group", group)
+        group_key = None if group is None else check_group(group)
         if group_key is not None and conflict == "replace":
             msg = "a job with a group cannot replace or debounce (on_conflict='replace', debounce=) yet"
             raise ValueError(msg)
@@ -742,6 +742,7 @@ class Queue:
             try:
                 ids = None
                 if batch.parents is not None:
+                    assert isinstance(payloads, str)  # never copied
                     ids = await self._insert_dependent(
                         connection, batch, payloads, trace_context, notify=wake is None
                     )
@@ -786,40 +787,30 @@ class Queue:
         self,
         connection: Connection | None,
         batch: Batch,
-        payloads: str | list[str],
+        payloads: str,
         trace_context: str | None,
         *,
         notify: bool,
     ) -> list[int]:
-        """`_enqueue_many` of a call with dependencies: lock the parents, insert, then DEPEND.
+        """`_enqueue_many` of a call with dependencies: one call of ``pgqueue_enqueue_after``.
 
-        In one transaction (a savepoint inside the caller's): an unknown
-        parent raises `JobNotFoundError` before anything is inserted.
+        An unknown parent raises `JobNotFoundError` and writes nothing (in
+        a savepoint inside the caller's transaction, which stays usable).
         """
-        async with contextlib.AsyncExitStack() as stack:
-            pool: object = self._pool
-            if connection is not None:
-                conn: Connection = connection
-            elif isinstance(pool, asyncpg.Pool):
-                conn = await stack.enter_async_context(self._pool.acquire())
-            else:  # the CLI's single connection
-                conn = cast("Connection", pool)
-            try:
-                async with conn.transaction():
-                    wanted = outside_parents(batch)
-                    found: dict[int, str] = {}
-                    if wanted:
-                        rows = await conn.fetch(_sql.LOCK_PARENTS, _sql.array(wanted))
-                        found = {row["id"]: row["status"] for row in rows}
-                    for parent in wanted:
-                        if parent not in found:
-                            raise JobNotFoundError(parent)
-                    ids, _, _, _ = await self._insert_many(
-                        conn, batch, payloads, trace_context, notify=notify
-                    )
-                    await conn.execute(_sql.DEPEND, *depend_args(batch, ids, found))
-            except asyncpg.UndefinedFunctionError as exc:
-                raise SchemaError(DEPENDENCIES_MISSING, where=target_of(conn)) from exc
+        args = after_args(self._name, batch, payloads, trace_context, notify=notify)
+        executor: Executor = connection if connection is not None else self._pool
+        try:
+            if connection is None:
+                ids: list[int] = await executor.fetchval(_sql.ENQUEUE_AFTER, *args)
+            else:
+                async with connection.transaction():
+                    ids = await connection.fetchval(_sql.ENQUEUE_AFTER, *args)
+        except asyncpg.ForeignKeyViolationError as exc:
+            raise JobNotFoundError(int(exc.detail or 0)) from exc
+        except asyncpg.UndefinedFunctionError as exc:
+            raise SchemaError(
+                DEPENDENCIES_MISSING, where=target_of(executor), apply="SCHEMA_UPGRADE"
+            ) from exc
         return ids
 
     async def _insert_many(

@@ -69,7 +69,7 @@ from pgqueue._core.backoff import Backoff, SafeBackoff, default_backoff
 from pgqueue._core.checks import (
     check_callable,
     check_duration,
-    check_name,
+    check_job_type,
 )
 from pgqueue._core.errors import AlreadyStartedError, SchemaError
 from pgqueue._core.handler import Handler, SyncHandler
@@ -480,7 +480,7 @@ class Worker:
         if isinstance(job_type, JobType):
             handler = job_type._handler(handler, self.queues)
             job_type = job_type.name
-        check_name("job type", job_type)
+        check_job_type(job_type)
         check_callable("handler", handler)
         self._registered[job_type] = handler
         if not is_async(handler):

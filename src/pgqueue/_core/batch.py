@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
     check_bool,
+    check_group,
     check_job_id,
+    check_job_type,
     check_max_attempts,
-    check_name,
     check_priority,
     check_replace,
     check_unique_key,
@@ -28,13 +29,13 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 __all__ = [
+    "MAX_PARENTS",
     "Batch",
+    "after_args",
     "check_after",
     "check_jobs",
     "check_on_parent_failure",
-    "depend_args",
     "insert_many",
-    "outside_parents",
 ]
 
 
@@ -83,7 +84,7 @@ def check_jobs(
                     group,
                 ) = _unpack(job)
                 if type(job_type) is not str or job_type not in checked_types:
-                    checked_types.add(check_name("job type", job_type))
+                    checked_types.add(check_job_type(job_type))
                 when, seconds = check_when(run_at, delay)
                 checked_key = check_unique_key(key)
                 replace, debounced = check_replace(
@@ -96,7 +97,7 @@ def check_jobs(
                 replaces = checked_key is not None and (
                     replace or on_conflict == "replace"
                 )
-                group_key = None if group is None else check_name("group", group)
+                group_key = None if group is None else check_group(group)
                 if group_key is not None and (after or replaces):
                     msg = "a job with a group cannot have parents (after=...), replace or debounce yet"
                     raise ValueError(msg)
@@ -130,13 +131,20 @@ def check_jobs(
     return batch
 
 
+MAX_PARENTS = 10_000
+"""The most parents one job may wait for (``after``)."""
+
+
 def check_after(after: object, index: int | None) -> tuple[int, ...]:
     """A job's ``after``: job ids, or (with ``index``, its place in an
-    enqueue_many call) negative numbers counting back to earlier jobs of the call."""
+    enqueue_many call) negative numbers counting back to earlier jobs of the call.
+
+    Each parent once, in the order given; at most `MAX_PARENTS`.
+    """
     if isinstance(after, (str, bytes)) or not hasattr(after, "__iter__"):
         msg = f"after must be a sequence of job ids, not {type(after).__name__}"
         raise TypeError(msg)
-    parents: list[int] = []
+    parents: dict[int, None] = {}
     for parent in after:
         if isinstance(parent, int) and not isinstance(parent, bool) and parent < 0:
             if index is None:
@@ -147,8 +155,10 @@ def check_after(after: object, index: int | None) -> tuple[int, ...]:
                 raise ValueError(msg)
         else:
             check_job_id(parent)
-        if parent not in parents:
-            parents.append(parent)
+        parents[parent] = None
+        if len(parents) > MAX_PARENTS:
+            msg = f"after: a job waits for at most {MAX_PARENTS} parents"
+            raise ValueError(msg)
     return tuple(parents)
 
 
@@ -441,74 +451,40 @@ class Batch:
         return [row_ids[row] for row in self._index_of], duplicate, duplicates
 
 
-_ENDED = frozenset({"completed", "dead", "cancelled"})
-_FAILED = frozenset({"dead", "cancelled"})
-
-
-def depend_args(
-    batch: Batch, ids: Sequence[int], parents: Mapping[int, str]
+def after_args(
+    queue: str,
+    batch: Batch,
+    payloads: str,
+    trace_context: str | None,
+    *,
+    notify: bool,
 ) -> tuple[Any, ...]:
-    """DEPEND's arguments, for ``batch`` inserted as ``ids`` (pending),
-    whose parents outside the call have the statuses ``parents`` (locked).
+    """`_sql.ENQUEUE_AFTER`'s arguments: ``batch`` (a call with dependencies) onto ``queue``.
 
-    A parent that has ended counts at once: a job whose parents have all
-    ended stays pending; one with a parent dead or cancelled and
-    ``on_parent_failure="cancel"`` is cancelled (and so are its own
-    children of the call, in turn); else it waits.
+    Each edge is a child's row (from 1) and its parent: a job id, or minus
+    the row (from 1) of an earlier job of the call.
     """
     assert batch.parents is not None
-    status_of = dict(parents)
-    edges: tuple[list[int], list[int], list[bool]] = ([], [], [])
-    rows: dict[
-        int, list[Any]
-    ] = {}  # id: [parent, status, left, on_parent_failure, error]
-    for index, (after, on_parent_failure) in sorted(batch.parents.items()):
-        child = ids[index]
-        left = 0
-        failed: tuple[int, str] | None = None
+    children: list[int] = []
+    parents: list[int] = []
+    failure: list[str | None] = [None] * len(batch.types)
+    for row, (after, on_parent_failure) in batch.parents.items():
+        failure[row] = on_parent_failure
         for parent in after:
-            if (
-                parent < 0
-            ):  # a job of the call: pending, unless it waits or was cancelled
-                parent_id = ids[index + parent]
-                status = status_of.get(parent_id, "pending")
-            else:
-                parent_id, status = parent, status_of[parent]
-            ended = status in _ENDED
-            left += not ended
-            if failed is None and status in _FAILED:
-                failed = (parent_id, status)
-            edges[0].append(parent_id)
-            edges[1].append(child)
-            edges[2].append(ended)
-            rows.setdefault(parent_id, [True, None, None, None, None])[0] = True
-        now: str | None = "waiting" if left else None
-        error = None
-        if failed is not None and on_parent_failure == "cancel":
-            now, error = "cancelled", f"parent job {failed[0]} is {failed[1]}"
-        rows.setdefault(child, [False, None, None, None, None])[1:] = [
-            now,
-            left,
-            on_parent_failure,
-            error,
-        ]
-        status_of[child] = now or "pending"
+            children.append(row + 1)
+            parents.append(parent if parent > 0 else -(row + parent + 1))
     return (
-        _sql.array(edges[0]),
-        _sql.array(edges[1]),
-        _sql.booleans(edges[2]),
-        _sql.array(rows),
-        _sql.booleans(row[0] for row in rows.values()),
-        [row[1] for row in rows.values()],
-        "{"
-        + ",".join("NULL" if row[2] is None else str(row[2]) for row in rows.values())
-        + "}",
-        [row[3] for row in rows.values()],
-        [row[4] for row in rows.values()],
+        queue,
+        batch.types,
+        payloads,
+        _sql.array(batch.attempts),
+        _sql.timestamps(batch.run_ats),
+        _sql.seconds(batch.delays),
+        _sql.array(batch.priorities),
+        _sql.booleans(batch.tracked),
+        trace_context,
+        _sql.array(children),
+        _sql.array(parents),
+        failure,
+        notify,
     )
-
-
-def outside_parents(batch: Batch) -> list[int]:
-    """The ids of the parents of ``batch`` that are not jobs of the call."""
-    assert batch.parents is not None
-    return sorted({p for after, _ in batch.parents.values() for p in after if p > 0})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
@@ -10,8 +11,11 @@ import asyncpg
 
 from pgqueue._core.connect import check_dsn
 from pgqueue._core.errors import PayloadTooLargeError
+from pgqueue._core.job import PERIODIC_KEY_PREFIX
 
 __all__ = [
+    "MAX_KEY_CHARS",
+    "MAX_NAME_CHARS",
     "MAX_QUEUE_NAME_BYTES",
     "NOTIFY_LIMIT",
     "check_bool",
@@ -19,8 +23,11 @@ __all__ = [
     "check_channel",
     "check_delay",
     "check_duration",
+    "check_group",
     "check_int",
     "check_job_id",
+    "check_job_type",
+    "check_label",
     "check_max_attempts",
     "check_name",
     "check_on_conflict",
@@ -137,9 +144,59 @@ def check_priority(value: object) -> int:
     return value
 
 
+MAX_NAME_CHARS = 255
+"""The longest job type and group, in characters."""
+
+MAX_KEY_CHARS = 1024
+"""The longest unique key, in characters."""
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""C0 and C1 control characters (and DEL): no name may hold one."""
+
+
+def check_label(what: str, value: object, *, max_chars: int) -> str:
+    """Return ``value`` if it is a name of at most ``max_chars`` characters, none of them a control character.
+
+    Job types, groups, keys and queue names reach logs, terminals, pages
+    and metrics' labels: a name that is long or holds control characters
+    is refused before anything is written.
+    """
+    text = check_name(what, value)
+    if len(text) > max_chars:
+        msg = f"{what} is {len(text)} characters; at most {max_chars} are allowed"
+        raise ValueError(msg)
+    if found := _CONTROL.search(text):
+        msg = (
+            f"{what} must not contain a control character"
+            f" (U+{ord(found.group()):04X} at {found.start()})"
+        )
+        raise ValueError(msg)
+    return text
+
+
+def check_job_type(value: object) -> str:
+    """Return ``value`` if it can name a job type (at most `MAX_NAME_CHARS` characters)."""
+    return check_label("job type", value, max_chars=MAX_NAME_CHARS)
+
+
+def check_group(value: object) -> str:
+    """Return ``value`` if it can name a group (at most `MAX_NAME_CHARS` characters)."""
+    return check_label("group", value, max_chars=MAX_NAME_CHARS)
+
+
 def check_unique_key(value: object) -> str | None:
-    """Return ``value`` if it is ``None`` or a non-empty string PostgreSQL text can hold."""
-    return None if value is None else check_name("unique_key", value)
+    """Return ``value`` if it is ``None`` or a key a producer may give.
+
+    At most `MAX_KEY_CHARS` characters; keys that start with
+    ``periodic:`` are the periodic schedules' own.
+    """
+    if value is None:
+        return None
+    key = check_label("unique_key", value, max_chars=MAX_KEY_CHARS)
+    if key.startswith(PERIODIC_KEY_PREFIX):
+        msg = f"unique keys that start with {PERIODIC_KEY_PREFIX!r} are reserved for periodic schedules"
+        raise ValueError(msg)
+    return key
 
 
 def check_bool(what: str, value: object) -> bool:
@@ -343,7 +400,7 @@ def check_queue_name(name: object) -> str:
     A queue name is a key of the claim index and the wakeup NOTIFY payload;
     it may be at most `MAX_QUEUE_NAME_BYTES` bytes of UTF-8.
     """
-    queue = check_name("queue name", name)
+    queue = check_label("queue name", name, max_chars=MAX_QUEUE_NAME_BYTES)
     size = len(queue.encode("utf-8"))
     if size > MAX_QUEUE_NAME_BYTES:
         msg = (

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from pgqueue._core.checks import (
     check_bool,
     check_conflict,
+    check_job_type,
     check_max_attempts,
-    check_name,
     check_priority,
     check_queue_name,
     check_unique_key,
@@ -73,7 +73,7 @@ def enqueue_params(
         key, on_conflict, debounce, run_at, delay, seconds
     )
     return {
-        "job_type": check_name("job type", job_type),
+        "job_type": check_job_type(job_type),
         "payload": encode_payload(payload, payload_encoder(json_encoder)),
         "queue": check_queue_name(queue),
         "run_at": when,

@@ -31,15 +31,13 @@ SCHEMA_ERRORS: tuple[type[Exception], ...] = (
 """What a statement meets when the schema lacks what it needs."""
 
 REPLACE_MISSING = (
-    'the function pgqueue_enqueue_replace is missing (on_conflict="replace" '
-    "and debounce need it)"
+    "the function pgqueue_enqueue_replace is missing (unique keys, "
+    'on_conflict="replace" and debounce need it)'
 )
 """The `SchemaError` of a replacing enqueue on a schema from before it (a table the upgrade has not reached)."""
 
 DEPENDENCIES_MISSING = (
-    "the functions pgqueue_lock_parents and pgqueue_depend are missing "
-    "(enqueues with after= need them): apply pgqueue.SCHEMA_UPGRADE in a "
-    "migration (or await pgqueue.install(pool))"
+    "the function pgqueue_enqueue_after is missing (enqueues with after= need it)"
 )
 """The `SchemaError` of an enqueue with parents on a schema from before its functions."""
 

@@ -3,7 +3,7 @@
 The table and the wakeup channel match the Go module
 ``github.com/pascalallen/pgqueue`` v1.1.0, so producers and workers written
 with either library share one ``pgqueue_jobs`` table. Times are always the
-database's ``now()``, never the client's clock.
+database's ``pg_catalog.now()``, never the client's clock.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ __all__ = [
     "DASHBOARD_NEWEST",
     "DASHBOARD_RUNNING",
     "DEAD_COUNT",
-    "DEPEND",
     "DEPENDENCIES",
     "DISTRIBUTED_ANNOUNCE",
     "DISTRIBUTED_CANCEL",
@@ -76,6 +75,7 @@ __all__ = [
     "DISTRIBUTED_TOUCH",
     "DISTRIBUTED_UNIQUE_SILENT",
     "ENQUEUE",
+    "ENQUEUE_AFTER",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_DELAYED",
     "ENQUEUE_MANY_DELAYED_SILENT",
@@ -93,6 +93,8 @@ __all__ = [
     "FINISH",
     "FINISHED_QUEUES",
     "FOREIGN_JOBS_PYFORMAT",
+    "FUNCTIONS",
+    "GROUP_HEADS",
     "HEAD_OF_LINE",
     "HISTORY_KEPT",
     "INDEX_PLANNING",
@@ -107,7 +109,6 @@ __all__ = [
     "LEASE",
     "LOCK_CLAIMS",
     "LOCK_LIMIT",
-    "LOCK_PARENTS",
     "NOTIFY_JOBS",
     "NO_JIT",
     "OUTCOMES",
@@ -186,12 +187,16 @@ OUTCOMES_CHANNEL = "pgqueue_outcomes"
 # the planner keeps those paths only where no index serves, and
 # statements that could take one partial index for another spell their
 # status tests so that only the right one's predicate is implied (see
-# _STILL_RUNNING, the COLLATE "C" tests).
+# _STILL_RUNNING, the COLLATE "C" tests). JIT is off too: it never pays for
+# statements of a few milliseconds, and before PostgreSQL 18 a plan node
+# kept where no index serves costs 10^10 to the planner, far above the JIT
+# threshold (an enqueue with 100 parents compiled for half a second).
 INDEX_PLANNING = {
     "enable_seqscan": "off",
     "enable_bitmapscan": "off",
     "enable_hashjoin": "off",
     "enable_mergejoin": "off",
+    "jit": "off",
 }
 """Planner settings of pgqueue's own connections and functions: index lookups only."""
 
@@ -258,20 +263,20 @@ WITH settled AS (
                             THEN 'cancelled'
                             WHEN c.parents_left <= 1 THEN 'pending'
                             ELSE 'waiting' END,
-        run_at       = CASE WHEN c.parents_left <= 1 THEN greatest(c.run_at, now())
+        run_at       = CASE WHEN c.parents_left <= 1 THEN greatest(c.run_at, pg_catalog.now())
                             ELSE c.run_at END,
         last_error   = CASE WHEN {status} <> 'completed' AND c.on_parent_failure = 'cancel'
-                            THEN format('parent job %s is %s', {id}, {status})
+                            THEN pg_catalog.format('parent job %s is %s', {id}, {status})
                             ELSE c.last_error END,
-        updated_at   = now()
+        updated_at   = pg_catalog.now()
     FROM settled AS s
     WHERE c.id = s.child_id AND c.status = 'waiting' COLLATE "C"
     RETURNING c.id, c.queue, c.status, c.tracked
 )
-SELECT count(n.sent){into}
+SELECT pg_catalog.count(n.sent){into}
 FROM changed AS c,
-     LATERAL (SELECT CASE WHEN c.status = 'pending' THEN pg_notify('pgqueue_jobs', c.queue)
-                          WHEN c.tracked THEN pg_notify('pgqueue_outcomes', c.id::text) END
+     LATERAL (SELECT CASE WHEN c.status = 'pending' THEN pg_catalog.pg_notify('pgqueue_jobs', c.queue)
+                          WHEN c.tracked THEN pg_catalog.pg_notify('pgqueue_outcomes', c.id::text) END
               AS sent) AS n;
 """
 SETTLE = _SETTLE.format(id="$1::int8", status="$2::text", into="").rstrip().rstrip(";")
@@ -296,12 +301,12 @@ BEGIN
         ('idx_pgqueue_jobs_unique', $p$unique_key IS NOT NULL AND status IN ('pending', 'running')$p$),
         ('idx_pgqueue_jobs_unique_next', $p$unique_key IS NOT NULL AND status = 'waiting'$p$)
     LOOP
-        IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(name)
-                   AND pg_get_indexdef(indexrelid) NOT LIKE '%(queue, job_type, unique_key)%') THEN
-            EXECUTE format('CREATE UNIQUE INDEX %I ON pgqueue_jobs (queue, job_type, unique_key) WHERE %s',
+        IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = pg_catalog.to_regclass(name)
+                   AND pg_catalog.pg_get_indexdef(indexrelid) NOT LIKE '%(queue, job_type, unique_key)%') THEN
+            EXECUTE pg_catalog.format('CREATE UNIQUE INDEX %I ON pgqueue_jobs (queue, job_type, unique_key) WHERE %s',
                            name || '_per_queue', predicate);
-            EXECUTE format('DROP INDEX %I', name);
-            EXECUTE format('ALTER INDEX %I RENAME TO %I', name || '_per_queue', name);
+            EXECUTE pg_catalog.format('DROP INDEX %I', name);
+            EXECUTE pg_catalog.format('ALTER INDEX %I RENAME TO %I', name || '_per_queue', name);
         END IF;
     END LOOP;
 END $$;
@@ -329,9 +334,12 @@ CREATE TABLE IF NOT EXISTS pgqueue_periodic
     last_tick    TIMESTAMPTZ,
     next_tick    TIMESTAMPTZ,
     last_job_key TEXT,
-    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.now(),
+    last_job_id  BIGINT
 );
+-- The id of the schedule's last job (its own: a key can be forged).
+ALTER TABLE pgqueue_periodic ADD COLUMN IF NOT EXISTS last_job_id BIGINT;
 
 -- Fleet-wide limits: one row per limited queue, its limit, locked while a
 -- lease of the queue is taken or renewed (see LEASE).
@@ -357,7 +365,7 @@ CREATE TABLE IF NOT EXISTS pgqueue_leases
 CREATE TABLE IF NOT EXISTS pgqueue_paused
 (
     queue     TEXT        PRIMARY KEY,
-    paused_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    paused_at TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.now()
 );
 
 -- Rate limits (Worker(rate_limit=...)): each start of a job of a
@@ -371,6 +379,35 @@ CREATE TABLE IF NOT EXISTS pgqueue_starts
 );
 CREATE INDEX IF NOT EXISTS idx_pgqueue_starts
     ON pgqueue_starts (queue, started_at);
+-- A group's starts in its window (a rate per group), one probe a group.
+CREATE INDEX IF NOT EXISTS idx_pgqueue_starts_group
+    ON pgqueue_starts (queue, group_key, started_at) WHERE group_key IS NOT NULL;
+
+-- The turns of the claims of a queue with a group or a rate limit (see
+-- LOCK_CLAIMS): a row a queue, which such a claim locks first. A row lock,
+-- not an advisory lock: only roles that may update this table (workers)
+-- can take it, so no other role can stop a queue's claims.
+CREATE TABLE IF NOT EXISTS pgqueue_turns
+(
+    queue TEXT PRIMARY KEY
+);
+
+-- The heads of the queues' groups (see CLAIM_GROUPS): for each group with
+-- a pending job, a time no later than its first pending job's run_at (a
+-- claim finds the groups with a job due through (queue, due_at), and no
+-- group whose jobs are all in the future costs it anything). Kept by the
+-- trigger pgqueue_group_pending for every writer, lowered when a grouped
+-- job becomes pending; raised (or the row deleted) by the claims, after
+-- they take a group's first jobs, by pgqueue_group_heads.
+CREATE TABLE IF NOT EXISTS pgqueue_groups
+(
+    queue     TEXT        NOT NULL,
+    group_key TEXT        NOT NULL,
+    due_at    TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (queue, group_key)
+);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_groups_due
+    ON pgqueue_groups (queue, due_at);
 
 -- Groups (enqueue(group=...)): the pending and running jobs of each group,
 -- for the claims of a queue with a group limit (see CLAIM_GROUPS); only
@@ -381,14 +418,105 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_starts
 -- An earlier form without it is replaced.
 DO $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass('idx_pgqueue_jobs_group')
-               AND pg_get_indexdef(indexrelid) NOT LIKE '%status COLLATE "C"%') THEN
+    IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = pg_catalog.to_regclass('idx_pgqueue_jobs_group')
+               AND pg_catalog.pg_get_indexdef(indexrelid) NOT LIKE '%status COLLATE "C"%') THEN
         DROP INDEX idx_pgqueue_jobs_group;
     END IF;
 END $$;
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_group
     ON pgqueue_jobs (queue, group_key, status COLLATE "C", run_at, id)
     WHERE group_key IS NOT NULL AND status IN ('pending' COLLATE "C", 'running');
+
+-- A grouped job that becomes pending (inserted, retried, snoozed, rescued,
+-- released, by any writer) makes its group's head no later than its
+-- run_at. The head's row is locked only when it is lowered; else it is
+-- held FOR KEY SHARE until commit (producers of one group never wait for
+-- each other), so that a claim raising it (FOR UPDATE SKIP LOCKED, then a
+-- fresh snapshot: pgqueue_group_heads) leaves it alone until this job is
+-- visible, or else finds it. SECURITY DEFINER: a producer cannot write
+-- heads itself.
+CREATE OR REPLACE FUNCTION pgqueue_group_pending() RETURNS trigger
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+{settings}AS $pgqueue_group_pending$
+BEGIN
+    UPDATE pgqueue_groups SET due_at = NEW.run_at
+    WHERE queue = NEW.queue AND group_key = NEW.group_key AND due_at > NEW.run_at;
+    IF FOUND THEN
+        RETURN NULL;
+    END IF;
+    PERFORM FROM pgqueue_groups WHERE queue = NEW.queue AND group_key = NEW.group_key
+    FOR KEY SHARE;
+    IF NOT FOUND THEN
+        INSERT INTO pgqueue_groups AS g (queue, group_key, due_at)
+        VALUES (NEW.queue, NEW.group_key, NEW.run_at)
+        ON CONFLICT (queue, group_key) DO UPDATE SET due_at = LEAST(g.due_at, EXCLUDED.due_at);
+    ELSE
+        -- A claim may have raised it between the two statements above.
+        UPDATE pgqueue_groups SET due_at = NEW.run_at
+        WHERE queue = NEW.queue AND group_key = NEW.group_key AND due_at > NEW.run_at;
+    END IF;
+    RETURN NULL;
+END
+$pgqueue_group_pending$;
+
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass
+                   AND tgname = 'pgqueue_group_pending') THEN
+        CREATE TRIGGER pgqueue_group_pending
+            AFTER INSERT OR UPDATE OF status, run_at ON pgqueue_jobs
+            FOR EACH ROW
+            WHEN (NEW.group_key IS NOT NULL AND NEW.status = 'pending')
+            EXECUTE FUNCTION pgqueue_group_pending();
+        -- The groups' heads from before the trigger.
+        INSERT INTO pgqueue_groups (queue, group_key, due_at)
+        SELECT queue, group_key, pg_catalog.min(run_at) FROM pgqueue_jobs
+        WHERE group_key IS NOT NULL AND status = 'pending'
+        GROUP BY queue, group_key
+        ON CONFLICT (queue, group_key) DO NOTHING;
+    END IF;
+END $$;
+
+-- After a claim of queue p_queue under a group limit (in its transaction,
+-- in its turn): the heads of the groups it took jobs of (p_claimed), and of
+-- the groups whose head is due but whose jobs are not (cancelled, moved
+-- later), are raised to their first pending job, or deleted without one.
+-- Each is locked FOR UPDATE SKIP LOCKED (a producer's trigger holds the
+-- heads of its new jobs' groups until commit: those are left for the next
+-- claim), then read in a statement of its own, whose snapshot sees every
+-- job committed before the lock was granted.
+CREATE OR REPLACE FUNCTION pgqueue_group_heads(p_queue text, p_claimed text[]) RETURNS void
+LANGUAGE plpgsql VOLATILE
+{settings}AS $pgqueue_group_heads$
+DECLARE
+    g    text;
+    head timestamptz;
+BEGIN
+    FOR g IN
+        SELECT h.group_key FROM pgqueue_groups AS h
+        WHERE h.queue = p_queue AND h.group_key = ANY (p_claimed)
+        UNION
+        SELECT h.group_key FROM pgqueue_groups AS h
+        WHERE h.queue = p_queue AND h.due_at <= pg_catalog.now()
+          AND NOT EXISTS (SELECT FROM pgqueue_jobs AS j
+                          WHERE j.queue = p_queue AND j.group_key = h.group_key
+                            AND j.status = 'pending' COLLATE "C" AND j.run_at <= pg_catalog.now())
+    LOOP
+        PERFORM FROM pgqueue_groups WHERE queue = p_queue AND group_key = g FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        head := (SELECT j.run_at FROM pgqueue_jobs AS j
+                 WHERE j.queue = p_queue AND j.group_key = g AND j.status = 'pending' COLLATE "C"
+                 ORDER BY j.run_at LIMIT 1);
+        IF head IS NULL THEN
+            DELETE FROM pgqueue_groups WHERE queue = p_queue AND group_key = g;
+        ELSE
+            UPDATE pgqueue_groups SET due_at = head
+            WHERE queue = p_queue AND group_key = g AND due_at IS DISTINCT FROM head;
+        END IF;
+    END LOOP;
+END
+$pgqueue_group_heads$;
+
 
 -- Dependencies (Queue.enqueue(after=...)): one row per parent and child,
 -- found by parent (the primary key) when the parent ends and by child for
@@ -437,7 +565,7 @@ BEGIN
     -- and reads it for each row. An earlier form (reading OLD) is replaced.
     IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass
                AND tgname = 'pgqueue_parent_ended'
-               AND pg_get_triggerdef(oid) NOT ILIKE '%WHEN (new.has_children) EXECUTE%') THEN
+               AND pg_catalog.pg_get_triggerdef(oid) NOT ILIKE '%WHEN (new.has_children) EXECUTE%') THEN
         DROP TRIGGER pgqueue_parent_ended ON pgqueue_jobs;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass
@@ -462,11 +590,124 @@ _ADDED_IN_V2 = _ADDED_IN_V2_TEXT.replace(
 ).replace("{settings}", _FUNCTION_SETTINGS)
 
 
-# pgqueue_enqueue_replace(...): an enqueue with a unique key that replaces
-# (p_replace) the key's job that has not started: Queue.enqueue(...,
-# on_conflict="replace") and debounce, enqueue_many's calls with such jobs,
-# and pgqueue_enqueue(on_conflict => 'replace'). Without p_replace it is an
-# enqueue with on_conflict 'return'.
+# The functions of the schema. Those a producer calls to write what its
+# grants do not let it write itself (pgqueue.grants: a producer may insert
+# the columns of a plain job, nothing else) are SECURITY DEFINER: they run
+# with their owner's rights, check every argument as the Python side does,
+# and write only what a producer's enqueue may (its own new rows; the live
+# job of its own key, by the replace rules; edges from its new jobs to their
+# parents). Every function's search_path is pinned when the schema is
+# applied (_PINNED), and every built-in is called as pg_catalog's.
+
+# pgqueue_check_job(function, ...): raise unless the fields of one job are
+# what a producer may write: a queue of at most 1024 bytes, a job type and a
+# group of at most 255 characters, a key of at most 1024 that does not start
+# 'periodic:', none empty or holding a C0 or C1 control character; a
+# payload, at least one attempt, a priority from -5 to 5, a tracking flag.
+# The messages start with the function's name; SQLSTATE 22023.
+_CHECK_JOB_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgqueue_check_name(
+    p_function text, p_what text, p_value text, p_max_chars int
+) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+{settings}AS $pgqueue_check_name$
+BEGIN
+    IF p_value IS NULL OR p_value = '' THEN
+        RAISE EXCEPTION '%: % must not be empty', p_function, p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pg_catalog.char_length(p_value) > p_max_chars THEN
+        RAISE EXCEPTION '%: % is % characters; at most % are allowed',
+            p_function, p_what, pg_catalog.char_length(p_value), p_max_chars
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_value ~ E'[\\u0001-\\u001f\\u007f-\\u009f]' THEN
+        RAISE EXCEPTION '%: % must not contain a control character', p_function, p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+END
+$pgqueue_check_name$;
+
+CREATE OR REPLACE FUNCTION pgqueue_check_job(
+    p_function     text,
+    p_queue        text,
+    p_job_type     text,
+    p_payload      jsonb,
+    p_max_attempts int,
+    p_priority     int,
+    p_tracked      boolean,
+    p_unique_key   text,
+    p_group_key    text
+) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+{settings}AS $pgqueue_check_job$
+BEGIN
+    IF pg_catalog.octet_length(p_queue) > 1024 THEN
+        RAISE EXCEPTION '%: queue name is % bytes; at most 1024 are allowed',
+            p_function, pg_catalog.octet_length(p_queue)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pgqueue_check_name(p_function, 'queue', p_queue, 1024);
+    PERFORM pgqueue_check_name(p_function, 'job_type', p_job_type, 255);
+    IF p_payload IS NULL THEN
+        RAISE EXCEPTION '%: payload must not be NULL (give ''{}'' for none)', p_function
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+        RAISE EXCEPTION '%: max_attempts must be at least 1, got %',
+            p_function, coalesce(p_max_attempts::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_priority IS NULL OR p_priority NOT BETWEEN -5 AND 5 THEN
+        RAISE EXCEPTION '%: priority must be from -5 to 5, got %',
+            p_function, coalesce(p_priority::text, 'NULL')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_tracked IS NULL THEN
+        RAISE EXCEPTION '%: track must be true or false, not NULL', p_function
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_unique_key IS NOT NULL THEN
+        PERFORM pgqueue_check_name(p_function, 'unique_key', p_unique_key, 1024);
+        IF pg_catalog.starts_with(p_unique_key, 'periodic:') THEN
+            RAISE EXCEPTION '%: unique keys that start with ''periodic:'' are reserved for periodic schedules',
+                p_function
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+    IF p_group_key IS NOT NULL THEN
+        PERFORM pgqueue_check_name(p_function, 'group', p_group_key, 255);
+    END IF;
+END
+$pgqueue_check_job$;
+""".replace("{settings}", _FUNCTION_SETTINGS)
+
+_TAKE_TURN_FUNCTION = """
+-- A claim's turn (LOCK_CLAIMS): the queue's row of pgqueue_turns, made if
+-- it is missing, locked until the claim's transaction ends; waiting at
+-- most 5 s for another worker's claim (lock_not_available after that: the
+-- claimer retries, and says so).
+CREATE OR REPLACE FUNCTION pgqueue_take_turn(p_queue text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET lock_timeout = '5s'
+{settings}AS $pgqueue_take_turn$
+BEGIN
+    PERFORM FROM pgqueue_turns WHERE queue = p_queue FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO pgqueue_turns (queue) VALUES (p_queue) ON CONFLICT (queue) DO NOTHING;
+        PERFORM FROM pgqueue_turns WHERE queue = p_queue FOR UPDATE;
+    END IF;
+END
+$pgqueue_take_turn$;
+""".replace("{settings}", _FUNCTION_SETTINGS)
+
+# pgqueue_enqueue_replace(...): an enqueue with a unique key, or without:
+# Queue.enqueue and enqueue_many with keys (p_replace false: the key's live
+# job's id comes back instead, 'existed'), on_conflict="replace" and
+# debounce (p_replace: the key's job that has not started takes the new
+# payload and options), and pgqueue_enqueue. A job without a key is simply
+# inserted. SECURITY DEFINER: a producer may insert and replace its keys'
+# jobs without the UPDATE an INSERT ... ON CONFLICT DO UPDATE needs.
 #
 # The key's live job (pending or running) is taken and locked by the
 # INSERT's conflict, or the row is new. Every replacing enqueue of a key
@@ -491,6 +732,7 @@ _ADDED_IN_V2 = _ADDED_IN_V2_TEXT.replace(
 # pending job, or a replaced one due now); with p_notify the function sends
 # that wakeup itself. A key is a queue's: only that queue's jobs are seen.
 _ENQUEUE_REPLACE_FUNCTION = """
+DROP FUNCTION IF EXISTS pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean);
 CREATE OR REPLACE FUNCTION pgqueue_enqueue_replace(
     p_queue         text,
     p_job_type      text,
@@ -503,19 +745,31 @@ CREATE OR REPLACE FUNCTION pgqueue_enqueue_replace(
     p_unique_key    text,
     p_replace       boolean,
     p_notify        boolean,
+    p_group_key     text,
     OUT job_id      bigint,
     OUT outcome     text,
     OUT wake        boolean
 )
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 {settings}AS $pgqueue_enqueue_replace$
 DECLARE
     live record;
 BEGIN
+    PERFORM pgqueue_check_job('pgqueue_enqueue_replace', p_queue, p_job_type, p_payload,
+                              p_max_attempts, p_priority, p_tracked, p_unique_key, p_group_key);
+    IF p_run_at IS NULL OR p_replace IS NULL OR p_notify IS NULL THEN
+        RAISE EXCEPTION 'pgqueue_enqueue_replace: run_at, replace and notify must not be NULL'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_replace AND (p_unique_key IS NULL OR p_group_key IS NOT NULL) THEN
+        RAISE EXCEPTION 'pgqueue_enqueue_replace: a replacing enqueue needs a unique_key, and no group'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
     INSERT INTO pgqueue_jobs AS j (queue, job_type, payload, max_attempts, run_at, priority,
-                                   tracked, trace_context, unique_key)
+                                   tracked, trace_context, unique_key, group_key)
     VALUES (p_queue, p_job_type, p_payload, p_max_attempts, p_run_at, p_priority,
-            p_tracked, p_trace_context, p_unique_key)
+            p_tracked, p_trace_context, p_unique_key, p_group_key)
     ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET unique_key = EXCLUDED.unique_key
     RETURNING j.id, j.status, j.attempts, j.snoozes, j.xmax <> 0 AS existed INTO live;
@@ -532,7 +786,7 @@ BEGIN
         UPDATE pgqueue_jobs AS j
         SET payload = p_payload, max_attempts = p_max_attempts,
             run_at = p_run_at, priority = p_priority, tracked = j.tracked OR p_tracked,
-            trace_context = p_trace_context, updated_at = now()
+            trace_context = p_trace_context, updated_at = pg_catalog.now()
         WHERE j.queue = p_queue AND j.job_type = p_job_type AND j.unique_key = p_unique_key
           AND j.status = 'waiting'
         RETURNING j.id INTO job_id;
@@ -543,11 +797,11 @@ BEGIN
             UPDATE pgqueue_jobs AS j
             SET payload = p_payload, max_attempts = p_max_attempts,
                 run_at = p_run_at, priority = p_priority, tracked = j.tracked OR p_tracked,
-                trace_context = p_trace_context, updated_at = now()
+                trace_context = p_trace_context, updated_at = pg_catalog.now()
             WHERE j.id = live.id;
             job_id := live.id;
             outcome := 'replaced';
-            wake := p_run_at <= now();
+            wake := p_run_at <= pg_catalog.now();
         ELSE
             INSERT INTO pgqueue_jobs AS j (queue, job_type, payload, max_attempts, run_at, priority,
                                            tracked, trace_context, unique_key, status,
@@ -563,54 +817,217 @@ BEGIN
         END IF;
     END IF;
     IF wake AND p_notify THEN
-        PERFORM pg_notify('pgqueue_jobs', p_queue);
+        PERFORM pg_catalog.pg_notify('pgqueue_jobs', p_queue);
     END IF;
 END
 $pgqueue_enqueue_replace$;
 """.replace("{settings}", _FUNCTION_SETTINGS)
 
+# pgqueue_enqueue_after(...): jobs with dependencies (Queue.enqueue(after=),
+# enqueue_many with NewJob(after=), pgqueue_enqueue(after =>)), in the
+# caller's transaction: the jobs' columns as enqueue_many's (arrays, in
+# input order; the payloads one JSON array), and the edges: each an index
+# of a child (from 1) and its parent, a job id, or minus the index of an
+# earlier job of the call. First the outside parents are locked FOR SHARE,
+# in id order, and their statuses read (a parent ending meanwhile waits for
+# the enqueue's commit, and its trigger then sees the new edges; a parent
+# that ended first counts at once; the enqueues of one parent's children
+# wait for each other only while the first marks it a parent); then the jobs are inserted; then the edges,
+# each settled if its parent has ended, and each child's state: cancelled
+# (on_parent_failure 'cancel') when a parent is dead or cancelled (a job of
+# the call, cancelled so, is such a parent in turn), its last_error naming
+# the first such parent; else waiting while a parent has not ended. Returns
+# the jobs' ids, in input order. SECURITY DEFINER: a producer writes edges
+# only from the jobs it inserts here.
+_ENQUEUE_AFTER_FUNCTION = """
+CREATE OR REPLACE FUNCTION pgqueue_enqueue_after(
+    p_queue             text,
+    p_job_types         text[],
+    p_payloads          jsonb,
+    p_max_attempts      int[],
+    p_run_at            timestamptz[],
+    p_delays            float8[],
+    p_priorities        int[],
+    p_tracked           boolean[],
+    p_trace_context     text,
+    p_children          int[],
+    p_parents           bigint[],
+    p_on_parent_failure text[],
+    p_notify            boolean
+) RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+{settings}AS $pgqueue_enqueue_after$
+DECLARE
+    jobs     int;
+    ids      bigint[];
+    missing  bigint;
+BEGIN
+    IF pg_catalog.jsonb_typeof(p_payloads) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'pgqueue_enqueue_after: payloads must be a JSON array'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    jobs := pg_catalog.jsonb_array_length(p_payloads);
+    IF jobs = 0 OR pg_catalog.cardinality(p_job_types) IS DISTINCT FROM jobs
+       OR pg_catalog.cardinality(p_children) IS DISTINCT FROM pg_catalog.cardinality(p_parents)
+       OR pg_catalog.cardinality(p_children) = 0 THEN
+        RAISE EXCEPTION 'pgqueue_enqueue_after: give one job type a payload, and edges of a child and a parent'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 1 .. jobs LOOP
+        PERFORM pgqueue_check_job('pgqueue_enqueue_after', p_queue, p_job_types[i],
+                                  p_payloads -> (i - 1), p_max_attempts[i],
+                                  coalesce(p_priorities[i], 0), coalesce(p_tracked[i], false),
+                                  NULL, NULL);
+        IF p_run_at[i] IS NOT NULL AND p_delays[i] IS NOT NULL OR p_delays[i] < 0 THEN
+            RAISE EXCEPTION 'pgqueue_enqueue_after: job %: give run_at or a delay of no less than 0, not both', i
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+    IF EXISTS (SELECT FROM ROWS FROM (pg_catalog.unnest(p_children), pg_catalog.unnest(p_parents)) AS e(child, parent)
+               WHERE e.child IS NULL OR e.child NOT BETWEEN 1 AND jobs
+                  OR e.parent IS NULL OR e.parent = 0 OR e.parent < 0 AND -e.parent >= e.child
+                  OR p_on_parent_failure[e.child] IS NULL
+                  OR p_on_parent_failure[e.child] NOT IN ('run', 'cancel')) THEN
+        RAISE EXCEPTION 'pgqueue_enqueue_after: an edge names no child, no parent, a parent that is not an earlier job of the call, or no on_parent_failure (''run'' or ''cancel'')'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    PERFORM FROM pgqueue_jobs AS j
+    WHERE j.id = ANY (ARRAY(SELECT DISTINCT p FROM pg_catalog.unnest(p_parents) AS p WHERE p > 0))
+    ORDER BY j.id
+    FOR SHARE;
+    SELECT p INTO missing FROM pg_catalog.unnest(p_parents) WITH ORDINALITY AS u(p, n)
+    WHERE p > 0 AND NOT EXISTS (SELECT FROM pgqueue_jobs AS j WHERE j.id = p)
+    ORDER BY n LIMIT 1;
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'pgqueue_enqueue_after: job % does not exist', missing
+            USING ERRCODE = 'foreign_key_violation', DETAIL = missing::text;
+    END IF;
+
+    WITH inserted AS (
+        INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context)
+        SELECT p_queue, t.job_type, t.payload, t.max_attempts,
+               coalesce(t.run_at, pg_catalog.now() + pg_catalog.make_interval(secs => t.delay), pg_catalog.now()),
+               coalesce(t.priority, 0), coalesce(t.tracked, false), p_trace_context
+        FROM ROWS FROM (
+            pg_catalog.unnest(p_job_types),
+            pg_catalog.jsonb_array_elements(p_payloads),
+            pg_catalog.unnest(p_max_attempts),
+            pg_catalog.unnest(p_run_at),
+            pg_catalog.unnest(p_delays),
+            pg_catalog.unnest(p_priorities),
+            pg_catalog.unnest(p_tracked)
+        ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, delay, priority, tracked, ord)
+        WHERE t.ord <= jobs
+        ORDER BY t.ord
+        RETURNING id
+    )
+    SELECT pg_catalog.array_agg(id ORDER BY id) INTO ids FROM inserted;
+
+    WITH RECURSIVE edges AS (
+        SELECT e.n, e.child, ids[e.child] AS child_id,
+               CASE WHEN e.parent > 0 THEN e.parent ELSE ids[-e.parent] END AS parent_id,
+               CASE WHEN e.parent < 0 THEN (-e.parent)::int END AS parent_index,
+               CASE WHEN e.parent > 0
+                    THEN (SELECT j.status FROM pgqueue_jobs AS j WHERE j.id = e.parent) END AS outside
+        FROM ROWS FROM (pg_catalog.unnest(p_children), pg_catalog.unnest(p_parents)) WITH ORDINALITY AS e(child, parent, n)
+    ), cancelled AS (
+        SELECT e.child FROM edges AS e
+        WHERE e.outside IN ('dead', 'cancelled') AND p_on_parent_failure[e.child] = 'cancel'
+        UNION
+        SELECT e.child FROM edges AS e JOIN cancelled AS c ON c.child = e.parent_index
+        WHERE p_on_parent_failure[e.child] = 'cancel'
+    ), judged AS (
+        SELECT e.*,
+               coalesce(e.outside IN ('completed', 'dead', 'cancelled'), false)
+               OR coalesce(e.parent_index IN (SELECT child FROM cancelled), false) AS settled,
+               coalesce(e.outside IN ('dead', 'cancelled'), false)
+               OR coalesce(e.parent_index IN (SELECT child FROM cancelled), false) AS failed
+        FROM edges AS e
+    ), written AS (
+        INSERT INTO pgqueue_dependencies (parent_id, child_id, settled)
+        SELECT parent_id, child_id, settled FROM judged
+        ON CONFLICT DO NOTHING
+    ), children AS (
+        SELECT e.child_id AS id,
+               CASE WHEN e.child IN (SELECT child FROM cancelled) THEN 'cancelled'
+                    WHEN pg_catalog.count(*) FILTER (WHERE NOT e.settled) > 0 THEN 'waiting' END AS status,
+               pg_catalog.count(*) FILTER (WHERE NOT e.settled)::int AS parents_left,
+               p_on_parent_failure[e.child] AS on_parent_failure,
+               CASE WHEN e.child IN (SELECT child FROM cancelled)
+                    THEN (SELECT pg_catalog.format('parent job %s is %s', f.parent_id,
+                                                   coalesce(f.outside, 'cancelled'))
+                          FROM judged AS f WHERE f.child = e.child AND f.failed
+                          ORDER BY f.n LIMIT 1) END AS last_error
+        FROM judged AS e
+        GROUP BY e.child, e.child_id
+    ), touched AS (
+        SELECT u.id, pg_catalog.bool_or(u.parent) AS parent, pg_catalog.max(u.status) AS status,
+               pg_catalog.max(u.parents_left) AS parents_left,
+               pg_catalog.max(u.on_parent_failure) AS on_parent_failure,
+               pg_catalog.max(u.last_error) AS last_error
+        FROM (SELECT c.id, false AS parent, c.status, c.parents_left, c.on_parent_failure, c.last_error
+              FROM children AS c
+              UNION ALL
+              SELECT DISTINCT e.parent_id, true, NULL::text, NULL::int, NULL::text, NULL::text
+              FROM edges AS e) AS u
+        GROUP BY u.id
+    )
+    UPDATE pgqueue_jobs AS j
+    SET has_children      = j.has_children OR t.parent,
+        status            = coalesce(t.status, j.status),
+        parents_left      = coalesce(t.parents_left, j.parents_left),
+        on_parent_failure = coalesce(t.on_parent_failure, j.on_parent_failure),
+        last_error        = coalesce(t.last_error, j.last_error)
+    FROM touched AS t
+    WHERE j.id = t.id AND NOT (t.status IS NULL AND t.parents_left IS NULL AND j.has_children);
+
+    IF p_notify THEN
+        PERFORM pg_catalog.pg_notify('pgqueue_jobs', p_queue);
+    END IF;
+    RETURN ids;
+END
+$pgqueue_enqueue_after$;
+""".replace("{settings}", _FUNCTION_SETTINGS)
+
 # pgqueue_enqueue(...): an enqueue in SQL, in the caller's transaction, from
 # any driver, a trigger or psql; the same defaults, checks and row as
 # Queue.enqueue, and the wakeup rides the transaction. Parameters are read
-# as pgqueue_enqueue.<name> (they share names with the columns).
+# as pgqueue_enqueue.<name> (they share names with the columns). A job with
+# a key goes through pgqueue_enqueue_replace, one with parents through
+# pgqueue_enqueue_after (SECURITY DEFINER both); a plain job is inserted
+# with the caller's rights.
 _ENQUEUE_FUNCTION = """
+DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
 CREATE OR REPLACE FUNCTION pgqueue_enqueue(
-    job_type      text,
-    payload       jsonb       DEFAULT '{}',
-    queue         text        DEFAULT 'default',
-    run_at        timestamptz DEFAULT NULL,
-    delay         interval    DEFAULT NULL,
-    max_attempts  int         DEFAULT 5,
-    priority      int         DEFAULT 0,
-    unique_key    text        DEFAULT NULL,
-    on_conflict   text        DEFAULT 'return',
-    track         boolean     DEFAULT false,
-    trace_context text        DEFAULT NULL
+    job_type          text,
+    payload           jsonb       DEFAULT '{}',
+    queue             text        DEFAULT 'default',
+    run_at            timestamptz DEFAULT NULL,
+    delay             interval    DEFAULT NULL,
+    max_attempts      int         DEFAULT 5,
+    priority          int         DEFAULT 0,
+    unique_key        text        DEFAULT NULL,
+    on_conflict       text        DEFAULT 'return',
+    track             boolean     DEFAULT false,
+    trace_context     text        DEFAULT NULL,
+    group_key         text        DEFAULT NULL,
+    after             bigint[]    DEFAULT NULL,
+    on_parent_failure text        DEFAULT 'cancel'
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 {settings}AS $pgqueue_enqueue$
 #variable_conflict use_column
 DECLARE
     new_id  bigint;
-    existed boolean := false;
+    due     timestamptz;
+    parents bigint[];
+    r       record;
 BEGIN
-    IF pgqueue_enqueue.job_type IS NULL OR pgqueue_enqueue.job_type = '' THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: job_type must not be empty'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF pgqueue_enqueue.payload IS NULL THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: payload must not be NULL (give ''{}'' for none)'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF pgqueue_enqueue.queue IS NULL OR pgqueue_enqueue.queue = '' THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: queue must not be empty'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF octet_length(pgqueue_enqueue.queue) > 1024 THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: queue name is % bytes; at most 1024 are allowed',
-            octet_length(pgqueue_enqueue.queue)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
+    PERFORM pgqueue_check_job('pgqueue_enqueue', pgqueue_enqueue.queue, pgqueue_enqueue.job_type,
+                              pgqueue_enqueue.payload, pgqueue_enqueue.max_attempts,
+                              pgqueue_enqueue.priority, pgqueue_enqueue.track,
+                              pgqueue_enqueue.unique_key, pgqueue_enqueue.group_key);
     IF pgqueue_enqueue.run_at IS NOT NULL AND pgqueue_enqueue.delay IS NOT NULL THEN
         RAISE EXCEPTION 'pgqueue_enqueue: give run_at or delay, not both'
             USING ERRCODE = 'invalid_parameter_value';
@@ -619,126 +1036,131 @@ BEGIN
         RAISE EXCEPTION 'pgqueue_enqueue: delay must not be negative, got %', pgqueue_enqueue.delay
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF pgqueue_enqueue.max_attempts IS NULL OR pgqueue_enqueue.max_attempts < 1 THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: max_attempts must be at least 1, got %',
-            coalesce(pgqueue_enqueue.max_attempts::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF pgqueue_enqueue.priority IS NULL OR pgqueue_enqueue.priority NOT BETWEEN -5 AND 5 THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: priority must be from -5 to 5, got %',
-            coalesce(pgqueue_enqueue.priority::text, 'NULL')
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF pgqueue_enqueue.unique_key = '' THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: unique_key must not be empty (NULL for none)'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
     IF pgqueue_enqueue.on_conflict IS NULL
        OR pgqueue_enqueue.on_conflict NOT IN ('return', 'raise', 'replace') THEN
         RAISE EXCEPTION 'pgqueue_enqueue: on_conflict must be ''return'', ''raise'' or ''replace'', got %',
-            coalesce(quote_literal(pgqueue_enqueue.on_conflict), 'NULL')
+            coalesce(pg_catalog.quote_literal(pgqueue_enqueue.on_conflict), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF pgqueue_enqueue.on_conflict = 'replace' AND pgqueue_enqueue.unique_key IS NULL THEN
         RAISE EXCEPTION 'pgqueue_enqueue: on_conflict ''replace'' needs a unique_key'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF pgqueue_enqueue.track IS NULL THEN
-        RAISE EXCEPTION 'pgqueue_enqueue: track must be true or false, not NULL'
+    IF pg_catalog.cardinality(pgqueue_enqueue.after) > 0
+       AND (pgqueue_enqueue.unique_key IS NOT NULL OR pgqueue_enqueue.group_key IS NOT NULL) THEN
+        RAISE EXCEPTION 'pgqueue_enqueue: a job with parents (after) cannot have a unique_key or a group'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    due := coalesce(pgqueue_enqueue.run_at, pg_catalog.now() + pgqueue_enqueue.delay, pg_catalog.now());
 
-    IF pgqueue_enqueue.on_conflict = 'replace' THEN
-        SELECT r.job_id INTO new_id
-        FROM pgqueue_enqueue_replace(
-            pgqueue_enqueue.queue, pgqueue_enqueue.job_type, pgqueue_enqueue.payload,
-            pgqueue_enqueue.max_attempts,
-            coalesce(pgqueue_enqueue.run_at, now() + pgqueue_enqueue.delay, now()),
-            pgqueue_enqueue.priority, pgqueue_enqueue.track, pgqueue_enqueue.trace_context,
-            pgqueue_enqueue.unique_key, true, true) AS r;
-        RETURN new_id;
+    IF pg_catalog.cardinality(pgqueue_enqueue.after) > 0 THEN
+        -- Each parent once, in the order given.
+        parents := ARRAY(SELECT u.p FROM pg_catalog.unnest(pgqueue_enqueue.after) WITH ORDINALITY AS u(p, n)
+                         GROUP BY u.p ORDER BY pg_catalog.min(u.n));
+        IF pg_catalog.cardinality(parents) > 10000 THEN
+            RAISE EXCEPTION 'pgqueue_enqueue: a job has at most 10000 parents, got %',
+                pg_catalog.cardinality(parents)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN (pgqueue_enqueue_after(
+            pgqueue_enqueue.queue, ARRAY[pgqueue_enqueue.job_type],
+            pg_catalog.jsonb_build_array(pgqueue_enqueue.payload),
+            ARRAY[pgqueue_enqueue.max_attempts], ARRAY[due], ARRAY[NULL::float8],
+            ARRAY[pgqueue_enqueue.priority], ARRAY[pgqueue_enqueue.track],
+            pgqueue_enqueue.trace_context,
+            pg_catalog.array_fill(1, ARRAY[pg_catalog.cardinality(parents)]), parents,
+            ARRAY[pgqueue_enqueue.on_parent_failure], true))[1];
+    END IF;
+
+    IF pgqueue_enqueue.unique_key IS NOT NULL THEN
+        IF pgqueue_enqueue.on_conflict <> 'replace'
+           AND pg_catalog.to_regprocedure('pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean, text)') IS NULL THEN
+            -- A distributed schema has no pgqueue_enqueue_replace: the caller's
+            -- own INSERT ... ON CONFLICT, which Citus runs on the queue's shard.
+            INSERT INTO pgqueue_jobs AS j (queue, job_type, payload, max_attempts, run_at, priority,
+                                           tracked, trace_context, unique_key, group_key)
+            VALUES (pgqueue_enqueue.queue, pgqueue_enqueue.job_type, pgqueue_enqueue.payload,
+                    pgqueue_enqueue.max_attempts, due, pgqueue_enqueue.priority, pgqueue_enqueue.track,
+                    pgqueue_enqueue.trace_context, pgqueue_enqueue.unique_key, pgqueue_enqueue.group_key)
+            ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
+            DO UPDATE SET unique_key = EXCLUDED.unique_key
+            RETURNING j.id AS job_id, CASE WHEN j.xmax <> 0 THEN 'existed' ELSE 'inserted' END AS outcome
+            INTO r;
+            IF r.outcome = 'inserted' THEN
+                PERFORM pg_catalog.pg_notify('pgqueue_jobs', pgqueue_enqueue.queue);
+            END IF;
+        ELSE
+            SELECT * INTO r
+            FROM pgqueue_enqueue_replace(
+                pgqueue_enqueue.queue, pgqueue_enqueue.job_type, pgqueue_enqueue.payload,
+                pgqueue_enqueue.max_attempts, due, pgqueue_enqueue.priority, pgqueue_enqueue.track,
+                pgqueue_enqueue.trace_context, pgqueue_enqueue.unique_key,
+                pgqueue_enqueue.on_conflict = 'replace', true, pgqueue_enqueue.group_key);
+        END IF;
+        IF r.outcome = 'existed' AND pgqueue_enqueue.on_conflict = 'raise' THEN
+            RAISE EXCEPTION 'pgqueue_enqueue: job % of type % with unique key % is pending or running',
+                r.job_id, pg_catalog.quote_literal(pgqueue_enqueue.job_type), pg_catalog.quote_literal(pgqueue_enqueue.unique_key)
+                USING ERRCODE = 'unique_violation', DETAIL = r.job_id::text;
+        END IF;
+        RETURN r.job_id;
     END IF;
 
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority,
-                              tracked, trace_context, unique_key)
+                              tracked, trace_context, group_key)
     VALUES (pgqueue_enqueue.queue, pgqueue_enqueue.job_type, pgqueue_enqueue.payload,
-            pgqueue_enqueue.max_attempts,
-            coalesce(pgqueue_enqueue.run_at, now() + pgqueue_enqueue.delay, now()),
-            pgqueue_enqueue.priority, pgqueue_enqueue.track,
-            pgqueue_enqueue.trace_context, pgqueue_enqueue.unique_key)
-    ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
-    DO UPDATE SET unique_key = EXCLUDED.unique_key
-    RETURNING id, xmax <> 0 INTO new_id, existed;
-
-    IF existed THEN
-        IF pgqueue_enqueue.on_conflict = 'raise' THEN
-            RAISE EXCEPTION 'pgqueue_enqueue: job % of type % with unique key % is pending or running',
-                new_id, quote_literal(pgqueue_enqueue.job_type), quote_literal(pgqueue_enqueue.unique_key)
-                USING ERRCODE = 'unique_violation', DETAIL = new_id::text;
-        END IF;
-        RETURN new_id;
-    END IF;
-    PERFORM pg_notify('pgqueue_jobs', pgqueue_enqueue.queue);
+            pgqueue_enqueue.max_attempts, due, pgqueue_enqueue.priority, pgqueue_enqueue.track,
+            pgqueue_enqueue.trace_context, pgqueue_enqueue.group_key)
+    RETURNING id INTO new_id;
+    PERFORM pg_catalog.pg_notify('pgqueue_jobs', pgqueue_enqueue.queue);
     RETURN new_id;
 END
 $pgqueue_enqueue$;
 """.replace("{settings}", _FUNCTION_SETTINGS)
 
-# An enqueue with dependencies (after=...), in one transaction: first the
-# parents are locked, in id order, and their statuses read (a parent ending
-# meanwhile waits for the enqueue's commit, and its trigger then sees the
-# new edges; a parent that ended first is seen ended, and counts at once),
-# then the jobs are inserted as any others, then the edges are written.
-# Both steps are functions of the schema: they plan with INDEX_PLANNING on
-# any connection (a producer's pool caches a generic plan after five runs,
-# which on a new table would scan it for good).
-_DEPENDENCY_FUNCTIONS = """
--- The parents p_ids of an enqueue with dependencies, locked in id order,
--- with their statuses.
-CREATE OR REPLACE FUNCTION pgqueue_lock_parents(p_ids bigint[])
-RETURNS TABLE (id bigint, status text)
-LANGUAGE sql VOLATILE
-{settings}AS $pgqueue_lock_parents$
-SELECT j.id, j.status FROM pgqueue_jobs AS j
-WHERE j.id = ANY(p_ids)
-ORDER BY j.id
-FOR NO KEY UPDATE
-$pgqueue_lock_parents$;
+# The signatures of the functions above (and the trigger's), for grants and
+# pinning: the definer ones a producer is granted, the rest any role may run.
+FUNCTIONS = {
+    "pgqueue_check_name(text, text, text, int)": "invoker",
+    "pgqueue_check_job(text, text, text, jsonb, int, int, boolean, text, text)": "invoker",
+    "pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean, text)": "definer",
+    "pgqueue_enqueue_after(text, text[], jsonb, int[], timestamptz[], float8[], int[], boolean[], text, int[], bigint[], text[], boolean)": "definer",
+    "pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text, text, bigint[], text)": "invoker",
+    "pgqueue_parent_ended()": "trigger",
+    "pgqueue_group_pending()": "trigger",
+    "pgqueue_group_heads(text, text[])": "invoker",
+    "pgqueue_take_turn(text)": "invoker",
+}
+"""Every function of the schema, by signature: ``definer`` (SECURITY DEFINER:
+it runs with its owner's rights, for the roles granted it), ``invoker`` or
+``trigger``."""
 
--- The edges (p_parent_ids, p_child_ids, p_settled: the parent had ended),
--- then in one update of each row concerned (p_ids): whether it is a parent
--- now, and a child's status ('waiting' or 'cancelled'; NULL keeps
--- 'pending'), unfinished parents, on_parent_failure and last_error. A row
--- is both parent and child at most once here.
-CREATE OR REPLACE FUNCTION pgqueue_depend(
-    p_parent_ids        bigint[],
-    p_child_ids         bigint[],
-    p_settled           boolean[],
-    p_ids               bigint[],
-    p_parent            boolean[],
-    p_status            text[],
-    p_parents_left      int[],
-    p_on_parent_failure text[],
-    p_last_error        text[]
-) RETURNS void
-LANGUAGE sql VOLATILE
-{settings}AS $pgqueue_depend$
-WITH edges AS (
-    INSERT INTO pgqueue_dependencies (parent_id, child_id, settled)
-    SELECT * FROM unnest(p_parent_ids, p_child_ids, p_settled)
-    ON CONFLICT DO NOTHING
+# Every function runs with a fixed search_path: pg_catalog first, then the
+# schema it was installed into (this one), then pg_temp, so that no function
+# or table planted in another schema, or a session's temporary schema, is
+# taken for one of its own or a built-in; the definer ones are for the
+# roles that are granted them (pgqueue.grants), not PUBLIC.
+_PINNED = """
+DO $$
+DECLARE
+    f text;
+BEGIN
+    FOREACH f IN ARRAY '{functions}'::text[] LOOP
+        CONTINUE WHEN pg_catalog.to_regprocedure(f) IS NULL;  -- not in a distributed schema
+        EXECUTE pg_catalog.format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp',
+                                  f, pg_catalog.current_schema());
+    END LOOP;
+    FOREACH f IN ARRAY '{definers}'::text[] LOOP
+        CONTINUE WHEN pg_catalog.to_regprocedure(f) IS NULL;
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END $$;
+""".replace("{functions}", "{" + ",".join(f'"{f}"' for f in FUNCTIONS) + "}").replace(
+    "{definers}",
+    "{"
+    + ",".join(f'"{f}"' for f, kind in FUNCTIONS.items() if kind == "definer")
+    + "}",
 )
-UPDATE pgqueue_jobs AS j
-SET has_children      = j.has_children OR o.parent,
-    status            = coalesce(o.status, j.status),
-    parents_left      = coalesce(o.parents_left, j.parents_left),
-    on_parent_failure = coalesce(o.on_parent_failure, j.on_parent_failure),
-    last_error        = coalesce(o.last_error, j.last_error)
-FROM unnest(p_ids, p_parent, p_status, p_parents_left, p_on_parent_failure, p_last_error)
-    AS o(id, parent, status, parents_left, on_parent_failure, last_error)
-WHERE j.id = o.id
-$pgqueue_depend$;
-""".replace("{settings}", _FUNCTION_SETTINGS)
+
 
 SCHEMA = (
     """
@@ -753,10 +1175,10 @@ CREATE TABLE IF NOT EXISTS pgqueue_jobs
         CHECK (status = ANY ('{pending,running,completed,dead,cancelled,waiting}'::text[])),
     attempts         INT         NOT NULL DEFAULT 0,
     max_attempts     INT         NOT NULL DEFAULT 5,
-    run_at           TIMESTAMPTZ NOT NULL DEFAULT now(),
+    run_at           TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.now(),
     last_error       TEXT,
-    created_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
+    created_at       TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.now(),
+    updated_at       TIMESTAMPTZ NOT NULL DEFAULT pg_catalog.now(),
     completed_at     TIMESTAMPTZ,
     priority         SMALLINT    NOT NULL DEFAULT 0
         CONSTRAINT chk_pgqueue_jobs_priority CHECK (priority BETWEEN -5 AND 5),
@@ -783,9 +1205,12 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_rescue
     ON pgqueue_jobs (updated_at) WHERE status = 'running';
 """
     + _ADDED_IN_V2
+    + _TAKE_TURN_FUNCTION
+    + _CHECK_JOB_FUNCTION
     + _ENQUEUE_REPLACE_FUNCTION
+    + _ENQUEUE_AFTER_FUNCTION
     + _ENQUEUE_FUNCTION
-    + _DEPENDENCY_FUNCTIONS
+    + _PINNED
 )
 """Create the ``pgqueue_jobs`` table and its indexes, ``pgqueue_periodic``, ``pgqueue_limits`` and ``pgqueue_leases`` (apply it in a migration).
 
@@ -824,10 +1249,10 @@ BEGIN
     FOR old IN
         SELECT conname FROM pg_constraint
         WHERE conrelid = 'pgqueue_jobs'::regclass AND contype = 'c'
-          AND pg_get_constraintdef(oid) LIKE '%status%'
-          AND pg_get_constraintdef(oid) NOT LIKE '%{pending,running,completed,dead,cancelled,waiting}%'
+          AND pg_catalog.pg_get_constraintdef(oid) LIKE '%status%'
+          AND pg_catalog.pg_get_constraintdef(oid) NOT LIKE '%{pending,running,completed,dead,cancelled,waiting}%'
     LOOP
-        EXECUTE format('ALTER TABLE pgqueue_jobs DROP CONSTRAINT %I', old.conname);
+        EXECUTE pg_catalog.format('ALTER TABLE pgqueue_jobs DROP CONSTRAINT %I', old.conname);
     END LOOP;
     IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgqueue_jobs'::regclass
                    AND conname = 'chk_pgqueue_jobs_status') THEN
@@ -845,9 +1270,12 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_status;
 ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
 """
     + _ADDED_IN_V2
+    + _TAKE_TURN_FUNCTION
+    + _CHECK_JOB_FUNCTION
     + _ENQUEUE_REPLACE_FUNCTION
+    + _ENQUEUE_AFTER_FUNCTION
     + _ENQUEUE_FUNCTION
-    + _DEPENDENCY_FUNCTIONS
+    + _PINNED
 )
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
@@ -865,10 +1293,8 @@ whole script in one transaction holds the first lock until the end.
 """
 
 SCHEMA_DOWN = """
-DROP FUNCTION IF EXISTS pgqueue_depend(bigint[], bigint[], boolean[], bigint[], boolean[], text[], int[], text[], text[]);
-DROP FUNCTION IF EXISTS pgqueue_lock_parents(bigint[]);
-DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
-DROP FUNCTION IF EXISTS pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean);
+DROP TABLE IF EXISTS pgqueue_groups;
+DROP TABLE IF EXISTS pgqueue_turns;
 DROP TABLE IF EXISTS pgqueue_starts;
 DROP TABLE IF EXISTS pgqueue_paused;
 DROP TABLE IF EXISTS pgqueue_leases;
@@ -876,8 +1302,7 @@ DROP TABLE IF EXISTS pgqueue_limits;
 DROP TABLE IF EXISTS pgqueue_periodic;
 DROP TABLE IF EXISTS pgqueue_dependencies;
 DROP TABLE IF EXISTS pgqueue_jobs;
-DROP FUNCTION IF EXISTS pgqueue_parent_ended();
-"""
+""" + "".join(f"DROP FUNCTION IF EXISTS {signature};\n" for signature in FUNCTIONS)
 """Drop everything `SCHEMA` creates."""
 
 # JSON crosses the boundary as text, both ways ($3::text, payload::text):
@@ -903,9 +1328,7 @@ DROP FUNCTION IF EXISTS pgqueue_parent_ended();
 # Go producer's rows. A delay ($9, seconds, NULL without one) counts from
 # the database's now(), never the client's clock; run_at ($5) and a delay
 # are never both given.
-_RUN_AT = (
-    "COALESCE($5::timestamptz, now() + make_interval(secs => {delay}::float8), now())"
-)
+_RUN_AT = "COALESCE($5::timestamptz, pg_catalog.now() + pg_catalog.make_interval(secs => {delay}::float8), pg_catalog.now())"
 _INSERT_ONE = f"""
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, group_key)
     VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$9")}, $6, $7, $8, $10)
@@ -913,32 +1336,35 @@ _INSERT_ONE = f"""
 ENQUEUE = f"""
 WITH job AS ({_INSERT_ONE}
 )
-SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
+SELECT job.id FROM job, pg_catalog.pg_notify('pgqueue_jobs', $1)
 """
 ENQUEUE_SILENT = _INSERT_ONE
 
 # A group key ($10, or $11 with a unique key) is the job's group (see
 # CLAIM_GROUPS), NULL without one.
-# A job with a unique key ($9; its delay is $10): while a job of the same type and key is
-# pending or running, the index refuses a second one and the existing row's
-# id comes back instead (locked and updated in place, so that an enqueuer
-# racing its commit still gets it), with no wakeup. xmax is 0 only on a row
-# this statement inserted.
+# A job with a unique key ($9; its delay is $10), through
+# pgqueue_enqueue_replace without replacing (a producer may not UPDATE, as
+# INSERT ... ON CONFLICT DO UPDATE would): while a job of the same queue,
+# type and key is pending or running, that job's id comes back instead
+# (existed), with no wakeup.
+_UNIQUE = """
+SELECT r.job_id AS id, r.outcome = 'existed' AS existed
+FROM pgqueue_enqueue_replace($1, $2, $3::text::jsonb, $4, {run_at},
+                             $6, $7, $8, $9, false, {notify}, $11) AS r
+"""
+ENQUEUE_UNIQUE = _UNIQUE.format(run_at=_RUN_AT.format(delay="$10"), notify="true")
+ENQUEUE_UNIQUE_SILENT = _UNIQUE.format(
+    run_at=_RUN_AT.format(delay="$10"), notify="false"
+)
+
+# Citus has no pgqueue_enqueue_replace: there a key's enqueue is an INSERT
+# ... ON CONFLICT, which locks and updates the existing row in place (so that
+# an enqueuer racing its commit still gets it). xmax is 0 only on a row this
+# statement inserted.
 _ON_UNIQUE_CONFLICT = """
     ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
     DO UPDATE SET unique_key = EXCLUDED.unique_key
 """
-_INSERT_UNIQUE = f"""
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key, group_key)
-    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")}, $6, $7, $8, $9, $11)
-    {_ON_UNIQUE_CONFLICT}
-    RETURNING id, xmax <> 0 AS existed"""
-ENQUEUE_UNIQUE = f"""
-WITH job AS ({_INSERT_UNIQUE}
-)
-SELECT id, existed, CASE WHEN NOT existed THEN pg_notify('pgqueue_jobs', $1) END FROM job
-"""
-ENQUEUE_UNIQUE_SILENT = _INSERT_UNIQUE
 
 # Rows are inserted in input order, so ascending ids are the input order.
 # The payloads arrive as one JSON array ($3), the rest as arrays; ROWS FROM
@@ -946,41 +1372,49 @@ ENQUEUE_UNIQUE_SILENT = _INSERT_UNIQUE
 # batch without priorities, tracking, keys or delays passes empty arrays for
 # them). One trace context ($9, usually NULL) for the whole batch: its
 # producer span's. Groups ($10, empty when no job has one). Delays ($11)
-# are seconds from the database's now().
+# are seconds from the database's now(). The keys ($8) are inserted only by
+# Citus's statement: a batch with keys goes through pgqueue_enqueue_replace
+# on plain PostgreSQL (a producer may not insert unique_key itself), and one
+# without names no such column.
 _ENQUEUE_ROWS = """
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, unique_key, trace_context, group_key)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked,{key} trace_context, group_key)
     SELECT $1, t.job_type, t.payload, t.max_attempts, {run_at},
-           COALESCE(t.priority, 0), COALESCE(t.tracked, false), t.unique_key, $9::text, t.group_key
+           COALESCE(t.priority, 0), COALESCE(t.tracked, false),{key_value} $9::text, t.group_key
     FROM ROWS FROM (
-        unnest($2::text[]),
-        jsonb_array_elements($3::text::jsonb),
-        unnest($4::text::int[]),
-        unnest($5::text::timestamptz[]),
-        unnest($6::text::smallint[]),
-        unnest($7::text::boolean[]),
-        unnest($8::text[]),
-        unnest($10::text[]){delays}
+        pg_catalog.unnest($2::text[]),
+        pg_catalog.jsonb_array_elements($3::text::jsonb),
+        pg_catalog.unnest($4::text::int[]),
+        pg_catalog.unnest($5::text::timestamptz[]),
+        pg_catalog.unnest($6::text::smallint[]),
+        pg_catalog.unnest($7::text::boolean[]),
+        pg_catalog.unnest($8::text[]),
+        pg_catalog.unnest($10::text[]){delays}
     ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{delay} ord)
     ORDER BY t.ord
 """
 # A batch without delays is the common one: its statement has no delay
 # column to unnest and no interval to compute per row (about 5% of a bulk
 # enqueue); a batch with any delay takes the _DELAYED statement, which adds $11.
-_UNDELAYED_ROWS = _ENQUEUE_ROWS.format(
-    run_at="COALESCE(t.run_at, now())", delays="", delay=""
-)
-_DELAYED_ROWS = _ENQUEUE_ROWS.format(
-    run_at="COALESCE(t.run_at, now() + make_interval(secs => t.delay), now())",
-    delays=",\n        unnest($11::text::float8[])",
-    delay=" delay,",
-)
+_UNDELAYED = {
+    "run_at": "COALESCE(t.run_at, pg_catalog.now())",
+    "delays": "",
+    "delay": "",
+}
+_DELAYED = {
+    "run_at": "COALESCE(t.run_at, pg_catalog.now() + pg_catalog.make_interval(secs => t.delay), pg_catalog.now())",
+    "delays": ",\n        pg_catalog.unnest($11::text::float8[])",
+    "delay": " delay,",
+}
+_UNKEYED = {"key": "", "key_value": ""}
+_UNDELAYED_ROWS = _ENQUEUE_ROWS.format(**_UNDELAYED, **_UNKEYED)
+_DELAYED_ROWS = _ENQUEUE_ROWS.format(**_DELAYED, **_UNKEYED)
 _ENQUEUE_MANY = """
 WITH jobs AS ({rows}
     RETURNING id
 )
-SELECT array_to_string(array_agg(jobs.id ORDER BY jobs.id), ','){notify}
+SELECT pg_catalog.array_to_string(pg_catalog.array_agg(jobs.id ORDER BY jobs.id), ','){notify}
 """
-_NOTIFY_FROM = "\nFROM jobs, pg_notify('pgqueue_jobs', $1)"
+_NOTIFY_FROM = "\nFROM jobs, pg_catalog.pg_notify('pgqueue_jobs', $1)"
 _SILENT_FROM = "\nFROM jobs"
 ENQUEUE_MANY = _ENQUEUE_MANY.format(rows=_UNDELAYED_ROWS, notify=_NOTIFY_FROM)
 ENQUEUE_MANY_DELAYED = _ENQUEUE_MANY.format(rows=_DELAYED_ROWS, notify=_NOTIFY_FROM)
@@ -989,32 +1423,39 @@ ENQUEUE_MANY_DELAYED_SILENT = _ENQUEUE_MANY.format(
     rows=_DELAYED_ROWS, notify=_SILENT_FROM
 )
 
-# As ENQUEUE_MANY with unique keys (no key twice in $8: the caller merges
-# duplicates): each row's id, type and key, and whether it existed. One
-# wakeup, if any row is new.
+# enqueue_many with unique keys (no key twice in $8: the caller merges
+# duplicates), each job through pgqueue_enqueue_replace without replacing,
+# in input order (the columns as ENQUEUE_MANY's; a job without a key is
+# inserted): each row's id, type and key, and whether it existed. Identical
+# wakeups of one transaction are sent once.
 _ENQUEUE_MANY_UNIQUE = """
-WITH jobs AS ({rows}{on_conflict}
-    RETURNING id, job_type, unique_key, xmax <> 0 AS existed
-)
-SELECT id, job_type, unique_key, existed{notify}
-FROM jobs
+SELECT r.job_id AS id, t.job_type, t.unique_key, r.outcome = 'existed' AS existed
+FROM ROWS FROM (
+    pg_catalog.unnest($2::text[]),
+    pg_catalog.jsonb_array_elements($3::text::jsonb),
+    pg_catalog.unnest($4::text::int[]),
+    pg_catalog.unnest($5::text::timestamptz[]),
+    pg_catalog.unnest($6::text::smallint[]),
+    pg_catalog.unnest($7::text::boolean[]),
+    pg_catalog.unnest($8::text[]),
+    pg_catalog.unnest($10::text[]){delays}
+) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{delay} ord)
+CROSS JOIN LATERAL pgqueue_enqueue_replace(
+    $1, t.job_type, t.payload, t.max_attempts, {run_at},
+    COALESCE(t.priority, 0)::int, COALESCE(t.tracked, false), $9::text, t.unique_key,
+    false, {notify}, t.group_key) AS r
+ORDER BY t.ord
 """
-_NOTIFY_IF_NEW = """,
-       (SELECT pg_notify('pgqueue_jobs', $1) WHERE EXISTS (SELECT FROM jobs WHERE NOT existed))"""
 
 
-def _many_unique(rows: str, *, notify: bool) -> str:
-    return _ENQUEUE_MANY_UNIQUE.format(
-        rows=rows,
-        on_conflict=_ON_UNIQUE_CONFLICT,
-        notify=_NOTIFY_IF_NEW if notify else "",
-    )
+def _many_unique(delays: dict[str, str], *, notify: bool) -> str:
+    return _ENQUEUE_MANY_UNIQUE.format(**delays, notify="true" if notify else "false")
 
 
-ENQUEUE_MANY_UNIQUE = _many_unique(_UNDELAYED_ROWS, notify=True)
-ENQUEUE_MANY_UNIQUE_DELAYED = _many_unique(_DELAYED_ROWS, notify=True)
-ENQUEUE_MANY_UNIQUE_SILENT = _many_unique(_UNDELAYED_ROWS, notify=False)
-ENQUEUE_MANY_UNIQUE_DELAYED_SILENT = _many_unique(_DELAYED_ROWS, notify=False)
+ENQUEUE_MANY_UNIQUE = _many_unique(_UNDELAYED, notify=True)
+ENQUEUE_MANY_UNIQUE_DELAYED = _many_unique(_DELAYED, notify=True)
+ENQUEUE_MANY_UNIQUE_SILENT = _many_unique(_UNDELAYED, notify=False)
+ENQUEUE_MANY_UNIQUE_DELAYED_SILENT = _many_unique(_DELAYED, notify=False)
 
 # An enqueue that replaces the pending job of its key ($9) or, if that job
 # has started, queues one to run after it (see pgqueue_enqueue_replace):
@@ -1024,7 +1465,7 @@ ENQUEUE_MANY_UNIQUE_DELAYED_SILENT = _many_unique(_DELAYED_ROWS, notify=False)
 ENQUEUE_REPLACE = f"""
 SELECT r.job_id AS id, r.outcome, r.wake
 FROM pgqueue_enqueue_replace($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")},
-                             $6, $7, $8, $9, true, $11::boolean) AS r
+                             $6, $7, $8, $9, true, $11::boolean, NULL) AS r
 """
 
 # enqueue_many with jobs that replace ($11, per job) or a key's jobs of
@@ -1033,22 +1474,22 @@ FROM pgqueue_enqueue_replace($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay=
 ENQUEUE_MANY_REPLACE = """
 SELECT r.job_id AS id, r.outcome, r.wake
 FROM ROWS FROM (
-    unnest($2::text[]),
-    jsonb_array_elements($3::text::jsonb),
-    unnest($4::text::int[]),
-    unnest($5::text::timestamptz[]),
-    unnest($6::text::smallint[]),
-    unnest($7::text::boolean[]),
-    unnest($8::text[]),
-    unnest($10::text::float8[]),
-    unnest($11::text::boolean[])
+    pg_catalog.unnest($2::text[]),
+    pg_catalog.jsonb_array_elements($3::text::jsonb),
+    pg_catalog.unnest($4::text::int[]),
+    pg_catalog.unnest($5::text::timestamptz[]),
+    pg_catalog.unnest($6::text::smallint[]),
+    pg_catalog.unnest($7::text::boolean[]),
+    pg_catalog.unnest($8::text[]),
+    pg_catalog.unnest($10::text::float8[]),
+    pg_catalog.unnest($11::text::boolean[])
 ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked,
                        unique_key, delay, replace, ord)
 CROSS JOIN LATERAL pgqueue_enqueue_replace(
     $1, t.job_type, t.payload, t.max_attempts,
-    COALESCE(t.run_at, now() + make_interval(secs => t.delay), now()),
+    COALESCE(t.run_at, pg_catalog.now() + pg_catalog.make_interval(secs => t.delay), pg_catalog.now()),
     COALESCE(t.priority, 0), COALESCE(t.tracked, false), $9::text, t.unique_key,
-    COALESCE(t.replace, false), $12::boolean) AS r
+    COALESCE(t.replace, false), $12::boolean, NULL) AS r
 ORDER BY t.ord
 """
 
@@ -1059,8 +1500,8 @@ ORDER BY t.ord
 # durable already, and a lost wakeup costs a poll), so it commits without
 # waiting (synchronous_commit off, for this transaction only).
 WAKE = """
-SELECT set_config('synchronous_commit', 'off', true), pg_notify('pgqueue_jobs', queue)
-FROM unnest($1::text[]) AS queue
+SELECT pg_catalog.set_config('synchronous_commit', 'off', true), pg_catalog.pg_notify('pgqueue_jobs', queue)
+FROM pg_catalog.unnest($1::text[]) AS queue
 """
 
 # enqueue_many's COPY path (pgqueue._copy), for batches without unique keys.
@@ -1068,12 +1509,16 @@ FROM unnest($1::text[]) AS queue
 # ascending, with the transaction's now() for run_at (the INSERT path's
 # now(): one transaction). The ids come back as one bytea, 8 bytes each, big
 # endian (a third faster than text for 50,000). The sequence is looked up
-# once (MATERIALIZED), not once a row.
+# once (MATERIALIZED), not once a row. The last column says whether this
+# role may insert the ids (a producer's grants do not let it: it takes the
+# INSERT path, and the ids reserved stay unused).
 RESERVE_IDS = """
 WITH s AS MATERIALIZED (
-    SELECT pg_get_serial_sequence('pgqueue_jobs', 'id')::regclass AS seq
+    SELECT pg_catalog.pg_get_serial_sequence('pgqueue_jobs', 'id')::regclass AS seq
 )
-SELECT string_agg(int8send(nextval(s.seq)), ''), now() FROM s, generate_series(1, $1)
+SELECT pg_catalog.string_agg(pg_catalog.int8send(pg_catalog.nextval(s.seq)), ''), pg_catalog.now(),
+       pg_catalog.has_column_privilege('pgqueue_jobs', 'id', 'INSERT')
+FROM s, pg_catalog.generate_series(1, $1)
 """
 # The rows are copied with every column the INSERT path sets (defaults fill
 # status, attempts, created_at and updated_at; a table without those columns
@@ -1090,14 +1535,19 @@ COPY_COLUMNS = (
     "tracked",
     "trace_context",
 )
-NOTIFY_JOBS = "SELECT pg_notify('pgqueue_jobs', $1)"
+NOTIFY_JOBS = "SELECT pg_catalog.pg_notify('pgqueue_jobs', $1)"
 
-# An enqueue with dependencies (after=...): see _DEPENDENCY_FUNCTIONS.
-LOCK_PARENTS = "SELECT id, status FROM pgqueue_lock_parents($1::text::bigint[])"
-DEPEND = """
-SELECT pgqueue_depend($1::text::bigint[], $2::text::bigint[], $3::text::boolean[],
-                      $4::text::bigint[], $5::text::boolean[], $6::text[], $7::text::int[],
-                      $8::text[], $9::text[])
+# Jobs with dependencies (after=...), through pgqueue_enqueue_after (see
+# _ENQUEUE_AFTER_FUNCTION): enqueue_many's columns ($1 the queue, $2 the
+# types, $3 the payloads, $4 to $8 max_attempts, run_at, delays,
+# priorities and tracking), $9 the trace context, the edges ($10 each
+# child's index from 1, $11 its parent: a job id, or minus an earlier job's
+# index), $12 each job's on_parent_failure, $13 whether to NOTIFY.
+ENQUEUE_AFTER = """
+SELECT pgqueue_enqueue_after($1, $2::text[], $3::text::jsonb, $4::text::int[],
+                             $5::text::timestamptz[], $6::text::float8[], $7::text::int[],
+                             $8::text::boolean[], $9::text, $10::text::int[], $11::text::bigint[],
+                             $12::text[], $13::boolean)
 """
 
 # Cancel the jobs $1: pending and waiting ones at once (no worker claims
@@ -1109,7 +1559,7 @@ SELECT pgqueue_depend($1::text::bigint[], $2::text::bigint[], $3::text::boolean[
 # meanwhile is seen: the row is then running.
 CANCEL = """
 WITH wanted AS (
-    SELECT DISTINCT unnest($1::text::bigint[]) AS id
+    SELECT DISTINCT pg_catalog.unnest($1::text::bigint[]) AS id
 ), found AS (
     SELECT id, status FROM pgqueue_jobs WHERE id IN (SELECT id FROM wanted) FOR UPDATE
 ), changed AS (
@@ -1117,7 +1567,7 @@ WITH wanted AS (
     SET status           = CASE WHEN f.status IN ('pending', 'waiting') THEN 'cancelled' ELSE j.status END,
         cancel_requested = j.cancel_requested OR f.status = 'running',
         last_error       = CASE WHEN f.status IN ('pending', 'waiting') THEN 'cancelled by request' ELSE j.last_error END,
-        updated_at       = CASE WHEN f.status IN ('pending', 'waiting') THEN now() ELSE j.updated_at END
+        updated_at       = CASE WHEN f.status IN ('pending', 'waiting') THEN pg_catalog.now() ELSE j.updated_at END
     FROM found AS f
     WHERE j.id = f.id AND f.status IN ('pending', 'waiting', 'running')
     RETURNING j.id, CASE WHEN f.status = 'waiting' THEN 'pending' ELSE f.status END AS was, j.tracked
@@ -1127,8 +1577,8 @@ SELECT w.id,
             WHEN c.was = 'running' THEN 'requested'
             WHEN f.id IS NOT NULL THEN 'finished'
             ELSE 'not_found' END AS result,
-       CASE WHEN c.was = 'running' THEN pg_notify('pgqueue_control', w.id::text)
-            WHEN c.was = 'pending' AND c.tracked THEN pg_notify('pgqueue_outcomes', w.id::text) END AS notified
+       CASE WHEN c.was = 'running' THEN pg_catalog.pg_notify('pgqueue_control', w.id::text)
+            WHEN c.was = 'pending' AND c.tracked THEN pg_catalog.pg_notify('pgqueue_outcomes', w.id::text) END AS notified
 FROM wanted AS w LEFT JOIN found AS f ON f.id = w.id LEFT JOIN changed AS c ON c.id = w.id
 """
 
@@ -1158,14 +1608,14 @@ WITH gone AS (
     DELETE FROM pgqueue_jobs
     WHERE queue = $1
       AND status IN ('completed', 'dead', 'cancelled')
-      AND updated_at < now() - make_interval(secs => $2)
+      AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)
       AND {_KEEPS_NO_CHILD}
     RETURNING id, parents_left
 ), edges AS (
     DELETE FROM pgqueue_dependencies
     WHERE child_id IN (SELECT id FROM gone WHERE parents_left IS NOT NULL)
 )
-SELECT count(*)::int FROM gone
+SELECT pg_catalog.count(*)::int FROM gone
 """
 
 
@@ -1187,7 +1637,7 @@ WITH gone AS (
         FROM pgqueue_jobs
         WHERE id > $3 AND {queue_matches}
           AND status IN ('completed', 'dead', 'cancelled')
-          AND updated_at < now() - make_interval(secs => $2)
+          AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)
           AND {_KEEPS_NO_CHILD}
         ORDER BY id
         LIMIT $4
@@ -1198,7 +1648,7 @@ WITH gone AS (
     DELETE FROM pgqueue_dependencies
     WHERE child_id IN (SELECT id FROM gone WHERE parents_left IS NOT NULL)
 )
-SELECT count(*)::int AS removed, coalesce(max(id), $3) AS last_id FROM gone
+SELECT pg_catalog.count(*)::int AS removed, coalesce(pg_catalog.max(id), $3) AS last_id FROM gone
 """
 
 
@@ -1217,8 +1667,8 @@ PRUNE_BATCH = _prune_batch("queue = ANY($1::text[])")
 NO_JIT = "SET LOCAL jit = off"
 # NO_JIT inside a caller's transaction (Admin.prune on its connection):
 # JIT_OFF returns the setting it replaces, JIT_BACK ($1) puts it back.
-JIT_OFF = "SELECT current_setting('jit') AS was, set_config('jit', 'off', true)"
-JIT_BACK = "SELECT set_config('jit', $1, true)"
+JIT_OFF = "SELECT pg_catalog.current_setting('jit') AS was, pg_catalog.set_config('jit', 'off', true)"
+JIT_BACK = "SELECT pg_catalog.set_config('jit', $1, true)"
 
 HEAD_OF_LINE = (datetime.min.replace(tzinfo=UTC), 0)
 """A place before every job of a priority: ('-infinity', 0)."""
@@ -1265,16 +1715,16 @@ _HEADS = (
 # Times outside Python's datetime range (a BC date written by another
 # producer) come back as NULL with their text in the last column: asyncpg
 # would fail to decode the whole batch after the claim had committed.
-_REPRESENTABLE = "{0} BETWEEN '0001-01-01 00:00:00+00' AND '9999-12-31 23:59:59.999999+00' OR NOT isfinite({0})"
+_REPRESENTABLE = "{0} BETWEEN '0001-01-01 00:00:00+00' AND '9999-12-31 23:59:59.999999+00' OR NOT pg_catalog.isfinite({0})"
 _PRIORITY_SCANS = """
     SELECT j.id
-    FROM unnest($3::text::timestamptz[], $4::text::bigint[]) WITH ORDINALITY AS b(run_at, id, level)
+    FROM ROWS FROM (pg_catalog.unnest($3::text::timestamptz[]), pg_catalog.unnest($4::text::bigint[])) WITH ORDINALITY AS b(run_at, id, level)
     CROSS JOIN LATERAL (
         SELECT p.id
         FROM pgqueue_jobs AS p
         WHERE p.queue = $1 AND p.status = 'pending' COLLATE "C" AND p.priority <> 0
           AND p.priority = (6 - b.level)::smallint
-          AND p.run_at <= now() AND (p.run_at, p.id) > (b.run_at, b.id){types}
+          AND p.run_at <= pg_catalog.now() AND (p.run_at, p.id) > (b.run_at, b.id){types}
         ORDER BY p.run_at, p.id
         LIMIT {limit}
         FOR UPDATE OF p SKIP LOCKED
@@ -1311,10 +1761,10 @@ _CLAIM_EXPRESSIONS = {
     "created_at": f"CASE WHEN {_REPRESENTABLE.format('created_at')} THEN created_at END",
     "unrepresentable": (
         f"CASE WHEN ({_REPRESENTABLE.format('run_at')}) AND ({_REPRESENTABLE.format('created_at')}) THEN NULL\n"
-        "         ELSE format('run_at %s, created_at %s', run_at, created_at) END"
+        "         ELSE pg_catalog.format('run_at %s, created_at %s', run_at, created_at) END"
     ),
     # Once per claim (an InitPlan), not per row: numeric arithmetic is dear.
-    "claimed_at": "(SELECT (extract(epoch FROM now()) * 1000000)::int8)",
+    "claimed_at": "(SELECT (extract(epoch FROM pg_catalog.now()) * 1000000)::int8)",
     "checkpoint": "checkpoint::text",
     # A job enqueued after others: the claimer reads their results with
     # PARENT_RESULTS (a subquery here would be set up by every claim).
@@ -1324,6 +1774,7 @@ _CLAIM_RETURNING = ",\n    ".join(
     f"{_CLAIM_EXPRESSIONS[name]} AS {name}" if name in _CLAIM_EXPRESSIONS else name
     for name in CLAIM_COLUMNS
 )
+_GROUP_RETURNING = f"RETURNING {_CLAIM_RETURNING},\n    group_key\n"
 
 
 # A paused queue ($1) claims nothing: an uncorrelated test, which the plan
@@ -1332,19 +1783,32 @@ _CLAIM_RETURNING = ",\n    ".join(
 _NOT_PAUSED = "\n  AND NOT EXISTS (SELECT FROM pgqueue_paused WHERE queue = $1)"
 
 
-def _recorded(claim: str, at: str) -> str:
-    """``claim`` that also records each job it takes in ``pgqueue_starts``, started at ``at``."""
+def _recorded(claim: str, at: str, *, group_key: bool = False) -> str:
+    """``claim`` that also records each job it takes in ``pgqueue_starts``, started at ``at``.
+
+    With ``group_key``, each row's group comes last (as `_with_group`'s).
+    """
     returning = f"RETURNING {_CLAIM_RETURNING}\n"
+    if claim.endswith(_GROUP_RETURNING):
+        returning = _GROUP_RETURNING
     assert claim.endswith(returning)
     body = claim[: -len(returning)] + f"RETURNING {_CLAIM_RETURNING},\n    group_key"
+    columns = [*CLAIM_COLUMNS, "group_key"] if group_key else CLAIM_COLUMNS
     return f"""
 WITH claimed AS ({textwrap.indent(body, "    ")}
 ), recorded AS (
     INSERT INTO pgqueue_starts (queue, group_key, started_at)
     SELECT queue, group_key, {at}::timestamptz FROM claimed
 )
-SELECT {", ".join(CLAIM_COLUMNS)} FROM claimed
+SELECT {", ".join(columns)} FROM claimed
 """
+
+
+def _with_group(claim: str) -> str:
+    """``claim`` returning each job's group last (the group claims' heads are raised after)."""
+    returning = f"RETURNING {_CLAIM_RETURNING}\n"
+    assert claim.endswith(returning)
+    return claim[: -len(returning)] + _GROUP_RETURNING
 
 
 def _claiming(ids: str, *, recheck: str = "") -> str:
@@ -1356,7 +1820,7 @@ def _claiming(ids: str, *, recheck: str = "") -> str:
     """
     return f"""
 UPDATE pgqueue_jobs
-SET status = 'running', attempts = attempts + 1, updated_at = now(), claimed_at = now()
+SET status = 'running', attempts = attempts + 1, updated_at = pg_catalog.now(), claimed_at = pg_catalog.now()
 WHERE id = ANY(ARRAY({ids})){recheck}{_NOT_PAUSED}
 RETURNING {_CLAIM_RETURNING}
 """
@@ -1367,7 +1831,7 @@ def _zero_scan(limit: str, only: str) -> str:
     return f"""
         SELECT id
         FROM pgqueue_jobs
-        WHERE queue = $1 AND status = 'pending' AND priority = 0 AND run_at <= now()
+        WHERE queue = $1 AND status = 'pending' AND priority = 0 AND run_at <= pg_catalog.now()
           AND (run_at, id) > (($3::text::timestamptz[])[6], ($4::text::bigint[])[6]){only}
         ORDER BY run_at, id
         LIMIT {limit}
@@ -1413,11 +1877,21 @@ CLAIM_TYPES_RATED = _recorded(CLAIM_TYPES, "$6")
 # its room, and the claim takes the first job of every group before the
 # second of any, oldest heads (highest priority first) first; so a group's
 # flood delays another group's job by at most one claim. The groups are
-# found by a skip scan of idx_pgqueue_jobs_group (one probe per group with
-# jobs pending or running), each group's running count and first jobs
-# there too. Jobs without a group are each a group of their own; finding
-# them walks the queue's due jobs in line (grouped ones included).
-_GROUP_PICKS = """
+# found through their heads (pgqueue_groups, by due_at: only groups with a
+# job due, whatever the number of groups whose jobs are all in the future),
+# each group's running count and first jobs in idx_pgqueue_jobs_group. The
+# claimer then raises the heads of the groups it took jobs of (see
+# pgqueue_group_heads). On Citus, which has no heads (a trigger of a
+# distributed table), the groups are found by a skip scan of
+# idx_pgqueue_jobs_group: one probe per group with jobs pending or running.
+# Jobs without a group are each a group of their own; finding them walks
+# the queue's due jobs in line (grouped ones included).
+_GROUPS_BY_HEAD = """
+WITH groups AS (
+    SELECT h.group_key FROM pgqueue_groups AS h
+    WHERE h.queue = $1 AND h.due_at <= pg_catalog.now()
+)"""
+_GROUPS_BY_SKIP_SCAN = """
 WITH RECURSIVE groups AS (
     (SELECT group_key FROM pgqueue_jobs
      WHERE queue = $1 AND group_key IS NOT NULL AND status IN ('pending' COLLATE "C", 'running')
@@ -1429,18 +1903,19 @@ WITH RECURSIVE groups AS (
             ORDER BY j.group_key LIMIT 1)
     FROM groups AS g
     WHERE g.group_key IS NOT NULL
-), picks AS (
+)"""
+_GROUP_PICKS = """{groups}, picks AS (
     SELECT n.id, n.place, n.priority, n.run_at
     FROM groups AS g
     CROSS JOIN LATERAL (
-        SELECT $3::int - count(*)::int AS room FROM pgqueue_jobs AS r
+        SELECT $3::int - pg_catalog.count(*)::int AS room FROM pgqueue_jobs AS r
         WHERE r.queue = $1 AND r.group_key = g.group_key AND r.status = 'running' COLLATE "C"
     ) AS r{group_rate}
     CROSS JOIN LATERAL (
-        SELECT p.id, p.priority, p.run_at, row_number() OVER (ORDER BY p.run_at, p.id) AS place
+        SELECT p.id, p.priority, p.run_at, pg_catalog.row_number() OVER (ORDER BY p.run_at, p.id) AS place
         FROM pgqueue_jobs AS p
         WHERE p.queue = $1 AND p.group_key = g.group_key AND p.status = 'pending' COLLATE "C"
-          AND p.run_at <= now(){types_p}
+          AND p.run_at <= pg_catalog.now(){types_p}
         ORDER BY p.run_at, p.id
         LIMIT GREATEST({room}, 0)
     ) AS n
@@ -1449,7 +1924,7 @@ WITH RECURSIVE groups AS (
     SELECT u.id, 1, u.priority, u.run_at
     FROM (
         SELECT id, priority, run_at FROM pgqueue_jobs
-        WHERE queue = $1 AND status = 'pending' AND run_at <= now() AND group_key IS NULL{types}
+        WHERE queue = $1 AND status = 'pending' AND run_at <= pg_catalog.now() AND group_key IS NULL{types}
         ORDER BY run_at, id
         LIMIT $2
     ) AS u
@@ -1462,21 +1937,23 @@ SELECT id FROM picks ORDER BY place, priority DESC, run_at, id LIMIT $2
 # $7 the window's end: RATE_ROOM's time) leave it room for the rest.
 _GROUP_RATE = """
     CROSS JOIN LATERAL (
-        SELECT $5::int - count(*)::int AS room FROM pgqueue_starts AS s
+        SELECT $5::int - pg_catalog.count(*)::int AS room FROM pgqueue_starts AS s
         WHERE s.queue = $1 AND s.group_key = g.group_key
-          AND s.started_at > $7::timestamptz - make_interval(secs => $6::float8)
+          AND s.started_at > $7::timestamptz - pg_catalog.make_interval(secs => $6::float8)
     ) AS w"""
 
 
-def _claim_groups(*, group_rate: bool = False) -> str:
+def _claim_groups(*, group_rate: bool = False, heads: bool = True) -> str:
     """The claim of at most ``$2`` jobs of queue ``$1`` under a group limit of ``$3``.
 
     Only jobs of the types in ``$4`` (a ``text[]``; NULL for every type).
     ``group_rate``: also at most ``$5`` starts per group in ``$6`` seconds
-    before ``$7`` (the jobs without a group are not limited).
+    before ``$7`` (the jobs without a group are not limited). ``heads``:
+    the groups found through pgqueue_groups (else a skip scan, for Citus).
     """
     only = " AND ($4::text[] IS NULL OR job_type = ANY($4::text[]))"
     picks = _GROUP_PICKS.format(
+        groups=_GROUPS_BY_HEAD if heads else _GROUPS_BY_SKIP_SCAN,
         types=only,
         types_p=only.replace("job_type", "p.job_type"),
         group_rate=_GROUP_RATE.rstrip() if group_rate else "",
@@ -1488,18 +1965,22 @@ def _claim_groups(*, group_rate: bool = False) -> str:
     )
 
 
-CLAIM_GROUPS = _claim_groups()
+# Each row's group_key comes last (see GROUP_HEADS).
+CLAIM_GROUPS = _with_group(_claim_groups())
 # Under a rate limit (of the queue: the claim's $2 is within RATE_ROOM's room;
 # per group: $5 starts per $6 seconds), recording the starts at $7.
-CLAIM_GROUPS_RATED = _recorded(_claim_groups(group_rate=True), "$7")
+CLAIM_GROUPS_RATED = _recorded(_claim_groups(group_rate=True), "$7", group_key=True)
+
+# After a group claim, in its transaction: raise the heads of queue $1's
+# groups it took jobs of ($2) and of those due without a due job.
+GROUP_HEADS = "SELECT pgqueue_group_heads($1, $2::text[])"
 
 # Taken first in the transaction of a claim of queue $1 under a group or a
 # rate limit: such claims take turns across the fleet, and each one's
 # later statements (their snapshots taken after the lock) see what the
-# claims before it took and recorded.
-LOCK_CLAIMS = (
-    "SELECT pg_advisory_xact_lock(hashtextextended('pgqueue_claims:' || $1, 0))"
-)
+# claims before it took and recorded. A row lock of pgqueue_turns (see
+# pgqueue_take_turn): no role but a worker's can hold it.
+LOCK_CLAIMS = "SELECT pgqueue_take_turn($1)"
 
 # A rate limit of $2 starts per $3 seconds of queue $1 (per group with $4):
 # the starts recorded less than $3 s before now (the clock's now, taken
@@ -1511,18 +1992,18 @@ LOCK_CLAIMS = (
 # after it, whose starts lie in the same window, so no window of $3
 # seconds ever holds more than $2 starts (of the queue, or of each group).
 RATE_ROOM = """
-WITH t AS MATERIALIZED (SELECT clock_timestamp() AS at),
+WITH t AS MATERIALIZED (SELECT pg_catalog.clock_timestamp() AS at),
 gone AS (
     DELETE FROM pgqueue_starts AS s USING t
-    WHERE s.queue = $1 AND s.started_at <= t.at - make_interval(secs => $3::float8)
+    WHERE s.queue = $1 AND s.started_at <= t.at - pg_catalog.make_interval(secs => $3::float8)
 ), w AS (
-    SELECT count(*)::int AS n, min(s.started_at) AS oldest
+    SELECT pg_catalog.count(*)::int AS n, pg_catalog.min(s.started_at) AS oldest
     FROM pgqueue_starts AS s, t
-    WHERE s.queue = $1 AND s.started_at > t.at - make_interval(secs => $3::float8)
+    WHERE s.queue = $1 AND s.started_at > t.at - pg_catalog.make_interval(secs => $3::float8)
 )
 SELECT t.at,
        CASE WHEN $4::boolean THEN $2::int ELSE GREATEST($2::int - w.n, 0) END AS room,
-       extract(epoch FROM w.oldest + make_interval(secs => $3::float8) - t.at)::float8 AS wait
+       extract(epoch FROM w.oldest + pg_catalog.make_interval(secs => $3::float8) - t.at)::float8 AS wait
 FROM t, w
 """
 
@@ -1535,7 +2016,7 @@ RETURNING paused_at
 """
 RESUME = """
 WITH gone AS (DELETE FROM pgqueue_paused WHERE queue = $1 RETURNING queue)
-SELECT g.queue FROM gone AS g, pg_notify('pgqueue_jobs', g.queue)
+SELECT g.queue FROM gone AS g, pg_catalog.pg_notify('pgqueue_jobs', g.queue)
 """
 # The paused queues ($1: one, or NULL for all) and since when.
 PAUSED = """
@@ -1547,7 +2028,7 @@ ORDER BY queue
 # The results of the parents of the claimed jobs $1 that have parents
 # (`Job.parent_results`): per child, {parent id: result} as JSON text.
 PARENT_RESULTS = """
-SELECT d.child_id, jsonb_object_agg(d.parent_id::text, p.result)::text
+SELECT d.child_id, pg_catalog.jsonb_object_agg(d.parent_id::text, p.result)::text
 FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS p ON p.id = d.parent_id
 WHERE d.child_id = ANY($1::text::bigint[])
 GROUP BY d.child_id
@@ -1578,18 +2059,18 @@ LOCK_LIMIT = "SELECT true FROM pgqueue_limits WHERE queue = $1 FOR UPDATE"
 # Expired leases are deleted.
 LEASE = """
 WITH expired AS (
-    DELETE FROM pgqueue_leases WHERE queue = $1 AND worker <> $2 AND expires_at < now()
+    DELETE FROM pgqueue_leases WHERE queue = $1 AND worker <> $2 AND expires_at < pg_catalog.now()
 ), others AS (
-    SELECT coalesce(sum(slots), 0)::int AS held, count(*) FILTER (WHERE wanted > 0)::int AS wanting
+    SELECT coalesce(pg_catalog.sum(slots), 0)::int AS held, pg_catalog.count(*) FILTER (WHERE wanted > 0)::int AS wanting
     FROM pgqueue_leases
-    WHERE queue = $1 AND worker <> $2 AND expires_at >= now()
+    WHERE queue = $1 AND worker <> $2 AND expires_at >= pg_catalog.now()
 ), granted AS MATERIALIZED (
     SELECT LEAST($4::int, GREATEST($3::int - o.held, 0),
-                 ceil($3::int / (o.wanting + 1)::numeric)::int) AS slots
+                 pg_catalog.ceil($3::int / (o.wanting + 1)::numeric)::int) AS slots
     FROM others AS o
 )
 INSERT INTO pgqueue_leases AS l (queue, worker, slots, wanted, expires_at)
-SELECT $1, $2, GREATEST(g.slots, $5::int), $4::int, now() + make_interval(secs => $6::float8)
+SELECT $1, $2, GREATEST(g.slots, $5::int), $4::int, pg_catalog.now() + pg_catalog.make_interval(secs => $6::float8)
 FROM granted AS g
 ON CONFLICT (queue, worker) DO UPDATE
 SET slots = EXCLUDED.slots, wanted = EXCLUDED.wanted, expires_at = EXCLUDED.expires_at
@@ -1610,9 +2091,9 @@ def _appended(column: str, entry: str) -> str:
     rather than failing the outcome write.
     """
     return (
-        f"CASE WHEN jsonb_typeof({column}) = 'array'"
-        f" THEN jsonb_path_query_array({column}, '$[last - {HISTORY_KEPT - 2} to last]')"
-        f" ELSE '[]'::jsonb END || jsonb_build_array({entry})"
+        f"CASE WHEN pg_catalog.jsonb_typeof({column}) = 'array'"
+        f" THEN pg_catalog.jsonb_path_query_array({column}, '$[last - {HISTORY_KEPT - 2} to last]')"
+        f" ELSE '[]'::jsonb END || pg_catalog.jsonb_build_array({entry})"
     )
 
 
@@ -1622,15 +2103,15 @@ def _appended(column: str, entry: str) -> str:
 # ``snoozed``: the attempt it gave back, when, and for how many seconds.
 _FAILED_ATTEMPT = _appended(
     "j.errors",
-    "jsonb_build_object('attempt', j.attempts, 'at', now(), 'error', o.error)",
+    "pg_catalog.jsonb_build_object('attempt', j.attempts, 'at', pg_catalog.now(), 'error', o.error)",
 )
-_NO_HEARTBEAT = """jsonb_build_object(
-    'attempt', j.attempts, 'at', now(),
+_NO_HEARTBEAT = """pg_catalog.jsonb_build_object(
+    'attempt', j.attempts, 'at', pg_catalog.now(),
     'error', 'no heartbeat for '
-             || coalesce(floor(extract(epoch FROM now() - j.updated_at))::int8::text, '?') || ' s')"""
+             || coalesce(pg_catalog.floor(extract(epoch FROM pg_catalog.now() - j.updated_at))::int8::text, '?') || ' s')"""
 _SNOOZE = _appended(
     "j.snoozed",
-    "jsonb_build_object('attempt', j.attempts, 'at', now(), 'delay', o.delay)",
+    "pg_catalog.jsonb_build_object('attempt', j.attempts, 'at', pg_catalog.now(), 'delay', o.delay)",
 )
 
 # One statement writes the outcomes of many runs. Each row is fenced on the
@@ -1651,7 +2132,7 @@ _STILL_RUNNING = (
     "j.status NOT IN ('pending', 'completed', 'dead', 'cancelled', 'waiting')"
 )
 _ANNOUNCE_ENDED = """CASE WHEN j.tracked AND j.status IN ('completed', 'dead', 'cancelled')
-                  THEN pg_notify('pgqueue_outcomes', j.id::text) END"""
+                  THEN pg_catalog.pg_notify('pgqueue_outcomes', j.id::text) END"""
 _FINISH = f"""
 UPDATE pgqueue_jobs AS j
 SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'snoozed', 'released')
@@ -1662,19 +2143,19 @@ SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'sno
                         THEN j.attempts - 1 ELSE j.attempts END,
     snoozes      = CASE WHEN o.status = 'snoozed' THEN j.snoozes + 1 ELSE j.snoozes END,
     run_at       = CASE WHEN o.status IN ('pending', 'snoozed') AND NOT j.cancel_requested
-                        THEN now() + make_interval(secs => o.delay) ELSE j.run_at END,
+                        THEN pg_catalog.now() + pg_catalog.make_interval(secs => o.delay) ELSE j.run_at END,
     last_error   = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'snoozed', 'released')
                         THEN 'cancelled by request'
                         WHEN o.status IN ('completed', 'snoozed', 'released') THEN j.last_error
                         ELSE o.error END,
     result       = CASE WHEN o.status = 'completed' THEN o.result::jsonb ELSE j.result END,
-    completed_at = CASE WHEN o.status = 'completed' THEN now() ELSE j.completed_at END,
+    completed_at = CASE WHEN o.status = 'completed' THEN pg_catalog.now() ELSE j.completed_at END,
     checkpoint   = CASE WHEN o.status = 'completed' THEN NULL ELSE j.checkpoint END,
     errors       = CASE WHEN o.status IN ('pending', 'dead') THEN {_FAILED_ATTEMPT} ELSE j.errors END,
     snoozed      = CASE WHEN o.status = 'snoozed' AND NOT j.cancel_requested
                         THEN {_SNOOZE} ELSE j.snoozed END,
-    updated_at   = now()
-FROM unnest($1::text::bigint[], $2::text::int[], $3::text[], $4::text::float8[], $5::text[], $6::text[])
+    updated_at   = pg_catalog.now()
+FROM ROWS FROM (pg_catalog.unnest($1::text::bigint[]), pg_catalog.unnest($2::text::int[]), pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text::float8[]), pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]))
     AS o(id, attempts, status, delay, error, result)
 WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
 """
@@ -1686,8 +2167,8 @@ FINISH = f"{_FINISH}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
 _COMPLETE = f"""
 UPDATE pgqueue_jobs AS j
 SET status = 'completed', result = o.result::jsonb, checkpoint = NULL,
-    completed_at = now(), updated_at = now()
-FROM unnest($1::text::bigint[], $2::text::int[], $3::text[]) AS o(id, attempts, result)
+    completed_at = pg_catalog.now(), updated_at = pg_catalog.now()
+FROM ROWS FROM (pg_catalog.unnest($1::text::bigint[]), pg_catalog.unnest($2::text::int[]), pg_catalog.unnest($3::text[])) AS o(id, attempts, result)
 WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
 """
 COMPLETE = f"{_COMPLETE}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
@@ -1698,7 +2179,7 @@ COMPLETE = f"{_COMPLETE}RETURNING j.id, o.attempts, {_ANNOUNCE_ENDED}\n"
 # heartbeat of that run.
 CHECKPOINT = f"""
 UPDATE pgqueue_jobs AS j
-SET checkpoint = $3::text::jsonb, updated_at = now()
+SET checkpoint = $3::text::jsonb, updated_at = pg_catalog.now()
 WHERE j.id = $1 AND j.attempts = $2 AND {_STILL_RUNNING}
 RETURNING true
 """
@@ -1709,8 +2190,8 @@ RETURNING true
 TOUCH = f"""
 WITH touched AS (
     UPDATE pgqueue_jobs AS j
-    SET updated_at = now()
-    FROM unnest($1::text::bigint[], $2::text::int[]) AS o(id, attempts)
+    SET updated_at = pg_catalog.now()
+    FROM ROWS FROM (pg_catalog.unnest($1::text::bigint[]), pg_catalog.unnest($2::text::int[])) AS o(id, attempts)
     WHERE j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
     RETURNING j.id, j.cancel_requested
 )
@@ -1735,22 +2216,22 @@ WITH rescued AS (
                           ELSE 'rescued after exceeding max attempts' END,
         errors     = CASE WHEN cancel_requested THEN errors
                           ELSE {_appended("j.errors", _NO_HEARTBEAT)} END,
-        updated_at = now()
+        updated_at = pg_catalog.now()
     WHERE id = ANY(ARRAY(
         SELECT id
         FROM pgqueue_jobs
-        WHERE status = 'running' AND updated_at < now() - make_interval(secs => $2)
+        WHERE status = 'running' AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)
           AND queue = ANY($1::text[])
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     ))
     RETURNING id, queue, status, tracked
 )
-SELECT queue, status, CASE WHEN tracked AND status <> 'pending' THEN pg_notify('pgqueue_outcomes', id::text) END
+SELECT queue, status, CASE WHEN tracked AND status <> 'pending' THEN pg_catalog.pg_notify('pgqueue_outcomes', id::text) END
 FROM rescued
 """
 
-TABLE_EXISTS = "SELECT to_regclass('pgqueue_jobs') IS NOT NULL"
+TABLE_EXISTS = "SELECT pg_catalog.to_regclass('pgqueue_jobs') IS NOT NULL"
 
 # The rows of the jobs a Tracker waits for ($1), ended or not, so that a job
 # still running is told apart from an id with no row.
@@ -1796,12 +2277,8 @@ REQUIRED_INDEXES = ("idx_pgqueue_jobs_priority", "idx_pgqueue_jobs_unique")
 # both come with the status check that allows 'waiting', in one upgrade)
 """The indexes pgqueue's own statements need (beyond the Go module's)."""
 
-REQUIRED_FUNCTIONS = (
-    "pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean)",
-    "pgqueue_lock_parents(bigint[])",
-    "pgqueue_depend(bigint[], bigint[], boolean[], bigint[], boolean[], text[], int[], text[], text[])",
-)
-"""The functions pgqueue's producers call (``on_conflict="replace"``, ``after=``)."""
+REQUIRED_FUNCTIONS = tuple(FUNCTIONS)
+"""The functions of the schema (the producers' keyed enqueues and ``after=`` among them)."""
 
 # Whether pgqueue_jobs is visible on the search_path; which of the columns
 # $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'waiting'
@@ -1813,10 +2290,10 @@ REQUIRED_FUNCTIONS = (
 # reset know): the planner's estimates of a table never analyzed are
 # guesses, and the operator should know.
 SCHEMA_CHECK = """
-WITH t AS (SELECT to_regclass('pgqueue_jobs') AS oid)
+WITH t AS (SELECT pg_catalog.to_regclass('pgqueue_jobs') AS oid)
 SELECT t.oid IS NOT NULL AS table_exists,
        ARRAY(
-           SELECT c FROM unnest($1::text[]) WITH ORDINALITY AS u (c, n)
+           SELECT c FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS u (c, n)
            WHERE NOT EXISTS (
                SELECT 1 FROM pg_attribute
                WHERE attrelid = t.oid AND attname = c AND attnum > 0 AND NOT attisdropped
@@ -1824,7 +2301,7 @@ SELECT t.oid IS NOT NULL AS table_exists,
            ORDER BY n
        ) AS missing_columns,
        ARRAY(
-           SELECT i FROM unnest($2::text[]) WITH ORDINALITY AS u (i, n)
+           SELECT i FROM pg_catalog.unnest($2::text[]) WITH ORDINALITY AS u (i, n)
            WHERE NOT EXISTS (
                SELECT 1 FROM pg_index JOIN pg_class ON pg_class.oid = pg_index.indexrelid
                WHERE pg_index.indrelid = t.oid AND pg_class.relname = i
@@ -1834,19 +2311,19 @@ SELECT t.oid IS NOT NULL AS table_exists,
        EXISTS (
            SELECT 1 FROM pg_constraint
            WHERE conrelid = t.oid AND contype = 'c'
-             AND pg_get_constraintdef(oid) LIKE '%status%'
-             AND pg_get_constraintdef(oid) NOT LIKE '%waiting%'
+             AND pg_catalog.pg_get_constraintdef(oid) LIKE '%status%'
+             AND pg_catalog.pg_get_constraintdef(oid) NOT LIKE '%waiting%'
        ) AS old_status_check,
        EXISTS (
            SELECT 1 FROM pg_index
-           WHERE indrelid = t.oid AND indexrelid = to_regclass('idx_pgqueue_jobs_unique')
-             AND pg_get_indexdef(indexrelid) NOT LIKE '%(queue, job_type, unique_key)%'
+           WHERE indrelid = t.oid AND indexrelid = pg_catalog.to_regclass('idx_pgqueue_jobs_unique')
+             AND pg_catalog.pg_get_indexdef(indexrelid) NOT LIKE '%(queue, job_type, unique_key)%'
        ) AS old_unique_index,
-       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
-       to_regclass('pgqueue_paused') IS NOT NULL AS has_paused,
+       pg_catalog.to_regclass('pgqueue_limits') IS NOT NULL AND pg_catalog.to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
+       pg_catalog.to_regclass('pgqueue_paused') IS NOT NULL AS has_paused,
        ARRAY(
-           SELECT f FROM unnest('{functions}'::text[]) WITH ORDINALITY AS u (f, n)
-           WHERE to_regprocedure(f) IS NULL
+           SELECT f FROM pg_catalog.unnest('{functions}'::text[]) WITH ORDINALITY AS u (f, n)
+           WHERE pg_catalog.to_regprocedure(f) IS NULL
            ORDER BY n
        ) AS missing_functions,
        EXISTS (
@@ -1856,7 +2333,7 @@ SELECT t.oid IS NOT NULL AS table_exists,
 FROM t
 """.replace("{functions}", "{" + ",".join(f'"{f}"' for f in REQUIRED_FUNCTIONS) + "}")
 
-PUBLISH = "SELECT pg_notify($1, $2)"
+PUBLISH = "SELECT pg_catalog.pg_notify($1, $2)"
 
 # Run through SQLAlchemy's asyncpg adapter, which begins its transaction
 # only at its first statement: after it, an enqueue on the adapter's
@@ -1865,9 +2342,7 @@ BEGIN_PROBE = "SELECT 1"
 
 # Who and what the test run's server is (pgqueue.testing's pytest plugin
 # prints it): never the password, which the server does not know anyway.
-SERVER_IDENTITY = (
-    "SELECT current_user, current_database(), current_setting('server_version')"
-)
+SERVER_IDENTITY = "SELECT current_user, pg_catalog.current_database(), pg_catalog.current_setting('server_version')"
 
 # Startup parameters of the worker's own connections. The statements above
 # are written to plan well without their parameters' values, and a claim of
@@ -1891,14 +2366,12 @@ WORKER_SETTINGS = {"plan_cache_mode": "force_generic_plan", **INDEX_PLANNING}
 
 # The newest id (a backward step on the primary key) and the database's
 # clock, which times the rates.
-DASHBOARD_NEWEST = (
-    "SELECT coalesce(max(id), 0)::int8 AS newest, now() AS now FROM pgqueue_jobs"
-)
+DASHBOARD_NEWEST = "SELECT coalesce(pg_catalog.max(id), 0)::int8 AS newest, pg_catalog.now() AS now FROM pgqueue_jobs"
 
 # Jobs enqueued per queue with ids in ($1, $2]: the rows inserted since the
 # previous frame, a range of the primary key. Queue $3, or every queue.
 DASHBOARD_ENQUEUED = """
-SELECT queue, count(*)::int8 AS enqueued
+SELECT queue, pg_catalog.count(*)::int8 AS enqueued
 FROM pgqueue_jobs
 WHERE id > $1 AND id <= $2 AND ($3::text IS NULL OR queue = $3)
 GROUP BY queue
@@ -1915,12 +2388,12 @@ PROGRESS_CHARS = 200
 
 DASHBOARD_RUNNING = f"""
 SELECT id, queue, job_type,
-       CASE WHEN isfinite(coalesce(claimed_at, run_at))
-            THEN greatest(extract(epoch FROM now() - coalesce(claimed_at, run_at)), 0)::float8
+       CASE WHEN pg_catalog.isfinite(coalesce(claimed_at, run_at))
+            THEN greatest(extract(epoch FROM pg_catalog.now() - coalesce(claimed_at, run_at)), 0)::float8
        END AS running_for,
-       CASE WHEN isfinite(updated_at)
-            THEN greatest(extract(epoch FROM now() - updated_at), 0)::float8 END AS heard_from,
-       left(checkpoint::text, {PROGRESS_CHARS}) AS progress
+       CASE WHEN pg_catalog.isfinite(updated_at)
+            THEN greatest(extract(epoch FROM pg_catalog.now() - updated_at), 0)::float8 END AS heard_from,
+       pg_catalog.left(checkpoint::text, {PROGRESS_CHARS}) AS progress
 FROM pgqueue_jobs
 WHERE status = 'running' AND ($1::text IS NULL OR queue = $1)
 ORDER BY coalesce(claimed_at, run_at), id
@@ -1948,28 +2421,28 @@ ADMIN_INDEXES = ("idx_pgqueue_jobs_failed",)
 STATS = """
 WITH pending AS (
     SELECT queue,
-           count(*) FILTER (WHERE run_at <= now()) AS ready,
-           count(*) FILTER (WHERE run_at > now()) AS scheduled,
-           extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS lag
+           pg_catalog.count(*) FILTER (WHERE run_at <= pg_catalog.now()) AS ready,
+           pg_catalog.count(*) FILTER (WHERE run_at > pg_catalog.now()) AS scheduled,
+           extract(epoch FROM pg_catalog.now() - pg_catalog.min(run_at) FILTER (WHERE run_at <= pg_catalog.now()))::float8 AS lag
     FROM pgqueue_jobs
     WHERE status = 'pending' AND ($1::text IS NULL OR queue = $1)
     GROUP BY queue
 ), running AS (
-    SELECT queue, count(*) AS running,
-           extract(epoch FROM now() - min(coalesce(claimed_at, run_at)))::float8 AS longest_running,
-           extract(epoch FROM now() - min(updated_at))::float8 AS oldest_heartbeat
+    SELECT queue, pg_catalog.count(*) AS running,
+           extract(epoch FROM pg_catalog.now() - pg_catalog.min(coalesce(claimed_at, run_at)))::float8 AS longest_running,
+           extract(epoch FROM pg_catalog.now() - pg_catalog.min(updated_at))::float8 AS oldest_heartbeat
     FROM pgqueue_jobs
     WHERE status = 'running' AND ($1::text IS NULL OR queue = $1)
     GROUP BY queue
 ), failed AS (
     SELECT queue,
-           count(*) FILTER (WHERE status = 'dead') AS dead,
-           count(*) FILTER (WHERE status = 'cancelled') AS cancelled
+           pg_catalog.count(*) FILTER (WHERE status = 'dead') AS dead,
+           pg_catalog.count(*) FILTER (WHERE status = 'cancelled') AS cancelled
     FROM pgqueue_jobs
     WHERE status IN ('dead', 'cancelled') AND ($1::text IS NULL OR queue = $1)
     GROUP BY queue
 ), waiting AS (
-    SELECT queue, count(*) AS waiting
+    SELECT queue, pg_catalog.count(*) AS waiting
     FROM pgqueue_jobs
     WHERE status = 'waiting' AND ($1::text IS NULL OR queue = $1)
     GROUP BY queue
@@ -1993,8 +2466,8 @@ ORDER BY queue
 # is left for the other queues and how many distinct queues there are.
 STATS_TABLE = """
 WITH size AS (
-    SELECT pg_relation_size('pgqueue_jobs'::regclass)
-           / current_setting('block_size')::int8 AS pages
+    SELECT pg_catalog.pg_relation_size('pgqueue_jobs'::regclass)
+           / pg_catalog.current_setting('block_size')::int8 AS pages
 )
 SELECT size.pages,
        CASE WHEN c.relpages > 0 AND c.reltuples >= 0
@@ -2002,8 +2475,8 @@ SELECT size.pages,
             ELSE coalesce(s.n_live_tup, 0)
        END AS live,
        q.most_common_vals::text::text[] AS common_queues, q.most_common_freqs, q.n_distinct,
-       to_regclass('pgqueue_limits') IS NOT NULL AND to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
-       to_regclass('pgqueue_paused') IS NOT NULL AS has_paused
+       pg_catalog.to_regclass('pgqueue_limits') IS NOT NULL AND pg_catalog.to_regclass('pgqueue_leases') IS NOT NULL AS has_limits,
+       pg_catalog.to_regclass('pgqueue_paused') IS NOT NULL AS has_paused
 FROM size, pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 LEFT JOIN pg_stats AS q
@@ -2018,8 +2491,8 @@ WHERE c.oid = 'pgqueue_jobs'::regclass
 # limited queue.
 STATS_LIMITS = """
 SELECT l.queue,
-       (SELECT coalesce(sum(e.slots), 0) FROM pgqueue_leases AS e
-        WHERE e.queue = l.queue AND e.expires_at >= now())::int8 AS in_use,
+       (SELECT coalesce(pg_catalog.sum(e.slots), 0) FROM pgqueue_leases AS e
+        WHERE e.queue = l.queue AND e.expires_at >= pg_catalog.now())::int8 AS in_use,
        l.global_limit::int8 AS global_limit
 FROM pgqueue_limits AS l
 WHERE ($1::text IS NULL OR l.queue = $1)
@@ -2028,7 +2501,7 @@ WHERE ($1::text IS NULL OR l.queue = $1)
 # An exact count of completed jobs per queue: a scan of the whole table,
 # run only when the table is small (see pgqueue.Admin.stats).
 STATS_COMPLETED = """
-SELECT queue, count(*) AS completed
+SELECT queue, pg_catalog.count(*) AS completed
 FROM pgqueue_jobs
 WHERE status = 'completed' AND ($1::text IS NULL OR queue = $1)
 GROUP BY queue
@@ -2086,7 +2559,7 @@ _SCALAR_COLUMNS = f"""
 # ERROR_LINE_CHARS characters: what a listing shows. The error is sliced
 # before it is split, so a huge error costs no more than its head to read.
 _SUMMARY_COLUMNS = f"""{_SCALAR_COLUMNS},
-    left(rtrim(split_part(ltrim(substr(last_error, 1, 4096), E' \\t\\r\\n'), E'\\n', 1), E'\\r'),
+    pg_catalog.left(pg_catalog.rtrim(pg_catalog.split_part(pg_catalog.ltrim(pg_catalog.substr(last_error, 1, 4096), E' \\t\\r\\n'), E'\\n', 1), E'\\r'),
          {ERROR_LINE_CHARS}) AS error_line
 """
 
@@ -2116,8 +2589,8 @@ WITH parents AS (
     SELECT false, id FROM children
 )
 SELECT r.parent, r.id, j.status,
-       (SELECT count(*) FROM pgqueue_dependencies WHERE child_id = $1) AS parents_total,
-       (SELECT count(*) FROM pgqueue_dependencies WHERE parent_id = $1) AS children_total
+       (SELECT pg_catalog.count(*) FROM pgqueue_dependencies WHERE child_id = $1) AS parents_total,
+       (SELECT pg_catalog.count(*) FROM pgqueue_dependencies WHERE parent_id = $1) AS children_total
 FROM related AS r
 LEFT JOIN pgqueue_jobs AS j ON j.id = r.id
 ORDER BY r.parent DESC, r.id
@@ -2132,12 +2605,12 @@ def _history_preview(column: str, detail: str) -> str:
     preview's size). A history written by hand costs no more to read.
     """
     return f"""(
-           SELECT jsonb_agg(jsonb_build_object(
-                      'attempt', CASE WHEN jsonb_typeof(e->'attempt') = 'number' THEN e->'attempt' END,
-                      'at', substr(e->>'at', 1, 40), {detail}) ORDER BY x.n)::text
-           FROM jsonb_array_elements(CASE WHEN jsonb_typeof({column}) = 'array' THEN {column} END)
+           SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                      'attempt', CASE WHEN pg_catalog.jsonb_typeof(e->'attempt') = 'number' THEN e->'attempt' END,
+                      'at', pg_catalog.substr(e->>'at', 1, 40), {detail}) ORDER BY x.n)::text
+           FROM pg_catalog.jsonb_array_elements(CASE WHEN pg_catalog.jsonb_typeof({column}) = 'array' THEN {column} END)
                 WITH ORDINALITY AS x(e, n)
-           WHERE x.n > jsonb_array_length({column}) - {HISTORY_KEPT} AND jsonb_typeof(e) = 'object'
+           WHERE x.n > pg_catalog.jsonb_array_length({column}) - {HISTORY_KEPT} AND pg_catalog.jsonb_typeof(e) = 'object'
        )"""
 
 
@@ -2146,12 +2619,12 @@ def _history_preview(column: str, detail: str) -> str:
 # says it was cut), so a job of any size costs a bounded read.
 JOB_PREVIEW = f"""
 SELECT {_SCALAR_COLUMNS},
-       substr(payload::text, 1, c.chars) AS payload,
-       substr(result::text, 1, c.chars) AS result,
-       substr(checkpoint::text, 1, c.chars) AS checkpoint,
-       substr(last_error, 1, c.chars) AS last_error,
-       {_history_preview("errors", "'error', CASE WHEN jsonb_typeof(e->'error') = 'string' THEN substr(e->>'error', 1, c.chars - 1) END")} AS errors,
-       {_history_preview("snoozed", "'delay', CASE WHEN jsonb_typeof(e->'delay') = 'number' THEN e->'delay' END")} AS snoozed
+       pg_catalog.substr(payload::text, 1, c.chars) AS payload,
+       pg_catalog.substr(result::text, 1, c.chars) AS result,
+       pg_catalog.substr(checkpoint::text, 1, c.chars) AS checkpoint,
+       pg_catalog.substr(last_error, 1, c.chars) AS last_error,
+       {_history_preview("errors", "'error', CASE WHEN pg_catalog.jsonb_typeof(e->'error') = 'string' THEN pg_catalog.substr(e->>'error', 1, c.chars - 1) END")} AS errors,
+       {_history_preview("snoozed", "'delay', CASE WHEN pg_catalog.jsonb_typeof(e->'delay') = 'number' THEN e->'delay' END")} AS snoozed
 FROM pgqueue_jobs, (SELECT least($2::int8 + 1, 2147483647)::int AS chars) AS c
 WHERE id = $1
 """
@@ -2179,8 +2652,8 @@ LIMIT $4
 _STATUS_FILTERS = {
     None: "true",
     "pending": "status = 'pending'",
-    "ready": "status = 'pending' AND run_at <= now()",
-    "scheduled": "status = 'pending' AND run_at > now()",
+    "ready": "status = 'pending' AND run_at <= pg_catalog.now()",
+    "scheduled": "status = 'pending' AND run_at > pg_catalog.now()",
     "running": "status = 'running'",
     "waiting": "status = 'waiting'",
     "completed": "status = 'completed'",
@@ -2224,7 +2697,7 @@ def job_summaries_query(status: str | None, *, newer: bool = False) -> str:
 # back is woken (identical notifications of a transaction are sent once).
 RETRY = """
 WITH wanted AS (
-    SELECT DISTINCT unnest($1::text::bigint[]) AS id
+    SELECT DISTINCT pg_catalog.unnest($1::text::bigint[]) AS id
 ), found AS (
     SELECT id, queue, job_type, status, unique_key
     FROM pgqueue_jobs WHERE id IN (SELECT id FROM wanted)
@@ -2232,7 +2705,7 @@ WITH wanted AS (
 ), eligible AS (
     SELECT f.id,
            f.unique_key IS NULL OR (
-               row_number() OVER (PARTITION BY f.queue, f.job_type, f.unique_key ORDER BY f.id DESC) = 1
+               pg_catalog.row_number() OVER (PARTITION BY f.queue, f.job_type, f.unique_key ORDER BY f.id DESC) = 1
                AND NOT EXISTS (
                    SELECT 1 FROM pgqueue_jobs AS live
                    WHERE live.queue = f.queue AND live.job_type = f.job_type AND live.unique_key = f.unique_key
@@ -2244,8 +2717,8 @@ WITH wanted AS (
 ), retried AS (
     UPDATE pgqueue_jobs AS j
     SET status           = 'pending',
-        run_at           = now(),
-        updated_at       = now(),
+        run_at           = pg_catalog.now(),
+        updated_at       = pg_catalog.now(),
         max_attempts     = least(2147483647,
                                  j.attempts::int8 + coalesce($2::int8, j.max_attempts::int8))::int,
         cancel_requested = false
@@ -2258,7 +2731,7 @@ SELECT w.id,
             WHEN e.id IS NOT NULL THEN 'duplicate'
             WHEN f.id IS NOT NULL THEN 'not_retryable'
             ELSE 'not_found' END AS result,
-       CASE WHEN r.id IS NOT NULL THEN pg_notify('pgqueue_jobs', r.queue) END AS notified
+       CASE WHEN r.id IS NOT NULL THEN pg_catalog.pg_notify('pgqueue_jobs', r.queue) END AS notified
 FROM wanted AS w
 LEFT JOIN found AS f ON f.id = w.id
 LEFT JOIN eligible AS e ON e.id = w.id
@@ -2289,12 +2762,12 @@ UPDATE pgqueue_jobs AS c
 SET status       = CASE WHEN n.left_ > 0 THEN 'waiting' ELSE 'pending' END,
     parents_left = n.left_,
     last_error   = NULL,
-    run_at       = now(),
-    updated_at   = now()
-FROM (SELECT k.id, (SELECT count(*) FROM unsettled AS u WHERE u.child_id = k.id)::int AS left_
+    run_at       = pg_catalog.now(),
+    updated_at   = pg_catalog.now()
+FROM (SELECT k.id, (SELECT pg_catalog.count(*) FROM unsettled AS u WHERE u.child_id = k.id)::int AS left_
       FROM kids AS k) AS n
 WHERE c.id = n.id
-RETURNING c.id, c.queue, c.status, CASE WHEN c.status = 'pending' THEN pg_notify('pgqueue_jobs', c.queue) END
+RETURNING c.id, c.queue, c.status, CASE WHEN c.status = 'pending' THEN pg_catalog.pg_notify('pgqueue_jobs', c.queue) END
 """
 
 # The next $4 dead (or cancelled: $1) jobs past id $5, of queue $2 and type
@@ -2313,7 +2786,7 @@ LIMIT $4
 # a retry_all of them would take (the web dashboard's confirmation), read
 # through the partial index of dead and cancelled jobs.
 DEAD_COUNT = """
-SELECT count(*)::int8 FROM pgqueue_jobs
+SELECT pg_catalog.count(*)::int8 FROM pgqueue_jobs
 WHERE status IN ('dead', 'cancelled') AND status = 'dead'
   AND ($1::text IS NULL OR queue = $1)
   AND ($2::text IS NULL OR job_type = $2)
@@ -2332,7 +2805,7 @@ PRUNE_BATCH_ANY = _prune_batch("($1::text IS NULL OR queue = $1)")
 # the others change nothing. No leader is elected.
 
 # The database's clock, as the schedulers read it.
-PERIODIC_NOW = "SELECT now() AS now"
+PERIODIC_NOW = "SELECT pg_catalog.now() AS now"
 
 # Register schedule $1 (written $2, in zone $3) of jobs of type $5 on queue
 # $4: a new row remembers when it was first seen ($7, the schedulers'
@@ -2340,10 +2813,10 @@ PERIODIC_NOW = "SELECT now() AS now"
 # tick and takes the new definition. $6: the next tick, for listings.
 PERIODIC_REGISTER = """
 INSERT INTO pgqueue_periodic AS p (name, schedule, timezone, queue, job_type, next_tick, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now())
+VALUES ($1, $2, $3, $4, $5, $6, $7, pg_catalog.now())
 ON CONFLICT (name) DO UPDATE
 SET schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone, queue = EXCLUDED.queue,
-    job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = now()
+    job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = pg_catalog.now()
 """
 
 # Run tick $6 of schedule $1 (defined as in PERIODIC_REGISTER; $7 its next
@@ -2351,9 +2824,12 @@ SET schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone, queue = EXCLUDED
 # and, only if this statement advanced it, insert the job (payload $9,
 # max_attempts $10, unique key $12: 'periodic:<name>@<tick>') and wake its
 # queue. With $11 (unique), the tick is skipped (advanced, no job) while
-# the schedule's last job (last_job_key, found through the unique index)
-# is pending or running. A row removed meanwhile is made again, with this
-# tick run.
+# the schedule's last job is pending or running: the job it inserted
+# itself (last_job_id, its id reserved before the insert), never another
+# job that carries the same key (a schedule's key can be forged by a
+# producer with the right to insert rows; only rows of its own count). A
+# row from before last_job_id (NULL) is checked by its key, once. A row
+# removed meanwhile is made again, with this tick run.
 #
 # The row is advanced only from the last tick this statement's snapshot
 # saw (a compare-and-set): the row lock serializes racing statements, and
@@ -2364,27 +2840,37 @@ SET schedule = EXCLUDED.schedule, timezone = EXCLUDED.timezone, queue = EXCLUDED
 # index also refuses a second live job of one tick.
 PERIODIC_TICK = """
 WITH seen AS (
-    SELECT last_tick, created_at FROM pgqueue_periodic WHERE name = $1
+    SELECT last_tick, created_at, last_job_id, last_job_key FROM pgqueue_periodic WHERE name = $1
+), live AS (
+    SELECT $11 AND coalesce((
+        SELECT CASE WHEN s.last_job_id IS NOT NULL
+                    THEN EXISTS (SELECT FROM pgqueue_jobs AS j
+                                 WHERE j.id = s.last_job_id AND j.status IN ('pending', 'running'))
+                    ELSE EXISTS (SELECT FROM pgqueue_jobs AS j
+                                 WHERE j.queue = $4 AND j.job_type = $5 AND j.unique_key = s.last_job_key
+                                   AND j.status IN ('pending', 'running'))
+               END
+        FROM seen AS s
+    ), false) AS live
+), reserved AS MATERIALIZED (
+    SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('pgqueue_jobs', 'id')) AS id
 ), advanced AS (
     INSERT INTO pgqueue_periodic AS p
-        (name, schedule, timezone, queue, job_type, last_tick, next_tick, last_job_key, created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $12, $8, now())
+        (name, schedule, timezone, queue, job_type, last_tick, next_tick, last_job_key,
+         last_job_id, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $12, (SELECT id FROM reserved), $8, pg_catalog.now())
     ON CONFLICT (name) DO UPDATE
-    SET last_tick = EXCLUDED.last_tick, next_tick = EXCLUDED.next_tick, updated_at = now(),
-        last_job_key = CASE
-            WHEN $11 AND EXISTS (
-                SELECT FROM pgqueue_jobs AS j
-                WHERE j.queue = $4 AND j.job_type = $5 AND j.unique_key = p.last_job_key
-                  AND j.unique_key IS NOT NULL AND j.status IN ('pending', 'running')
-            ) THEN p.last_job_key
-            ELSE EXCLUDED.last_job_key
-        END
+    SET last_tick = EXCLUDED.last_tick, next_tick = EXCLUDED.next_tick, updated_at = pg_catalog.now(),
+        last_job_key = CASE WHEN (SELECT live FROM live) THEN p.last_job_key
+                            ELSE EXCLUDED.last_job_key END,
+        last_job_id  = CASE WHEN (SELECT live FROM live) THEN p.last_job_id
+                            ELSE EXCLUDED.last_job_id END
     WHERE coalesce(p.last_tick, p.created_at) < EXCLUDED.last_tick
       AND p.last_tick IS NOT DISTINCT FROM (SELECT last_tick FROM seen)
-    RETURNING last_job_key = $12 AS enqueue
+    RETURNING last_job_id = (SELECT id FROM reserved) AS enqueue
 ), job AS (
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, unique_key)
-    SELECT $4, $5, $9::text::jsonb, $10, $12
+    INSERT INTO pgqueue_jobs (id, queue, job_type, payload, max_attempts, unique_key)
+    SELECT (SELECT id FROM reserved), $4, $5, $9::text::jsonb, $10, $12
     FROM advanced
     WHERE advanced.enqueue
     ON CONFLICT (queue, job_type, unique_key) WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')
@@ -2394,7 +2880,7 @@ WITH seen AS (
 SELECT EXISTS (SELECT FROM advanced) AS advanced,
        (SELECT coalesce(last_tick, created_at) FROM seen) AS done_until,
        (SELECT id FROM job) AS job_id,
-       (SELECT pg_notify('pgqueue_jobs', $4) WHERE EXISTS (SELECT FROM job))
+       (SELECT pg_catalog.pg_notify('pgqueue_jobs', $4) WHERE EXISTS (SELECT FROM job))
 """
 
 PERIODIC_LIST = """
@@ -2405,7 +2891,7 @@ ORDER BY name
 
 PERIODIC_REMOVE = "DELETE FROM pgqueue_periodic WHERE name = $1 RETURNING name"
 
-PERIODIC_TABLE_EXISTS = "SELECT to_regclass('pgqueue_periodic') IS NOT NULL"
+PERIODIC_TABLE_EXISTS = "SELECT pg_catalog.to_regclass('pgqueue_periodic') IS NOT NULL"
 
 
 # ---------------------------------------------------------------------------
@@ -2498,6 +2984,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique
             "pgqueue_paused",
             "pgqueue_starts",
             "idx_pgqueue_starts",
+            "idx_pgqueue_starts_group",
+            "pgqueue_turns",
             "idx_pgqueue_jobs_group",
         )
     )
@@ -2527,6 +3015,9 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_starts'::regclass) THEN
         PERFORM create_distributed_table('pgqueue_starts', 'queue', colocate_with => 'pgqueue_jobs');
     END IF;
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_turns'::regclass) THEN
+        PERFORM create_distributed_table('pgqueue_turns', 'queue', colocate_with => 'pgqueue_jobs');
+    END IF;
     IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_periodic'::regclass) THEN
         PERFORM create_reference_table('pgqueue_periodic');
     END IF;
@@ -2535,7 +3026,10 @@ BEGIN
     END IF;
 END $$;
 """
+    + _TAKE_TURN_FUNCTION
+    + _CHECK_JOB_FUNCTION
     + _ENQUEUE_FUNCTION
+    + _PINNED
 )
 """Create pgqueue's tables on a Citus coordinator and distribute them (``pgqueue schema print --distributed``).
 
@@ -2552,12 +3046,12 @@ a database without the ``citus`` extension. Jobs with dependencies
 # distributed. One look per pool or worker, at start.
 CITUS_INSTALLED = "SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')"
 CITUS_CHECK = (
-    "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL AS citus,"
-    " to_regclass('pgqueue_jobs') IS NOT NULL AS jobs"
+    "SELECT pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL AS citus,"
+    " pg_catalog.to_regclass('pgqueue_jobs') IS NOT NULL AS jobs"
 )
 DISTRIBUTED_CHECK = """
 SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
-               WHERE logicalrelid = to_regclass('pgqueue_jobs') AND partmethod = 'h')
+               WHERE logicalrelid = pg_catalog.to_regclass('pgqueue_jobs') AND partmethod = 'h')
 """
 
 
@@ -2641,7 +3135,7 @@ DISTRIBUTED_CLAIM_ZERO_TYPES = _distributed_claim("$5", zero=True)
 # last, and the claimer records the starts with DISTRIBUTED_RECORD_START,
 # one row a statement: Citus runs an INSERT ... SELECT (or a claim's CTE
 # that inserts) through the coordinator, with a two-phase commit.
-DISTRIBUTED_CLAIM_GROUPS = _on_citus(CLAIM_GROUPS)
+DISTRIBUTED_CLAIM_GROUPS = _on_citus(_claim_groups(heads=False))
 
 
 def _with_group_key(claim: str) -> str:
@@ -2654,7 +3148,9 @@ def _with_group_key(claim: str) -> str:
     )
 
 
-DISTRIBUTED_CLAIM_GROUPS_RATED = _with_group_key(_claim_groups(group_rate=True))
+DISTRIBUTED_CLAIM_GROUPS_RATED = _with_group_key(
+    _claim_groups(group_rate=True, heads=False)
+)
 DISTRIBUTED_CLAIM_RATED = _with_group_key(CLAIM)
 DISTRIBUTED_CLAIM_TYPES_RATED = _with_group_key(CLAIM_TYPES)
 DISTRIBUTED_RECORD_START = (
@@ -2664,15 +3160,15 @@ DISTRIBUTED_RECORD_START = (
 # RATE_ROOM on Citus, at the time $5 (CLOCK's, read after LOCK_CLAIMS): it
 # refuses a stable function of a column in a statement that deletes, so
 # the window's bounds are computed from the parameter.
-CLOCK = "SELECT clock_timestamp()"
+CLOCK = "SELECT pg_catalog.clock_timestamp()"
 DISTRIBUTED_RATE_ROOM = """
 WITH gone AS (
     DELETE FROM pgqueue_starts
-    WHERE queue = $1 AND started_at <= $5::timestamptz - make_interval(secs => $3::float8)
+    WHERE queue = $1 AND started_at <= $5::timestamptz - pg_catalog.make_interval(secs => $3::float8)
 ), w AS (
-    SELECT count(*)::int AS n, min(started_at) AS oldest
+    SELECT pg_catalog.count(*)::int AS n, pg_catalog.min(started_at) AS oldest
     FROM pgqueue_starts
-    WHERE queue = $1 AND started_at > $5::timestamptz - make_interval(secs => $3::float8)
+    WHERE queue = $1 AND started_at > $5::timestamptz - pg_catalog.make_interval(secs => $3::float8)
 )
 SELECT $5::timestamptz AS at,
        CASE WHEN $4::boolean THEN $2::int ELSE GREATEST($2::int - w.n, 0) END AS room,
@@ -2696,8 +3192,8 @@ DISTRIBUTED_COMPLETE = (
 # The history entries name o.attempts, which the fence makes j.attempts.
 def _kept(column: str, entry: str) -> str:
     return (
-        f"CASE WHEN jsonb_typeof({column}) = 'array'"
-        f" THEN jsonb_path_query_array({column}, '$[last - {HISTORY_KEPT - 2} to last]')"
+        f"CASE WHEN pg_catalog.jsonb_typeof({column}) = 'array'"
+        f" THEN pg_catalog.jsonb_path_query_array({column}, '$[last - {HISTORY_KEPT - 2} to last]')"
         f" ELSE '[]'::jsonb END || {entry}"
     )
 
@@ -2723,21 +3219,19 @@ SET status       = CASE WHEN j.cancel_requested AND o.status IN ('pending', 'sno
     errors       = CASE WHEN o.status IN ('pending', 'dead') THEN {_kept("j.errors", "o.failed")} ELSE j.errors END,
     snoozed      = CASE WHEN o.status = 'snoozed' AND NOT j.cancel_requested
                         THEN {_kept("j.snoozed", "o.snooze")} ELSE j.snoozed END,
-    updated_at   = now()
+    updated_at   = pg_catalog.now()
 FROM (
-    SELECT u.*, now() AS now, now() + make_interval(secs => u.delay) AS retry_at,
-           jsonb_build_array(jsonb_build_object('attempt', u.attempts, 'at', now(), 'error', u.error)) AS failed,
-           jsonb_build_array(jsonb_build_object('attempt', u.attempts, 'at', now(), 'delay', u.delay)) AS snooze
-    FROM unnest($1::text::bigint[], $2::text::int[], $3::text[], $4::text::float8[], $5::text[], $6::text[])
+    SELECT u.*, pg_catalog.now() AS now, pg_catalog.now() + pg_catalog.make_interval(secs => u.delay) AS retry_at,
+           pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object('attempt', u.attempts, 'at', pg_catalog.now(), 'error', u.error)) AS failed,
+           pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object('attempt', u.attempts, 'at', pg_catalog.now(), 'delay', u.delay)) AS snooze
+    FROM ROWS FROM (pg_catalog.unnest($1::text::bigint[]), pg_catalog.unnest($2::text::int[]), pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text::float8[]), pg_catalog.unnest($5::text[]), pg_catalog.unnest($6::text[]))
         AS u(id, attempts, status, delay, error, result)
     OFFSET 0
 ) AS o
 WHERE j.queue = $7 AND j.id = o.id AND j.attempts = o.attempts AND {_STILL_RUNNING}
 RETURNING j.id, o.attempts, {_DIST_ENDED}
 """
-DISTRIBUTED_ANNOUNCE = (
-    "SELECT pg_notify('pgqueue_outcomes', id) FROM unnest($1::text[]) AS id"
-)
+DISTRIBUTED_ANNOUNCE = "SELECT pg_catalog.pg_notify('pgqueue_outcomes', id) FROM pg_catalog.unnest($1::text[]) AS id"
 
 # A heartbeat of one queue's runs ($3).
 DISTRIBUTED_TOUCH = _routed(
@@ -2756,14 +3250,14 @@ WITH rescued AS (
                           ELSE 'rescued after exceeding max attempts' END,
         errors     = CASE WHEN j.cancel_requested THEN j.errors
                           ELSE {_kept("j.errors", "o.entry")} END,
-        updated_at = now()
+        updated_at = pg_catalog.now()
     FROM (
-        SELECT id, jsonb_build_array(jsonb_build_object(
-                   'attempt', attempts, 'at', now(),
+        SELECT id, pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
+                   'attempt', attempts, 'at', pg_catalog.now(),
                    'error', 'no heartbeat for '
-                            || coalesce(floor(extract(epoch FROM now() - updated_at))::int8::text, '?') || ' s')) AS entry
+                            || coalesce(pg_catalog.floor(extract(epoch FROM pg_catalog.now() - updated_at))::int8::text, '?') || ' s')) AS entry
         FROM pgqueue_jobs
-        WHERE queue = $1 AND status = 'running' AND updated_at < now() - make_interval(secs => $2)
+        WHERE queue = $1 AND status = 'running' AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)
         LIMIT $3
         FOR UPDATE SKIP LOCKED
     ) AS o
@@ -2784,34 +3278,47 @@ WITH gone AS (
         FROM pgqueue_jobs
         WHERE id > $3 AND queue = $1
           AND status IN ('completed', 'dead', 'cancelled')
-          AND updated_at < now() - make_interval(secs => $2)
+          AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)
         ORDER BY id
         LIMIT $4
         FOR UPDATE SKIP LOCKED
     ))
     RETURNING id
 )
-SELECT count(*)::int AS removed, coalesce(max(id), $3) AS last_id FROM gone
+SELECT pg_catalog.count(*)::int AS removed, coalesce(pg_catalog.max(id), $3) AS last_id FROM gone
 """
 DISTRIBUTED_PRUNE = """
 WITH gone AS (
     DELETE FROM pgqueue_jobs
     WHERE queue = $1
       AND status IN ('completed', 'dead', 'cancelled')
-      AND updated_at < now() - make_interval(secs => $2)
+      AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)
     RETURNING id
 )
-SELECT count(*)::int FROM gone
+SELECT pg_catalog.count(*)::int FROM gone
 """
 
 # Enqueues on Citus insert with the _SILENT statements; the wakeup is this
 # separate statement, which runs on the coordinator (where workers listen).
-DISTRIBUTED_UNIQUE_SILENT = ENQUEUE_UNIQUE_SILENT
-_DISTRIBUTED_MANY_UNIQUE = _ENQUEUE_MANY_UNIQUE.replace(
-    "{on_conflict}", _ON_UNIQUE_CONFLICT
-).replace("{notify}", "")
-DISTRIBUTED_MANY_UNIQUE = _DISTRIBUTED_MANY_UNIQUE.format(rows=_UNDELAYED_ROWS)
-DISTRIBUTED_MANY_UNIQUE_DELAYED = _DISTRIBUTED_MANY_UNIQUE.format(rows=_DELAYED_ROWS)
+DISTRIBUTED_UNIQUE_SILENT = f"""
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key, group_key)
+    VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")}, $6, $7, $8, $9, $11)
+    {_ON_UNIQUE_CONFLICT}
+    RETURNING id, xmax <> 0 AS existed"""
+_KEYED = {"key": " unique_key,", "key_value": " t.unique_key,"}
+_DISTRIBUTED_MANY_UNIQUE = """
+WITH jobs AS ({rows}{on_conflict}
+    RETURNING id, job_type, unique_key, xmax <> 0 AS existed
+)
+SELECT id, job_type, unique_key, existed
+FROM jobs
+"""
+DISTRIBUTED_MANY_UNIQUE = _DISTRIBUTED_MANY_UNIQUE.format(
+    rows=_ENQUEUE_ROWS.format(**_UNDELAYED, **_KEYED), on_conflict=_ON_UNIQUE_CONFLICT
+)
+DISTRIBUTED_MANY_UNIQUE_DELAYED = _DISTRIBUTED_MANY_UNIQUE.format(
+    rows=_ENQUEUE_ROWS.format(**_DELAYED, **_KEYED), on_conflict=_ON_UNIQUE_CONFLICT
+)
 
 # Which queue each of the jobs $1 is in (for the calls that give only ids).
 QUEUES_OF = "SELECT id, queue FROM pgqueue_jobs WHERE id = ANY($1::text::bigint[])"
@@ -2821,9 +3328,9 @@ QUEUES_OF = "SELECT id, queue FROM pgqueue_jobs WHERE id = ANY($1::text::bigint[
 # sent by DISTRIBUTED_NOTIFY, from the coordinator.
 DISTRIBUTED_CANCEL = """
 WITH wanted AS (
-    SELECT DISTINCT unnest($1::text::bigint[]) AS id
+    SELECT DISTINCT pg_catalog.unnest($1::text::bigint[]) AS id
 ), found AS MATERIALIZED (
-    SELECT id, status, now() AS now FROM pgqueue_jobs
+    SELECT id, status, pg_catalog.now() AS now FROM pgqueue_jobs
     WHERE queue = $2 AND id IN (SELECT id FROM wanted) FOR UPDATE
 ), changed AS (
     UPDATE pgqueue_jobs AS j
@@ -2865,16 +3372,14 @@ DISTRIBUTED_RETRY = _routed(
     (
         (
             "END AS result,\n       CASE WHEN r.id IS NOT NULL"
-            " THEN pg_notify('pgqueue_jobs', r.queue) END AS notified\n"
+            " THEN pg_catalog.pg_notify('pgqueue_jobs', r.queue) END AS notified\n"
         ),
         "END AS result\n",
     ),
 )
 
 # NOTIFYs on the coordinator: channel $1[i], payload $2[i].
-DISTRIBUTED_NOTIFY = (
-    "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)"
-)
+DISTRIBUTED_NOTIFY = "SELECT pg_catalog.pg_notify(c, p) FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[])) AS n(c, p)"
 
 # A lease on Citus (LEASE in steps, in the transaction that holds
 # LOCK_LIMIT, each on the queue's shard): expired leases of others go ($1
@@ -2882,20 +3387,20 @@ DISTRIBUTED_NOTIFY = (
 # $3, wanted $4); then its lease is written ($3 the slots recorded, $4
 # wanted, $5 seconds).
 DISTRIBUTED_LEASE_EXPIRE = """
-DELETE FROM pgqueue_leases WHERE queue = $1 AND worker <> $2 AND expires_at < now()
+DELETE FROM pgqueue_leases WHERE queue = $1 AND worker <> $2 AND expires_at < pg_catalog.now()
 """
 DISTRIBUTED_LEASE_GRANT = """
 SELECT LEAST($4::int, GREATEST($3::int - o.held, 0),
-             ceil($3::int / (o.wanting + 1)::numeric)::int) AS slots
+             pg_catalog.ceil($3::int / (o.wanting + 1)::numeric)::int) AS slots
 FROM (
-    SELECT coalesce(sum(slots), 0)::int AS held, count(*) FILTER (WHERE wanted > 0)::int AS wanting
+    SELECT coalesce(pg_catalog.sum(slots), 0)::int AS held, pg_catalog.count(*) FILTER (WHERE wanted > 0)::int AS wanting
     FROM pgqueue_leases
-    WHERE queue = $1 AND worker <> $2 AND expires_at >= now()
+    WHERE queue = $1 AND worker <> $2 AND expires_at >= pg_catalog.now()
 ) AS o
 """
 DISTRIBUTED_LEASE_WRITE = """
 INSERT INTO pgqueue_leases AS l (queue, worker, slots, wanted, expires_at)
-VALUES ($1, $2, $3::int, $4::int, now() + make_interval(secs => $5::float8))
+VALUES ($1, $2, $3::int, $4::int, pg_catalog.now() + pg_catalog.make_interval(secs => $5::float8))
 ON CONFLICT (queue, worker) DO UPDATE
 SET slots = EXCLUDED.slots, wanted = EXCLUDED.wanted, expires_at = EXCLUDED.expires_at
 """
@@ -2908,36 +3413,38 @@ DISTRIBUTED_RELEASE_LEASE = (
 DISTRIBUTED_PERIODIC_REGISTER = _routed(
     PERIODIC_REGISTER,
     (
-        "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = now()",
+        "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = pg_catalog.now()",
         "job_type = EXCLUDED.job_type, next_tick = EXCLUDED.next_tick, updated_at = EXCLUDED.updated_at",
     ),
 )
 # PERIODIC_TICK on Citus, in steps in one transaction (pgqueue_periodic is a
 # reference table, the job lives on its queue's shard): the schedule's row
 # $1, locked (none: it is made, as PERIODIC_REGISTER with last_tick $6 and
-# last_job_key $9, or another scheduler made it first); whether the last
-# job ($3, of type $2 on queue $1) is still pending or running; the row
-# advanced to tick $2 (next $3) with last_job_key $4 (NULL keeps it); the
-# job inserted (as the tick's: queue $1, type $2, payload $3, attempts
-# $4, key $5) unless one with its key is live.
+# no last job, or another scheduler made it first); whether its last job
+# (id $4 on queue $1; for a row from before last_job_id, type $2 and key
+# $3) is still pending or running; the job inserted (as the tick's: queue
+# $1, type $2, payload $3, attempts $4, key $5) unless one with its key is
+# live; the row advanced to tick $2 (next $3) with its last job's key $4
+# and id $5 (NULL keeps them).
 DISTRIBUTED_TICK_SEEN = """
-SELECT last_tick, created_at, last_job_key FROM pgqueue_periodic WHERE name = $1 FOR UPDATE
+SELECT last_tick, created_at, last_job_key, last_job_id FROM pgqueue_periodic WHERE name = $1 FOR UPDATE
 """
 DISTRIBUTED_TICK_NEW = """
 INSERT INTO pgqueue_periodic
-    (name, schedule, timezone, queue, job_type, last_tick, next_tick, last_job_key, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $8, now())
+    (name, schedule, timezone, queue, job_type, last_tick, next_tick, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, pg_catalog.now())
 ON CONFLICT (name) DO NOTHING
 RETURNING true
 """
 DISTRIBUTED_TICK_LIVE = """
 SELECT EXISTS (SELECT FROM pgqueue_jobs
-               WHERE queue = $1 AND job_type = $2 AND unique_key = $3
-                 AND status IN ('pending', 'running'))
+               WHERE queue = $1 AND status IN ('pending', 'running')
+                 AND (id = $4 OR $4::int8 IS NULL AND job_type = $2 AND unique_key = $3))
 """
 DISTRIBUTED_TICK_ADVANCE = """
 UPDATE pgqueue_periodic
-SET last_tick = $2, next_tick = $3, last_job_key = coalesce($4, last_job_key), updated_at = now()
+SET last_tick = $2, next_tick = $3, last_job_key = coalesce($4, last_job_key),
+    last_job_id = coalesce($5, last_job_id), updated_at = pg_catalog.now()
 WHERE name = $1
 """
 DISTRIBUTED_TICK_JOB = """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["first_line", "seconds_text"]
+__all__ = ["clip", "first_line", "seconds_text"]
 
 
 def seconds_text(seconds: float | None) -> str:
@@ -27,3 +27,10 @@ def first_line(text: str | None) -> str | None:
         return None
     lines = text.strip().splitlines()
     return lines[0] if lines else ""
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
+import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -339,13 +340,21 @@ class Claimer:
         queue, rate, groups = self._queue, self._rate_limit, self._group_limit
         on_citus = self._connection.distributed
         statements = _ON_CITUS if on_citus else _ON_POSTGRES
+        asked = time.monotonic()
         await connection.execute(_sql.LOCK_CLAIMS, queue)
+        waited = time.monotonic() - asked
+        if waited >= TURN_WAIT_WARNING:
+            self._logger.warning(
+                "waited %.1fs for the queue's turn to claim (another worker's claim held it)",
+                waited,
+                extra={"queue": queue, "waited": waited},
+            )
         if rate is None:
             assert groups is not None
             found: list[asyncpg.Record] = await connection.fetch(
                 statements.groups, queue, limit, groups, self._types
             )
-            return found
+            return found if on_citus else await self._raise_heads(connection, found)
         if on_citus:
             window = await connection.fetchrow(
                 _sql.DISTRIBUTED_RATE_ROOM,
@@ -399,6 +408,8 @@ class Claimer:
                     [(queue, row[_GROUP_KEY], at) for row in rows],
                 )
                 rows = [row[:_GROUP_KEY] for row in rows]
+            elif groups is not None and not on_citus:
+                rows = await self._raise_heads(connection, rows)
         else:
             rows = []
         # Cut short by the window (it took all the window allowed, or per
@@ -412,6 +423,16 @@ class Claimer:
         ):
             self._rate_wait = max(wait, 0.0)
         return rows
+
+    async def _raise_heads(
+        self,
+        connection: asyncpg.Connection[Any],
+        rows: Sequence[asyncpg.Record | tuple[Any, ...]],
+    ) -> list[asyncpg.Record | tuple[Any, ...]]:
+        """After a group claim (its rows end with their group): raise the groups' heads; the rows without it."""
+        claimed = sorted({row[_GROUP_KEY] for row in rows} - {None})
+        await connection.execute(_sql.GROUP_HEADS, self._queue, claimed)
+        return [row[:_GROUP_KEY] for row in rows]
 
     async def _check_schema(self) -> None:
         if not await check_schema(self._connection, limits=self._limits):
@@ -579,7 +600,12 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
 _HAS_PARENTS = _sql.CLAIM_COLUMNS.index("has_parents")
 _PRIORITIZED = len(_sql.CLAIM_COLUMNS)  # the last column of a claim on Citus
-_GROUP_KEY = len(_sql.CLAIM_COLUMNS)  # ... and of a rated claim there
+_GROUP_KEY = len(
+    _sql.CLAIM_COLUMNS
+)  # ... and of a rated claim there, and of a group claim
+
+TURN_WAIT_WARNING = 1.0
+"""Seconds a limited claim may wait for its queue's turn before the worker says so."""
 
 _PLACE = operator.attrgetter("run_at", "id")
 

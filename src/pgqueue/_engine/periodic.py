@@ -34,6 +34,7 @@ from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
     check_bool,
     check_duration,
+    check_job_type,
     check_max_attempts,
     check_name,
     check_queue_name,
@@ -170,7 +171,7 @@ def check_schedule(
         TypeError, ValueError: see `pgqueue.Worker.periodic`.
     """
     checked_name = check_name("schedule name", name)
-    kind = check_name("job type", job_type)
+    kind = check_job_type(job_type)
     checked_queue = None if queue is None else check_queue_name(queue)
     zone = _check_zone(tz)
     if (cron is None) == (every is None):
@@ -440,35 +441,32 @@ async def _tick_routed(
     name, queue, job_type = schedule.name, definition[3], schedule.job_type
     seen = await connection.fetchrow(_sql.DISTRIBUTED_TICK_SEEN, name)
     done_until = None
+    live = False
     if seen is None:
         made = await connection.fetchrow(
-            _sql.DISTRIBUTED_TICK_NEW,
-            *definition,
-            tick,
-            following,
-            now,
-            key,
+            _sql.DISTRIBUTED_TICK_NEW, *definition, tick, following, now
         )
         if made is None:  # another scheduler made it first: read it again
             return {"advanced": False, "done_until": None, "job_id": None}
-        last_key: str | None = key
     else:
         done_until = seen["last_tick"] or seen["created_at"]
         if done_until >= tick:
             return {"advanced": False, "done_until": done_until, "job_id": None}
+        # Only the schedule's own last job counts (by its id), never another
+        # job carrying its key; a row from before last_job_id, by its key.
         live = (
             schedule.unique
-            and seen["last_job_key"] is not None
+            and (seen["last_job_id"] is not None or seen["last_job_key"] is not None)
             and await connection.fetchval(
-                _sql.DISTRIBUTED_TICK_LIVE, queue, job_type, seen["last_job_key"]
+                _sql.DISTRIBUTED_TICK_LIVE,
+                queue,
+                job_type,
+                seen["last_job_key"],
+                seen["last_job_id"],
             )
         )
-        last_key = None if live else key
-        await connection.execute(
-            _sql.DISTRIBUTED_TICK_ADVANCE, name, tick, following, last_key
-        )
     job_id = None
-    if last_key is not None:
+    if not live:
         job_id = await connection.fetchval(
             _sql.DISTRIBUTED_TICK_JOB,
             queue,
@@ -479,6 +477,14 @@ async def _tick_routed(
         )
         if job_id is not None:
             await connection.execute(_sql.NOTIFY_JOBS, queue)
+    await connection.execute(
+        _sql.DISTRIBUTED_TICK_ADVANCE,
+        name,
+        tick,
+        following,
+        None if live else key,
+        job_id,
+    )
     return {"advanced": True, "done_until": done_until, "job_id": job_id}
 
 

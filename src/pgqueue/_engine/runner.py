@@ -17,6 +17,7 @@ from pgqueue._core.codec import encode_payload
 from pgqueue._core.errors import RetryAfter, Snooze, describe, is_permanent, storable
 from pgqueue._core.job import checkpoints_through
 from pgqueue._core.outcome import CANCELLED_ERROR, Kind, Outcome
+from pgqueue._core.text import clip
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -144,7 +145,11 @@ class JobRunner:
             return self._cancelled_outcome(job)
         handler = self._handlers.get(job.type)
         if handler is None:
-            return self.dead(job, f"no handler registered for job type {job.type!r}")
+            return self.dead(
+                job,
+                "no handler registered for job type"
+                f" {clip(job.type, LOGGED_NAME_CHARS)!r}",
+            )
         debug = debug_enabled(self._logger)
         if debug:
             self._logger.debug("%s started", job_label(job), extra=job_fields(job))
@@ -273,12 +278,17 @@ def _forget_own_cancel() -> None:
         task.uncancel()
 
 
+LOGGED_NAME_CHARS = 200
+"""The most characters of a job's type or queue a log record carries (a
+producer other than pgqueue may write names of any length)."""
+
+
 def job_fields(job: Job) -> dict[str, Any]:
     """What every log record about ``job`` carries."""
     return {
         "job_id": job.id,
-        "job_type": job.type,
-        "queue": job.queue,
+        "job_type": clip(job.type, LOGGED_NAME_CHARS),
+        "queue": clip(job.queue, LOGGED_NAME_CHARS),
         "attempt": job.attempts,
     }
 
@@ -286,7 +296,8 @@ def job_fields(job: Job) -> dict[str, Any]:
 def job_label(job: Job) -> str:
     """How log messages name ``job``: ``job 12 (send_email on emails, attempt 2/25)``."""
     return (
-        f"job {job.id} ({job.type} on {job.queue}, "
+        f"job {job.id} ({clip(job.type, LOGGED_NAME_CHARS)} on"
+        f" {clip(job.queue, LOGGED_NAME_CHARS)}, "
         f"attempt {job.attempts}/{job.max_attempts})"
     )
 

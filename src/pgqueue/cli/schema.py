@@ -13,12 +13,14 @@ from pgqueue import (
     Admin,
     SchemaError,
     SchemaState,
+    grants,
     install,
 )
-from pgqueue._extension import target_of
+from pgqueue._extension import GRANT_KINDS, target_of
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
+    EXIT_USAGE,
     connect,
     print_json,
     printable,
@@ -108,6 +110,31 @@ def add_to(commands: Commands) -> None:
     )
     check.add_argument("--json", action="store_true", help="print the state as JSON")
     check.set_defaults(run=reports_database_errors(check_schema))
+
+    granting = actions.add_parser(
+        "grants",
+        help="print the GRANT statements of a kind of role",
+        description=(
+            "Print the idempotent GRANT statements that give an existing ROLE "
+            "what a KIND of role needs, and nothing more (pgqueue.grants): "
+            "producer (enqueue only), worker, operator (Admin's and the "
+            "dashboards' actions) or reader (their reads). Run them as the "
+            "schema's owner, where the schema was applied; needs no database."
+        ),
+    )
+    granting.add_argument("kind", choices=GRANT_KINDS, help="the kind of role")
+    granting.add_argument("role", help="the role's name, as it is")
+    granting.set_defaults(run=print_grants)
+
+
+async def print_grants(args: argparse.Namespace) -> int:
+    """Print the GRANT statements of ``args.kind`` for ``args.role``."""
+    try:
+        print(grants(args.kind, args.role).strip())
+    except (TypeError, ValueError) as exc:
+        print(f"pgqueue: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 async def print_schema(args: argparse.Namespace) -> int:

@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from pgqueue import DuplicateJobError
 from pgqueue._extension import (
     check_bool,
+    check_group,
     check_job_id,
+    check_job_type,
     check_jobs,
     check_max_attempts,
-    check_name,
     check_on_conflict,
     check_priority,
     check_queue_name,
@@ -114,7 +115,7 @@ class Queue:
         when, seconds = check_when(run_at, delay)
         args = (
             self._name,
-            check_name("job type", job_type),
+            check_job_type(job_type),
             encode_payload(payload, self._encoder),
             self._max_attempts
             if max_attempts is None
@@ -126,7 +127,7 @@ class Queue:
         )
         key = check_unique_key(unique_key)
         conflict = check_on_conflict(on_conflict)
-        group_key = None if group is None else check_name("group", group)
+        group_key = None if group is None else check_group(group)
         replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
         if replace:
             if group_key is not None:
