@@ -820,3 +820,22 @@ async def test_pgqueue_schema_grants_prints_the_statements() -> None:
     refused = await cli(None, "schema", "grants", "owner", "app")
     assert refused.code == EXIT_USAGE
     assert "invalid choice" in refused.err
+
+
+async def test_a_rescued_grouped_job_gets_its_groups_head_back(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, name=queue_name)
+    await queue.enqueue("t", {}, group="g")
+    # Claimed, its group's head raised away (no other job), then orphaned.
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = 1,"
+        " updated_at = now() - interval '1 hour' WHERE queue = $1",
+        queue_name,
+    )
+    await pool.execute("DELETE FROM pgqueue_groups WHERE queue = $1", queue_name)
+    await pool.fetch(_sql.RESCUE, [queue_name], 60.0, 100)
+    assert await pool.fetchval(
+        "SELECT due_at <= now() FROM pgqueue_groups WHERE queue = $1 AND group_key = 'g'",
+        queue_name,
+    )

@@ -428,8 +428,10 @@ CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_group
     WHERE group_key IS NOT NULL AND status IN ('pending' COLLATE "C", 'running');
 
 -- A grouped job that becomes pending (inserted, retried, snoozed, rescued,
--- released, by any writer) makes its group's head no later than its
--- run_at. The head's row is locked only when it is lowered; else it is
+-- released, by any writer that sets its run_at: the Go module's retry does,
+-- its rescue does not) makes its group's head no later than its run_at.
+-- Only statements that set run_at fire it: claims, completions and
+-- heartbeats, which do not, cost nothing. The head's row is locked only when it is lowered; else it is
 -- held FOR KEY SHARE until commit (producers of one group never wait for
 -- each other), so that a claim raising it (FOR UPDATE SKIP LOCKED, then a
 -- fresh snapshot: pgqueue_group_heads) leaves it alone until this job is
@@ -464,7 +466,7 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger WHERE tgrelid = 'pgqueue_jobs'::regclass
                    AND tgname = 'pgqueue_group_pending') THEN
         CREATE TRIGGER pgqueue_group_pending
-            AFTER INSERT OR UPDATE OF status, run_at ON pgqueue_jobs
+            AFTER INSERT OR UPDATE OF run_at ON pgqueue_jobs
             FOR EACH ROW
             WHEN (NEW.group_key IS NOT NULL AND NEW.status = 'pending')
             EXECUTE FUNCTION pgqueue_group_pending();
@@ -2216,6 +2218,7 @@ WITH rescued AS (
                           ELSE 'rescued after exceeding max attempts' END,
         errors     = CASE WHEN cancel_requested THEN errors
                           ELSE {_appended("j.errors", _NO_HEARTBEAT)} END,
+        run_at     = run_at,  -- unchanged, named: a grouped job's head follows it
         updated_at = pg_catalog.now()
     WHERE id = ANY(ARRAY(
         SELECT id
