@@ -839,3 +839,57 @@ async def test_a_rescued_grouped_job_gets_its_groups_head_back(
         "SELECT due_at <= now() FROM pgqueue_groups WHERE queue = $1 AND group_key = 'g'",
         queue_name,
     )
+
+
+async def test_a_claim_whose_parents_cannot_be_read_gives_its_jobs_back_at_once(
+    roles: Roles, queue_name: str
+) -> None:
+    owner = await asyncpg.connect(roles.owner)
+    worker_role = roles.name["worker"]
+    ran: list[dict[int, Any]] = []
+    try:
+        async with _pool(roles.dsn["worker"]) as pool:
+            queue = pgqueue.Queue(pool, name=queue_name)
+            parent = await queue.enqueue("t", {})
+            await pool.execute(
+                "UPDATE pgqueue_jobs SET status = 'completed', result = '7' WHERE id = $1",
+                parent,
+            )
+            child = await queue.enqueue("t", {}, after=[parent])
+            # The claim works, the read of the parents' results does not.
+            await owner.execute(
+                f'REVOKE SELECT ON pgqueue_dependencies FROM "{worker_role}"'
+            )
+            worker = pgqueue.Worker(pool, queue=queue_name, poll_interval=0.2)
+
+            @worker.handler("t")
+            async def handle(job: pgqueue.Job) -> None:
+                ran.append(dict(job.parent_results))
+
+            async with running(worker):
+                await wait_until(lambda: _released(pool, child))
+                await owner.execute(
+                    f'GRANT SELECT ON pgqueue_dependencies TO "{worker_role}"'
+                )
+                await wait_until(lambda: _done(pool, child))
+    finally:
+        await owner.close()
+    assert ran == [{parent: 7}]
+
+
+async def _released(pool: asyncpg.Pool, job_id: int) -> bool:
+    """Claimed at least once, and back to pending with no attempt used."""
+    row = await pool.fetchrow(
+        "SELECT status, attempts, claimed_at FROM pgqueue_jobs WHERE id = $1", job_id
+    )
+    assert row is not None
+    return (
+        bool(row["claimed_at"]) and row["status"] == "pending" and row["attempts"] == 0
+    )
+
+
+async def _done(pool: asyncpg.Pool, job_id: int) -> bool:
+    status: str = await pool.fetchval(
+        "SELECT status FROM pgqueue_jobs WHERE id = $1", job_id
+    )
+    return status == "completed"

@@ -52,6 +52,7 @@ class Claimer:
         queue: the queue to claim from.
         on_claimed: called with the jobs ready to run after each claim.
         on_dead: called with the outcome of each claimed job that cannot run
+            (dead, or released when its parents' results could not be read)
             (a payload or time Python cannot represent).
         budget: the overall cap shared with the other queues' claimers, if
             any: a claim takes no more than it allows, and holds its slots
@@ -207,6 +208,20 @@ class Claimer:
             settled_before = claims.settled_count
             try:
                 rows, parents = await self._claim(limit, bounds)
+            except UnreadParents as unread:
+                # Claimed, but their parents' results could not be read: given
+                # back at once (no attempt used), not left running until rescue.
+                unrun = jobs_from_rows(unread.rows)
+                for outcome in [
+                    *unrun.dead,
+                    *(Outcome(job, Kind.RELEASED) for job in unrun.jobs),
+                ]:
+                    claims.add([outcome.job], ready=False)
+                    self._on_dead(outcome)
+                wait = failures.failed(unread.error)
+                policy.failed()
+                await anyio.sleep(wait)
+                continue
             except SCHEMA_ERRORS as exc:
                 # Says what is missing.
                 raise await schema_failure(
@@ -280,7 +295,10 @@ class Claimer:
                     rows = await self._connection.fetch(
                         _sql.CLAIM_TYPES, self._queue, limit, run_ats, ids, self._types
                     )
-                parents = await self._parent_results(rows)
+                try:
+                    parents = await self._parent_results(rows)
+                except Exception as exc:
+                    raise UnreadParents(rows, exc) from exc
         finally:
             # Given back before the jobs go to the ledger, with no await in
             # between: the slots are never counted twice, nor left uncounted.
@@ -599,6 +617,17 @@ _UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
 _HAS_PARENTS = _sql.CLAIM_COLUMNS.index("has_parents")
+class UnreadParents(Exception):
+    """A claim's rows whose parents' results could not be read."""
+
+    def __init__(
+        self, rows: Sequence[asyncpg.Record | tuple[Any, ...]], error: Exception
+    ) -> None:
+        super().__init__(str(error))
+        self.rows = rows
+        self.error = error
+
+
 _PRIORITIZED = len(_sql.CLAIM_COLUMNS)  # the last column of a claim on Citus
 _GROUP_KEY = len(
     _sql.CLAIM_COLUMNS
