@@ -617,6 +617,8 @@ _UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
 _HAS_PARENTS = _sql.CLAIM_COLUMNS.index("has_parents")
+
+
 class UnreadParents(Exception):
     """A claim's rows whose parents' results could not be read."""
 
