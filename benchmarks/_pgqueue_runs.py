@@ -23,7 +23,10 @@ from benchmarks._common import (
     run,
     run_child,
 )
-from pgqueue._core import sql as _sql
+from pgqueue._sql.claims import CLAIM
+from pgqueue._sql.literals import HEAD_OF_LINE, array, claim_places
+from pgqueue._sql.outcomes import COMPLETE
+from pgqueue._sql.settings import WORKER_SETTINGS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -376,7 +379,7 @@ def wake_detail(
 def floor_child(
     connection: Connection, dsn: str, n: int, batch: int, pipelined: bool
 ) -> None:
-    """Bare asyncpg: `_sql.CLAIM` ``batch`` rows, then one fenced `_sql.COMPLETE` per batch."""
+    """Bare asyncpg: `CLAIM` ``batch`` rows, then one fenced `COMPLETE` per batch."""
     asyncio.run(_floor(ChildLink(connection), dsn, n, batch, pipelined))
 
 
@@ -384,9 +387,9 @@ async def _floor(
     link: ChildLink, dsn: str, n: int, batch: int, pipelined: bool
 ) -> None:
     # Planned as the worker's own connections are.
-    claimer = await asyncpg.connect(dsn, server_settings=_sql.WORKER_SETTINGS)
+    claimer = await asyncpg.connect(dsn, server_settings=WORKER_SETTINGS)
     finisher = (
-        await asyncpg.connect(dsn, server_settings=_sql.WORKER_SETTINGS)
+        await asyncpg.connect(dsn, server_settings=WORKER_SETTINGS)
         if pipelined
         else claimer
     )
@@ -396,15 +399,15 @@ async def _floor(
         start = time.perf_counter()
         finished = 0
         previous: list[asyncpg.Record] = []
-        after = _sql.HEAD_OF_LINE  # as the worker: past the last job taken
+        after = HEAD_OF_LINE  # as the worker: past the last job taken
         while True:
-            places = {} if after is _sql.HEAD_OF_LINE else {0: after}
-            claim = claimer.fetch(_sql.CLAIM, QUEUE, batch, *_sql.claim_places(places))
+            places = {} if after is HEAD_OF_LINE else {0: after}
+            claim = claimer.fetch(CLAIM, QUEUE, batch, *claim_places(places))
             if previous:
                 finish = finisher.fetch(
-                    _sql.COMPLETE,
-                    _sql.array(r[0] for r in previous),
-                    _sql.array(r[4] for r in previous),
+                    COMPLETE,
+                    array(r[0] for r in previous),
+                    array(r[4] for r in previous),
                     [None] * len(previous),
                 )
                 if pipelined:
@@ -416,9 +419,9 @@ async def _floor(
             else:
                 rows = await claim
             if not rows:
-                if after is _sql.HEAD_OF_LINE:
+                if after is HEAD_OF_LINE:
                     break
-                after, previous = _sql.HEAD_OF_LINE, []
+                after, previous = HEAD_OF_LINE, []
                 continue
             after = max((r[6], r[0]) for r in rows)
             previous = rows

@@ -45,7 +45,7 @@ from benchmarks._common import (
 )
 from pgqueue import _queue
 from pgqueue._copy import COPY_MIN_JOBS
-from pgqueue._core import sql as _sql
+from pgqueue._sql.enqueue import COPY_COLUMNS, COPY_TABLE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -86,7 +86,7 @@ async def _floor(dsn: str, n: int) -> tuple[float, float]:
         ]
         copy_start = time.perf_counter()
         await connection.copy_records_to_table(
-            _sql.COPY_TABLE, records=records, columns=_sql.COPY_COLUMNS
+            COPY_TABLE, records=records, columns=COPY_COLUMNS
         )
         end = time.perf_counter()
         count = await connection.fetchval("SELECT count(*) FROM pgqueue_jobs")

@@ -57,7 +57,9 @@ from tests.local_servers import binaries, free_port
 
 import pgqueue
 from benchmarks._common import process_cpu
-from pgqueue._core import sql as _sql
+from pgqueue._sql.claims import CLAIM, DISTRIBUTED_CLAIM, DISTRIBUTED_CLAIM_ZERO
+from pgqueue._sql.literals import array, claim_places
+from pgqueue._sql.outcomes import COMPLETE, DISTRIBUTED_COMPLETE
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -230,7 +232,7 @@ async def statements(nodes: dict[str, CitusNode]) -> None:
         "citus-direct": (direct.dsn, True),
         "plain": (nodes["plain"].dsn, False),
     }
-    heads = _sql.claim_places({})
+    heads = claim_places({})
     rows: dict[str, dict[str, float]] = {}
     for setup, (dsn, distributed) in setups.items():
         conn = await asyncpg.connect(dsn)
@@ -248,9 +250,9 @@ async def statements(nodes: dict[str, CitusNode]) -> None:
                 queue,
                 ids,
             )
-            claim = _sql.DISTRIBUTED_CLAIM_ZERO if distributed else _sql.CLAIM
-            complete = _sql.DISTRIBUTED_COMPLETE if distributed else _sql.COMPLETE
-            done = (_sql.array(ids), _sql.array([1] * len(ids)), [None] * len(ids))
+            claim = DISTRIBUTED_CLAIM_ZERO if distributed else CLAIM
+            complete = DISTRIBUTED_COMPLETE if distributed else COMPLETE
+            done = (array(ids), array([1] * len(ids)), [None] * len(ids))
             measured = {
                 "SELECT by key": await _timed(conn, _BY_KEY, queue, ids[0]),
                 "cheapest claim": await _timed(conn, _CHEAPEST_CLAIM, queue),
@@ -262,7 +264,7 @@ async def statements(nodes: dict[str, CitusNode]) -> None:
             }
             if distributed:
                 measured["claim of 100, every line"] = await _timed(
-                    conn, _sql.DISTRIBUTED_CLAIM, queue, 100, *heads
+                    conn, DISTRIBUTED_CLAIM, queue, 100, *heads
                 )
             rows[setup] = measured
         finally:

@@ -6,9 +6,9 @@ PostgreSQL server runs under Valgrind's callgrind (``valgrind`` and the
 machine's ``initdb``/``postgres`` are needed), and one backend drains jobs
 with the claim and the completion a worker sends (``CLAIM`` then
 ``COMPLETE``, in batches of a given size) on each side's own schema and
-statements. Each side's ``SCHEMA`` and statements are read from its
-``src/pgqueue/_core/sql.py``, loaded on its own (the module imports only
-the standard library). Instructions per job are the difference between a
+statements. Each side's ``SCHEMA`` and statements are read from its own
+``src/pgqueue`` (``pgqueue._sql``, or ``pgqueue._core.sql`` before it),
+imported in a process of its own. Instructions per job are the difference between a
 backend that drains ``--jobs`` and one that drains ``WARM`` jobs, so
 connecting and the first plans cancel out; the same count repeats to
 within 0.1%. It depends on ``--jobs`` (the table's size and history), so
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import json
 import os
 import shutil
@@ -37,45 +36,64 @@ import tempfile
 import time
 from io import BytesIO
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from benchmarks._common import markdown_table, write_json
+from pgqueue._sql.literals import array, claim_places
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
-SQL = "src/pgqueue/_core/sql.py"
 WARM = 200
 QUEUE = "default"
 
+# Prints the statements a drain runs, from whichever layout the tree has.
+_READ_STATEMENTS = """
+import json
+try:
+    from pgqueue._sql.claims import CLAIM
+    from pgqueue._sql.outcomes import COMPLETE
+    from pgqueue._sql.schema import SCHEMA
+    from pgqueue._sql.settings import WORKER_SETTINGS
+except ImportError:
+    from pgqueue._core.sql import CLAIM, COMPLETE, SCHEMA, WORKER_SETTINGS
+print(json.dumps({"CLAIM": CLAIM, "COMPLETE": COMPLETE, "SCHEMA": SCHEMA,
+                  "WORKER_SETTINGS": WORKER_SETTINGS}))
+"""
 
-def sql_module(source: str, name: str) -> ModuleType:
-    """``sql.py``'s text loaded as a module of its own."""
-    directory = Path(tempfile.mkdtemp(prefix="pgq-instr-"))
-    path = directory / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    shutil.rmtree(directory)
-    return module
 
-
-def sql_at(ref: str) -> str:
-    """``sql.py`` as it is at git revision ``ref``."""
-    archive = subprocess.run(
-        ["git", "archive", ref, SQL], cwd=ROOT, check=True, capture_output=True
+def statements(src: Path) -> SimpleNamespace:
+    """The drain's statements of the ``pgqueue`` package under ``src``, read in a process of its own."""
+    out = subprocess.run(
+        [sys.executable, "-c", _READ_STATEMENTS],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        cwd=src,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        member = tar.extractfile(SQL)
-        assert member is not None
-        return member.read().decode()
+    return SimpleNamespace(**json.loads(out), claim_places=claim_places, array=array)
+
+
+def statements_at(ref: str) -> SimpleNamespace:
+    """`statements` of the tree at git revision ``ref``."""
+    archive = subprocess.run(
+        ["git", "archive", ref, "src/pgqueue"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    ).stdout
+    directory = Path(tempfile.mkdtemp(prefix="pgq-instr-"))
+    try:
+        with tarfile.open(fileobj=BytesIO(archive)) as tar:
+            tar.extractall(directory, filter="data")
+        return statements(directory / "src")
+    finally:
+        shutil.rmtree(directory)
 
 
 def _bindir() -> Path:
@@ -205,7 +223,7 @@ def _instructions(profiles: Path, pid: int) -> int:
 
 
 async def _drain(
-    connection: asyncpg.Connection, sql: ModuleType, n: int, batch: int
+    connection: asyncpg.Connection, sql: SimpleNamespace, n: int, batch: int
 ) -> None:
     run_ats, ids = sql.claim_places({})
     done = 0
@@ -229,7 +247,7 @@ async def _drain(
 
 
 async def per_job(
-    dsn: str, profiles: Path, sql: ModuleType, jobs: int, batch: int
+    dsn: str, profiles: Path, sql: SimpleNamespace, jobs: int, batch: int
 ) -> float:
     """Instructions per job of a drain at ``batch`` on ``sql``'s schema."""
     admin = await asyncpg.connect(dsn)
@@ -271,8 +289,8 @@ def main() -> None:
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     sides = {
-        args.baseline: sql_module(sql_at(args.baseline), "sql_baseline"),
-        "now": sql_module((ROOT / SQL).read_text(), "sql_now"),
+        args.baseline: statements_at(args.baseline),
+        "now": statements(ROOT / "src"),
     }
     results: dict[str, dict[int, float]] = {side: {} for side in sides}
     with callgrind_server() as (dsn, profiles):

@@ -30,7 +30,7 @@ from benchmarks._common import (
     run,
     write_json,
 )
-from pgqueue._core import sql as _sql
+from pgqueue._sql.leases import SEED_LIMIT
 from pgqueue.web import create_app
 
 PAGE_SIZE = 50
@@ -71,7 +71,7 @@ async def fill(dsn: str, rows: int) -> dict[str, int]:
         filled = time.perf_counter() - started
         await connection.execute("VACUUM ANALYZE pgqueue_jobs")
         print(f"filled {rows:,} rows in {filled:.1f} s (+ VACUUM ANALYZE)")
-        await connection.execute(_sql.SEED_LIMIT, "billing", 4)
+        await connection.execute(SEED_LIMIT, "billing", 4)
         await connection.execute(
             "INSERT INTO pgqueue_periodic (name, schedule, queue, job_type, next_tick)"
             " VALUES ('nightly', '0 3 * * *', 'reports', 'build_report', now())"

@@ -10,8 +10,11 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core import sql as _sql
 from pgqueue._dashboard import Sampler
+from pgqueue._sql.claims import CLAIM
+from pgqueue._sql.leases import SEED_LIMIT
+from pgqueue._sql.literals import array, claim_places
+from pgqueue._sql.outcomes import COMPLETE, FINISH
 from tests.helpers import listening, row, rows, running, wait_until
 from tests.test_schema_upgrade import GO_SCHEMA
 
@@ -203,7 +206,7 @@ async def test_stats_give_the_slots_in_use_of_queues_with_a_fleet_wide_limit(
     await queue.enqueue("t", {})
     limited = pgqueue.Queue(pool, name=f"{queue.name}-limited")
     await limited.enqueue("t", {})
-    await pool.execute(_sql.SEED_LIMIT, limited.name, 3)
+    await pool.execute(SEED_LIMIT, limited.name, 3)
     # One worker's lease holds a slot; an expired one counts for nothing.
     await pool.execute(
         "INSERT INTO pgqueue_leases (queue, worker, slots, wanted, expires_at)"
@@ -439,21 +442,21 @@ async def test_a_stale_run_stays_fenced_off_after_a_retry(
 ) -> None:
     """Run A holds attempt 1; the job ends (dead or cancelled) and is retried;
     A's late outcome write matches nothing, before and after run B claims it."""
-    places = _sql.claim_places({})
+    places = claim_places({})
     job_id = await queue.enqueue("t", {}, max_attempts=1)
 
     async def claim() -> int:
-        (claimed,) = await pool.fetch(_sql.CLAIM, queue.name, 1, *places)
+        (claimed,) = await pool.fetch(CLAIM, queue.name, 1, *places)
         attempts: int = claimed["attempts"]
         return attempts
 
     async def write(attempt: int, status: str) -> bool:
-        key = (_sql.array([job_id]), _sql.array([attempt]))
+        key = (array([job_id]), array([attempt]))
         written = await pool.fetch(
-            _sql.FINISH, *key, [status], _sql.array([0.0]), ["late"], [None]
+            FINISH, *key, [status], array([0.0]), ["late"], [None]
         )
         if status == "completed":
-            written += await pool.fetch(_sql.COMPLETE, *key, [None])
+            written += await pool.fetch(COMPLETE, *key, [None])
         return bool(written)
 
     a = await claim()

@@ -22,7 +22,8 @@ import pytest
 
 import pgqueue
 from pgqueue import _admin
-from pgqueue._core import sql as _sql
+from pgqueue._sql.admin import RETRYABLE_IDS
+from pgqueue._sql.listings import STATS, jobs_query
 from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 pytestmark = pytest.mark.slow
@@ -123,7 +124,7 @@ async def test_stats_and_listings_use_indexes_on_a_big_table(
     assert pages > _admin.EXACT_COMPLETED_PAGES, pages
 
     for queue in (None, "a", "b"):
-        stats = await explain_analyze(big_table, _sql.STATS, queue)
+        stats = await explain_analyze(big_table, STATS, queue)
         used = _check_indexed(stats)
         assert used >= PARTIAL_INDEXES, used
         assert plan_buffers(stats) < pages / 4, (plan_buffers(stats), pages)
@@ -143,13 +144,13 @@ async def test_stats_and_listings_use_indexes_on_a_big_table(
     ]
     for status, queue in listings:
         plan = await explain_analyze(
-            big_table, _sql.jobs_query(status), queue, None, None, 50
+            big_table, jobs_query(status), queue, None, None, 50
         )
         _check_indexed(plan)
         assert plan_buffers(plan) < pages / 4, (status, queue, plan_buffers(plan))
     for status in ("dead", "cancelled"):
         plan = await explain_analyze(
-            big_table, _sql.RETRYABLE_IDS, status, "a", None, 1000, 0
+            big_table, RETRYABLE_IDS, status, "a", None, 1000, 0
         )
         assert _check_indexed(plan) == {"idx_pgqueue_jobs_failed"}
 

@@ -14,7 +14,8 @@ import pytest
 
 import pgqueue
 from pgqueue._copy import COPY_MAX_DELAY, COPY_MIN_JOBS
-from pgqueue._core import sql as _sql
+from pgqueue._sql.enqueue import RESERVE_IDS
+from pgqueue._sql.schema import CITUS_CHECK
 from tests.helpers import listening, queue_count, rows
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class Statements:
         self.sent.append(record.query)
 
     def copied(self) -> bool:
-        return _sql.RESERVE_IDS in self.sent
+        return RESERVE_IDS in self.sent
 
 
 @pytest.fixture
@@ -195,7 +196,7 @@ async def test_a_copied_batch_on_a_connection_outside_a_transaction_commits(
     assert statements.copied()
     # A transaction of its own, after the one look at whether the tables
     # are distributed (made on the caller's connection, not the pool).
-    assert next(s for s in statements.sent if s != _sql.CITUS_CHECK) == "BEGIN;"
+    assert next(s for s in statements.sent if s != CITUS_CHECK) == "BEGIN;"
     assert not connection.is_in_transaction()
     assert [r["id"] for r in await rows(pool, queue.name)] == ids
 

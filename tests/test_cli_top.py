@@ -19,8 +19,12 @@ import anyio
 import asyncpg
 import pytest
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.text import seconds_text as duration
+from pgqueue._sql.listings import (
+    DASHBOARD_ENQUEUED,
+    DASHBOARD_NEWEST,
+    DASHBOARD_RUNNING,
+)
 from pgqueue.cli.top import Sampler
 from tests.helpers import plan_nodes
 
@@ -293,11 +297,11 @@ async def test_dashboard_statements_use_indexes(fresh_dsn: str) -> None:
         await conn.execute(DASHBOARD_FILL)
         newest = await conn.fetchval("SELECT max(id) FROM pgqueue_jobs")
         cases = [
-            (_sql.DASHBOARD_NEWEST, (), "pgqueue_jobs_pkey"),
-            (_sql.DASHBOARD_ENQUEUED, (newest - 50, newest, None), "pgqueue_jobs_pkey"),
-            (_sql.DASHBOARD_ENQUEUED, (newest - 50, newest, "q1"), "pgqueue_jobs_pkey"),
-            (_sql.DASHBOARD_RUNNING, (None, 5), "idx_pgqueue_jobs_rescue"),
-            (_sql.DASHBOARD_RUNNING, ("q1", 5), "idx_pgqueue_jobs_rescue"),
+            (DASHBOARD_NEWEST, (), "pgqueue_jobs_pkey"),
+            (DASHBOARD_ENQUEUED, (newest - 50, newest, None), "pgqueue_jobs_pkey"),
+            (DASHBOARD_ENQUEUED, (newest - 50, newest, "q1"), "pgqueue_jobs_pkey"),
+            (DASHBOARD_RUNNING, (None, 5), "idx_pgqueue_jobs_rescue"),
+            (DASHBOARD_RUNNING, ("q1", 5), "idx_pgqueue_jobs_rescue"),
         ]
         for mode in ("force_custom_plan", "force_generic_plan"):
             await conn.execute(f"SET plan_cache_mode = {mode}")

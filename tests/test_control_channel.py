@@ -15,7 +15,10 @@ import anyio
 import asyncpg
 
 import pgqueue
-from pgqueue._core import sql as _sql
+from pgqueue._sql.channels import CONTROL_CHANNEL
+from pgqueue._sql.literals import array
+from pgqueue._sql.outcomes import CANCEL_REQUESTED
+from pgqueue._sql.settings import WORKER_SETTINGS
 from tests.helpers import RecordingLogger, plan_nodes, running, wait_for_row
 
 if TYPE_CHECKING:
@@ -109,13 +112,13 @@ async def test_a_flood_of_control_notifications_cancels_nothing_and_a_real_cance
                 await event.wait()
         sent = await attacker.fetchval(
             "SELECT count(pg_notify($1, g::text)) FROM generate_series(1, $2::int) g",
-            _sql.CONTROL_CHANNEL,
+            CONTROL_CHANNEL,
             FLOOD,
         )
         assert sent == FLOOD
         await attacker.execute(
             "SELECT pg_notify($1, p) FROM unnest($2::text[]) p",
-            _sql.CONTROL_CHANNEL,
+            CONTROL_CHANNEL,
             GARBAGE,
         )
         # Notifications arrive in commit order: once the worker acts on this
@@ -170,7 +173,7 @@ async def test_repeated_notifies_naming_a_running_job_do_not_cancel_it(
         try:
             for _ in range(20):
                 await connection.execute(
-                    "SELECT pg_notify($1, $2)", _sql.CONTROL_CHANNEL, str(job_id)
+                    "SELECT pg_notify($1, $2)", CONTROL_CHANNEL, str(job_id)
                 )
         finally:
             await connection.close()
@@ -197,13 +200,13 @@ async def test_the_read_of_cancel_requests_goes_through_the_primary_key(
             " cancel_requested = id % 1000 = 0 WHERE id % 100 = 0"
         )
         await connection.execute("ANALYZE pgqueue_jobs")
-        held = _sql.array([1000, 1100, 2000, 20001])
+        held = array([1000, 1100, 2000, 20001])
         async with connection.transaction():
             # Planned as the worker's connections plan it: generically.
-            for name, value in _sql.WORKER_SETTINGS.items():
+            for name, value in WORKER_SETTINGS.items():
                 await connection.execute(f"SET LOCAL {name} = {value}")
-            requested = await connection.fetch(_sql.CANCEL_REQUESTED, held)
-            await connection.execute("PREPARE requested AS " + _sql.CANCEL_REQUESTED)
+            requested = await connection.fetch(CANCEL_REQUESTED, held)
+            await connection.execute("PREPARE requested AS " + CANCEL_REQUESTED)
             raw = await connection.fetchval(
                 f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE requested('{held}')"
             )

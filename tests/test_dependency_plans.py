@@ -2,7 +2,7 @@
 
 A fan-in of 10,000 parents to one child, and a fan-out of one parent to
 10,000 children, beside 20,000 other jobs: the statement each parent's
-ending runs (`_sql.SETTLE`, the body of the ``pgqueue_parent_ended``
+ending runs (`SETTLE`, the body of the ``pgqueue_parent_ended``
 trigger) reads no sibling, whether it is the first parent to end or the
 last, and scans neither table; the drain's outcome write of jobs without
 children never fires the trigger. Planned as the trigger function plans
@@ -19,7 +19,11 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core import sql as _sql
+from pgqueue._sql.listings import DEPENDENCIES
+from pgqueue._sql.literals import array
+from pgqueue._sql.outcomes import COMPLETE
+from pgqueue._sql.settings import INDEX_PLANNING
+from pgqueue._sql.triggers import SETTLE
 from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 if TYPE_CHECKING:
@@ -72,7 +76,7 @@ async def _settle_plans(
 ) -> dict[str, list[dict[str, Any]]]:
     """SETTLE's plan nodes for ``parent`` completing, custom and generic; rolled back.
 
-    Under the trigger function's own planner settings (`_sql.INDEX_PLANNING`).
+    Under the trigger function's own planner settings (`INDEX_PLANNING`).
     """
     found = {}
     for mode in ("custom", "generic"):
@@ -80,9 +84,9 @@ async def _settle_plans(
         await transaction.start()
         try:
             await connection.execute(f"SET LOCAL plan_cache_mode = force_{mode}_plan")
-            for name, value in _sql.INDEX_PLANNING.items():
+            for name, value in INDEX_PLANNING.items():
                 await connection.execute(f"SET LOCAL {name} = {value}")
-            await connection.execute("PREPARE settle AS " + _sql.SETTLE)
+            await connection.execute("PREPARE settle AS " + SETTLE)
             raw = await connection.fetchval(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)"
                 f" EXECUTE settle({parent}, 'completed')"
@@ -166,9 +170,9 @@ async def test_the_outcome_write_of_jobs_without_children_never_fires_the_trigge
     await transaction.start()
     try:
         raw = await table.fetchval(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + _sql.COMPLETE,
-            _sql.array(ids),
-            _sql.array([1] * len(ids)),
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + COMPLETE,
+            array(ids),
+            array([1] * len(ids)),
             [None] * len(ids),
         )
     finally:
@@ -198,7 +202,7 @@ async def test_a_jobs_parents_and_children_are_read_through_the_edge_indexes(
     for job, expected in ((parent, (0, FAN)), (child, (FAN, 0))):
         for mode in ("auto", "force_generic_plan"):
             await table.execute(f"SET plan_cache_mode = {mode}")
-            plan = await explain_analyze(table, _sql.DEPENDENCIES, job, 50)
+            plan = await explain_analyze(table, DEPENDENCIES, job, 50)
             nodes = plan_nodes(plan)
             for node in nodes:
                 if node.get("Relation Name") in {

@@ -22,7 +22,8 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core import sql as _sql
+from pgqueue._sql.claims import CLAIM
+from pgqueue._sql.literals import claim_places
 from tests.cli_apps.limited import SAMPLES, make_worker
 from tests.helpers import running, wait_until
 from tests.test_cli_worker import started, statuses
@@ -181,10 +182,10 @@ async def test_pause_checks_the_queue_name_before_writing(pool: asyncpg.Pool) ->
 async def test_a_paused_claim_reads_no_job(pool: asyncpg.Pool, queue_name: str) -> None:
     await enqueue(pool, queue_name, 50)
     await pgqueue.Admin(pool).pause(queue_name)
-    places = _sql.claim_places({})
+    places = claim_places({})
     async with pool.acquire() as connection, connection.transaction():
         plan = await connection.fetchval(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + _sql.CLAIM, queue_name, 10, *places
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + CLAIM, queue_name, 10, *places
         )
     text = json.dumps(json.loads(plan))
     # The scans of the jobs never ran: the pause is tested first, once.

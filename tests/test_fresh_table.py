@@ -31,7 +31,18 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core import sql as _sql
+from pgqueue._sql.admin import PRUNE_BATCH
+from pgqueue._sql.claims import (
+    CLAIM_GROUPS,
+    CLAIM_TYPES,
+    CLAIM_TYPES_RATED,
+    PARENT_RESULTS,
+    RATE_ROOM,
+)
+from pgqueue._sql.enqueue import ENQUEUE_AFTER
+from pgqueue._sql.literals import array, claim_places
+from pgqueue._sql.outcomes import COMPLETE, FINISH, RESCUE, TOUCH
+from pgqueue._wire import dedicated
 from tests.helpers import (
     explain_analyze,
     plan_buffers,
@@ -62,16 +73,16 @@ BEFORE_ISSUE_39 = {"plan_cache_mode": "force_generic_plan"}
 # The statements a worker of these queues must have prepared by the end.
 # (A worker claims only the types it has handlers for, by default.)
 HOT = {
-    _sql.CLAIM_TYPES: "claim",
-    _sql.CLAIM_GROUPS: "group claim",
-    _sql.CLAIM_TYPES_RATED: "rate-limited claim",
-    _sql.RATE_ROOM: "rate limit's window",
-    _sql.COMPLETE: "completion",
-    _sql.FINISH: "outcome write",
-    _sql.TOUCH: "heartbeat",
-    _sql.RESCUE: "rescue sweep",
-    _sql.PRUNE_BATCH: "retention sweep",
-    _sql.PARENT_RESULTS: "parents' results",
+    CLAIM_TYPES: "claim",
+    CLAIM_GROUPS: "group claim",
+    CLAIM_TYPES_RATED: "rate-limited claim",
+    RATE_ROOM: "rate limit's window",
+    COMPLETE: "completion",
+    FINISH: "outcome write",
+    TOUCH: "heartbeat",
+    RESCUE: "rescue sweep",
+    PRUNE_BATCH: "retention sweep",
+    PARENT_RESULTS: "parents' results",
 }
 OUR_TABLES = {"pgqueue_jobs", "pgqueue_dependencies", "pgqueue_starts"}
 NOT_BY_INDEX = {"Seq Scan", "Bitmap Heap Scan", "Hash Join", "Merge Join"}
@@ -121,10 +132,10 @@ async def _batch(
     claim = await _run_prepared(
         claims,
         await _prepared(claims) if cached else None,
-        _sql.CLAIM_TYPES,
+        CLAIM_TYPES,
         MEASURED,
         BATCH,
-        *_sql.claim_places({}),
+        *claim_places({}),
         ["noop"],
     )
     taken = await pool.fetch(
@@ -135,9 +146,9 @@ async def _batch(
     complete = await _run_prepared(
         writes,
         await _prepared(writes) if cached else None,
-        _sql.COMPLETE,
-        _sql.array(row["id"] for row in taken),
-        _sql.array(row["attempts"] for row in taken),
+        COMPLETE,
+        array(row["id"] for row in taken),
+        array(row["attempts"] for row in taken),
         ["null"] * len(taken),
     )
     assert complete["Plan"]["Actual Rows"] == BATCH
@@ -306,7 +317,7 @@ async def _grown_costs(
 async def test_plans_cached_on_a_new_table_scanned_it_as_it_grew(
     fresh_table: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sql, "WORKER_SETTINGS", BEFORE_ISSUE_39)
+    monkeypatch.setattr(dedicated, "WORKER_SETTINGS", BEFORE_ISSUE_39)
     async with pgqueue.Connections(fresh_table) as connections:
         (small, small_ms), (grown, grown_ms) = await _grown_costs(
             fresh_table, connections, cached=True
@@ -360,7 +371,7 @@ async def _enqueue_after_buffers(connection: Any, parents: list[int]) -> int:
     """Buffers an enqueue of one job waiting for ``parents`` touches (rolled back)."""
     plan = await explain_analyze(
         connection,
-        _sql.ENQUEUE_AFTER,
+        ENQUEUE_AFTER,
         QUEUE,
         ["noop"],
         "[{}]",
@@ -370,8 +381,8 @@ async def _enqueue_after_buffers(connection: Any, parents: list[int]) -> int:
         "{0}",
         "{f}",
         None,
-        _sql.array([1] * len(parents)),
-        _sql.array(parents),
+        array([1] * len(parents)),
+        array(parents),
         ["run"],
         False,
     )
@@ -387,7 +398,7 @@ async def test_enqueues_with_parents_read_by_index_whatever_the_table_was_when_f
         parents = [await queue.enqueue("noop", {}) for _ in range(BATCH)]
         for _ in range(8):  # a pool's connection plans generically after five runs
             await queue.enqueue("noop", {}, after=parents)
-            await pool.fetch(OLD_LOCK_PARENTS, _sql.array(parents))
+            await pool.fetch(OLD_LOCK_PARENTS, array(parents))
         async with pool.acquire() as connection:
             small = await _enqueue_after_buffers(connection, parents)
         await _grow_to(fresh_table, GROWN)
@@ -396,7 +407,7 @@ async def test_enqueues_with_parents_read_by_index_whatever_the_table_was_when_f
             old_lock = (await _prepared(connection))[OLD_LOCK_PARENTS]
             before = await connection.fetchval(
                 "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)"
-                f" EXECUTE {old_lock}({_literal(_sql.array(parents))})"
+                f" EXECUTE {old_lock}({_literal(array(parents))})"
             )
     pages = await fresh_table.fetchval(
         "SELECT pg_relation_size('pgqueue_jobs') / current_setting('block_size')::int"

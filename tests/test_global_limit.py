@@ -20,7 +20,8 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core import sql as _sql
+from pgqueue._sql.leases import LEASE, LOCK_LIMIT, SEED_LIMIT
+from pgqueue._sql.settings import WORKER_SETTINGS
 from pgqueue.cli import _processes, build_parser
 from tests.cli_apps.limited import SAMPLES, make_worker
 from tests.helpers import running, wait_until
@@ -74,9 +75,9 @@ async def lease(
             else await stack.enter_async_context(executor.acquire())
         )
         async with connection.transaction():
-            assert await connection.fetchval(_sql.LOCK_LIMIT, queue)
+            assert await connection.fetchval(LOCK_LIMIT, queue)
             slots: int = await connection.fetchval(
-                _sql.LEASE, queue, worker, limit, wanted, held, ttl
+                LEASE, queue, worker, limit, wanted, held, ttl
             )
     return slots
 
@@ -195,10 +196,9 @@ async def _ran(pool: asyncpg.Pool, queue: str, n: int) -> bool:
 async def test_racing_leases_never_grant_more_than_the_limit(
     dsn: str, pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
+    await pool.execute(SEED_LIMIT, queue_name, 3)
     connections = [
-        await asyncpg.connect(dsn, server_settings=_sql.WORKER_SETTINGS)
-        for _ in range(6)
+        await asyncpg.connect(dsn, server_settings=WORKER_SETTINGS) for _ in range(6)
     ]
     try:
         for round_ in range(10):
@@ -225,7 +225,7 @@ async def test_racing_leases_never_grant_more_than_the_limit(
 async def test_a_lease_shrinks_to_its_fair_share_once_its_jobs_end(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
+    await pool.execute(SEED_LIMIT, queue_name, 3)
     assert await lease(pool, queue_name, "a") == 3  # alone: the whole limit
     assert await lease(pool, queue_name, "b") == 0  # a holds it all
     # a renews while its 3 jobs run: its share is now 2 (3 between two), but
@@ -249,7 +249,7 @@ async def test_a_lease_shrinks_to_its_fair_share_once_its_jobs_end(
 async def test_an_expired_lease_counts_for_nothing_and_is_deleted(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
+    await pool.execute(SEED_LIMIT, queue_name, 3)
     assert await lease(pool, queue_name, "gone", ttl=0.05) == 3
     assert await lease(pool, queue_name, "b") == 0
 
@@ -264,9 +264,9 @@ async def test_an_expired_lease_counts_for_nothing_and_is_deleted(
 async def test_seeding_is_idempotent_and_workers_keep_to_their_own_limit(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 3)
-    await pool.execute(_sql.SEED_LIMIT, queue_name, 2)
+    await pool.execute(SEED_LIMIT, queue_name, 3)
+    await pool.execute(SEED_LIMIT, queue_name, 3)
+    await pool.execute(SEED_LIMIT, queue_name, 2)
     rows = await pool.fetch(
         "SELECT global_limit FROM pgqueue_limits WHERE queue = $1", queue_name
     )

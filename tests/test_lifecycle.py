@@ -12,7 +12,10 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core import sql as _sql
+from pgqueue._sql.channels import OUTCOMES_CHANNEL
+from pgqueue._sql.claims import CLAIM
+from pgqueue._sql.literals import array, claim_places
+from pgqueue._sql.outcomes import COMPLETE, FINISH, RESCUE
 from tests.helpers import (
     RecordingLogger,
     listening,
@@ -288,7 +291,7 @@ async def test_no_state_change_of_a_live_keyed_job_hits_the_unique_index(
         " updated_at = now() - interval '1 hour' WHERE id = $1",
         again,
     )
-    await pool.fetch(_sql.RESCUE, [queue.name], 1, 100)
+    await pool.fetch(RESCUE, [queue.name], 1, 100)
     assert await queue.enqueue("t", {}, unique_key=queue.name) == again
     assert "unique" not in " ".join(str(e) for _, _, e in logger.records)
     assert (await row(pool, job_id))["status"] == "completed"
@@ -632,22 +635,22 @@ async def test_fencing_holds_across_a_snooze(
 ) -> None:
     """Run A is superseded, run B snoozes (giving its attempt back), run C runs:
     A's late write matches nothing at every step."""
-    places = _sql.claim_places({})
+    places = claim_places({})
     job_id = await queue.enqueue("t", {})
 
     async def claim() -> int:
-        (claimed,) = await pool.fetch(_sql.CLAIM, queue.name, 1, *places)
+        (claimed,) = await pool.fetch(CLAIM, queue.name, 1, *places)
         attempts: int = claimed["attempts"]
         return attempts
 
     async def write(attempt: int, status: str, delay: float = 0.0) -> bool:
         """Write through FINISH, and a completion through COMPLETE as well."""
-        key = (_sql.array([job_id]), _sql.array([attempt]))
+        key = (array([job_id]), array([attempt]))
         written = []
         if status == "completed":
-            written += await pool.fetch(_sql.COMPLETE, *key, [None])
+            written += await pool.fetch(COMPLETE, *key, [None])
         written += await pool.fetch(
-            _sql.FINISH, *key, [status], _sql.array([delay]), ["late"], [None]
+            FINISH, *key, [status], array([delay]), ["late"], [None]
         )
         return bool(written)
 
@@ -656,7 +659,7 @@ async def test_fencing_holds_across_a_snooze(
         "UPDATE pgqueue_jobs SET updated_at = now() - interval '1 hour' WHERE id = $1",
         job_id,
     )
-    await pool.fetch(_sql.RESCUE, [queue.name], 60, 100)
+    await pool.fetch(RESCUE, [queue.name], 60, 100)
     b = await claim()
     assert (a, b) == (1, 2)
     assert not await write(a, "completed")  # B runs
@@ -727,7 +730,7 @@ async def test_only_tracked_jobs_announce_their_outcome(
         if job.payload == "fail":
             raise pgqueue.Permanent("no")
 
-    async with listening(dsn, _sql.OUTCOMES_CHANNEL) as outcomes:
+    async with listening(dsn, OUTCOMES_CHANNEL) as outcomes:
         tracked = await queue.enqueue("t", "ok", track=True)
         failed = await queue.enqueue("t", "fail", track=True)
         untracked = await queue.enqueue("t", "ok")

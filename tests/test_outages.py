@@ -20,8 +20,8 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core import sql as _sql
 from pgqueue._core.connect import target as pgqueue_target
+from pgqueue._sql.outcomes import COMPLETE, FINISH
 from tests.helpers import (
     RecordingLogger,
     noop,
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 # prepares the statement on a connection: the proxy freezes the connection
 # that sends them.
 FINISH_TEXT = b"UPDATE pgqueue_jobs AS j\nSET status"
-assert _sql.FINISH.strip().startswith(FINISH_TEXT.decode())
-assert _sql.COMPLETE.strip().startswith(FINISH_TEXT.decode())
+assert FINISH.strip().startswith(FINISH_TEXT.decode())
+assert COMPLETE.strip().startswith(FINISH_TEXT.decode())
 CLAIM_TEXT = b"SET status = 'running', attempts = attempts + 1"
 
 

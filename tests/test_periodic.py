@@ -27,8 +27,8 @@ import pytest
 from croniter import croniter
 
 import pgqueue
-from pgqueue._core import sql as _sql
 from pgqueue._engine.periodic import CRON_MISSING
+from pgqueue._sql.periodic import PERIODIC_REGISTER, PERIODIC_TICK
 from tests.helpers import RecordingLogger, TableClock, running, wait_until
 from tests.test_cli import cli
 from tests.test_cli_worker import ROOT, Child
@@ -461,14 +461,14 @@ async def test_a_tick_that_waited_for_a_racing_commit_changes_nothing_until_run_
         )  # fmt: skip
 
     await pool.execute(
-        _sql.PERIODIC_REGISTER, name, "@every 60s", "UTC", queue_name, "t", one, T0
+        PERIODIC_REGISTER, name, "@every 60s", "UTC", queue_name, "t", one, T0
     )
     a = await asyncpg.connect(_dsn_of(pool))
     b = await asyncpg.connect(_dsn_of(pool))
     try:
         transaction = a.transaction()
         await transaction.start()
-        first = await a.fetchrow(_sql.PERIODIC_TICK, *tick(one))
+        first = await a.fetchrow(PERIODIC_TICK, *tick(one))
         assert first is not None
         assert first["advanced"]
         assert first["job_id"] is not None
@@ -477,7 +477,7 @@ async def test_a_tick_that_waited_for_a_racing_commit_changes_nothing_until_run_
             answers: list[asyncpg.Record] = []
 
             async def race() -> None:
-                answer = await b.fetchrow(_sql.PERIODIC_TICK, *tick(two))
+                answer = await b.fetchrow(PERIODIC_TICK, *tick(two))
                 assert answer is not None
                 answers.append(answer)
 
@@ -496,7 +496,7 @@ async def test_a_tick_that_waited_for_a_racing_commit_changes_nothing_until_run_
         [raced] = answers
         assert not raced["advanced"]
         assert raced["done_until"] < two  # so the scheduler runs it again
-        again = await b.fetchrow(_sql.PERIODIC_TICK, *tick(two))
+        again = await b.fetchrow(PERIODIC_TICK, *tick(two))
         assert again is not None
         assert again["advanced"]
         assert again["job_id"] is None  # skipped: the job of 00:01 is pending
@@ -527,7 +527,7 @@ async def test_the_tick_statement_finds_its_last_job_through_an_index(
         )
         await connection.execute("ANALYZE pgqueue_jobs")
         await connection.execute(
-            _sql.PERIODIC_REGISTER, "s", "@every 60s", "UTC", "q", "t", T0, T0
+            PERIODIC_REGISTER, "s", "@every 60s", "UTC", "q", "t", T0, T0
         )
         await connection.execute(
             "UPDATE pgqueue_periodic SET last_job_key = 'periodic:other@3',"
@@ -538,7 +538,7 @@ async def test_the_tick_statement_finds_its_last_job_through_an_index(
         tick = T0 + timedelta(seconds=30)
         plans = await _plans(
             connection,
-            _sql.PERIODIC_TICK,
+            PERIODIC_TICK,
             "s",
             "@every 60s",
             "UTC",

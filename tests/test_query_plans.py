@@ -2,8 +2,8 @@
 
 The table holds 1,000,000 completed and dead rows, 200,000 pending rows (a
 quarter of them not due for an hour) and 1,000 running rows (100 of them
-stale). ``EXPLAIN (ANALYZE, BUFFERS)`` of `_sql.CLAIM` (100 rows) and
-`_sql.RESCUE` must show an index scan on ``idx_pgqueue_jobs_priority`` /
+stale). ``EXPLAIN (ANALYZE, BUFFERS)`` of `CLAIM` (100 rows) and
+`RESCUE` must show an index scan on ``idx_pgqueue_jobs_priority`` /
 ``idx_pgqueue_jobs_rescue``, no sequential or bitmap scan of the table, and
 a number of shared buffers (hit + read) that depends on the rows moved, not
 on the table's size.
@@ -33,7 +33,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from pgqueue._core import sql as _sql
+from pgqueue._sql.claims import CLAIM
+from pgqueue._sql.literals import claim_places
+from pgqueue._sql.outcomes import RESCUE
 from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 pytestmark = pytest.mark.slow
@@ -115,9 +117,9 @@ async def test_claim_and_rescue_use_their_partial_indexes(
     big_table: asyncpg.Connection,
 ) -> None:
     claim = await explain_analyze(
-        big_table, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places({})
+        big_table, CLAIM, QUEUE, CLAIM_LIMIT, *claim_places({})
     )
-    rescue = await explain_analyze(big_table, _sql.RESCUE, [QUEUE], 300.0, 1000)
+    rescue = await explain_analyze(big_table, RESCUE, [QUEUE], 300.0, 1000)
 
     _check_scans(claim, "idx_pgqueue_jobs_priority")
     assert claim["Actual Rows"] == CLAIM_LIMIT
@@ -149,12 +151,12 @@ async def test_future_jobs_of_a_higher_priority_cost_a_claim_nothing(
         await connection.execute(due, QUEUE)
         await connection.execute("ANALYZE pgqueue_jobs")
         alone = await explain_analyze(
-            connection, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places({})
+            connection, CLAIM, QUEUE, CLAIM_LIMIT, *claim_places({})
         )
         await connection.execute(FUTURE_HIGH_PRIORITY, QUEUE)
         await connection.execute("ANALYZE pgqueue_jobs")
         behind = await explain_analyze(
-            connection, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places({})
+            connection, CLAIM, QUEUE, CLAIM_LIMIT, *claim_places({})
         )
     finally:
         await connection.close()
@@ -197,7 +199,7 @@ async def test_a_claim_past_an_exhausted_priority_does_not_walk_lower_ones(
         found = {}
         for start, places in (("head", {}), ("past", exhausted)):
             plan = await explain_analyze(
-                connection, _sql.CLAIM, QUEUE, CLAIM_LIMIT, *_sql.claim_places(places)
+                connection, CLAIM, QUEUE, CLAIM_LIMIT, *claim_places(places)
             )
             assert plan["Actual Rows"] == CLAIM_LIMIT
             found[start] = plan_buffers(_finding(plan))

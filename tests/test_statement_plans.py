@@ -5,7 +5,7 @@ the claim written as a join once scanned all 20,000 rows of the benchmark's
 table for every batch, and the outcome write walked every running row
 through the rescue index, whose row estimate is stale (one row) after an
 ANALYZE that saw none running. The worker's own connections plan every
-statement generically (`_sql.WORKER_SETTINGS`); that is the plan checked.
+statement generically (`WORKER_SETTINGS`); that is the plan checked.
 The claim is also checked as planned with its parameters' values, since it
 holds up either way; the outcome writes, planned with 100 known ids on this
 table, do take a sequential scan, one reason the worker plans generically.
@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import pytest
 
-from pgqueue._core import sql as _sql
+from pgqueue._sql import outcomes as outcomes_sql
+from pgqueue._sql.claims import CLAIM
+from pgqueue._sql.literals import array, claim_places
+from pgqueue._sql.settings import WORKER_SETTINGS
 from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
 if TYPE_CHECKING:
@@ -48,7 +51,7 @@ async def small_table(fresh_dsn: str) -> AsyncIterator[asyncpg.Connection]:
     try:
         await _fill(connection)
         await connection.execute("ANALYZE pgqueue_jobs")
-        await connection.fetch(_sql.CLAIM, QUEUE, CLAIMED, *_sql.claim_places({}))
+        await connection.fetch(CLAIM, QUEUE, CLAIMED, *claim_places({}))
         yield connection
     finally:
         await connection.close()
@@ -72,7 +75,7 @@ async def _plans(
                     "EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args
                 )
             else:
-                for name, value in _sql.WORKER_SETTINGS.items():
+                for name, value in WORKER_SETTINGS.items():
                     await connection.execute(f"SET LOCAL {name} = {value}")
                 await connection.execute("PREPARE checked AS " + sql)
                 raw = await connection.fetchval(
@@ -134,9 +137,7 @@ async def test_claim_never_scans_the_table(
         assert last is not None
         after = (last["run_at"], last["id"])
     places = {} if after is None else {0: after}
-    plans = await _plans(
-        small_table, _sql.CLAIM, QUEUE, 100, *_sql.claim_places(places)
-    )
+    plans = await _plans(small_table, CLAIM, QUEUE, 100, *claim_places(places))
     for mode, nodes in plans.items():
         scans = _table_scans(nodes)
         # Priorities 5..1 and -1..-5 in their index (empty here), 0 in the
@@ -172,18 +173,18 @@ async def test_outcome_writes_go_through_the_primary_key(
     )
     ids = [r["id"] for r in running]
     attempts = [r["attempts"] for r in running]
-    args: tuple[object, ...] = (_sql.array(ids), _sql.array(attempts))
+    args: tuple[object, ...] = (array(ids), array(attempts))
     if statement == "FINISH":
         args += (
             ["completed"] * WRITTEN,
-            _sql.array([0.0] * WRITTEN),
+            array([0.0] * WRITTEN),
             [None] * WRITTEN,
             [None] * WRITTEN,
         )
     elif statement == "COMPLETE":
         args += ([None] * WRITTEN,)
     plans = await _plans(
-        small_table, getattr(_sql, statement), *args, modes=("generic",)
+        small_table, getattr(outcomes_sql, statement), *args, modes=("generic",)
     )
     nodes = plans["generic"]
     assert _table_scans(nodes) == [("Index Scan", "pgqueue_jobs_pkey")]
@@ -200,14 +201,12 @@ async def test_a_claim_past_the_jobs_taken_skips_their_dead_index_entries(
             "ALTER TABLE pgqueue_jobs SET (autovacuum_enabled = false)"
         )
         await _fill(connection)
-        taken = await connection.fetch(
-            _sql.CLAIM, QUEUE, DRAINED, *_sql.claim_places({})
-        )
+        taken = await connection.fetch(CLAIM, QUEUE, DRAINED, *claim_places({}))
         after = max((r["run_at"], r["id"]) for r in taken)
         found = {}
         for start, places in (("head", {}), ("past", {0: after})):
             plan = await explain_analyze(
-                connection, _sql.CLAIM, QUEUE, 100, *_sql.claim_places(places)
+                connection, CLAIM, QUEUE, 100, *claim_places(places)
             )
             assert _claimed(plan_nodes(plan)) == 100
             found[start] = plan_buffers(_lock_over(plan, "idx_pgqueue_jobs_claim"))

@@ -32,8 +32,8 @@ from pgqueue import (
     Tracker,
     TrackerClosedError,
 )
-from pgqueue._core import sql as _sql
-from pgqueue._core.sql import OUTCOMES_CHANNEL
+from pgqueue._sql.channels import OUTCOMES_CHANNEL
+from pgqueue._sql.literals import array
 from tests.helpers import RecordingLogger, row, running, wait_until
 
 if TYPE_CHECKING:
@@ -165,12 +165,12 @@ async def complete_all(pool: asyncpg.Pool, ids: list[int]) -> None:
             "UPDATE pgqueue_jobs SET status = 'completed', attempts = 1,"
             " result = jsonb_build_object('n', id), updated_at = now()"
             " WHERE id = ANY($1::text::bigint[])",
-            _sql.array(ids),
+            array(ids),
         )
         await conn.execute(
             "SELECT pg_notify('pgqueue_outcomes', id::text)"
             " FROM unnest($1::text::bigint[]) AS id",
-            _sql.array(ids),
+            array(ids),
         )
 
 

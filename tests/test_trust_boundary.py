@@ -23,8 +23,11 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core import sql as _sql
-from pgqueue._core.grants import KINDS
+from pgqueue._sql.grants import KINDS
+from pgqueue._sql.claims import CLAIM_GROUPS
+from pgqueue._sql.functions import FUNCTIONS
+from pgqueue._sql.outcomes import RESCUE
+from pgqueue._sql.settings import WORKER_SETTINGS
 from tests.helpers import plan_buffers, running, wait_until
 from tests.test_schema import GO_CLAIM, GO_COMPLETE, GO_INSERT
 
@@ -88,7 +91,7 @@ async def test_every_function_runs_with_a_pinned_search_path_and_definers_are_no
 ) -> None:
     connection = await asyncpg.connect(fresh_dsn)
     try:
-        for signature, kind in _sql.FUNCTIONS.items():
+        for signature, kind in FUNCTIONS.items():
             found = await connection.fetchrow(
                 "SELECT p.proconfig, p.prosecdef,"
                 " EXISTS (SELECT FROM pg_catalog.aclexplode(p.proacl) AS a"
@@ -108,7 +111,7 @@ async def test_every_function_runs_with_a_pinned_search_path_and_definers_are_no
 
 
 DEFINERS = {
-    *(signature for signature, kind in _sql.FUNCTIONS.items() if kind == "definer"),
+    *(signature for signature, kind in FUNCTIONS.items() if kind == "definer"),
     "pgqueue_group_pending()",  # a trigger: a producer cannot write heads itself
 }
 
@@ -704,10 +707,10 @@ async def _group_claim_buffers(connection: asyncpg.Connection) -> int:
     transaction = connection.transaction()
     await transaction.start()
     try:
-        for name, value in _sql.WORKER_SETTINGS.items():
+        for name, value in WORKER_SETTINGS.items():
             await connection.execute(f"SET LOCAL {name} = {value}")
         raw = await connection.fetchval(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + _sql.CLAIM_GROUPS,
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + CLAIM_GROUPS,
             "q",
             20,
             1,
@@ -834,7 +837,7 @@ async def test_a_rescued_grouped_job_gets_its_groups_head_back(
         queue_name,
     )
     await pool.execute("DELETE FROM pgqueue_groups WHERE queue = $1", queue_name)
-    await pool.fetch(_sql.RESCUE, [queue_name], 60.0, 100)
+    await pool.fetch(RESCUE, [queue_name], 60.0, 100)
     assert await pool.fetchval(
         "SELECT due_at <= now() FROM pgqueue_groups WHERE queue = $1 AND group_key = 'g'",
         queue_name,

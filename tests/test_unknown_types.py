@@ -6,7 +6,7 @@ on the queue waits, unclaimed and with no attempt used, for a worker that
 has its handler: no worker destroys another's job at first sight.
 ``"dead"`` (the seed's and the Go module's rule) dead-letters such a job at
 once. The claim of some types is one statement on the same indexes as the
-claim of every type (`_sql.CLAIM_TYPES`), checked here on a table of
+claim of every type (`CLAIM_TYPES`), checked here on a table of
 20,000 jobs, custom and generic plans alike.
 """
 
@@ -23,7 +23,8 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core import sql as _sql
+from pgqueue._sql.claims import CLAIM_TYPES
+from pgqueue._sql.literals import claim_places
 from tests.cli_apps import RUNS
 from tests.helpers import noop, row, running, wait_for_row
 from tests.test_statement_plans import _claimed, _plans, _table_scans
@@ -204,10 +205,10 @@ async def test_the_claim_of_some_types_stays_on_the_claim_indexes(
 ) -> None:
     plans = await _plans(
         mixed_table,
-        _sql.CLAIM_TYPES,
+        CLAIM_TYPES,
         QUEUE,
         100,
-        *_sql.claim_places({}),
+        *claim_places({}),
         ["noop"],
     )
     for mode, nodes in plans.items():
@@ -220,7 +221,7 @@ async def test_the_claim_of_some_types_stays_on_the_claim_indexes(
         assert all(kind == "Index Scan" for kind, _ in scans), (mode, scans)
         assert _claimed(nodes) == 100, mode
     taken = await mixed_table.fetch(
-        _sql.CLAIM_TYPES, QUEUE, 100, *_sql.claim_places({}), ["noop"]
+        CLAIM_TYPES, QUEUE, 100, *claim_places({}), ["noop"]
     )
     assert {r["job_type"] for r in taken} == {"noop"}
     assert len(taken) == 100

@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import pgqueue
-from pgqueue._core import sql as _sql
+from pgqueue._sql.leases import SEED_LIMIT
 from pgqueue.web import create_app
 from tests.helpers import row
 
@@ -112,7 +112,7 @@ async def test_queues_page_counts_each_status_and_lag(
     await pgqueue.Queue(pool, name=queue_name).enqueue("mail", {}, after=ids["running"])
     limited = f"{queue_name}-limited"
     await pgqueue.Queue(pool, name=limited).enqueue("t", {})
-    await pool.execute(_sql.SEED_LIMIT, limited, 4)
+    await pool.execute(SEED_LIMIT, limited, 4)
     # One worker's lease holds a slot; an expired one counts for nothing.
     await pool.execute(
         "INSERT INTO pgqueue_leases (queue, worker, slots, wanted, expires_at)"

@@ -25,7 +25,18 @@ import asyncpg
 import httpx
 import pytest
 
-from pgqueue._core import sql as _sql
+from pgqueue._sql.admin import DEAD_COUNT, RETRYABLE_IDS
+from pgqueue._sql.listings import (
+    DASHBOARD_ENQUEUED,
+    DASHBOARD_NEWEST,
+    DASHBOARD_RUNNING,
+    JOB,
+    JOB_PREVIEW,
+    JOB_STATUSES,
+    JOB_SUMMARY,
+    job_summaries_query,
+    jobs_query,
+)
 from pgqueue.web import create_app
 from tests.helpers import explain_analyze
 from tests.test_admin_plans import _check_indexed, fill
@@ -58,19 +69,19 @@ async def test_every_statement_of_the_pages_uses_an_index(
 ) -> None:
     await big_table.execute(f"SET plan_cache_mode = {mode}")
     middle = await big_table.fetchval("SELECT max(id) / 2 FROM pgqueue_jobs")
-    newest = await big_table.fetchval(_sql.DASHBOARD_NEWEST)
+    newest = await big_table.fetchval(DASHBOARD_NEWEST)
     # The queues page's frame (statements of Admin.stats are in test_admin_plans).
     statements: list[tuple[str, tuple[Any, ...]]] = [
-        (_sql.DASHBOARD_NEWEST, ()),
-        (_sql.DASHBOARD_ENQUEUED, (newest - 100, newest, None)),
-        (_sql.DASHBOARD_RUNNING, (None, 5)),
-        (_sql.JOB, (middle,)),
-        (_sql.JOB_PREVIEW, (middle, 50_000)),
-        (_sql.JOB_SUMMARY, (middle,)),
+        (DASHBOARD_NEWEST, ()),
+        (DASHBOARD_ENQUEUED, (newest - 100, newest, None)),
+        (DASHBOARD_RUNNING, (None, 5)),
+        (JOB, (middle,)),
+        (JOB_PREVIEW, (middle, 50_000)),
+        (JOB_SUMMARY, (middle,)),
     ]
     # The listing: every status, with and without a queue, a type, a cursor.
     for status, queue, job_type, before in itertools.product(
-        (None, *_sql.JOB_STATUSES), (None, "a"), (None, "report"), (None, middle)
+        (None, *JOB_STATUSES), (None, "a"), (None, "report"), (None, middle)
     ):
         if (
             mode == "force_generic_plan"
@@ -85,15 +96,15 @@ async def test_every_statement_of_the_pages_uses_an_index(
             continue
         # The pages list summaries (Admin.job_summaries); Admin.jobs reads
         # the same rows with every column.
-        for query in (_sql.jobs_query, _sql.job_summaries_query):
+        for query in (jobs_query, job_summaries_query):
             args = (queue, job_type, before, 51)
             statements.append((query(status), args))
             if before is not None:  # a Newer page, back up from the same cursor
                 statements.append((query(status, newer=True), args))
     # Retry all: its confirmation's count, and the ids it retries.
     for queue, job_type in itertools.product((None, "a"), (None, "report")):
-        statements.append((_sql.DEAD_COUNT, (queue, job_type)))
-        statements.append((_sql.RETRYABLE_IDS, ("dead", queue, job_type, 1000, 0)))
+        statements.append((DEAD_COUNT, (queue, job_type)))
+        statements.append((RETRYABLE_IDS, ("dead", queue, job_type, 1000, 0)))
     for sql, args in statements:
         plan = await explain_analyze(big_table, sql, *args)
         try:

@@ -21,7 +21,7 @@ import pytest
 
 import pgqueue
 import pgqueue.web
-from pgqueue._core import sql as _sql
+from pgqueue._sql.listings import ERROR_LINE_CHARS
 from tests.tcp_proxy import proxy_to, via
 from tests.test_web import serving, words
 
@@ -140,7 +140,7 @@ async def test_admin_summaries_and_previews_are_cut_in_the_database(
     admin = pgqueue.Admin(pool)
     [summary] = await admin.job_summaries(queue=queue.name)
     assert summary == await admin.job_summary(job_id)
-    assert summary.error_line == "E" * _sql.ERROR_LINE_CHARS
+    assert summary.error_line == "E" * ERROR_LINE_CHARS
     assert (summary.id, summary.status, summary.attempts) == (job_id, "completed", 0)
     assert not hasattr(summary, "payload")
     assert json.loads(json.dumps(summary.to_json()))["error_line"] == summary.error_line

@@ -14,6 +14,9 @@ import asyncpg
 import pytest
 
 import pgqueue
+from pgqueue._sql import claims as claims_sql
+from pgqueue._sql import literals
+from pgqueue._sql import outcomes as outcomes_sql
 from tests.helpers import (
     RecordingLogger,
     noop,
@@ -587,22 +590,22 @@ async def test_a_stale_release_cannot_touch_the_attempt_that_superseded_it(
 ) -> None:
     job_id = await queue.enqueue("t", {})
     (first,) = await pool.fetch(
-        pgqueue._core.sql.CLAIM, queue.name, 1, *pgqueue._core.sql.claim_places({})
+        claims_sql.CLAIM, queue.name, 1, *literals.claim_places({})
     )
     await _orphan(pool, job_id, attempts=first["attempts"])
     assert [
         r["status"]
-        for r in await pool.fetch(pgqueue._core.sql.RESCUE, [queue.name], 60, 1000)
+        for r in await pool.fetch(outcomes_sql.RESCUE, [queue.name], 60, 1000)
     ] == ["pending"]
     (second,) = await pool.fetch(
-        pgqueue._core.sql.CLAIM, queue.name, 1, *pgqueue._core.sql.claim_places({})
+        claims_sql.CLAIM, queue.name, 1, *literals.claim_places({})
     )
     written = await pool.fetch(
-        pgqueue._core.sql.FINISH,
-        pgqueue._core.sql.array([job_id]),
-        pgqueue._core.sql.array([first["attempts"]]),
+        outcomes_sql.FINISH,
+        literals.array([job_id]),
+        literals.array([first["attempts"]]),
         ["released"],
-        pgqueue._core.sql.array([0.0]),
+        literals.array([0.0]),
         [None],
         [None],
     )
@@ -1074,10 +1077,10 @@ async def test_a_claim_skips_rows_another_claim_holds_open(
     try:
         async with other.transaction():
             held = await other.fetch(
-                pgqueue._core.sql.CLAIM,
+                claims_sql.CLAIM,
                 queue.name,
                 1,
-                *pgqueue._core.sql.claim_places({}),
+                *literals.claim_places({}),
             )
             assert [r["id"] for r in held] == [first]
             worker = pgqueue.Worker(pool, queue=queue.name, listen=False)

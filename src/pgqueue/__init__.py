@@ -33,23 +33,18 @@ from pgqueue._core.errors import (
     TrackerClosedError,
     is_permanent,
 )
-from pgqueue._core.grants import grants
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._core.job import Job, NewJob, Status
 from pgqueue._core.log import Logger
 from pgqueue._core.options import RateLimit, WorkerOptions
 from pgqueue._core.outcome import Outcome
-from pgqueue._core.sql import (
-    JOBS_CHANNEL,
-    SCHEMA,
-    SCHEMA_DISTRIBUTED,
-    SCHEMA_DOWN,
-    SCHEMA_UPGRADE,
-)
 from pgqueue._jobtype import JobType
 from pgqueue._pubsub import Callback, Subscriber, publish
 from pgqueue._queue import Connection, Executor, Queue, install, uninstall
+from pgqueue._sql.channels import JOBS_CHANNEL
+from pgqueue._sql.grants import grants
+from pgqueue._sql.schema import SCHEMA, SCHEMA_DISTRIBUTED, SCHEMA_DOWN, SCHEMA_UPGRADE
 from pgqueue._tracker import JobOutcome, Tracker
 from pgqueue._wire.connections import Connections
 from pgqueue._worker import Middleware, Worker

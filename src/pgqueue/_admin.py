@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
     check_duration,
     check_int,
@@ -26,8 +25,40 @@ from pgqueue._core.checks import (
 from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.schema import SCHEMA_ERRORS, Row, missing_pieces, schema_failure
 from pgqueue._queue import cancel_routed, is_distributed, retry_routed
+from pgqueue._sql.admin import (
+    CANCEL,
+    DEAD_COUNT,
+    DISTRIBUTED_PRUNE_BATCH,
+    FINISHED_QUEUES,
+    PAUSE,
+    PAUSED,
+    PRUNE_BATCH_ANY,
+    RESUME,
+    RETRY,
+    RETRY_CHILDREN,
+    RETRYABLE_IDS,
+)
+from pgqueue._sql.listings import (
+    ADMIN_INDEXES,
+    DEPENDENCIES,
+    JOB,
+    JOB_PREVIEW,
+    JOB_STATUSES,
+    JOB_SUMMARY,
+    STATS,
+    STATS_COMPLETED,
+    STATS_LIMITS,
+    STATS_TABLE,
+    job_summaries_query,
+    jobs_query,
+)
+from pgqueue._sql.literals import array
+from pgqueue._sql.periodic import PERIODIC_LIST, PERIODIC_REMOVE, PERIODIC_TABLE_EXISTS
+from pgqueue._sql.schema import REQUIRED_COLUMNS, REQUIRED_INDEXES, SCHEMA_CHECK
+from pgqueue._sql.settings import JIT_BACK, JIT_OFF, NO_JIT
+from pgqueue._sql.tables import HISTORY_KEPT
+from pgqueue._store.schema import SCHEMA_ERRORS, Row, missing_pieces, schema_failure
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -61,8 +92,8 @@ DEPENDENCIES_SHOWN = 50
 """The most ids one retry statement of `Admin.retry_all` carries."""
 
 
-_GO_COLUMNS = _sql.REQUIRED_COLUMNS[: _sql.REQUIRED_COLUMNS.index("completed_at") + 1]
-_V2_COLUMNS = frozenset(_sql.REQUIRED_COLUMNS) - frozenset(_GO_COLUMNS)
+_GO_COLUMNS = REQUIRED_COLUMNS[: REQUIRED_COLUMNS.index("completed_at") + 1]
+_V2_COLUMNS = frozenset(REQUIRED_COLUMNS) - frozenset(_GO_COLUMNS)
 
 
 def _json_value(value: object) -> Any:
@@ -140,7 +171,7 @@ def _history(text: str | None, detail: str) -> tuple[Any, ...]:
     if not isinstance(entries, list):
         return ()
     found: list[FailedAttempt | SnoozedAttempt] = []
-    for entry in entries[-_sql.HISTORY_KEPT :]:
+    for entry in entries[-HISTORY_KEPT:]:
         if not isinstance(entry, dict):
             continue
         attempt = entry.get("attempt")
@@ -466,7 +497,7 @@ class SchemaState(_JSONShape):
 
 
 def job_info(row: Row) -> JobInfo:
-    """The `JobInfo` of a row of `_sql.JOB` (or of a `jobs` listing)."""
+    """The `JobInfo` of a row of `JOB` (or of a `jobs` listing)."""
     result, checkpoint = row["result"], row["checkpoint"]
     return JobInfo(
         id=row["id"],
@@ -583,23 +614,21 @@ class Admin:
         """
         name = None if queue is None else check_queue_name(queue)
         async with self._schema_checked():
-            rows = await self._executor.fetch(_sql.STATS, name)
-            table = await self._executor.fetchrow(_sql.STATS_TABLE)
+            rows = await self._executor.fetch(STATS, name)
+            table = await self._executor.fetchrow(STATS_TABLE)
             assert table is not None
             completed = (
                 None
                 if completed_estimated(table)
-                else await self._executor.fetch(_sql.STATS_COMPLETED, name)
+                else await self._executor.fetch(STATS_COMPLETED, name)
             )
             slots = (
-                await self._executor.fetch(_sql.STATS_LIMITS, name)
+                await self._executor.fetch(STATS_LIMITS, name)
                 if table["has_limits"]
                 else []
             )
             paused = (
-                await self._executor.fetch(_sql.PAUSED, name)
-                if table["has_paused"]
-                else []
+                await self._executor.fetch(PAUSED, name) if table["has_paused"] else []
             )
         return queue_stats(name, rows, table, completed, slots, paused)
 
@@ -642,7 +671,7 @@ class Admin:
             SchemaError: the table is missing or lacks a column.
         """
         rows = await self._listing(
-            _sql.jobs_query, queue, status, job_type, limit, before_id, after_id
+            jobs_query, queue, status, job_type, limit, before_id, after_id
         )
         return [job_info(row) for row in rows]
 
@@ -671,7 +700,7 @@ class Admin:
         .. versionadded:: 0.1
         """
         rows = await self._listing(
-            _sql.job_summaries_query,
+            job_summaries_query,
             queue,
             status,
             job_type,
@@ -710,7 +739,7 @@ class Admin:
         """
         checked = check_job_id(job_id)
         async with self._schema_checked():
-            row = await self._executor.fetchrow(_sql.JOB, checked)
+            row = await self._executor.fetchrow(JOB, checked)
         return None if row is None else job_info(row)
 
     async def dependencies(
@@ -734,7 +763,7 @@ class Admin:
         checked = check_job_id(job_id)
         size = check_int("limit", limit)
         async with self._schema_checked():
-            rows = await self._executor.fetch(_sql.DEPENDENCIES, checked, size)
+            rows = await self._executor.fetch(DEPENDENCIES, checked, size)
         if not rows:
             return JobDependencies()
         return JobDependencies(
@@ -763,7 +792,7 @@ class Admin:
         """
         checked = check_job_id(job_id)
         async with self._schema_checked():
-            row = await self._executor.fetchrow(_sql.JOB_SUMMARY, checked)
+            row = await self._executor.fetchrow(JOB_SUMMARY, checked)
         return None if row is None else JobSummary(**dict(row))
 
     async def job_preview(
@@ -787,7 +816,7 @@ class Admin:
         checked = check_job_id(job_id)
         size = check_int("max_chars", max_chars)
         async with self._schema_checked():
-            row = await self._executor.fetchrow(_sql.JOB_PREVIEW, checked, size)
+            row = await self._executor.fetchrow(JOB_PREVIEW, checked, size)
         return None if row is None else _job_preview(row, size)
 
     async def retry(
@@ -847,9 +876,7 @@ class Admin:
         if children:
             parents = [job_id for job_id, result in done.items() if result == "retried"]
             while parents:
-                rows = await self._executor.fetch(
-                    _sql.RETRY_CHILDREN, _sql.array(parents)
-                )
+                rows = await self._executor.fetch(RETRY_CHILDREN, array(parents))
                 parents = [row["id"] for row in rows]
         self._logger.debug("retry", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
@@ -859,10 +886,10 @@ class Admin:
         if await self._routed():
             return await retry_routed(self._executor, ids, attempts)
         if isinstance(self._executor, asyncpg.Pool):
-            rows = await self._executor.fetch(_sql.RETRY, _sql.array(ids), attempts)
+            rows = await self._executor.fetch(RETRY, array(ids), attempts)
         else:
             async with self._executor.transaction():
-                rows = await self._executor.fetch(_sql.RETRY, _sql.array(ids), attempts)
+                rows = await self._executor.fetch(RETRY, array(ids), attempts)
         return {row["id"]: row["result"] for row in rows}
 
     async def retry_all(
@@ -898,7 +925,7 @@ class Admin:
                 ids = [
                     row["id"]
                     for row in await self._executor.fetch(
-                        _sql.RETRYABLE_IDS, status, name, kind, RETRY_BATCH, after
+                        RETRYABLE_IDS, status, name, kind, RETRY_BATCH, after
                     )
                 ]
             if not ids:
@@ -924,7 +951,7 @@ class Admin:
         name = None if queue is None else check_queue_name(queue)
         kind = None if job_type is None else check_name("job type", job_type)
         async with self._schema_checked():
-            count: int = await self._executor.fetchval(_sql.DEAD_COUNT, name, kind)
+            count: int = await self._executor.fetchval(DEAD_COUNT, name, kind)
         return count
 
     async def cancel(self, *job_ids: int) -> dict[int, str]:
@@ -945,7 +972,7 @@ class Admin:
             if await self._routed():
                 done = await cancel_routed(self._executor, ids)
             else:
-                rows = await self._executor.fetch(_sql.CANCEL, _sql.array(ids))
+                rows = await self._executor.fetch(CANCEL, array(ids))
                 done = {row["id"]: row["result"] for row in rows}
         self._logger.debug("cancel", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
@@ -971,7 +998,7 @@ class Admin:
         """
         name = check_queue_name(queue)
         async with self._schema_checked():
-            row = await self._executor.fetchrow(_sql.PAUSE, name)
+            row = await self._executor.fetchrow(PAUSE, name)
         self._logger.info(
             "queue paused" if row else "queue already paused", extra={"queue": name}
         )
@@ -990,7 +1017,7 @@ class Admin:
         """
         name = check_queue_name(queue)
         async with self._schema_checked():
-            row = await self._executor.fetchrow(_sql.RESUME, name)
+            row = await self._executor.fetchrow(RESUME, name)
         self._logger.info(
             "queue resumed" if row else "queue was not paused", extra={"queue": name}
         )
@@ -1005,7 +1032,7 @@ class Admin:
         .. versionadded:: Unreleased
         """
         async with self._schema_checked():
-            rows = await self._executor.fetch(_sql.PAUSED, None)
+            rows = await self._executor.fetch(PAUSED, None)
         return {row["queue"]: row["paused_at"] for row in rows}
 
     async def prune(
@@ -1042,17 +1069,15 @@ class Admin:
                     if name is not None
                     else [
                         row["queue"]
-                        for row in await self._executor.fetch(_sql.FINISHED_QUEUES)
+                        for row in await self._executor.fetch(FINISHED_QUEUES)
                     ]
                 )
             for each in names:
                 removed += await self._prune_batches(
-                    _sql.DISTRIBUTED_PRUNE_BATCH, each, seconds, size
+                    DISTRIBUTED_PRUNE_BATCH, each, seconds, size
                 )
         else:
-            removed = await self._prune_batches(
-                _sql.PRUNE_BATCH_ANY, name, seconds, size
-            )
+            removed = await self._prune_batches(PRUNE_BATCH_ANY, name, seconds, size)
         if removed:
             self._logger.debug(
                 "pruned finished jobs", extra={"count": removed, "queue": name}
@@ -1086,7 +1111,7 @@ class Admin:
     async def _prune_batch(
         self, statement: str, *args: object
     ) -> asyncpg.Record | None:
-        """One batch of `prune`, planned without JIT (see `_sql.NO_JIT`).
+        """One batch of `prune`, planned without JIT (see `NO_JIT`).
 
         Over a pool or a connection outside a transaction, the batch is a
         transaction of its own; inside the caller's transaction, ``jit`` is
@@ -1105,7 +1130,7 @@ class Admin:
             SchemaError: the table ``pgqueue_periodic`` is missing.
         """
         async with self._periodic_checked():
-            rows = await self._executor.fetch(_sql.PERIODIC_LIST)
+            rows = await self._executor.fetch(PERIODIC_LIST)
         return [ScheduleInfo(**dict(row)) for row in rows]
 
     async def remove_schedule(self, name: str) -> bool:
@@ -1123,7 +1148,7 @@ class Admin:
         """
         checked = check_name("schedule name", name)
         async with self._periodic_checked():
-            row = await self._executor.fetchrow(_sql.PERIODIC_REMOVE, checked)
+            row = await self._executor.fetchrow(PERIODIC_REMOVE, checked)
         return row is not None
 
     @asynccontextmanager
@@ -1147,14 +1172,14 @@ class Admin:
         analyzed; reads the catalog only.
         """
         row = await self._executor.fetchrow(
-            _sql.SCHEMA_CHECK,
-            list(_sql.REQUIRED_COLUMNS),
-            list(_sql.REQUIRED_INDEXES + _sql.ADMIN_INDEXES),
+            SCHEMA_CHECK,
+            list(REQUIRED_COLUMNS),
+            list(REQUIRED_INDEXES + ADMIN_INDEXES),
         )
         if row is None or not row["table_exists"]:
             return SchemaState(kind="missing", missing=("table pgqueue_jobs",))
         missing = tuple(missing_pieces(row))
-        if not await self._executor.fetchval(_sql.PERIODIC_TABLE_EXISTS):
+        if not await self._executor.fetchval(PERIODIC_TABLE_EXISTS):
             missing += ("table pgqueue_periodic",)
         missing += tuple(
             f"function {signature.partition('(')[0]}"
@@ -1210,7 +1235,7 @@ def _estimate_completed(
 
 
 def completed_estimated(table: Row) -> bool:
-    """Whether `Admin.stats` estimates completed jobs, from a row of `_sql.STATS_TABLE`."""
+    """Whether `Admin.stats` estimates completed jobs, from a row of `STATS_TABLE`."""
     return int(table["pages"]) > EXACT_COMPLETED_PAGES
 
 
@@ -1224,10 +1249,10 @@ def queue_stats(
 ) -> list[QueueStats]:
     """`Admin.stats` from its statements' rows.
 
-    ``name``: the one queue asked for, or None; ``rows``: `_sql.STATS`'s;
-    ``table``: `_sql.STATS_TABLE`'s; ``completed_rows``: `_sql.STATS_COMPLETED`'s,
-    None when `completed_estimated`; ``slot_rows``: `_sql.STATS_LIMITS`'s;
-    ``paused_rows``: `_sql.PAUSED`'s (a paused queue is listed, jobs or not).
+    ``name``: the one queue asked for, or None; ``rows``: `STATS`'s;
+    ``table``: `STATS_TABLE`'s; ``completed_rows``: `STATS_COMPLETED`'s,
+    None when `completed_estimated`; ``slot_rows``: `STATS_LIMITS`'s;
+    ``paused_rows``: `PAUSED`'s (a paused queue is listed, jobs or not).
     """
     estimated = completed_rows is None
     counts = {row[0]: list(row[1:]) for row in rows}
@@ -1293,8 +1318,8 @@ def listing(
     With ``after_id``, its rows come oldest first: the caller reverses them.
     """
     name = None if queue is None else check_queue_name(queue)
-    if status is not None and status not in _sql.JOB_STATUSES:
-        msg = f"status must be one of {', '.join(_sql.JOB_STATUSES)}, not {status!r}"
+    if status is not None and status not in JOB_STATUSES:
+        msg = f"status must be one of {', '.join(JOB_STATUSES)}, not {status!r}"
         raise ValueError(msg)
     kind = None if job_type is None else check_name("job type", job_type)
     count = check_int("limit", limit)
@@ -1322,10 +1347,10 @@ async def _fetchrow_without_jit(
     """
     if not conn.is_in_transaction():
         async with conn.transaction():
-            await conn.execute(_sql.NO_JIT)
+            await conn.execute(NO_JIT)
             return await conn.fetchrow(statement, *args)
-    was = await conn.fetchval(_sql.JIT_OFF)
+    was = await conn.fetchval(JIT_OFF)
     try:
         return await conn.fetchrow(statement, *args)
     finally:
-        await conn.execute(_sql.JIT_BACK, was)
+        await conn.execute(JIT_BACK, was)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import asyncpg
 
-from pgqueue._core import sql as _sql
+from pgqueue._sql.enqueue import COPY_COLUMNS, COPY_TABLE, NOTIFY_JOBS, RESERVE_IDS
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -94,7 +94,7 @@ async def _copy(
 ) -> list[int] | None:
     """`copy_jobs` on a connection in a transaction."""
     count = len(rows.job_types)
-    reserved = await connection.fetchrow(_sql.RESERVE_IDS, count)
+    reserved = await connection.fetchrow(RESERVE_IDS, count)
     assert reserved is not None
     packed, now, may_copy = reserved
     if not may_copy:
@@ -113,10 +113,10 @@ async def _copy(
         strict=False,
     )
     await connection.copy_records_to_table(
-        _sql.COPY_TABLE, records=records, columns=_sql.COPY_COLUMNS
+        COPY_TABLE, records=records, columns=COPY_COLUMNS
     )
     if notify:
-        await connection.execute(_sql.NOTIFY_JOBS, queue)
+        await connection.execute(NOTIFY_JOBS, queue)
     return ids
 
 

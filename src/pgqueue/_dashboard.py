@@ -27,7 +27,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._admin import Admin
-from pgqueue._core import sql as _sql
+from pgqueue._sql.listings import (
+    DASHBOARD_ENQUEUED,
+    DASHBOARD_NEWEST,
+    DASHBOARD_RUNNING,
+)
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -161,7 +165,7 @@ class Sampler:
         """Read one frame, in one read-only snapshot."""
         conn, queue, samples = self._conn, self._queue, self._samples
         async with conn.transaction(isolation="repeatable_read", readonly=True):
-            head = await conn.fetchrow(_sql.DASHBOARD_NEWEST)
+            head = await conn.fetchrow(DASHBOARD_NEWEST)
             assert head is not None  # an aggregate: always one row
             newest, at = head["newest"], head["now"]
             stats = await self._admin.stats(queue=queue)
@@ -170,10 +174,10 @@ class Sampler:
                 # Only the rows since the previous frame: each frame reads
                 # each new row once, however long the window.
                 rows = await conn.fetch(
-                    _sql.DASHBOARD_ENQUEUED, samples[-1].newest, newest, queue
+                    DASHBOARD_ENQUEUED, samples[-1].newest, newest, queue
                 )
                 enqueued = {row["queue"]: row["enqueued"] for row in rows}
-            running = await conn.fetch(_sql.DASHBOARD_RUNNING, queue, TOP)
+            running = await conn.fetch(DASHBOARD_RUNNING, queue, TOP)
             dead = await self._admin.job_summaries(
                 queue=queue, status="dead", limit=TOP
             )

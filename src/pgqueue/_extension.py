@@ -25,7 +25,6 @@ from pgqueue._admin import (
     listing,
     queue_stats,
 )
-from pgqueue._core import sql
 from pgqueue._core.batch import check_jobs, insert_many
 from pgqueue._core.checks import (
     check_bool,
@@ -55,27 +54,35 @@ from pgqueue._core.codec import (
 from pgqueue._core.connect import check_dsn, target, target_of
 from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
-from pgqueue._core.grants import KINDS as GRANT_KINDS
 from pgqueue._core.job import PeriodicKey
 from pgqueue._core.log import JsonFormatter, default_logger
 from pgqueue._core.options import Flag, option_flags
 from pgqueue._core.outcome import Kind
 from pgqueue._core.public import public_names
-from pgqueue._core.schema import (
+from pgqueue._core.text import first_line, seconds_text
+from pgqueue._dashboard import Frame, Sampler
+from pgqueue._sql import (
+    admin as admin_statements,
+)
+from pgqueue._sql import (
+    enqueue as enqueue_statements,
+)
+from pgqueue._sql import (
+    listings as listing_statements,
+)
+from pgqueue._sql import (
+    schema as schema_statements,
+)
+from pgqueue._sql.grants import KINDS as GRANT_KINDS
+from pgqueue._sql.listings import FOREIGN_JOBS_PYFORMAT, JOB_PYFORMAT, JOB_STATUSES
+from pgqueue._sql.literals import array
+from pgqueue._sql.schema import SERVER_IDENTITY, TABLE_EXISTS
+from pgqueue._store.schema import (
     REPLACE_MISSING,
     SCHEMA_ERRORS,
     check_schema,
     schema_error,
 )
-from pgqueue._core.sql import (
-    FOREIGN_JOBS_PYFORMAT,
-    JOB_PYFORMAT,
-    JOB_STATUSES,
-    SERVER_IDENTITY,
-    TABLE_EXISTS,
-)
-from pgqueue._core.text import first_line, seconds_text
-from pgqueue._dashboard import Frame, Sampler
 
 __all__ = [
     "DATABASE_ERRORS",
@@ -96,6 +103,8 @@ __all__ = [
     "Kind",
     "PeriodicKey",
     "Sampler",
+    "admin_statements",
+    "array",
     "check_bool",
     "check_channel",
     "check_dsn",
@@ -122,17 +131,19 @@ __all__ = [
     "encode_payload",
     "encode_payloads",
     "enqueue_params",
+    "enqueue_statements",
     "first_line",
     "insert_many",
     "job_info",
     "listing",
+    "listing_statements",
     "option_flags",
     "payload_encoder",
     "public_names",
     "queue_stats",
     "schema_error",
+    "schema_statements",
     "seconds_text",
-    "sql",
     "target",
     "target_of",
     "unencodable",

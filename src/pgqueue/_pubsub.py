@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
     check_callable,
     check_channel,
@@ -39,6 +38,7 @@ from pgqueue._core.checks import (
 from pgqueue._core.errors import AlreadyStartedError
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.taskgroup import BlockTaskGroup
+from pgqueue._sql.channels import PUBLISH
 from pgqueue._wire.connections import (
     Connections,
     check_connections,
@@ -103,7 +103,7 @@ async def publish(executor: Executor, channel: str, payload: str | bytes) -> Non
     """
     name = check_channel(channel)
     text = encode_notify_payload(payload)
-    await executor.execute(_sql.PUBLISH, name, text)
+    await executor.execute(PUBLISH, name, text)
 
 
 class Subscriber:

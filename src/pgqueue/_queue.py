@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 import asyncpg
 
 from pgqueue._copy import COPY_MAX_DELAY, COPY_MIN_JOBS, Rows, copy_jobs
-from pgqueue._core import sql as _sql
 from pgqueue._core.batch import (
     Batch,
     after_args,
@@ -43,7 +42,35 @@ from pgqueue._core.errors import DuplicateJobError, JobNotFoundError, SchemaErro
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.schema import (
+from pgqueue._sql.admin import (
+    CANCEL,
+    DISTRIBUTED_CANCEL,
+    DISTRIBUTED_PRUNE,
+    DISTRIBUTED_RETRY,
+    PRUNE,
+    QUEUES_OF,
+)
+from pgqueue._sql.channels import JOBS_CHANNEL, NOTIFY
+from pgqueue._sql.enqueue import (
+    DISTRIBUTED_UNIQUE_SILENT,
+    ENQUEUE,
+    ENQUEUE_AFTER,
+    ENQUEUE_REPLACE,
+    ENQUEUE_SILENT,
+    ENQUEUE_UNIQUE,
+    ENQUEUE_UNIQUE_SILENT,
+    NOTIFY_JOBS,
+)
+from pgqueue._sql.literals import array
+from pgqueue._sql.schema import (
+    CITUS_INSTALLED,
+    SCHEMA,
+    SCHEMA_DISTRIBUTED,
+    SCHEMA_DOWN,
+    SCHEMA_UPGRADE,
+    TABLE_EXISTS,
+)
+from pgqueue._store.schema import (
     DEPENDENCIES_MISSING,
     REPLACE_MISSING,
     SCHEMA_ERRORS,
@@ -117,7 +144,7 @@ async def is_distributed(executor: Executor) -> bool | None:
 async def _by_queue(executor: Executor, ids: list[int]) -> dict[str, list[int]]:
     """The jobs ``ids`` that have a row, by queue (one read of every shard)."""
     by_queue: dict[str, list[int]] = {}
-    for row in await executor.fetch(_sql.QUEUES_OF, _sql.array(ids)):
+    for row in await executor.fetch(QUEUES_OF, array(ids)):
         by_queue.setdefault(row["queue"], []).append(row["id"])
     return by_queue
 
@@ -133,15 +160,13 @@ async def cancel_routed(executor: Executor, ids: list[int]) -> dict[int, str]:
     channels: list[str] = []
     payloads: list[str] = []
     for queue, queued in (await _by_queue(executor, ids)).items():
-        for row in await executor.fetch(
-            _sql.DISTRIBUTED_CANCEL, _sql.array(queued), queue
-        ):
+        for row in await executor.fetch(DISTRIBUTED_CANCEL, array(queued), queue):
             done[row["id"]] = row["result"]
             if row["channel"] is not None:
                 channels.append(row["channel"])
                 payloads.append(str(row["id"]))
     if channels:
-        await executor.execute(_sql.DISTRIBUTED_NOTIFY, channels, payloads)
+        await executor.execute(NOTIFY, channels, payloads)
     return done
 
 
@@ -152,17 +177,13 @@ async def retry_routed(
     done = dict.fromkeys(ids, "not_found")
     woken: list[str] = []
     for queue, queued in (await _by_queue(executor, ids)).items():
-        rows = await executor.fetch(
-            _sql.DISTRIBUTED_RETRY, _sql.array(queued), attempts, queue
-        )
+        rows = await executor.fetch(DISTRIBUTED_RETRY, array(queued), attempts, queue)
         for row in rows:
             done[row["id"]] = row["result"]
         if any(row["result"] == "retried" for row in rows):
             woken.append(queue)
     if woken:
-        await executor.execute(
-            _sql.DISTRIBUTED_NOTIFY, [_sql.JOBS_CHANNEL] * len(woken), woken
-        )
+        await executor.execute(NOTIFY, [JOBS_CHANNEL] * len(woken), woken)
     return done
 
 
@@ -185,25 +206,25 @@ async def install(executor: Executor, *, distributed: bool = False) -> None:
        ``distributed``.
     """
     if distributed:
-        if not await executor.fetchval(_sql.CITUS_INSTALLED):
+        if not await executor.fetchval(CITUS_INSTALLED):
             msg = (
                 "distributed=True needs the citus extension (a Citus coordinator "
                 "with CREATE EXTENSION citus); this database does not have it"
             )
             raise SchemaError(msg, where=target_of(executor))
-        await executor.execute(_sql.SCHEMA_DISTRIBUTED)
+        await executor.execute(SCHEMA_DISTRIBUTED)
         where = target_of(executor)
         if where is not None:
             _DISTRIBUTED[where] = True
         return
-    if not await executor.fetchval(_sql.TABLE_EXISTS):
-        await executor.execute(_sql.SCHEMA)
-    await executor.execute(_sql.SCHEMA_UPGRADE)
+    if not await executor.fetchval(TABLE_EXISTS):
+        await executor.execute(SCHEMA)
+    await executor.execute(SCHEMA_UPGRADE)
 
 
 async def uninstall(executor: Executor) -> None:
     """Drop the ``pgqueue_jobs`` table by running `SCHEMA_DOWN`."""
-    await executor.execute(_sql.SCHEMA_DOWN)
+    await executor.execute(SCHEMA_DOWN)
     where = target_of(executor)
     if where is not None:
         _DISTRIBUTED.pop(where, None)
@@ -502,7 +523,7 @@ class Queue:
             try:
                 if key is None:
                     job_id: int = await executor.fetchval(
-                        _sql.ENQUEUE if wake is None else _sql.ENQUEUE_SILENT,
+                        ENQUEUE if wake is None else ENQUEUE_SILENT,
                         self._name,
                         *args,
                         trace_context,
@@ -512,7 +533,7 @@ class Queue:
                     woke = True
                 elif conflict == "replace":
                     row = await executor.fetchrow(
-                        _sql.ENQUEUE_REPLACE,
+                        ENQUEUE_REPLACE,
                         self._name,
                         *args,
                         trace_context,
@@ -524,9 +545,7 @@ class Queue:
                     job_id, outcome, woke = row["id"], row["outcome"], row["wake"]
                 else:
                     row = await executor.fetchrow(
-                        _sql.ENQUEUE_UNIQUE
-                        if wake is None
-                        else _sql.ENQUEUE_UNIQUE_SILENT,
+                        ENQUEUE_UNIQUE if wake is None else ENQUEUE_UNIQUE_SILENT,
                         self._name,
                         *args,
                         trace_context,
@@ -581,7 +600,7 @@ class Queue:
             try:
                 if key is None:
                     job_id: int = await executor.fetchval(
-                        _sql.ENQUEUE_SILENT,
+                        ENQUEUE_SILENT,
                         self._name,
                         *args,
                         trace_context,
@@ -590,7 +609,7 @@ class Queue:
                     )
                 else:
                     row = await executor.fetchrow(
-                        _sql.DISTRIBUTED_UNIQUE_SILENT,
+                        DISTRIBUTED_UNIQUE_SILENT,
                         self._name,
                         *args,
                         trace_context,
@@ -604,7 +623,7 @@ class Queue:
                 raise await schema_failure(executor, str(exc)) from exc
             if not existed:
                 if wake is None:
-                    await executor.execute(_sql.NOTIFY_JOBS, self._name)
+                    await executor.execute(NOTIFY_JOBS, self._name)
                 else:
                     wake()
         return job_id, "existed" if existed else "inserted"
@@ -801,10 +820,10 @@ class Queue:
         executor: Executor = connection if connection is not None else self._pool
         try:
             if connection is None:
-                ids: list[int] = await executor.fetchval(_sql.ENQUEUE_AFTER, *args)
+                ids: list[int] = await executor.fetchval(ENQUEUE_AFTER, *args)
             else:
                 async with connection.transaction():
-                    ids = await connection.fetchval(_sql.ENQUEUE_AFTER, *args)
+                    ids = await connection.fetchval(ENQUEUE_AFTER, *args)
         except asyncpg.ForeignKeyViolationError as exc:
             raise JobNotFoundError(int(exc.detail or 0)) from exc
         except asyncpg.UndefinedFunctionError as exc:
@@ -855,7 +874,7 @@ class Queue:
                 ids, duplicate, duplicates = batch.ids(rows)
                 found = (ids, duplicate, duplicates, not all(duplicates))
         if distributed and notify and found[3]:
-            await executor.execute(_sql.NOTIFY_JOBS, self._name)
+            await executor.execute(NOTIFY_JOBS, self._name)
         return found
 
     async def cancel(
@@ -892,7 +911,7 @@ class Queue:
         if distributed:
             done = await cancel_routed(executor, ids)
         else:
-            rows = await executor.fetch(_sql.CANCEL, _sql.array(ids))
+            rows = await executor.fetch(CANCEL, array(ids))
             done = {row["id"]: row["result"] for row in rows}
         self._logger.debug("cancel", extra={"results": done, "queue": self._name})
         return {job_id: done[job_id] for job_id in ids}
@@ -914,7 +933,7 @@ class Queue:
         if distributed is None:
             distributed = await self._routed(executor)
         removed: int = await executor.fetchval(
-            _sql.DISTRIBUTED_PRUNE if distributed else _sql.PRUNE, self._name, seconds
+            DISTRIBUTED_PRUNE if distributed else PRUNE, self._name, seconds
         )
         if removed:
             self._logger.debug(

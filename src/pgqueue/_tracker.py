@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Literal, Self, cast
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.checks import check_dsn_or_pool, check_duration, check_job_id
 from pgqueue._core.connect import target_of
 from pgqueue._core.errors import (
@@ -47,9 +46,11 @@ from pgqueue._core.errors import (
 from pgqueue._core.job import Status
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.retry import Failures
-from pgqueue._core.schema import SCHEMA_ERRORS
-from pgqueue._core.sql import OUTCOMES_CHANNEL
 from pgqueue._core.taskgroup import BlockTaskGroup
+from pgqueue._sql.channels import OUTCOMES_CHANNEL
+from pgqueue._sql.literals import array
+from pgqueue._sql.outcomes import OUTCOMES
+from pgqueue._store.schema import SCHEMA_ERRORS
 from pgqueue._wire.connections import (
     Connections,
     check_connections,
@@ -357,12 +358,12 @@ class Tracker:
             )
 
     async def _fetch(self, job_ids: list[int]) -> list[asyncpg.Record]:
-        ids = _sql.array(job_ids)
+        ids = array(job_ids)
         if self._connection is not None:
-            return await self._connection.fetch(_sql.OUTCOMES, ids)
+            return await self._connection.fetch(OUTCOMES, ids)
         pool = cast("asyncpg.Pool[Any]", self._target)
         with anyio.fail_after(STATEMENT_TIMEOUT):
-            rows: list[asyncpg.Record] = await pool.fetch(_sql.OUTCOMES, ids)
+            rows: list[asyncpg.Record] = await pool.fetch(OUTCOMES, ids)
         return rows
 
     def _settle(self, batch: dict[int, _Wait], rows: list[asyncpg.Record]) -> int:

@@ -38,9 +38,9 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.connect import connect_like
 from pgqueue._core.log import Logger, default_logger
+from pgqueue._sql.enqueue import WAKE
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
@@ -190,7 +190,7 @@ class Waker:
                     if self._connection is None or self._connection.is_closed():
                         self._connection = await connect_like(self.pool)()
                     started = asyncio.get_running_loop().time()
-                    await self._connection.execute(_sql.WAKE, queues)
+                    await self._connection.execute(WAKE, queues)
                     took = asyncio.get_running_loop().time() - started
                 self._gather = min(took, MAX_GATHER)
                 self.sent += 1

@@ -64,7 +64,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, cast, overlo
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.backoff import Backoff, SafeBackoff, default_backoff
 from pgqueue._core.checks import (
     check_callable,
@@ -96,6 +95,7 @@ from pgqueue._engine.upkeep import HEARTBEATS_PER_RESCUE, Upkeep
 from pgqueue._engine.watch import LoopWatch
 from pgqueue._engine.writer import OutcomeWriter
 from pgqueue._jobtype import JobType
+from pgqueue._sql.channels import CONTROL_CHANNEL, JOBS_CHANNEL
 from pgqueue._wire.connections import Connections, private_connections
 from pgqueue._wire.dedicated import STATEMENT_TIMEOUT
 from pgqueue._wire.listener import LISTEN_KEEPALIVE, LISTEN_PROBE_TIMEOUT, ListenerRoute
@@ -844,7 +844,7 @@ class Worker:
                             services.start_soon(watch.run)
                         if self._listens:
                             self._listener = connections.route(
-                                [_sql.JOBS_CHANNEL, _sql.CONTROL_CHANNEL],
+                                [JOBS_CHANNEL, CONTROL_CHANNEL],
                                 self._on_notify,
                                 on_connect=self._on_listen,
                             )
@@ -989,7 +989,7 @@ class Worker:
         call_observers(self._observe_rescued, self._logger, queue, statuses)
 
     def _on_notify(self, channel: str, payload: str) -> None:
-        if channel == _sql.JOBS_CHANNEL:
+        if channel == JOBS_CHANNEL:
             # Only the lane of the queue named: the others claim nothing.
             self._routes.wake(payload)
         else:  # the control channel: a hint of a cancel request

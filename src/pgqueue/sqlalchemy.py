@@ -35,7 +35,7 @@ from pgqueue._extension import (
     encode_payloads,
     enqueue_params,
     payload_encoder,
-    sql,
+    schema_statements,
 )
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ async def _asyncpg_connection(
     driver = cast("asyncpg.Connection[Any]", raw)
     if not driver.is_in_transaction():
         check()
-        await connection.exec_driver_sql(sql.BEGIN_PROBE)
+        await connection.exec_driver_sql(schema_statements.BEGIN_PROBE)
     return driver
 
 

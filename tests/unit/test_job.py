@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.job import Job, PeriodicKey, claimed_job
 from pgqueue._engine.claimer import jobs_from_rows
+from pgqueue._sql.claims import CLAIM, CLAIM_COLUMNS
 
 FIELDS: dict[str, Any] = {
     "id": 7,
@@ -90,24 +90,24 @@ def test_a_claimed_row_is_read_by_the_claim_columns() -> None:
         "checkpoint": '{"step": [3]}',
         "has_parents": True,
     }
-    assert set(columns) == set(_sql.CLAIM_COLUMNS)
-    row = tuple(columns[name] for name in _sql.CLAIM_COLUMNS)
+    assert set(columns) == set(CLAIM_COLUMNS)
+    row = tuple(columns[name] for name in CLAIM_COLUMNS)
     # Read by the claimer, for the claimed jobs with parents alone (PARENT_RESULTS).
     parents = {FIELDS["id"]: '{"3": {"rows": 2}, "4": null}'}
     claimed = jobs_from_rows([row], parents)
     assert claimed.jobs == [Job(**FIELDS)]
     assert claimed.claimed_at == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
     # The claim returns them in that order.
-    returning = _sql.CLAIM[_sql.CLAIM.index("RETURNING") :]
-    ends = [returning.index(f"{name},") for name in _sql.CLAIM_COLUMNS[:-1]]
+    returning = CLAIM[CLAIM.index("RETURNING") :]
+    ends = [returning.index(f"{name},") for name in CLAIM_COLUMNS[:-1]]
     assert ends == sorted(ends)
-    assert returning.rstrip().endswith(_sql.CLAIM_COLUMNS[-1])
+    assert returning.rstrip().endswith(CLAIM_COLUMNS[-1])
 
 
 def test_a_checkpoint_python_cannot_decode_dead_letters_the_job() -> None:
     # Written by hand or by another library: 5000 digits is past Python's
     # int limit. The job cannot resume from it, so it does not run.
-    columns: dict[str, Any] = dict.fromkeys(_sql.CLAIM_COLUMNS)
+    columns: dict[str, Any] = dict.fromkeys(CLAIM_COLUMNS)
     columns.update(
         id=7,
         queue="q",
@@ -122,7 +122,7 @@ def test_a_checkpoint_python_cannot_decode_dead_letters_the_job() -> None:
         claimed_at=1_700_000_000_000_000,
         checkpoint="9" * 5000,
     )
-    claimed = jobs_from_rows([tuple(columns[name] for name in _sql.CLAIM_COLUMNS)])
+    claimed = jobs_from_rows([tuple(columns[name] for name in CLAIM_COLUMNS)])
     assert claimed.jobs == []
     [dead] = claimed.dead
     assert dead.error is not None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
     check_bool,
     check_group,
@@ -23,6 +22,20 @@ from pgqueue._core.checks import (
     check_when,
 )
 from pgqueue._core.job import NewJob
+from pgqueue._sql.enqueue import (
+    DISTRIBUTED_MANY_UNIQUE,
+    DISTRIBUTED_MANY_UNIQUE_DELAYED,
+    ENQUEUE_MANY,
+    ENQUEUE_MANY_DELAYED,
+    ENQUEUE_MANY_DELAYED_SILENT,
+    ENQUEUE_MANY_REPLACE,
+    ENQUEUE_MANY_SILENT,
+    ENQUEUE_MANY_UNIQUE,
+    ENQUEUE_MANY_UNIQUE_DELAYED,
+    ENQUEUE_MANY_UNIQUE_DELAYED_SILENT,
+    ENQUEUE_MANY_UNIQUE_SILENT,
+)
+from pgqueue._sql.literals import array, booleans, seconds, timestamps
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -197,34 +210,32 @@ def insert_many(
     if batch.replacing:
         args = (
             *args,
-            _sql.seconds(batch.delays),
-            _sql.booleans(batch.replaces),
+            seconds(batch.delays),
+            booleans(batch.replaces),
             notify,
         )
-        return _sql.ENQUEUE_MANY_REPLACE, args
+        return ENQUEUE_MANY_REPLACE, args
     args = (*args, batch.group_column())  # (a replacing batch has no groups)
     delayed = batch.delayed
     if delayed:
-        args = (*args, _sql.seconds(batch.delays))
+        args = (*args, seconds(batch.delays))
     if distributed and batch.keyed:
         return (
-            _sql.DISTRIBUTED_MANY_UNIQUE_DELAYED
-            if delayed
-            else _sql.DISTRIBUTED_MANY_UNIQUE
+            DISTRIBUTED_MANY_UNIQUE_DELAYED if delayed else DISTRIBUTED_MANY_UNIQUE
         ), args
     return _MANY[batch.keyed, delayed, notify], args
 
 
 # insert_many's statement by (unique keys, delays, NOTIFY in the statement).
 _MANY = {
-    (False, False, True): _sql.ENQUEUE_MANY,
-    (False, True, True): _sql.ENQUEUE_MANY_DELAYED,
-    (True, False, True): _sql.ENQUEUE_MANY_UNIQUE,
-    (True, True, True): _sql.ENQUEUE_MANY_UNIQUE_DELAYED,
-    (False, False, False): _sql.ENQUEUE_MANY_SILENT,
-    (False, True, False): _sql.ENQUEUE_MANY_DELAYED_SILENT,
-    (True, False, False): _sql.ENQUEUE_MANY_UNIQUE_SILENT,
-    (True, True, False): _sql.ENQUEUE_MANY_UNIQUE_DELAYED_SILENT,
+    (False, False, True): ENQUEUE_MANY,
+    (False, True, True): ENQUEUE_MANY_DELAYED,
+    (True, False, True): ENQUEUE_MANY_UNIQUE,
+    (True, True, True): ENQUEUE_MANY_UNIQUE_DELAYED,
+    (False, False, False): ENQUEUE_MANY_SILENT,
+    (False, True, False): ENQUEUE_MANY_DELAYED_SILENT,
+    (True, False, False): ENQUEUE_MANY_UNIQUE_SILENT,
+    (True, True, False): ENQUEUE_MANY_UNIQUE_DELAYED_SILENT,
 }
 
 
@@ -392,10 +403,10 @@ class Batch:
         """max_attempts, run_at, priority, tracked and unique_key, as parameters."""
         special = self._special
         return (
-            _sql.array(self.attempts),
-            _sql.timestamps(self.run_ats),
-            _sql.array(self.priorities) if special else "{}",
-            _sql.booleans(self.tracked) if special else "{}",
+            array(self.attempts),
+            timestamps(self.run_ats),
+            array(self.priorities) if special else "{}",
+            booleans(self.tracked) if special else "{}",
             self._keys if self.keyed else [],
         )
 
@@ -459,7 +470,7 @@ def after_args(
     *,
     notify: bool,
 ) -> tuple[Any, ...]:
-    """`_sql.ENQUEUE_AFTER`'s arguments: ``batch`` (a call with dependencies) onto ``queue``.
+    """`ENQUEUE_AFTER`'s arguments: ``batch`` (a call with dependencies) onto ``queue``.
 
     Each edge is a child's row (from 1) and its parent: a job id, or minus
     the row (from 1) of an earlier job of the call.
@@ -477,14 +488,14 @@ def after_args(
         queue,
         batch.types,
         payloads,
-        _sql.array(batch.attempts),
-        _sql.timestamps(batch.run_ats),
-        _sql.seconds(batch.delays),
-        _sql.array(batch.priorities),
-        _sql.booleans(batch.tracked),
+        array(batch.attempts),
+        timestamps(batch.run_ats),
+        seconds(batch.delays),
+        array(batch.priorities),
+        booleans(batch.tracked),
         trace_context,
-        _sql.array(children),
-        _sql.array(parents),
+        array(children),
+        array(parents),
         failure,
         notify,
     )

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.codec import encode_payload
+from pgqueue._sql.outcomes import CHECKPOINT, DISTRIBUTED_CHECKPOINT
 
 if TYPE_CHECKING:
     from pgqueue._core.job import Job
@@ -37,10 +37,10 @@ class Checkpoints:
         with anyio.CancelScope(shield=True):
             if self._connection.distributed:
                 row = await self._connection.fetchrow(
-                    _sql.DISTRIBUTED_CHECKPOINT, job.id, job.attempts, text, job.queue
+                    DISTRIBUTED_CHECKPOINT, job.id, job.attempts, text, job.queue
                 )
             else:
                 row = await self._connection.fetchrow(
-                    _sql.CHECKPOINT, job.id, job.attempts, text
+                    CHECKPOINT, job.id, job.attempts, text
                 )
         return row is not None

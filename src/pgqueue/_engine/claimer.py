@@ -11,14 +11,38 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.errors import describe, is_transient
 from pgqueue._core.job import NO_PARENTS, Job, claimed_job
 from pgqueue._core.outcome import Kind, Outcome
 from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
-from pgqueue._core.schema import SCHEMA_ERRORS, check_schema, schema_failure
 from pgqueue._engine.lease import take
 from pgqueue._engine.runner import job_fields, job_label
+from pgqueue._sql.claims import (
+    CLAIM,
+    CLAIM_COLUMNS,
+    CLAIM_GROUPS,
+    CLAIM_GROUPS_RATED,
+    CLAIM_RATED,
+    CLAIM_TYPES,
+    CLAIM_TYPES_RATED,
+    CLOCK,
+    DISTRIBUTED_CLAIM,
+    DISTRIBUTED_CLAIM_GROUPS,
+    DISTRIBUTED_CLAIM_GROUPS_RATED,
+    DISTRIBUTED_CLAIM_RATED,
+    DISTRIBUTED_CLAIM_TYPES,
+    DISTRIBUTED_CLAIM_TYPES_RATED,
+    DISTRIBUTED_CLAIM_ZERO,
+    DISTRIBUTED_CLAIM_ZERO_TYPES,
+    DISTRIBUTED_RATE_ROOM,
+    DISTRIBUTED_RECORD_START,
+    GROUP_HEADS,
+    LOCK_CLAIMS,
+    PARENT_RESULTS,
+    RATE_ROOM,
+)
+from pgqueue._sql.literals import array, claim_places
+from pgqueue._store.schema import SCHEMA_ERRORS, check_schema, schema_failure
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -66,19 +90,19 @@ class Claimer:
             no more than it leaves.
         limits: whether the worker needs the fleet-wide limits' tables (one
             of its queues has a limit): the schema check then requires them.
-        types: claim only jobs of these types (`_sql.CLAIM_TYPES`); ``None``
+        types: claim only jobs of these types (`CLAIM_TYPES`); ``None``
             claims every type.
         group_limit: the most running jobs of one group across the fleet,
             if the queue has a group limit: claims are then
-            `_sql.CLAIM_GROUPS`, and every job that ends calls for a claim
+            `CLAIM_GROUPS`, and every job that ends calls for a claim
             (it may have freed its group).
         rate_limit: the queue's rate limit, if any: each claim first
-            counts the starts in the window (`_sql.RATE_ROOM`), takes no
+            counts the starts in the window (`RATE_ROOM`), takes no
             more than it leaves and records its own; with the window full,
             the claimer sleeps until its oldest start leaves it.
 
     Under a group or a rate limit, claims of the queue take turns across
-    the fleet (`_sql.LOCK_CLAIMS` in each claim's transaction).
+    the fleet (`LOCK_CLAIMS` in each claim's transaction).
     """
 
     def __init__(
@@ -269,7 +293,7 @@ class Claimer:
         self, limit: int, bounds: Bounds
     ) -> tuple[Sequence[asyncpg.Record | tuple[Any, ...]], dict[int, str]]:
         """Claim up to ``limit`` jobs; the results of their parents, for those with parents."""
-        run_ats, ids = _sql.claim_places(bounds)
+        run_ats, ids = claim_places(bounds)
         budget, lease = self._budget, self._lease
         if budget is not None:
             budget.reserved += limit
@@ -289,11 +313,11 @@ class Claimer:
                     rows = await self._claim_distributed(limit, run_ats, ids)
                 elif self._types is None:
                     rows = await self._connection.fetch(
-                        _sql.CLAIM, self._queue, limit, run_ats, ids
+                        CLAIM, self._queue, limit, run_ats, ids
                     )
                 else:
                     rows = await self._connection.fetch(
-                        _sql.CLAIM_TYPES, self._queue, limit, run_ats, ids, self._types
+                        CLAIM_TYPES, self._queue, limit, run_ats, ids, self._types
                     )
                 try:
                     parents = await self._parent_results(rows)
@@ -319,12 +343,12 @@ class Claimer:
         every priority.
         """
         if self._types is None:
-            every, zero = _sql.DISTRIBUTED_CLAIM, _sql.DISTRIBUTED_CLAIM_ZERO
+            every, zero = DISTRIBUTED_CLAIM, DISTRIBUTED_CLAIM_ZERO
             types: tuple[list[str], ...] = ()
         else:
             every, zero = (
-                _sql.DISTRIBUTED_CLAIM_TYPES,
-                _sql.DISTRIBUTED_CLAIM_ZERO_TYPES,
+                DISTRIBUTED_CLAIM_TYPES,
+                DISTRIBUTED_CLAIM_ZERO_TYPES,
             )
             types = (self._types,)
         rows = await self._connection.fetch(
@@ -345,7 +369,7 @@ class Claimer:
         children = [row[0] for row in rows if row[_HAS_PARENTS]]
         if not children:
             return {}
-        found = await self._connection.fetch(_sql.PARENT_RESULTS, _sql.array(children))
+        found = await self._connection.fetch(PARENT_RESULTS, array(children))
         return {row[0]: row[1] for row in found}
 
     async def _claim_in_turn(
@@ -359,7 +383,7 @@ class Claimer:
         on_citus = self._connection.distributed
         statements = _ON_CITUS if on_citus else _ON_POSTGRES
         asked = time.monotonic()
-        await connection.execute(_sql.LOCK_CLAIMS, queue)
+        await connection.execute(LOCK_CLAIMS, queue)
         waited = time.monotonic() - asked
         if waited >= TURN_WAIT_WARNING:
             self._logger.warning(
@@ -375,16 +399,16 @@ class Claimer:
             return found if on_citus else await self._raise_heads(connection, found)
         if on_citus:
             window = await connection.fetchrow(
-                _sql.DISTRIBUTED_RATE_ROOM,
+                DISTRIBUTED_RATE_ROOM,
                 queue,
                 rate.limit,
                 rate.per,
                 rate.per_group,
-                await connection.fetchval(_sql.CLOCK),
+                await connection.fetchval(CLOCK),
             )
         else:
             window = await connection.fetchrow(
-                _sql.RATE_ROOM, queue, rate.limit, rate.per, rate.per_group
+                RATE_ROOM, queue, rate.limit, rate.per, rate.per_group
             )
         assert window is not None
         at, room, wait = window
@@ -403,7 +427,7 @@ class Claimer:
                     at,
                 )
             else:
-                run_ats, ids = _sql.claim_places(bounds)
+                run_ats, ids = claim_places(bounds)
                 # On Citus the starts are recorded apart (below).
                 started = () if on_citus else (at,)
                 if self._types is None:
@@ -422,7 +446,7 @@ class Claimer:
                     )
             if on_citus and rows:
                 await connection.executemany(
-                    _sql.DISTRIBUTED_RECORD_START,
+                    DISTRIBUTED_RECORD_START,
                     [(queue, row[_GROUP_KEY], at) for row in rows],
                 )
                 rows = [row[:_GROUP_KEY] for row in rows]
@@ -449,7 +473,7 @@ class Claimer:
     ) -> list[asyncpg.Record | tuple[Any, ...]]:
         """After a group claim (its rows end with their group): raise the groups' heads; the rows without it."""
         claimed = sorted({row[_GROUP_KEY] for row in rows} - {None})
-        await connection.execute(_sql.GROUP_HEADS, self._queue, claimed)
+        await connection.execute(GROUP_HEADS, self._queue, claimed)
         return [row[:_GROUP_KEY] for row in rows]
 
     async def _check_schema(self) -> None:
@@ -502,7 +526,7 @@ def jobs_from_rows(
     rows: Sequence[asyncpg.Record | tuple[Any, ...]],
     parents: Mapping[int, str] | None = None,
 ) -> Claimed:
-    """Read the rows a claim returned (and ``parents``: `_sql.PARENT_RESULTS`'s rows, by child).
+    """Read the rows a claim returned (and ``parents``: `PARENT_RESULTS`'s rows, by child).
 
     A job whose payload Python cannot decode (a 5000-digit number, nesting
     past the recursion limit) or whose times it cannot represent (a BC date)
@@ -615,8 +639,8 @@ def jobs_from_rows(
 _UNREPRESENTABLE = datetime.min.replace(tzinfo=UTC)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_CLAIMED_AT = _sql.CLAIM_COLUMNS.index("claimed_at")
-_HAS_PARENTS = _sql.CLAIM_COLUMNS.index("has_parents")
+_CLAIMED_AT = CLAIM_COLUMNS.index("claimed_at")
+_HAS_PARENTS = CLAIM_COLUMNS.index("has_parents")
 
 
 class UnreadParents(Exception):
@@ -630,10 +654,8 @@ class UnreadParents(Exception):
         self.error = error
 
 
-_PRIORITIZED = len(_sql.CLAIM_COLUMNS)  # the last column of a claim on Citus
-_GROUP_KEY = len(
-    _sql.CLAIM_COLUMNS
-)  # ... and of a rated claim there, and of a group claim
+_PRIORITIZED = len(CLAIM_COLUMNS)  # the last column of a claim on Citus
+_GROUP_KEY = len(CLAIM_COLUMNS)  # ... and of a rated claim there, and of a group claim
 
 TURN_WAIT_WARNING = 1.0
 """Seconds a limited claim may wait for its queue's turn before the worker says so."""
@@ -650,14 +672,12 @@ class _InTurn(NamedTuple):
     types_rated: str
 
 
-_ON_POSTGRES = _InTurn(
-    _sql.CLAIM_GROUPS, _sql.CLAIM_GROUPS_RATED, _sql.CLAIM_RATED, _sql.CLAIM_TYPES_RATED
-)
+_ON_POSTGRES = _InTurn(CLAIM_GROUPS, CLAIM_GROUPS_RATED, CLAIM_RATED, CLAIM_TYPES_RATED)
 _ON_CITUS = _InTurn(
-    _sql.DISTRIBUTED_CLAIM_GROUPS,
-    _sql.DISTRIBUTED_CLAIM_GROUPS_RATED,
-    _sql.DISTRIBUTED_CLAIM_RATED,
-    _sql.DISTRIBUTED_CLAIM_TYPES_RATED,
+    DISTRIBUTED_CLAIM_GROUPS,
+    DISTRIBUTED_CLAIM_GROUPS_RATED,
+    DISTRIBUTED_CLAIM_RATED,
+    DISTRIBUTED_CLAIM_TYPES_RATED,
 )
 
 _NO_GROUP_LIMIT = 2**31 - 1

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.retry import Failures
+from pgqueue._sql.literals import array
+from pgqueue._sql.outcomes import CANCEL_REQUESTED
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -46,7 +47,7 @@ def read_cancel_requested(
     """A read of which of some jobs have had their cancel requested, on ``connection``."""
 
     async def read(ids: list[int]) -> Collection[int]:
-        rows = await connection.fetch(_sql.CANCEL_REQUESTED, _sql.array(ids))
+        rows = await connection.fetch(CANCEL_REQUESTED, array(ids))
         return [row["id"] for row in rows]
 
     return read

@@ -11,8 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.retry import Failures, log_failure
+from pgqueue._sql.leases import (
+    DISTRIBUTED_LEASE_EXPIRE,
+    DISTRIBUTED_LEASE_GRANT,
+    DISTRIBUTED_LEASE_WRITE,
+    DISTRIBUTED_RELEASE_LEASE,
+    LEASE,
+    LOCK_LIMIT,
+    RELEASE_LEASES,
+    SEED_LIMIT,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +39,7 @@ class Lease:
     """The slots of a queue with a fleet-wide limit that this worker may fill.
 
     The database splits the queue's ``global_limit`` among its workers'
-    leases (`_sql.LEASE`), whose sum never exceeds it. Within its lease a
+    leases (`LEASE`), whose sum never exceeds it. Within its lease a
     worker claims on its own: a claim takes no more than the lease leaves
     after the worker's jobs ready or running, and touches no shared row. A
     slot is free again once its handler has ended, before the outcome is
@@ -117,13 +126,13 @@ async def take(connection: DedicatedConnection, lease: Lease) -> bool:
             )
             if granted is not None:
                 return lease.renewed(granted, sent_at)
-            await connection.fetch(_sql.SEED_LIMIT, lease.queue, lease.limit)
+            await connection.fetch(SEED_LIMIT, lease.queue, lease.limit)
     while True:
         results = await connection.transaction(
             [
-                (_sql.LOCK_LIMIT, (lease.queue,)),
+                (LOCK_LIMIT, (lease.queue,)),
                 (
-                    _sql.LEASE,
+                    LEASE,
                     (
                         lease.queue,
                         lease.worker,
@@ -138,20 +147,20 @@ async def take(connection: DedicatedConnection, lease: Lease) -> bool:
         )
         if results[0]:
             return lease.renewed(results[1][0][0], sent_at)
-        await connection.fetch(_sql.SEED_LIMIT, lease.queue, lease.limit)
+        await connection.fetch(SEED_LIMIT, lease.queue, lease.limit)
 
 
 async def _take_routed(lease: Lease, connection: asyncpg.Connection[Any]) -> int | None:
     """`take`'s statements on Citus, each on the queue's shard; None if the queue has no row."""
     queue, worker = lease.queue, lease.worker
-    if not await connection.fetch(_sql.LOCK_LIMIT, queue):
+    if not await connection.fetch(LOCK_LIMIT, queue):
         return None
-    await connection.execute(_sql.DISTRIBUTED_LEASE_EXPIRE, queue, worker)
+    await connection.execute(DISTRIBUTED_LEASE_EXPIRE, queue, worker)
     granted: int = await connection.fetchval(
-        _sql.DISTRIBUTED_LEASE_GRANT, queue, worker, lease.limit, lease.wanted
+        DISTRIBUTED_LEASE_GRANT, queue, worker, lease.limit, lease.wanted
     )
     await connection.execute(
-        _sql.DISTRIBUTED_LEASE_WRITE,
+        DISTRIBUTED_LEASE_WRITE,
         queue,
         worker,
         max(granted, lease.held()),
@@ -221,10 +230,10 @@ class LeaseKeeper:
             if self._connection.distributed:
                 for lease in self._leases:
                     await self._connection.fetch(
-                        _sql.DISTRIBUTED_RELEASE_LEASE, lease.queue, self.worker
+                        DISTRIBUTED_RELEASE_LEASE, lease.queue, self.worker
                     )
             else:
-                await self._connection.fetch(_sql.RELEASE_LEASES, self.worker)
+                await self._connection.fetch(RELEASE_LEASES, self.worker)
         except Exception as exc:
             # Its leases run out on their own.
             log_failure(

@@ -30,7 +30,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import anyio
 import asyncpg
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.checks import (
     check_bool,
     check_duration,
@@ -42,6 +41,18 @@ from pgqueue._core.checks import (
 from pgqueue._core.codec import encode_payload
 from pgqueue._core.job import PeriodicKey
 from pgqueue._core.retry import Failures, safe_repr
+from pgqueue._sql.enqueue import NOTIFY_JOBS
+from pgqueue._sql.periodic import (
+    DISTRIBUTED_PERIODIC_REGISTER,
+    DISTRIBUTED_TICK_ADVANCE,
+    DISTRIBUTED_TICK_JOB,
+    DISTRIBUTED_TICK_LIVE,
+    DISTRIBUTED_TICK_NEW,
+    DISTRIBUTED_TICK_SEEN,
+    PERIODIC_NOW,
+    PERIODIC_REGISTER,
+    PERIODIC_TICK,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -265,7 +276,7 @@ class DatabaseClock:
 
     async def now(self, connection: DedicatedConnection) -> datetime:
         """The database's ``now()``."""
-        row = await connection.fetchrow(_sql.PERIODIC_NOW)
+        row = await connection.fetchrow(PERIODIC_NOW)
         assert row is not None
         now: datetime = row["now"]
         return now
@@ -337,9 +348,9 @@ class Schedules:
                 now = await clock.now(connection)
                 for schedule in list(pending.values()):
                     await connection.fetchrow(
-                        _sql.DISTRIBUTED_PERIODIC_REGISTER
+                        DISTRIBUTED_PERIODIC_REGISTER
                         if connection.distributed
-                        else _sql.PERIODIC_REGISTER,
+                        else PERIODIC_REGISTER,
                         *_definition(schedule),
                         schedule.after(now),
                         now,
@@ -397,7 +408,7 @@ class Schedules:
                 )
             else:
                 row = await connection.fetchrow(
-                    _sql.PERIODIC_TICK,
+                    PERIODIC_TICK,
                     *_definition(schedule),
                     tick,
                     following,
@@ -439,12 +450,12 @@ async def _tick_routed(
     """PERIODIC_TICK's answer on Citus, in steps in one transaction (see ``DISTRIBUTED_TICK_SEEN``)."""
     definition = _definition(schedule)
     name, queue, job_type = schedule.name, definition[3], schedule.job_type
-    seen = await connection.fetchrow(_sql.DISTRIBUTED_TICK_SEEN, name)
+    seen = await connection.fetchrow(DISTRIBUTED_TICK_SEEN, name)
     done_until = None
     live = False
     if seen is None:
         made = await connection.fetchrow(
-            _sql.DISTRIBUTED_TICK_NEW, *definition, tick, following, now
+            DISTRIBUTED_TICK_NEW, *definition, tick, following, now
         )
         if made is None:  # another scheduler made it first: read it again
             return {"advanced": False, "done_until": None, "job_id": None}
@@ -458,7 +469,7 @@ async def _tick_routed(
             schedule.unique
             and (seen["last_job_id"] is not None or seen["last_job_key"] is not None)
             and await connection.fetchval(
-                _sql.DISTRIBUTED_TICK_LIVE,
+                DISTRIBUTED_TICK_LIVE,
                 queue,
                 job_type,
                 seen["last_job_key"],
@@ -468,7 +479,7 @@ async def _tick_routed(
     job_id = None
     if not live:
         job_id = await connection.fetchval(
-            _sql.DISTRIBUTED_TICK_JOB,
+            DISTRIBUTED_TICK_JOB,
             queue,
             job_type,
             schedule.payload,
@@ -476,9 +487,9 @@ async def _tick_routed(
             key,
         )
         if job_id is not None:
-            await connection.execute(_sql.NOTIFY_JOBS, queue)
+            await connection.execute(NOTIFY_JOBS, queue)
     await connection.execute(
-        _sql.DISTRIBUTED_TICK_ADVANCE,
+        DISTRIBUTED_TICK_ADVANCE,
         name,
         tick,
         following,

@@ -11,14 +11,14 @@ import math
 from datetime import datetime
 from typing import TypeAlias
 
-from pgqueue._core import sql as _sql
+from pgqueue._sql.literals import HEAD_OF_LINE, PRIORITIES
 
 __all__ = ["HEAD", "LAST_ID", "RETRY_WAKE_MARGIN", "Bounds", "ClaimPolicy", "Place"]
 
 Place: TypeAlias = tuple[datetime, int]
 """A place in one priority's line ``(run_at, id)``; a claim takes the jobs after it."""
 
-HEAD: Place = _sql.HEAD_OF_LINE
+HEAD: Place = HEAD_OF_LINE
 """The place before every job of a priority."""
 
 LAST_ID = 2**63 - 1
@@ -147,7 +147,7 @@ class ClaimPolicy:
         after = dict(bounds)
         passed = []
         if claimed_at is not None and not self._woken:
-            for priority in _sql.PRIORITIES:
+            for priority in PRIORITIES:
                 if priority > lowest:
                     after[priority] = (claimed_at, LAST_ID)
                     passed.append(priority)

@@ -7,9 +7,13 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.job import Status
 from pgqueue._core.retry import Failures
+from pgqueue._sql.admin import DISTRIBUTED_PRUNE_BATCH, PRUNE_BATCH
+from pgqueue._sql.channels import ANNOUNCE
+from pgqueue._sql.literals import array
+from pgqueue._sql.outcomes import DISTRIBUTED_RESCUE, DISTRIBUTED_TOUCH, RESCUE, TOUCH
+from pgqueue._sql.settings import NO_JIT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -108,9 +112,9 @@ class Upkeep:
                 continue
             try:
                 rows = await self._connection.fetch(
-                    _sql.TOUCH,
-                    _sql.array(key[0] for key in keys),
-                    _sql.array(key[1] for key in keys),
+                    TOUCH,
+                    array(key[0] for key in keys),
+                    array(key[1] for key in keys),
                 )
             except Exception as exc:
                 failures.failed(exc)
@@ -128,9 +132,9 @@ class Upkeep:
             keys = sorted(unsorted)
             if keys:
                 rows += await self._connection.fetch(
-                    _sql.DISTRIBUTED_TOUCH,
-                    _sql.array(key[0] for key in keys),
-                    _sql.array(key[1] for key in keys),
+                    DISTRIBUTED_TOUCH,
+                    array(key[0] for key in keys),
+                    array(key[1] for key in keys),
                     queue,
                 )
         return rows
@@ -176,7 +180,7 @@ class Upkeep:
             return swept
         while True:
             rows = await self._connection.fetch(
-                _sql.RESCUE, self._queues, self._rescue_after, SWEEP_BATCH
+                RESCUE, self._queues, self._rescue_after, SWEEP_BATCH
             )
             batch: dict[str, Counter[str]] = {}
             for row in rows:
@@ -192,7 +196,7 @@ class Upkeep:
         """The rescue sweep of one queue on Citus; tracked jobs that ended are announced after."""
         while True:
             rows = await self._connection.fetch(
-                _sql.DISTRIBUTED_RESCUE, queue, self._rescue_after, SWEEP_BATCH
+                DISTRIBUTED_RESCUE, queue, self._rescue_after, SWEEP_BATCH
             )
             statuses: Counter[str] = Counter(row["status"] for row in rows)
             if statuses:
@@ -201,7 +205,7 @@ class Upkeep:
                     self._on_swept(queue, statuses)
             ended = [str(row["id"]) for row in rows if row["ended"]]
             if ended:
-                await self._connection.fetch(_sql.DISTRIBUTED_ANNOUNCE, ended)
+                await self._connection.fetch(ANNOUNCE, ended)
             if len(rows) < SWEEP_BATCH:
                 return
 
@@ -234,8 +238,8 @@ class Upkeep:
         while True:
             _, (row,) = await self._connection.transaction(
                 [
-                    (_sql.NO_JIT, ()),
-                    (_sql.PRUNE_BATCH, (self._queues, retain, after, SWEEP_BATCH)),
+                    (NO_JIT, ()),
+                    (PRUNE_BATCH, (self._queues, retain, after, SWEEP_BATCH)),
                 ]
             )
             count: int = row["removed"]
@@ -249,7 +253,7 @@ class Upkeep:
         removed, after = 0, 0
         while True:
             row = await self._connection.fetchrow(
-                _sql.DISTRIBUTED_PRUNE_BATCH, queue, retain, after, SWEEP_BATCH
+                DISTRIBUTED_PRUNE_BATCH, queue, retain, after, SWEEP_BATCH
             )
             assert row is not None
             count: int = row["removed"]

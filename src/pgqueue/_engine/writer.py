@@ -8,11 +8,18 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.errors import is_transient
 from pgqueue._core.outcome import Kind, Outcome
 from pgqueue._core.retry import Failures, safe_repr
 from pgqueue._engine.runner import job_fields, job_label
+from pgqueue._sql.channels import ANNOUNCE
+from pgqueue._sql.literals import array
+from pgqueue._sql.outcomes import (
+    COMPLETE,
+    DISTRIBUTED_COMPLETE,
+    DISTRIBUTED_FINISH,
+    FINISH,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -120,22 +127,22 @@ class OutcomeWriter:
         # and the loser waits deadlock_timeout before it fails.
         part.sort(key=_KEY)
         keys = [o.key for o in part]
-        ids = _sql.array([key[0] for key in keys])
-        attempts = _sql.array([key[1] for key in keys])
+        ids = array([key[0] for key in keys])
+        attempts = array([key[1] for key in keys])
         results = [o.result for o in part]
         statuses = [o.status for o in part]
         args: tuple[object, ...]
         if self._connection.distributed:
             rows = await self._finish_routed(part, ids, attempts, results, statuses)
         elif all(status == Kind.COMPLETED for status in statuses):
-            query, args = _sql.COMPLETE, (ids, attempts, results)
+            query, args = COMPLETE, (ids, attempts, results)
         else:
-            query = _sql.FINISH
+            query = FINISH
             args = (
                 ids,
                 attempts,
                 statuses,
-                _sql.array([o.delay for o in part]),
+                array([o.delay for o in part]),
                 [o.error for o in part],
                 results,
             )
@@ -161,22 +168,22 @@ class OutcomeWriter:
         queue = part[0].job.queue
         if all(status == Kind.COMPLETED for status in statuses):
             rows = await self._connection.fetch(
-                _sql.DISTRIBUTED_COMPLETE, ids, attempts, results, queue
+                DISTRIBUTED_COMPLETE, ids, attempts, results, queue
             )
         else:
             rows = await self._connection.fetch(
-                _sql.DISTRIBUTED_FINISH,
+                DISTRIBUTED_FINISH,
                 ids,
                 attempts,
                 statuses,
-                _sql.array([o.delay for o in part]),
+                array([o.delay for o in part]),
                 [o.error for o in part],
                 results,
                 queue,
             )
         ended = [str(row["id"]) for row in rows if row["ended"]]
         if ended:
-            await self._connection.fetch(_sql.DISTRIBUTED_ANNOUNCE, ended)
+            await self._connection.fetch(ANNOUNCE, ended)
         return rows
 
     def _instead_of(self, outcome: Outcome, exc: Exception) -> list[list[Outcome]]:

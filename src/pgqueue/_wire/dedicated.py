@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.connect import connect_like, target_of
 from pgqueue._core.errors import ends_session, is_outage
-from pgqueue._core.schema import distributed_tables
+from pgqueue._sql.settings import WORKER_SETTINGS
+from pgqueue._store.schema import distributed_tables
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -52,7 +52,7 @@ class Mode:
 
     def __init__(self) -> None:
         self.distributed = False
-        self.settings = dict(_sql.WORKER_SETTINGS)
+        self.settings = dict(WORKER_SETTINGS)
 
 
 class DedicatedConnection:

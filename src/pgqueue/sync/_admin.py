@@ -6,14 +6,15 @@ from typing import TYPE_CHECKING, Any
 
 from pgqueue import JobInfo, JobSummary
 from pgqueue._extension import (
+    admin_statements,
     check_job_id,
     check_name,
     check_queue_name,
     completed_estimated,
     job_info,
     listing,
+    listing_statements,
     queue_stats,
-    sql,
 )
 from pgqueue.sync._statements import fetch, fetch_dicts
 
@@ -54,17 +55,23 @@ class Admin:
         """
         name = None if queue is None else check_queue_name(queue)
         conn = self._connection
-        rows = fetch(conn, sql.STATS, (name,))
-        table = fetch_dicts(conn, sql.STATS_TABLE, ())[0]
+        rows = fetch(conn, listing_statements.STATS, (name,))
+        table = fetch_dicts(conn, listing_statements.STATS_TABLE, ())[0]
         completed = (
             None
             if completed_estimated(table)
-            else fetch_dicts(conn, sql.STATS_COMPLETED, (name,))
+            else fetch_dicts(conn, listing_statements.STATS_COMPLETED, (name,))
         )
         slots = (
-            fetch_dicts(conn, sql.STATS_LIMITS, (name,)) if table["has_limits"] else []
+            fetch_dicts(conn, listing_statements.STATS_LIMITS, (name,))
+            if table["has_limits"]
+            else []
         )
-        paused = fetch_dicts(conn, sql.PAUSED, (name,)) if table["has_paused"] else []
+        paused = (
+            fetch_dicts(conn, admin_statements.PAUSED, (name,))
+            if table["has_paused"]
+            else []
+        )
         return queue_stats(name, rows, table, completed, slots, paused)
 
     def jobs(
@@ -84,7 +91,13 @@ class Admin:
             SchemaError: the table is missing or lacks a column.
         """
         statement, args = listing(
-            sql.jobs_query, queue, status, job_type, limit, before_id, after_id
+            listing_statements.jobs_query,
+            queue,
+            status,
+            job_type,
+            limit,
+            before_id,
+            after_id,
         )
         rows = fetch_dicts(self._connection, statement, args)
         if after_id is not None:
@@ -103,7 +116,13 @@ class Admin:
     ) -> list[JobSummary]:
         """List jobs as `jobs` does, without their payloads and results: `pgqueue.Admin.job_summaries`."""
         statement, args = listing(
-            sql.job_summaries_query, queue, status, job_type, limit, before_id, after_id
+            listing_statements.job_summaries_query,
+            queue,
+            status,
+            job_type,
+            limit,
+            before_id,
+            after_id,
         )
         rows = fetch_dicts(self._connection, statement, args)
         if after_id is not None:
@@ -117,7 +136,9 @@ class Admin:
             TypeError, ValueError: an id that is not a positive int.
             SchemaError: the table is missing or lacks a column.
         """
-        rows = fetch_dicts(self._connection, sql.JOB, (check_job_id(job_id),))
+        rows = fetch_dicts(
+            self._connection, listing_statements.JOB, (check_job_id(job_id),)
+        )
         return job_info(rows[0]) if rows else None
 
     def dead_count(
@@ -131,7 +152,9 @@ class Admin:
         """
         name = None if queue is None else check_queue_name(queue)
         kind = None if job_type is None else check_name("job type", job_type)
-        count: int = fetch(self._connection, sql.DEAD_COUNT, (name, kind))[0][0]
+        count: int = fetch(self._connection, admin_statements.DEAD_COUNT, (name, kind))[
+            0
+        ][0]
         return count
 
     def __repr__(self) -> str:

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pgqueue import DuplicateJobError
 from pgqueue._extension import (
+    admin_statements,
+    array,
     check_bool,
     check_group,
     check_job_id,
@@ -20,9 +22,9 @@ from pgqueue._extension import (
     check_when,
     encode_payload,
     encode_payloads,
+    enqueue_statements,
     insert_many,
     payload_encoder,
-    sql,
 )
 from pgqueue.sync._statements import fetch, fetch_dicts, fetch_one
 
@@ -136,17 +138,21 @@ class Queue:
             return int(
                 fetch_one(
                     self._connection,
-                    sql.ENQUEUE_REPLACE,
+                    enqueue_statements.ENQUEUE_REPLACE,
                     (*args, key, seconds if debounced is None else debounced, True),
                 )[0]
             )
         if key is None:
             job_id: int = fetch_one(
-                self._connection, sql.ENQUEUE, (*args, seconds, group_key)
+                self._connection,
+                enqueue_statements.ENQUEUE,
+                (*args, seconds, group_key),
             )[0]
             return job_id
         job_id, existed = fetch_one(
-            self._connection, sql.ENQUEUE_UNIQUE, (*args, key, seconds, group_key)
+            self._connection,
+            enqueue_statements.ENQUEUE_UNIQUE,
+            (*args, key, seconds, group_key),
         )[:2]
         if existed and conflict == "raise":
             raise DuplicateJobError(job_id, key)
@@ -205,7 +211,7 @@ class Queue:
         ids = [check_job_id(job_id) for job_id in job_ids]
         if not ids:
             return {}
-        rows = fetch(self._connection, sql.CANCEL, (sql.array(ids),))
+        rows = fetch(self._connection, admin_statements.CANCEL, (array(ids),))
         done: dict[int, str] = {job_id: result for job_id, result, _ in rows}
         return {job_id: done[job_id] for job_id in ids}
 

@@ -11,7 +11,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
 from pgqueue import SchemaError
-from pgqueue._extension import REPLACE_MISSING, schema_error, sql
+from pgqueue._extension import REPLACE_MISSING, schema_error, schema_statements
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -92,8 +92,11 @@ def _schema_failure(connection: psycopg.Connection[Any], message: str) -> Schema
     if info.transaction_status == TransactionStatus.IDLE:
         rows = fetch_dicts(
             connection,
-            sql.SCHEMA_CHECK,
-            (list(sql.REQUIRED_COLUMNS), list(sql.REQUIRED_INDEXES)),
+            schema_statements.SCHEMA_CHECK,
+            (
+                list(schema_statements.REQUIRED_COLUMNS),
+                list(schema_statements.REQUIRED_INDEXES),
+            ),
         )
         error = schema_error(rows[0] if rows else None, where=where)
         if error is not None:

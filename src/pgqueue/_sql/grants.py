@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Literal, TypeAlias
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.checks import check_name
+from pgqueue._sql.functions import FUNCTIONS
 
 __all__ = ["KINDS", "Kind", "grants"]
 
@@ -126,7 +126,7 @@ def grants(kind: Kind, role: str) -> str:
     if kind in ("producer", "worker"):
         lines += [
             f"GRANT EXECUTE ON FUNCTION {signature} TO {quoted};"
-            for signature, function in _sql.FUNCTIONS.items()
+            for signature, function in FUNCTIONS.items()
             if function != "trigger"
         ]
     return "\n".join(lines) + "\n"

@@ -6,9 +6,15 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from pgqueue._core import sql as _sql
 from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
+from pgqueue._sql.schema import (
+    CITUS_CHECK,
+    DISTRIBUTED_CHECK,
+    REQUIRED_COLUMNS,
+    REQUIRED_INDEXES,
+    SCHEMA_CHECK,
+)
 
 __all__ = [
     "DEPENDENCIES_MISSING",
@@ -63,7 +69,7 @@ async def check_schema(executor: _Fetches, *, limits: bool = False) -> bool:
     Raises whatever the database raises when it cannot answer.
     """
     row = await executor.fetchrow(
-        _sql.SCHEMA_CHECK, list(_sql.REQUIRED_COLUMNS), list(_sql.REQUIRED_INDEXES)
+        SCHEMA_CHECK, list(REQUIRED_COLUMNS), list(REQUIRED_INDEXES)
     )
     error = schema_error(row, limits=limits, where=target_of(executor))
     if error is not None:
@@ -78,13 +84,13 @@ async def distributed_tables(executor: _Fetches) -> bool | None:
     One statement on plain PostgreSQL (which has no Citus catalog to read),
     two on Citus.
     """
-    row = await executor.fetchrow(_sql.CITUS_CHECK)
+    row = await executor.fetchrow(CITUS_CHECK)
     assert row is not None
     if not row["jobs"]:
         return None
     if not row["citus"]:
         return False
-    row = await executor.fetchrow(_sql.DISTRIBUTED_CHECK)
+    row = await executor.fetchrow(DISTRIBUTED_CHECK)
     assert row is not None
     return bool(row[0])
 
@@ -104,7 +110,7 @@ async def schema_failure(
 def schema_error(
     row: Row | None, *, limits: bool = False, where: str | None = None
 ) -> SchemaError | None:
-    """The `SchemaError` for an answer of `_sql.SCHEMA_CHECK`, or None if nothing is missing.
+    """The `SchemaError` for an answer of `SCHEMA_CHECK`, or None if nothing is missing.
 
     The limits' tables count only with ``limits``; ``where`` names the database.
     """
@@ -135,7 +141,7 @@ _PAUSED_TABLE = "table pgqueue_paused"
 
 
 def missing_pieces(row: Row, *, limits: bool = True) -> list[str]:
-    """What an answer of `_sql.SCHEMA_CHECK` on an existing table says is missing, in order.
+    """What an answer of `SCHEMA_CHECK` on an existing table says is missing, in order.
 
     ``limits``: whether missing limits' tables count.
     """
