@@ -77,13 +77,19 @@ def test_a_copy_of_the_tree_holds_them_too(tree: Path) -> None:
 
 
 UPWARD_IMPORTS = [
-    # The SQL, the lowest floor, importing the dashboard.
-    ("_core/sql.py", "import pgqueue.web", "Layers"),
+    # The statements importing the dashboard; the lifecycle, the lowest
+    # floor, importing the job.
+    ("_sql/claims.py", "import pgqueue.web", "Layers"),
     # A floor importing the worker's engine: the circle checks -> typed ->
     # runner -> checks that Handler and the codec moved out of.
     ("_core/typed.py", "from pgqueue._engine.runner import JobRunner", "Layers"),
     ("_core/codec.py", "from pgqueue._core.typed import payload_type", "No circle"),
-    ("_core/sql.py", "from pgqueue._core.job import Job", "The floors"),
+    ("_core/lifecycle.py", "from pgqueue._core.job import Job", "The floors"),
+    # A statement of one concept importing the schema they make up; the
+    # store importing the worker's connections, the engine the store's
+    # statements' layer is below.
+    ("_sql/tables.py", "from pgqueue._sql.schema import SCHEMA", "The statements"),
+    ("_store/postgres.py", "from pgqueue._wire.dedicated import Mode", "Layers"),
     # The engine importing the worker it makes up; the wire, the engine.
     ("_engine/lanes.py", "from pgqueue._worker import Worker", "Layers"),
     ("_wire/listener.py", "from pgqueue._engine.ledger import Claims", "Layers"),
@@ -104,7 +110,7 @@ UPWARD_IMPORTS = [
     ),
     (
         "cli/top.py",
-        "from pgqueue._core.sql import DEAD_COUNT",
+        "from pgqueue._sql.admin import DEAD_COUNT",
         "only through pgqueue._extension",
     ),
     ("otel.py", "import pgqueue.web", "Layers"),

@@ -23,9 +23,9 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._sql.grants import KINDS
 from pgqueue._sql.claims import CLAIM_GROUPS
 from pgqueue._sql.functions import FUNCTIONS
+from pgqueue._sql.grants import KINDS
 from pgqueue._sql.outcomes import RESCUE
 from pgqueue._sql.settings import WORKER_SETTINGS
 from tests.helpers import plan_buffers, running, wait_until

@@ -35,7 +35,8 @@ from pgqueue._core.errors import (
 )
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
-from pgqueue._core.job import Job, NewJob, Status
+from pgqueue._core.job import Job, NewJob
+from pgqueue._core.lifecycle import OutcomeKind, Status
 from pgqueue._core.log import Logger
 from pgqueue._core.options import RateLimit, WorkerOptions
 from pgqueue._core.outcome import Outcome
@@ -80,6 +81,7 @@ __all__ = [
     "NewJob",
     "Observer",
     "Outcome",
+    "OutcomeKind",
     "PayloadTooLargeError",
     "Permanent",
     "PgQueueError",

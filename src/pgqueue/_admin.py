@@ -25,17 +25,11 @@ from pgqueue._core.checks import (
 from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._queue import cancel_routed, is_distributed, retry_routed
 from pgqueue._sql.admin import (
-    CANCEL,
     DEAD_COUNT,
-    DISTRIBUTED_PRUNE_BATCH,
-    FINISHED_QUEUES,
     PAUSE,
     PAUSED,
-    PRUNE_BATCH_ANY,
     RESUME,
-    RETRY,
     RETRY_CHILDREN,
     RETRYABLE_IDS,
 )
@@ -56,14 +50,20 @@ from pgqueue._sql.listings import (
 from pgqueue._sql.literals import array
 from pgqueue._sql.periodic import PERIODIC_LIST, PERIODIC_REMOVE, PERIODIC_TABLE_EXISTS
 from pgqueue._sql.schema import REQUIRED_COLUMNS, REQUIRED_INDEXES, SCHEMA_CHECK
-from pgqueue._sql.settings import JIT_BACK, JIT_OFF, NO_JIT
 from pgqueue._sql.tables import HISTORY_KEPT
-from pgqueue._store.schema import SCHEMA_ERRORS, Row, missing_pieces, schema_failure
+from pgqueue._store.postgres import Store
+from pgqueue._store.schema import (
+    SCHEMA_ERRORS,
+    Row,
+    missing_pieces,
+    schema_failure,
+    store_for,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 
-    from pgqueue._queue import Connection, Executor
+    from pgqueue._queue import Executor
 
 __all__ = [
     "Admin",
@@ -581,12 +581,12 @@ class Admin:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_distributed", "_executor", "_logger")
+    __slots__ = ("_executor", "_found", "_logger")
 
     def __init__(self, executor: Executor, *, logger: Logger | None = None) -> None:
         self._executor = executor
         self._logger = default_logger(logger)
-        self._distributed: bool | None = None
+        self._found: Store | None = None
 
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         """Count each queue's jobs by state; sorted by queue name.
@@ -883,14 +883,8 @@ class Admin:
 
     async def _retry(self, ids: list[int], attempts: int | None) -> dict[int, str]:
         """One RETRY statement; in a savepoint on a connection, so a conflict can be retried."""
-        if await self._routed():
-            return await retry_routed(self._executor, ids, attempts)
-        if isinstance(self._executor, asyncpg.Pool):
-            rows = await self._executor.fetch(RETRY, array(ids), attempts)
-        else:
-            async with self._executor.transaction():
-                rows = await self._executor.fetch(RETRY, array(ids), attempts)
-        return {row["id"]: row["result"] for row in rows}
+        store = await self._store()
+        return await store.retry(self._executor, ids, attempts)
 
     async def retry_all(
         self,
@@ -969,11 +963,8 @@ class Admin:
         if not ids:
             return {}
         async with self._schema_checked():
-            if await self._routed():
-                done = await cancel_routed(self._executor, ids)
-            else:
-                rows = await self._executor.fetch(CANCEL, array(ids))
-                done = {row["id"]: row["result"] for row in rows}
+            store = await self._store()
+            done = await store.cancel(self._executor, ids)
         self._logger.debug("cancel", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
 
@@ -1060,68 +1051,32 @@ class Admin:
         size = check_int("batch_size", batch_size)
         removed = 0
         async with self._schema_checked():
-            distributed = await self._routed()
-        if distributed:
-            # On Citus, queue by queue, each on its shard.
-            async with self._schema_checked():
-                names = (
-                    [name]
-                    if name is not None
-                    else [
-                        row["queue"]
-                        for row in await self._executor.fetch(FINISHED_QUEUES)
-                    ]
-                )
-            for each in names:
-                removed += await self._prune_batches(
-                    DISTRIBUTED_PRUNE_BATCH, each, seconds, size
-                )
-        else:
-            removed = await self._prune_batches(PRUNE_BATCH_ANY, name, seconds, size)
+            store = await self._store()
+            scopes = await store.prune_scopes(self._executor, name)
+        for scope in scopes:
+            after = 0
+            while True:
+                async with self._schema_checked():
+                    count, after = await store.prune_batch(
+                        self._executor, scope, seconds, after, size
+                    )
+                removed += count
+                if count < size:
+                    break
         if removed:
             self._logger.debug(
                 "pruned finished jobs", extra={"count": removed, "queue": name}
             )
         return removed
 
-    async def _routed(self) -> bool:
-        """Whether the tables are distributed (Citus): looked up once per Admin (and database)."""
-        if self._distributed is None:
-            found = await is_distributed(self._executor)
-            if found is not None:
-                self._distributed = found
-            return bool(found)
-        return self._distributed
-
-    async def _prune_batches(
-        self, statement: str, name: str | None, seconds: float, size: int
-    ) -> int:
-        """`prune`'s batches of ``statement`` until one comes back short."""
-        removed = 0
-        after = 0
-        while True:
-            async with self._schema_checked():
-                row = await self._prune_batch(statement, name, seconds, after, size)
-            assert row is not None
-            count, after = int(row["removed"]), int(row["last_id"])
-            removed += count
-            if count < size:
-                return removed
-
-    async def _prune_batch(
-        self, statement: str, *args: object
-    ) -> asyncpg.Record | None:
-        """One batch of `prune`, planned without JIT (see `NO_JIT`).
-
-        Over a pool or a connection outside a transaction, the batch is a
-        transaction of its own; inside the caller's transaction, ``jit`` is
-        set back to what it was after the batch.
-        """
-        executor = self._executor
-        if isinstance(executor, asyncpg.Pool):
-            async with executor.acquire() as conn:
-                return await _fetchrow_without_jit(conn, statement, *args)
-        return await _fetchrow_without_jit(executor, statement, *args)
+    async def _store(self) -> Store:
+        """The store of the database: looked up once per Admin (and database)."""
+        if self._found is None:
+            found = await store_for(self._executor)
+            if found is None:
+                return Store()
+            self._found = found
+        return self._found
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every periodic schedule workers have registered, by name.
@@ -1335,22 +1290,3 @@ def listing(
         after if newer else before,
         count,
     )
-
-
-async def _fetchrow_without_jit(
-    conn: Connection, statement: str, *args: object
-) -> asyncpg.Record | None:
-    """``statement``'s row, planned with ``jit`` off on ``conn``, whose setting is kept.
-
-    Outside a transaction, in one of its own with ``SET LOCAL``; inside the
-    caller's, ``jit`` is put back afterwards.
-    """
-    if not conn.is_in_transaction():
-        async with conn.transaction():
-            await conn.execute(NO_JIT)
-            return await conn.fetchrow(statement, *args)
-    was = await conn.fetchval(JIT_OFF)
-    try:
-        return await conn.fetchrow(statement, *args)
-    finally:
-        await conn.execute(JIT_BACK, was)

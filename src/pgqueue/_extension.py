@@ -55,9 +55,9 @@ from pgqueue._core.connect import check_dsn, target, target_of
 from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
 from pgqueue._core.job import PeriodicKey
+from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.log import JsonFormatter, default_logger
 from pgqueue._core.options import Flag, option_flags
-from pgqueue._core.outcome import Kind
 from pgqueue._core.public import public_names
 from pgqueue._core.text import first_line, seconds_text
 from pgqueue._dashboard import Frame, Sampler
@@ -100,7 +100,7 @@ __all__ = [
     "Flag",
     "Frame",
     "JsonFormatter",
-    "Kind",
+    "OutcomeKind",
     "PeriodicKey",
     "Sampler",
     "admin_statements",

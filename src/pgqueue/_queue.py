@@ -42,15 +42,6 @@ from pgqueue._core.errors import DuplicateJobError, JobNotFoundError, SchemaErro
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._sql.admin import (
-    CANCEL,
-    DISTRIBUTED_CANCEL,
-    DISTRIBUTED_PRUNE,
-    DISTRIBUTED_RETRY,
-    PRUNE,
-    QUEUES_OF,
-)
-from pgqueue._sql.channels import JOBS_CHANNEL, NOTIFY
 from pgqueue._sql.enqueue import (
     DISTRIBUTED_UNIQUE_SILENT,
     ENQUEUE,
@@ -61,7 +52,6 @@ from pgqueue._sql.enqueue import (
     ENQUEUE_UNIQUE_SILENT,
     NOTIFY_JOBS,
 )
-from pgqueue._sql.literals import array
 from pgqueue._sql.schema import (
     CITUS_INSTALLED,
     SCHEMA,
@@ -70,12 +60,14 @@ from pgqueue._sql.schema import (
     SCHEMA_UPGRADE,
     TABLE_EXISTS,
 )
+from pgqueue._store.postgres import Store
 from pgqueue._store.schema import (
     DEPENDENCIES_MISSING,
     REPLACE_MISSING,
     SCHEMA_ERRORS,
-    distributed_tables,
+    forget,
     schema_failure,
+    store_for,
 )
 from pgqueue._wake import waker_for
 
@@ -89,10 +81,7 @@ __all__ = [
     "Connection",
     "Executor",
     "Queue",
-    "cancel_routed",
     "install",
-    "is_distributed",
-    "retry_routed",
     "uninstall",
 ]
 
@@ -122,70 +111,6 @@ _NO_REPLACE_DISTRIBUTED = (
     "child, and dependencies are not supported there"
 )
 
-# Whether pgqueue_jobs is distributed (Citus), by database (user@host:port/db):
-# looked up once per database and Queue (see Queue._routed).
-_DISTRIBUTED: dict[str, bool] = {}
-
-
-async def is_distributed(executor: Executor) -> bool | None:
-    """Whether pgqueue's tables are distributed by Citus on ``executor``'s database (cached).
-
-    None while there is no ``pgqueue_jobs`` table (not cached).
-    """
-    where = target_of(executor)
-    if where is not None and where in _DISTRIBUTED:
-        return _DISTRIBUTED[where]
-    found = await distributed_tables(executor)
-    if where is not None and found is not None:
-        _DISTRIBUTED[where] = found
-    return found
-
-
-async def _by_queue(executor: Executor, ids: list[int]) -> dict[str, list[int]]:
-    """The jobs ``ids`` that have a row, by queue (one read of every shard)."""
-    by_queue: dict[str, list[int]] = {}
-    for row in await executor.fetch(QUEUES_OF, array(ids)):
-        by_queue.setdefault(row["queue"], []).append(row["id"])
-    return by_queue
-
-
-async def cancel_routed(executor: Executor, ids: list[int]) -> dict[int, str]:
-    """`Queue.cancel` on Citus: the ids' queues looked up, then one statement per queue, on its shard.
-
-    The NOTIFYs (control requests, tracked outcomes) go from the
-    coordinator. Each queue's statement commits by itself unless
-    ``executor`` is a connection in a transaction.
-    """
-    done = dict.fromkeys(ids, "not_found")
-    channels: list[str] = []
-    payloads: list[str] = []
-    for queue, queued in (await _by_queue(executor, ids)).items():
-        for row in await executor.fetch(DISTRIBUTED_CANCEL, array(queued), queue):
-            done[row["id"]] = row["result"]
-            if row["channel"] is not None:
-                channels.append(row["channel"])
-                payloads.append(str(row["id"]))
-    if channels:
-        await executor.execute(NOTIFY, channels, payloads)
-    return done
-
-
-async def retry_routed(
-    executor: Executor, ids: list[int], attempts: int | None
-) -> dict[int, str]:
-    """`pgqueue.Admin.retry` on Citus: as `cancel_routed`, waking each queue with a job retried."""
-    done = dict.fromkeys(ids, "not_found")
-    woken: list[str] = []
-    for queue, queued in (await _by_queue(executor, ids)).items():
-        rows = await executor.fetch(DISTRIBUTED_RETRY, array(queued), attempts, queue)
-        for row in rows:
-            done[row["id"]] = row["result"]
-        if any(row["result"] == "retried" for row in rows):
-            woken.append(queue)
-    if woken:
-        await executor.execute(NOTIFY, [JOBS_CHANNEL] * len(woken), woken)
-    return done
-
 
 async def install(executor: Executor, *, distributed: bool = False) -> None:
     """Create or bring up to date the ``pgqueue_jobs`` table: `SCHEMA`, then `SCHEMA_UPGRADE`.
@@ -213,21 +138,17 @@ async def install(executor: Executor, *, distributed: bool = False) -> None:
             )
             raise SchemaError(msg, where=target_of(executor))
         await executor.execute(SCHEMA_DISTRIBUTED)
-        where = target_of(executor)
-        if where is not None:
-            _DISTRIBUTED[where] = True
-        return
-    if not await executor.fetchval(TABLE_EXISTS):
-        await executor.execute(SCHEMA)
-    await executor.execute(SCHEMA_UPGRADE)
+    else:
+        if not await executor.fetchval(TABLE_EXISTS):
+            await executor.execute(SCHEMA)
+        await executor.execute(SCHEMA_UPGRADE)
+    forget(executor)
 
 
 async def uninstall(executor: Executor) -> None:
     """Drop the ``pgqueue_jobs`` table by running `SCHEMA_DOWN`."""
     await executor.execute(SCHEMA_DOWN)
-    where = target_of(executor)
-    if where is not None:
-        _DISTRIBUTED.pop(where, None)
+    forget(executor)
 
 
 class Queue:
@@ -257,13 +178,13 @@ class Queue:
     """
 
     __slots__ = (
-        "_distributed",
         "_encoder",
         "_hooks",
         "_logger",
         "_max_attempts",
         "_name",
         "_pool",
+        "_store",
         "_waker_pool",
     )
 
@@ -288,7 +209,7 @@ class Queue:
         self._logger = default_logger(logger)
         self._hooks = tuple(hooks)
         self._encoder = payload_encoder(json_encoder)
-        self._distributed: bool | None = None
+        self._store: Store | None = None
 
     @property
     def name(self) -> str:
@@ -475,9 +396,7 @@ class Queue:
         """`enqueue` once its arguments are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
         executor: Executor = connection if connection is not None else self._pool
-        distributed = self._distributed
-        if distributed is None:
-            distributed = await self._routed(executor)
+        distributed = (self._store or await self._store_of(executor)).distributed
         if distributed:
             if conflict == "replace":
                 raise ValueError(_NO_REPLACE_DISTRIBUTED)
@@ -569,16 +488,18 @@ class Queue:
                 wake()
         return job_id, outcome
 
-    async def _routed(self, executor: Executor) -> bool:
-        """Whether the tables are distributed (Citus): looked up once, on ``executor``.
+    async def _store_of(self, executor: Executor) -> Store:
+        """The store of the queue's database: looked up once, on ``executor``.
 
         The caller's connection when it gave one: the pool may have no
         connection to spare while the caller's transactions hold them all.
+        Plain PostgreSQL's while there is no table (not remembered).
         """
-        found = await is_distributed(executor)
-        if found is not None:
-            self._distributed = found
-        return bool(found)
+        found = await store_for(executor)
+        if found is None:
+            return Store()
+        self._store = found
+        return found
 
     async def _insert_routed(
         self,
@@ -745,9 +666,7 @@ class Queue:
         """
         trace_context = None if event is None else event.trace_context
         executor: Executor = connection if connection is not None else self._pool
-        distributed = self._distributed
-        if distributed is None:
-            distributed = await self._routed(executor)
+        distributed = (self._store or await self._store_of(executor)).distributed
         if distributed and batch.parents is not None:
             msg = (
                 "jobs with dependencies (after=...) are not supported on a "
@@ -905,14 +824,8 @@ class Queue:
         if not ids:
             return {}
         executor: Executor = connection if connection is not None else self._pool
-        distributed = self._distributed
-        if distributed is None:
-            distributed = await self._routed(executor)
-        if distributed:
-            done = await cancel_routed(executor, ids)
-        else:
-            rows = await executor.fetch(CANCEL, array(ids))
-            done = {row["id"]: row["result"] for row in rows}
+        store = self._store or await self._store_of(executor)
+        done = await store.cancel(executor, ids)
         self._logger.debug("cancel", extra={"results": done, "queue": self._name})
         return {job_id: done[job_id] for job_id in ids}
 
@@ -929,12 +842,8 @@ class Queue:
         """
         seconds = check_duration("older_than", older_than)
         executor: Executor = connection if connection is not None else self._pool
-        distributed = self._distributed
-        if distributed is None:
-            distributed = await self._routed(executor)
-        removed: int = await executor.fetchval(
-            DISTRIBUTED_PRUNE if distributed else PRUNE, self._name, seconds
-        )
+        store = self._store or await self._store_of(executor)
+        removed = await store.prune(executor, self._name, seconds)
         if removed:
             self._logger.debug(
                 "pruned finished jobs",

@@ -43,7 +43,7 @@ from pgqueue._core.errors import (
     SchemaError,
     TrackerClosedError,
 )
-from pgqueue._core.job import Status
+from pgqueue._core.lifecycle import Status
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.retry import Failures
 from pgqueue._core.taskgroup import BlockTaskGroup

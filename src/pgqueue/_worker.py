@@ -789,7 +789,7 @@ class Worker:
         )
         self._upkeep = Upkeep(
             upkeep_connection,
-            routes.held_keys,
+            routes.held_keys_by_queue,
             queues=list(self._by_name),
             fields=self._fields,
             rescue_after=self._rescue_after,
@@ -798,7 +798,6 @@ class Worker:
             on_rescued=routes.wake_queues,
             on_cancel_requested=routes.cancel,
             on_swept=self._on_swept if self._observe_rescued else None,
-            queue_keys=routes.held_keys_by_queue,
         )
         self._keeper = (
             LeaseKeeper(

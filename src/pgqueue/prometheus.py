@@ -62,7 +62,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pgqueue import Admin, EnqueueEvent, EnqueueHook, Logger, Observer
-from pgqueue._extension import QUEUE_COUNTS, Kind, default_logger
+from pgqueue._extension import QUEUE_COUNTS, OutcomeKind, default_logger
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -92,12 +92,12 @@ UNKNOWN_JOB_TYPE = "(unknown)"
 
 # What each written outcome's status is counted as.
 _OUTCOMES: dict[str, str] = {
-    Kind.COMPLETED: "completed",
-    Kind.PENDING: "retried",
-    Kind.DEAD: "dead",
-    Kind.CANCELLED: "cancelled",
-    Kind.SNOOZED: "snoozed",
-    Kind.RELEASED: "released",
+    OutcomeKind.COMPLETED: "completed",
+    OutcomeKind.PENDING: "retried",
+    OutcomeKind.DEAD: "dead",
+    OutcomeKind.CANCELLED: "cancelled",
+    OutcomeKind.SNOOZED: "snoozed",
+    OutcomeKind.RELEASED: "released",
 }
 
 

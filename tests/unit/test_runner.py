@@ -16,7 +16,7 @@ import pgqueue
 from pgqueue._core.backoff import MAX_BACKOFF, SafeBackoff
 from pgqueue._core.errors import MAX_ERROR_LENGTH
 from pgqueue._core.job import Job
-from pgqueue._core.outcome import Kind
+from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._engine.runner import JobRunner
 from tests.helpers import RecordingLogger
 
@@ -304,8 +304,8 @@ async def test_outcome_kinds_are_named_and_compare_as_the_strings_observers_see(
     # Observers written against the strings keep working.
     assert snoozed.status == "snoozed"
     assert retried.status == "pending"
-    assert (snoozed.status, retried.status) == (Kind.SNOOZED, Kind.PENDING)
-    assert {str(kind) for kind in Kind} == {
+    assert (snoozed.status, retried.status) == (OutcomeKind.SNOOZED, OutcomeKind.PENDING)
+    assert {str(kind) for kind in OutcomeKind} == {
         "completed",
         "pending",
         "dead",
@@ -315,4 +315,4 @@ async def test_outcome_kinds_are_named_and_compare_as_the_strings_observers_see(
     }
     # Every job status an outcome can write is the kind of the same name.
     for status in ("completed", "dead", "cancelled", "pending"):
-        assert Kind(status) == str(pgqueue.Status(status))
+        assert OutcomeKind(status) == str(pgqueue.Status(status))

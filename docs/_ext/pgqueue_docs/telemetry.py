@@ -87,7 +87,7 @@ def metrics() -> list[tuple[str, str, dict[str, list[str]], str, str]]:
 def _every_outcome(metrics: Any) -> None:
     """Tell a `WorkerMetrics` observer of one outcome of each kind, and one fenced off."""
     from pgqueue import Job, Outcome
-    from pgqueue._core.outcome import Kind
+    from pgqueue._core.lifecycle import OutcomeKind
 
     now = datetime.now(UTC)
     job: Job[Any] = Job(
@@ -101,7 +101,7 @@ def _every_outcome(metrics: Any) -> None:
         created_at=now,
     )
     metrics.observer.on_written(
-        [Outcome(job, kind) for kind in Kind], [Outcome(job, Kind.COMPLETED)]
+        [Outcome(job, kind) for kind in OutcomeKind], [Outcome(job, OutcomeKind.COMPLETED)]
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, fields
@@ -29,23 +28,10 @@ __all__ = [
     "Job",
     "NewJob",
     "PeriodicKey",
-    "Status",
 ]
 
 PERIODIC_KEY_PREFIX = "periodic:"
 """How the unique keys of periodic jobs start: ``periodic:<name>@<tick>``."""
-
-
-class Status(enum.StrEnum):
-    """The lifecycle state of a row in ``pgqueue_jobs``."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    DEAD = "dead"
-    CANCELLED = "cancelled"
-    WAITING = "waiting"
-    """Enqueued with ``after=``, some of its parents not finished: no claim takes it (a Go worker's neither)."""
 
 
 class _NoParents(Mapping[int, Any]):

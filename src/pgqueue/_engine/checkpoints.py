@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from pgqueue._core.codec import encode_payload
-from pgqueue._sql.outcomes import CHECKPOINT, DISTRIBUTED_CHECKPOINT
 
 if TYPE_CHECKING:
     from pgqueue._core.job import Job
@@ -34,13 +33,9 @@ class Checkpoints:
     async def __call__(self, job: Job[Any], value: Any) -> bool:
         """Store ``value`` as ``job``'s checkpoint; whether the run still held its attempt."""
         text = encode_payload(value)  # TypeError, ValueError: before any SQL
+        store = self._connection.store
         with anyio.CancelScope(shield=True):
-            if self._connection.distributed:
-                row = await self._connection.fetchrow(
-                    DISTRIBUTED_CHECKPOINT, job.id, job.attempts, text, job.queue
-                )
-            else:
-                row = await self._connection.fetchrow(
-                    CHECKPOINT, job.id, job.attempts, text
-                )
-        return row is not None
+            return await store.checkpoint(
+                self._connection, job.id, job.attempts, job.queue, text
+            )
+        raise AssertionError  # a shielded scope is never cancelled

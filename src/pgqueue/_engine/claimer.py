@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
-import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -13,35 +12,13 @@ import anyio
 
 from pgqueue._core.errors import describe, is_transient
 from pgqueue._core.job import NO_PARENTS, Job, claimed_job
-from pgqueue._core.outcome import Kind, Outcome
+from pgqueue._core.lifecycle import OutcomeKind
+from pgqueue._core.outcome import Outcome
 from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
 from pgqueue._engine.lease import take
 from pgqueue._engine.runner import job_fields, job_label
-from pgqueue._sql.claims import (
-    CLAIM,
-    CLAIM_COLUMNS,
-    CLAIM_GROUPS,
-    CLAIM_GROUPS_RATED,
-    CLAIM_RATED,
-    CLAIM_TYPES,
-    CLAIM_TYPES_RATED,
-    CLOCK,
-    DISTRIBUTED_CLAIM,
-    DISTRIBUTED_CLAIM_GROUPS,
-    DISTRIBUTED_CLAIM_GROUPS_RATED,
-    DISTRIBUTED_CLAIM_RATED,
-    DISTRIBUTED_CLAIM_TYPES,
-    DISTRIBUTED_CLAIM_TYPES_RATED,
-    DISTRIBUTED_CLAIM_ZERO,
-    DISTRIBUTED_CLAIM_ZERO_TYPES,
-    DISTRIBUTED_RATE_ROOM,
-    DISTRIBUTED_RECORD_START,
-    GROUP_HEADS,
-    LOCK_CLAIMS,
-    PARENT_RESULTS,
-    RATE_ROOM,
-)
-from pgqueue._sql.literals import array, claim_places
+from pgqueue._sql.claims import CLAIM_COLUMNS
+from pgqueue._store.postgres import NO_GROUP_LIMIT
 from pgqueue._store.schema import SCHEMA_ERRORS, check_schema, schema_failure
 
 if TYPE_CHECKING:
@@ -54,6 +31,7 @@ if TYPE_CHECKING:
     from pgqueue._engine.lease import Lease
     from pgqueue._engine.ledger import Budget, Claims
     from pgqueue._engine.policy import Bounds, ClaimPolicy
+    from pgqueue._store.postgres import Turn
     from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["Claimed", "Claimer", "jobs_from_rows"]
@@ -90,19 +68,17 @@ class Claimer:
             no more than it leaves.
         limits: whether the worker needs the fleet-wide limits' tables (one
             of its queues has a limit): the schema check then requires them.
-        types: claim only jobs of these types (`CLAIM_TYPES`); ``None``
-            claims every type.
+        types: claim only jobs of these types; ``None`` claims every type.
         group_limit: the most running jobs of one group across the fleet,
-            if the queue has a group limit: claims are then
-            `CLAIM_GROUPS`, and every job that ends calls for a claim
-            (it may have freed its group).
+            if the queue has a group limit: every job that ends then calls
+            for a claim (it may have freed its group).
         rate_limit: the queue's rate limit, if any: each claim first
-            counts the starts in the window (`RATE_ROOM`), takes no
-            more than it leaves and records its own; with the window full,
-            the claimer sleeps until its oldest start leaves it.
+            counts the starts in the window, takes no more than it leaves
+            and records its own; with the window full, the claimer sleeps
+            until its oldest start leaves it.
 
-    Under a group or a rate limit, claims of the queue take turns across
-    the fleet (`LOCK_CLAIMS` in each claim's transaction).
+    The claims themselves are the store's (`pgqueue._store`): under a group
+    or a rate limit, claims of the queue take turns across the fleet.
     """
 
     def __init__(
@@ -137,11 +113,10 @@ class Claimer:
         self._lease = lease
         self._limits = limits or lease is not None
         self._types = None if types is None else list(types)
-        self._prioritized = True  # on Citus: claim every priority's line
         self._rate_limit = rate_limit
         # Per-group rates need the group claim (no limit of running jobs).
         self._group_limit = (
-            _NO_GROUP_LIMIT
+            NO_GROUP_LIMIT
             if group_limit is None and rate_limit is not None and rate_limit.per_group
             else group_limit
         )
@@ -238,7 +213,7 @@ class Claimer:
                 unrun = jobs_from_rows(unread.rows)
                 for outcome in [
                     *unrun.dead,
-                    *(Outcome(job, Kind.RELEASED) for job in unrun.jobs),
+                    *(Outcome(job, OutcomeKind.RELEASED) for job in unrun.jobs),
                 ]:
                     claims.add([outcome.job], ready=False)
                     self._on_dead(outcome)
@@ -293,7 +268,6 @@ class Claimer:
         self, limit: int, bounds: Bounds
     ) -> tuple[Sequence[asyncpg.Record | tuple[Any, ...]], dict[int, str]]:
         """Claim up to ``limit`` jobs; the results of their parents, for those with parents."""
-        run_ats, ids = claim_places(bounds)
         budget, lease = self._budget, self._lease
         if budget is not None:
             budget.reserved += limit
@@ -301,26 +275,31 @@ class Claimer:
             lease.claiming = limit
         try:
             with anyio.CancelScope(shield=True):
-                distributed = self._connection.distributed
+                store = self._connection.store
                 rows: Sequence[asyncpg.Record | tuple[Any, ...]]
                 if self._group_limit is not None or self._rate_limit is not None:
-                    rows = await self._connection.run_in_transaction(
-                        lambda connection: self._claim_in_turn(
-                            connection, limit, bounds
+                    turn = await self._connection.run_in_transaction(
+                        lambda connection: store.claim_in_turn(
+                            connection,
+                            self._queue,
+                            limit,
+                            bounds,
+                            types=self._types,
+                            group_limit=self._group_limit,
+                            rate=self._rate_limit,
                         )
                     )
-                elif distributed:
-                    rows = await self._claim_distributed(limit, run_ats, ids)
-                elif self._types is None:
-                    rows = await self._connection.fetch(
-                        CLAIM, self._queue, limit, run_ats, ids
-                    )
+                    self._took_turn(turn)
+                    rows = turn.rows
                 else:
-                    rows = await self._connection.fetch(
-                        CLAIM_TYPES, self._queue, limit, run_ats, ids, self._types
+                    rows = await store.claim(
+                        self._connection, self._queue, limit, bounds, self._types
                     )
                 try:
-                    parents = await self._parent_results(rows)
+                    parents = await store.parent_results(
+                        self._connection,
+                        [row[0] for row in rows if row[_HAS_PARENTS]],
+                    )
                 except Exception as exc:
                     raise UnreadParents(rows, exc) from exc
         finally:
@@ -332,149 +311,16 @@ class Claimer:
                 lease.claiming = 0
         return rows, parents
 
-    async def _claim_distributed(
-        self, limit: int, run_ats: str, ids: str
-    ) -> list[tuple[Any, ...]]:
-        """A claim on Citus: of priority 0's line only, while the last claim saw no other priority pending.
-
-        A job with a priority that commits during a drain is seen by the
-        next claim and taken by the one after it. An empty claim says
-        nothing (it may have been of priority 0 only): the next looks at
-        every priority.
-        """
-        if self._types is None:
-            every, zero = DISTRIBUTED_CLAIM, DISTRIBUTED_CLAIM_ZERO
-            types: tuple[list[str], ...] = ()
-        else:
-            every, zero = (
-                DISTRIBUTED_CLAIM_TYPES,
-                DISTRIBUTED_CLAIM_ZERO_TYPES,
-            )
-            types = (self._types,)
-        rows = await self._connection.fetch(
-            every if self._prioritized else zero,
-            self._queue,
-            limit,
-            run_ats,
-            ids,
-            *types,
-        )
-        self._prioritized = not rows or rows[0][_PRIORITIZED]
-        return [row[:_PRIORITIZED] for row in rows]
-
-    async def _parent_results(
-        self, rows: Sequence[asyncpg.Record | tuple[Any, ...]]
-    ) -> dict[int, str]:
-        """Each claimed job with parents: its ``{parent id: result}`` as JSON text."""
-        children = [row[0] for row in rows if row[_HAS_PARENTS]]
-        if not children:
-            return {}
-        found = await self._connection.fetch(PARENT_RESULTS, array(children))
-        return {row[0]: row[1] for row in found}
-
-    async def _claim_in_turn(
-        self, connection: asyncpg.Connection[Any], limit: int, bounds: Bounds
-    ) -> Sequence[asyncpg.Record | tuple[Any, ...]]:
-        """Claim up to ``limit`` jobs under the queue's group or rate limit.
-
-        In the claim's transaction, after the queue's claims before it.
-        """
-        queue, rate, groups = self._queue, self._rate_limit, self._group_limit
-        on_citus = self._connection.distributed
-        statements = _ON_CITUS if on_citus else _ON_POSTGRES
-        asked = time.monotonic()
-        await connection.execute(LOCK_CLAIMS, queue)
-        waited = time.monotonic() - asked
-        if waited >= TURN_WAIT_WARNING:
+    def _took_turn(self, turn: Turn) -> None:
+        """Say a long wait for the queue's turn; remember a window the rate filled."""
+        if turn.waited >= TURN_WAIT_WARNING:
             self._logger.warning(
                 "waited %.1fs for the queue's turn to claim (another worker's claim held it)",
-                waited,
-                extra={"queue": queue, "waited": waited},
+                turn.waited,
+                extra={"queue": self._queue, "waited": turn.waited},
             )
-        if rate is None:
-            assert groups is not None
-            found: list[asyncpg.Record] = await connection.fetch(
-                statements.groups, queue, limit, groups, self._types
-            )
-            return found if on_citus else await self._raise_heads(connection, found)
-        if on_citus:
-            window = await connection.fetchrow(
-                DISTRIBUTED_RATE_ROOM,
-                queue,
-                rate.limit,
-                rate.per,
-                rate.per_group,
-                await connection.fetchval(CLOCK),
-            )
-        else:
-            window = await connection.fetchrow(
-                RATE_ROOM, queue, rate.limit, rate.per, rate.per_group
-            )
-        assert window is not None
-        at, room, wait = window
-        take = min(limit, room)
-        if take > 0:
-            if groups is not None:
-                per_group = rate.limit if rate.per_group else _NO_GROUP_LIMIT
-                rows = await connection.fetch(
-                    statements.groups_rated,
-                    queue,
-                    take,
-                    groups,
-                    self._types,
-                    per_group,
-                    rate.per,
-                    at,
-                )
-            else:
-                run_ats, ids = claim_places(bounds)
-                # On Citus the starts are recorded apart (below).
-                started = () if on_citus else (at,)
-                if self._types is None:
-                    rows = await connection.fetch(
-                        statements.rated, queue, take, run_ats, ids, *started
-                    )
-                else:
-                    rows = await connection.fetch(
-                        statements.types_rated,
-                        queue,
-                        take,
-                        run_ats,
-                        ids,
-                        self._types,
-                        *started,
-                    )
-            if on_citus and rows:
-                await connection.executemany(
-                    DISTRIBUTED_RECORD_START,
-                    [(queue, row[_GROUP_KEY], at) for row in rows],
-                )
-                rows = [row[:_GROUP_KEY] for row in rows]
-            elif groups is not None and not on_citus:
-                rows = await self._raise_heads(connection, rows)
-        else:
-            rows = []
-        # Cut short by the window (it took all the window allowed, or per
-        # group, maybe): room comes back once the window's oldest start
-        # leaves it (a start since then is newer). In a window that was
-        # empty, the oldest start is this claim's own, at ``at``.
-        if wait is None and rows:
-            wait = rate.per
-        if wait is not None and (
-            len(rows) == take < limit or (rate.per_group and len(rows) < limit)
-        ):
-            self._rate_wait = max(wait, 0.0)
-        return rows
-
-    async def _raise_heads(
-        self,
-        connection: asyncpg.Connection[Any],
-        rows: Sequence[asyncpg.Record | tuple[Any, ...]],
-    ) -> list[asyncpg.Record | tuple[Any, ...]]:
-        """After a group claim (its rows end with their group): raise the groups' heads; the rows without it."""
-        claimed = sorted({row[_GROUP_KEY] for row in rows} - {None})
-        await connection.execute(GROUP_HEADS, self._queue, claimed)
-        return [row[:_GROUP_KEY] for row in rows]
+        if turn.rate_wait is not None:
+            self._rate_wait = turn.rate_wait
 
     async def _check_schema(self) -> None:
         if not await check_schema(self._connection, limits=self._limits):
@@ -483,7 +329,7 @@ class Claimer:
                 "size (the worker's statements plan by index regardless)",
                 extra={"queue": self._queue},
             )
-        await self._connection.detect_distributed()
+        await self._connection.detect_store()
 
     async def _take_lease(self) -> None:
         assert self._lease is not None
@@ -534,7 +380,7 @@ def jobs_from_rows(
     Times are always timezone-aware: ``-infinity`` and ``infinity`` come
     back as ``datetime.min`` and ``datetime.max`` in UTC.
 
-    Each row is unpacked in the order of `pgqueue._core.sql.CLAIM_COLUMNS`,
+    Each row is unpacked in the order of `pgqueue._sql.claims.CLAIM_COLUMNS`,
     which the claim's ``RETURNING`` is built from: as fast as indexes,
     named as the columns.
     """
@@ -611,7 +457,7 @@ def jobs_from_rows(
         if error is None:
             jobs.append(job)
         else:
-            dead.append(Outcome(job, Kind.DEAD, error=error))
+            dead.append(Outcome(job, OutcomeKind.DEAD, error=error))
     if not rows:
         return Claimed(jobs, dead, {}, None)
     last: Bounds = {}
@@ -629,7 +475,7 @@ def jobs_from_rows(
             place = _PLACE(job)
             if job.priority not in last or place > last[job.priority]:
                 last[job.priority] = place
-    at = rows[0][_CLAIMED_AT]  # None on Citus (DISTRIBUTED_CLAIM)
+    at = rows[0][_CLAIMED_AT]  # None on Citus
     return Claimed(
         jobs, dead, last, None if at is None else _EPOCH + timedelta(microseconds=at)
     )
@@ -654,32 +500,10 @@ class UnreadParents(Exception):
         self.error = error
 
 
-_PRIORITIZED = len(CLAIM_COLUMNS)  # the last column of a claim on Citus
-_GROUP_KEY = len(CLAIM_COLUMNS)  # ... and of a rated claim there, and of a group claim
-
 TURN_WAIT_WARNING = 1.0
 """Seconds a limited claim may wait for its queue's turn before the worker says so."""
 
 _PLACE = operator.attrgetter("run_at", "id")
 
 
-class _InTurn(NamedTuple):
-    """The claims under a group or a rate limit, on one kind of server."""
-
-    groups: str
-    groups_rated: str
-    rated: str
-    types_rated: str
-
-
-_ON_POSTGRES = _InTurn(CLAIM_GROUPS, CLAIM_GROUPS_RATED, CLAIM_RATED, CLAIM_TYPES_RATED)
-_ON_CITUS = _InTurn(
-    DISTRIBUTED_CLAIM_GROUPS,
-    DISTRIBUTED_CLAIM_GROUPS_RATED,
-    DISTRIBUTED_CLAIM_RATED,
-    DISTRIBUTED_CLAIM_TYPES_RATED,
-)
-
-_NO_GROUP_LIMIT = 2**31 - 1
-"""A group limit that limits nothing (a per-group rate without a group limit)."""
 _PRIORITY = operator.attrgetter("priority")

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue._core.outcome import Kind, Outcome
+from pgqueue._core.lifecycle import OutcomeKind
+from pgqueue._core.outcome import Outcome
 from pgqueue._engine.claimer import Claimer
 from pgqueue._engine.consumers import Consumers
 from pgqueue._engine.lease import Lease
@@ -258,7 +259,7 @@ class Routes:
         """Release every claimed job no handler started (their outcomes go to ``put``)."""
         for lane in self.lanes:
             for job in lane.claims.give_back():
-                put(Outcome(job, Kind.RELEASED))
+                put(Outcome(job, OutcomeKind.RELEASED))
 
     async def wait_empty(self) -> None:
         """Wait until no lane holds a claim."""
@@ -270,15 +271,8 @@ class Routes:
         """Claims whose outcome is not yet durable, in every lane."""
         return sum(lane.claims.held for lane in self.lanes)
 
-    def held_keys(self) -> list[Key]:
-        """Every claim not yet durable, of every lane: the rows to heartbeat."""
-        keys: list[Key] = []
-        for lane in self.lanes:
-            keys += lane.claims.keys()
-        return keys
-
     def held_keys_by_queue(self) -> dict[str, list[Key]]:
-        """`held_keys`, by queue (the heartbeat on Citus)."""
+        """Every claim not yet durable, of every lane, by queue: the rows to heartbeat."""
         return {lane.name: lane.claims.keys() for lane in self.lanes}
 
     def wake(self, queue: str) -> None:
@@ -346,4 +340,4 @@ class Routes:
 
 
 # Outcomes that put the job back to run after their delay.
-_DELAYED = frozenset({Kind.PENDING, Kind.SNOOZED})
+_DELAYED = frozenset({OutcomeKind.PENDING, OutcomeKind.SNOOZED})

@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import socket
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
 from pgqueue._core.retry import Failures, log_failure
-from pgqueue._sql.leases import (
-    DISTRIBUTED_LEASE_EXPIRE,
-    DISTRIBUTED_LEASE_GRANT,
-    DISTRIBUTED_LEASE_WRITE,
-    DISTRIBUTED_RELEASE_LEASE,
-    LEASE,
-    LOCK_LIMIT,
-    RELEASE_LEASES,
-    SEED_LIMIT,
-)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-
-    import asyncpg
 
     from pgqueue._core.log import Logger
     from pgqueue._engine.ledger import Claims
@@ -119,55 +106,16 @@ async def take(connection: DedicatedConnection, lease: Lease) -> bool:
     worker's first lease, or a row deleted by hand).
     """
     sent_at = anyio.current_time()
-    if connection.distributed:
-        while True:
-            granted = await connection.run_in_transaction(
-                functools.partial(_take_routed, lease)
-            )
-            if granted is not None:
-                return lease.renewed(granted, sent_at)
-            await connection.fetch(SEED_LIMIT, lease.queue, lease.limit)
-    while True:
-        results = await connection.transaction(
-            [
-                (LOCK_LIMIT, (lease.queue,)),
-                (
-                    LEASE,
-                    (
-                        lease.queue,
-                        lease.worker,
-                        lease.limit,
-                        lease.wanted,
-                        lease.held(),
-                        lease.ttl,
-                    ),
-                ),
-            ],
-            stop_if_empty=True,
-        )
-        if results[0]:
-            return lease.renewed(results[1][0][0], sent_at)
-        await connection.fetch(SEED_LIMIT, lease.queue, lease.limit)
-
-
-async def _take_routed(lease: Lease, connection: asyncpg.Connection[Any]) -> int | None:
-    """`take`'s statements on Citus, each on the queue's shard; None if the queue has no row."""
-    queue, worker = lease.queue, lease.worker
-    if not await connection.fetch(LOCK_LIMIT, queue):
-        return None
-    await connection.execute(DISTRIBUTED_LEASE_EXPIRE, queue, worker)
-    granted: int = await connection.fetchval(
-        DISTRIBUTED_LEASE_GRANT, queue, worker, lease.limit, lease.wanted
+    granted = await connection.store.lease(
+        connection,
+        lease.queue,
+        lease.worker,
+        limit=lease.limit,
+        wanted=lease.wanted,
+        held=lease.held(),
+        ttl=lease.ttl,
     )
-    await connection.execute(
-        DISTRIBUTED_LEASE_WRITE,
-        queue,
-        worker,
-        max(granted, lease.held()),
-        lease.wanted,
-        lease.ttl,
-    )
-    return granted
+    return lease.renewed(granted, sent_at)
 
 
 def worker_id() -> str:
@@ -227,13 +175,9 @@ class LeaseKeeper:
     async def release(self) -> None:
         """Give every lease back (the worker has stopped: none of its jobs runs)."""
         try:
-            if self._connection.distributed:
-                for lease in self._leases:
-                    await self._connection.fetch(
-                        DISTRIBUTED_RELEASE_LEASE, lease.queue, self.worker
-                    )
-            else:
-                await self._connection.fetch(RELEASE_LEASES, self.worker)
+            await self._connection.store.release(
+                self._connection, self.worker, [lease.queue for lease in self._leases]
+            )
         except Exception as exc:
             # Its leases run out on their own.
             log_failure(

@@ -20,7 +20,6 @@ reads it.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -41,23 +40,15 @@ from pgqueue._core.checks import (
 from pgqueue._core.codec import encode_payload
 from pgqueue._core.job import PeriodicKey
 from pgqueue._core.retry import Failures, safe_repr
-from pgqueue._sql.enqueue import NOTIFY_JOBS
 from pgqueue._sql.periodic import (
-    DISTRIBUTED_PERIODIC_REGISTER,
-    DISTRIBUTED_TICK_ADVANCE,
-    DISTRIBUTED_TICK_JOB,
-    DISTRIBUTED_TICK_LIVE,
-    DISTRIBUTED_TICK_NEW,
-    DISTRIBUTED_TICK_SEEN,
     PERIODIC_NOW,
-    PERIODIC_REGISTER,
-    PERIODIC_TICK,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator
 
     from pgqueue._core.log import Logger
+    from pgqueue._store.postgres import Definition
     from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["CRON_MISSING", "Clock", "DatabaseClock", "Schedule", "Schedules"]
@@ -347,13 +338,8 @@ class Schedules:
             try:
                 now = await clock.now(connection)
                 for schedule in list(pending.values()):
-                    await connection.fetchrow(
-                        DISTRIBUTED_PERIODIC_REGISTER
-                        if connection.distributed
-                        else PERIODIC_REGISTER,
-                        *_definition(schedule),
-                        schedule.after(now),
-                        now,
+                    await connection.store.register(
+                        connection, _definition(schedule), schedule.after(now), now
                     )
                     del pending[schedule.name]
                 for schedule in schedules:
@@ -401,24 +387,17 @@ class Schedules:
             "job_type": schedule.job_type,
         }
         for _ in range(CAS_ATTEMPTS):
-            row: Mapping[str, Any] | asyncpg.Record | None
-            if connection.distributed:
-                row = await connection.run_in_transaction(
-                    functools.partial(_tick_routed, schedule, tick, following, now, key)
-                )
-            else:
-                row = await connection.fetchrow(
-                    PERIODIC_TICK,
-                    *_definition(schedule),
-                    tick,
-                    following,
-                    now,
-                    schedule.payload,
-                    schedule.max_attempts,
-                    schedule.unique,
-                    key,
-                )
-            assert row is not None
+            row = await connection.store.tick(
+                connection,
+                _definition(schedule),
+                tick,
+                following,
+                now,
+                payload=schedule.payload,
+                max_attempts=schedule.max_attempts,
+                unique=schedule.unique,
+                key=key,
+            )
             if row["advanced"]:
                 if row["job_id"] is not None:
                     logger.info(
@@ -439,67 +418,9 @@ class Schedules:
         logger.debug("periodic tick left to other workers", extra=extra)
 
 
-async def _tick_routed(
-    schedule: Schedule,
-    tick: datetime,
-    following: datetime,
-    now: datetime,
-    key: str,
-    connection: asyncpg.Connection[Any],
-) -> dict[str, Any]:
-    """PERIODIC_TICK's answer on Citus, in steps in one transaction (see ``DISTRIBUTED_TICK_SEEN``)."""
-    definition = _definition(schedule)
-    name, queue, job_type = schedule.name, definition[3], schedule.job_type
-    seen = await connection.fetchrow(DISTRIBUTED_TICK_SEEN, name)
-    done_until = None
-    live = False
-    if seen is None:
-        made = await connection.fetchrow(
-            DISTRIBUTED_TICK_NEW, *definition, tick, following, now
-        )
-        if made is None:  # another scheduler made it first: read it again
-            return {"advanced": False, "done_until": None, "job_id": None}
-    else:
-        done_until = seen["last_tick"] or seen["created_at"]
-        if done_until >= tick:
-            return {"advanced": False, "done_until": done_until, "job_id": None}
-        # Only the schedule's own last job counts (by its id), never another
-        # job carrying its key; a row from before last_job_id, by its key.
-        live = (
-            schedule.unique
-            and (seen["last_job_id"] is not None or seen["last_job_key"] is not None)
-            and await connection.fetchval(
-                DISTRIBUTED_TICK_LIVE,
-                queue,
-                job_type,
-                seen["last_job_key"],
-                seen["last_job_id"],
-            )
-        )
-    job_id = None
-    if not live:
-        job_id = await connection.fetchval(
-            DISTRIBUTED_TICK_JOB,
-            queue,
-            job_type,
-            schedule.payload,
-            schedule.max_attempts,
-            key,
-        )
-        if job_id is not None:
-            await connection.execute(NOTIFY_JOBS, queue)
-    await connection.execute(
-        DISTRIBUTED_TICK_ADVANCE,
-        name,
-        tick,
-        following,
-        None if live else key,
-        job_id,
-    )
-    return {"advanced": True, "done_until": done_until, "job_id": job_id}
-
-
-def _definition(schedule: Schedule) -> tuple[str, str, str, str | None, str]:
+def _definition(schedule: Schedule) -> Definition:
+    """The schedule's row (its queue set: the worker's, unless it names one)."""
+    assert schedule.queue is not None
     return (
         schedule.name,
         schedule.spelled,

@@ -16,7 +16,8 @@ from pgqueue._core.backoff import MAX_BACKOFF
 from pgqueue._core.codec import encode_payload
 from pgqueue._core.errors import RetryAfter, Snooze, describe, is_permanent, storable
 from pgqueue._core.job import checkpoints_through
-from pgqueue._core.outcome import CANCELLED_ERROR, Kind, Outcome
+from pgqueue._core.lifecycle import OutcomeKind
+from pgqueue._core.outcome import CANCELLED_ERROR, Outcome
 from pgqueue._core.text import clip
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ class JobRunner:
         if debug:
             self._logger.debug("%s completed", job_label(job), extra=job_fields(job))
         if value is None:
-            return Outcome(job, Kind.COMPLETED)
+            return Outcome(job, OutcomeKind.COMPLETED)
         try:
             result = encode_payload(value)
         except (TypeError, ValueError) as exc:
@@ -197,7 +198,7 @@ class JobRunner:
                 job,
                 storable(f"the handler returned what cannot be stored as JSON: {exc}"),
             )
-        return Outcome(job, Kind.COMPLETED, result=result)
+        return Outcome(job, OutcomeKind.COMPLETED, result=result)
 
     def dead(self, job: Job, error: str) -> Outcome:
         """Dead-letter ``job`` at once, for ``error``."""
@@ -207,7 +208,7 @@ class JobRunner:
             error,
             extra={**job_fields(job), "error": error},
         )
-        return Outcome(job, Kind.DEAD, error=error)
+        return Outcome(job, OutcomeKind.DEAD, error=error)
 
     def failed(self, job: Job, failure: BaseException | str) -> Outcome:
         """The outcome of a failed attempt: a retry, a snooze, or dead."""
@@ -219,7 +220,7 @@ class JobRunner:
                 _seconds(failure.seconds),
                 extra={**fields, "delay": failure.seconds},
             )
-            return Outcome(job, Kind.SNOOZED, delay=failure.seconds)
+            return Outcome(job, OutcomeKind.SNOOZED, delay=failure.seconds)
         if isinstance(failure, str):
             error, exc_info, permanent = failure, None, False
         else:
@@ -236,7 +237,7 @@ class JobRunner:
                 extra={**fields, "error": error},
                 exc_info=exc_info,
             )
-            return Outcome(job, Kind.DEAD, error=error)
+            return Outcome(job, OutcomeKind.DEAD, error=error)
         if isinstance(failure, RetryAfter):
             delay = min(failure.seconds, MAX_BACKOFF)
         else:
@@ -251,7 +252,7 @@ class JobRunner:
             extra={**fields, "error": error, "retry_in": delay},
             exc_info=exc_info,
         )
-        return Outcome(job, Kind.PENDING, delay=delay, error=error)
+        return Outcome(job, OutcomeKind.PENDING, delay=delay, error=error)
 
     def _traceback_due(self, job_type: str) -> bool:
         """Whether a retried attempt of ``job_type`` logs its traceback now."""
@@ -268,7 +269,7 @@ class JobRunner:
         self._logger.info(
             "%s cancelled by request", job_label(job), extra=job_fields(job)
         )
-        return Outcome(job, Kind.CANCELLED, error=CANCELLED_ERROR)
+        return Outcome(job, OutcomeKind.CANCELLED, error=CANCELLED_ERROR)
 
 
 def _forget_own_cancel() -> None:

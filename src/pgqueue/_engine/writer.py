@@ -9,22 +9,13 @@ from typing import TYPE_CHECKING
 import anyio
 
 from pgqueue._core.errors import is_transient
-from pgqueue._core.outcome import Kind, Outcome
+from pgqueue._core.lifecycle import OutcomeKind
+from pgqueue._core.outcome import Outcome
 from pgqueue._core.retry import Failures, safe_repr
 from pgqueue._engine.runner import job_fields, job_label
-from pgqueue._sql.channels import ANNOUNCE
-from pgqueue._sql.literals import array
-from pgqueue._sql.outcomes import (
-    COMPLETE,
-    DISTRIBUTED_COMPLETE,
-    DISTRIBUTED_FINISH,
-    FINISH,
-)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-
-    import asyncpg
 
     from pgqueue._core.log import Logger
     from pgqueue._core.outcome import Key
@@ -98,13 +89,7 @@ class OutcomeWriter:
 
     async def _write(self, batch: list[Outcome]) -> None:
         """Write ``batch``; on a transient failure, put back what is unwritten and raise."""
-        parts = [batch]
-        if self._connection.distributed:
-            # On Citus, one statement per queue: each runs on its queue's shard.
-            by_queue: dict[str, list[Outcome]] = {}
-            for outcome in batch:
-                by_queue.setdefault(outcome.job.queue, []).append(outcome)
-            parts = list(by_queue.values())
+        parts = self._connection.store.parts(batch)
         while parts:
             part = parts.pop()
             try:
@@ -122,69 +107,14 @@ class OutcomeWriter:
                     parts += self._instead_of(part[0], exc)
 
     async def _finish(self, part: list[Outcome]) -> None:
-        # Rows are locked in id order, as the heartbeat locks them: two
-        # statements locking the same rows in different orders deadlock,
-        # and the loser waits deadlock_timeout before it fails.
-        part.sort(key=_KEY)
-        keys = [o.key for o in part]
-        ids = array([key[0] for key in keys])
-        attempts = array([key[1] for key in keys])
-        results = [o.result for o in part]
-        statuses = [o.status for o in part]
-        args: tuple[object, ...]
-        if self._connection.distributed:
-            rows = await self._finish_routed(part, ids, attempts, results, statuses)
-        elif all(status == Kind.COMPLETED for status in statuses):
-            query, args = COMPLETE, (ids, attempts, results)
-        else:
-            query = FINISH
-            args = (
-                ids,
-                attempts,
-                statuses,
-                array([o.delay for o in part]),
-                [o.error for o in part],
-                results,
-            )
-        if not self._connection.distributed:
-            rows = await self._connection.fetch(query, *args)
+        rows = await self._connection.store.finish(self._connection, part)
         stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
             stale = self._log_stale(
                 part, {(row["id"], row["attempts"]) for row in rows}
             )
-        self._settle(part, keys)
+        self._settle(part, [o.key for o in part])
         self._on_written(part, stale)
-
-    async def _finish_routed(
-        self,
-        part: list[Outcome],
-        ids: str,
-        attempts: str,
-        results: list[str | None],
-        statuses: list[Kind],
-    ) -> list[asyncpg.Record]:
-        """The outcomes of one queue's runs on Citus; tracked jobs that ended are announced after."""
-        queue = part[0].job.queue
-        if all(status == Kind.COMPLETED for status in statuses):
-            rows = await self._connection.fetch(
-                DISTRIBUTED_COMPLETE, ids, attempts, results, queue
-            )
-        else:
-            rows = await self._connection.fetch(
-                DISTRIBUTED_FINISH,
-                ids,
-                attempts,
-                statuses,
-                array([o.delay for o in part]),
-                [o.error for o in part],
-                results,
-                queue,
-            )
-        ended = [str(row["id"]) for row in rows if row["ended"]]
-        if ended:
-            await self._connection.fetch(ANNOUNCE, ended)
-        return rows
 
     def _instead_of(self, outcome: Outcome, exc: Exception) -> list[list[Outcome]]:
         """What to write instead of ``outcome``, which the server refused; [] to give up."""
@@ -195,14 +125,14 @@ class OutcomeWriter:
             "see the worker's log"
         )
         if outcome.error != placeholder:
-            status = outcome.status if outcome.error is not None else Kind.DEAD
+            status = outcome.status if outcome.error is not None else OutcomeKind.DEAD
             self._logger.error(
                 "database refused a job outcome; writing a placeholder error",
                 extra={**job_fields(job), "outcome": outcome.status, "error": reason},
             )
             return [[Outcome(job, status, outcome.delay, placeholder)]]
-        if outcome.status != Kind.DEAD:
-            return [[Outcome(job, Kind.DEAD, error=placeholder)]]
+        if outcome.status != OutcomeKind.DEAD:
+            return [[Outcome(job, OutcomeKind.DEAD, error=placeholder)]]
         self._logger.error(
             "database refused a job outcome; giving up (the rescue sweep will find the job)",
             extra={**job_fields(job), "error": reason},

@@ -1,4 +1,4 @@
-"""Checking that the database holds what pgqueue needs, and saying what is missing."""
+"""Checking that the database holds what pgqueue needs, saying what is missing, and choosing its store."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from pgqueue._sql.schema import (
     REQUIRED_INDEXES,
     SCHEMA_CHECK,
 )
+from pgqueue._store.citus import CitusStore
+from pgqueue._store.postgres import Store
 
 __all__ = [
     "DEPENDENCIES_MISSING",
@@ -22,10 +24,13 @@ __all__ = [
     "SCHEMA_ERRORS",
     "Row",
     "check_schema",
+    "detect",
     "distributed_tables",
+    "forget",
     "missing_pieces",
     "schema_error",
     "schema_failure",
+    "store_for",
 ]
 
 SCHEMA_ERRORS: tuple[type[Exception], ...] = (
@@ -158,3 +163,39 @@ def missing_pieces(row: Row, *, limits: bool = True) -> list[str]:
     if limits and not row["has_limits"]:
         missing.append(_LIMITS_TABLE)
     return missing
+
+
+_STORES: dict[str, Store] = {}
+"""The store of each database (user@host:port/db) whose schema was found, for the producers and Admin."""
+
+
+async def detect(executor: _Fetches) -> Store | None:
+    """The store for ``executor``'s database, a new one: Citus's if its tables are distributed.
+
+    None while there is no ``pgqueue_jobs`` table.
+    """
+    found = await distributed_tables(executor)
+    if found is None:
+        return None
+    return CitusStore() if found else Store()
+
+
+async def store_for(executor: _Fetches) -> Store | None:
+    """`detect`, looked up once per database (a table's distribution does not change under a running app).
+
+    None while there is no ``pgqueue_jobs`` table (not remembered).
+    """
+    where = target_of(executor)
+    if where is not None and where in _STORES:
+        return _STORES[where]
+    store = await detect(executor)
+    if where is not None and store is not None:
+        _STORES[where] = store
+    return store
+
+
+def forget(executor: _Fetches) -> None:
+    """Forget the store of ``executor``'s database (its schema was installed or dropped)."""
+    where = target_of(executor)
+    if where is not None:
+        _STORES.pop(where, None)

@@ -11,7 +11,8 @@ import anyio
 from pgqueue._core.connect import connect_like, target_of
 from pgqueue._core.errors import ends_session, is_outage
 from pgqueue._sql.settings import WORKER_SETTINGS
-from pgqueue._store.schema import distributed_tables
+from pgqueue._store.postgres import Store
+from pgqueue._store.schema import detect
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -42,16 +43,15 @@ included) before the connection is dropped and replaced."""
 class Mode:
     """What a worker's connections learned of the database at start (shared by the three).
 
-    ``distributed``: pgqueue's tables are distributed by Citus, and the
-    engine takes the ``DISTRIBUTED_`` statements of `pgqueue._core.sql`;
-    ``settings``: the startup parameters of connections opened from now on
-    (none on Citus, which cannot plan the statements generically).
+    ``store``: the operations for its kind of server (plain PostgreSQL until
+    the schema says otherwise); ``settings``: the startup parameters of
+    connections opened from now on (the store's).
     """
 
-    __slots__ = ("distributed", "settings")
+    __slots__ = ("settings", "store")
 
     def __init__(self) -> None:
-        self.distributed = False
+        self.store = Store()
         self.settings = dict(WORKER_SETTINGS)
 
 
@@ -180,19 +180,22 @@ class DedicatedConnection:
         return result
 
     @property
-    def distributed(self) -> bool:
-        """Whether pgqueue's tables are distributed (Citus): see `Mode`."""
-        return self.mode.distributed
+    def store(self) -> Store:
+        """The operations for the database's kind of server: see `Mode`."""
+        return self.mode.store
 
-    async def detect_distributed(self) -> bool:
-        """Look once whether pgqueue's tables are distributed; on Citus, reconnect without generic plans."""
-        if await distributed_tables(self):
-            self.mode.distributed = True
-            self.mode.settings.clear()
-            # Opened with plan_cache_mode=force_generic_plan: open a new one.
-            async with self._lock:
-                await self.aclose()
-        return self.mode.distributed
+    async def detect_store(self) -> Store:
+        """Look once which store the schema needs; reconnect if its settings differ (Citus: no generic plans)."""
+        found = await detect(self)
+        if found is not None:
+            self.mode.store = found
+            if found.settings != self.mode.settings:
+                self.mode.settings.clear()
+                self.mode.settings.update(found.settings)
+                # Opened with the settings of before: open a new one.
+                async with self._lock:
+                    await self.aclose()
+        return self.mode.store
 
     async def aclose(self) -> None:
         """Close the connection politely, or drop it; never raises, never waits long."""

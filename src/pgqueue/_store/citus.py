@@ -1,0 +1,451 @@
+"""The store of a distributed schema (Citus): each queue's rows on its shard.
+
+Every write names its queue, so that Citus routes it to one shard (a write
+without it goes to every shard, with a two-phase commit): the calls that
+give only ids look the ids' queues up first, and a batch of many queues
+is written one statement a queue. Wakeups and announcements are sent from
+the coordinator, where the workers listen, in statements of their own.
+Statements Citus refuses whole run as steps in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pgqueue._sql.admin import (
+    DISTRIBUTED_CANCEL,
+    DISTRIBUTED_PRUNE,
+    DISTRIBUTED_PRUNE_BATCH,
+    DISTRIBUTED_RETRY,
+    FINISHED_QUEUES,
+    QUEUES_OF,
+)
+from pgqueue._sql.channels import ANNOUNCE, JOBS_CHANNEL, NOTIFY
+from pgqueue._sql.claims import (
+    CLAIM_COLUMNS,
+    CLOCK,
+    DISTRIBUTED_CLAIM,
+    DISTRIBUTED_CLAIM_GROUPS,
+    DISTRIBUTED_CLAIM_GROUPS_RATED,
+    DISTRIBUTED_CLAIM_RATED,
+    DISTRIBUTED_CLAIM_TYPES,
+    DISTRIBUTED_CLAIM_TYPES_RATED,
+    DISTRIBUTED_CLAIM_ZERO,
+    DISTRIBUTED_CLAIM_ZERO_TYPES,
+    DISTRIBUTED_RATE_ROOM,
+    DISTRIBUTED_RECORD_START,
+)
+from pgqueue._sql.enqueue import NOTIFY_JOBS
+from pgqueue._sql.leases import (
+    DISTRIBUTED_LEASE_EXPIRE,
+    DISTRIBUTED_LEASE_GRANT,
+    DISTRIBUTED_LEASE_WRITE,
+    DISTRIBUTED_RELEASE_LEASE,
+    LOCK_LIMIT,
+    SEED_LIMIT,
+)
+from pgqueue._sql.literals import array, claim_places
+from pgqueue._sql.outcomes import (
+    DISTRIBUTED_CHECKPOINT,
+    DISTRIBUTED_COMPLETE,
+    DISTRIBUTED_FINISH,
+    DISTRIBUTED_RESCUE,
+    DISTRIBUTED_TOUCH,
+)
+from pgqueue._sql.periodic import (
+    DISTRIBUTED_PERIODIC_REGISTER,
+    DISTRIBUTED_TICK_ADVANCE,
+    DISTRIBUTED_TICK_JOB,
+    DISTRIBUTED_TICK_LIVE,
+    DISTRIBUTED_TICK_NEW,
+    DISTRIBUTED_TICK_SEEN,
+)
+from pgqueue._store.postgres import NO_GROUP_LIMIT, Store, outcome_args
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping, Sequence
+    from datetime import datetime
+
+    import asyncpg
+
+    from pgqueue._core.options import RateLimit
+    from pgqueue._core.outcome import Key, Outcome
+    from pgqueue._store.executor import Dedicated, Executor
+    from pgqueue._store.postgres import Definition
+
+__all__ = ["CitusStore"]
+
+# The column after a claim's own: whether the queue had jobs with a
+# priority pending (DISTRIBUTED_CLAIM), or a rated claim's group.
+_EXTRA = len(CLAIM_COLUMNS)
+
+
+class CitusStore(Store):
+    """A distributed schema on a Citus coordinator: no triggers, no dependencies, no group heads.
+
+    Connections plan every statement again (Citus cannot plan them
+    generically), so the worker's own carry no startup settings.
+    """
+
+    distributed: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        # By queue: whether its last claim saw jobs with a priority pending.
+        self._prioritized: dict[str, bool] = {}
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """None: Citus plans each statement with its values."""
+        return {}
+
+    async def claim(
+        self,
+        db: Dedicated,
+        queue: str,
+        limit: int,
+        places: Mapping[int, tuple[datetime, int]],
+        types: list[str] | None,
+    ) -> Sequence[asyncpg.Record | tuple[Any, ...]]:
+        """A claim of priority 0's line only, while the queue's last claim saw no other priority pending.
+
+        A job with a priority that commits during a drain is seen by the
+        next claim and taken by the one after it. An empty claim says
+        nothing (it may have been of priority 0 only): the next looks at
+        every priority.
+        """
+        run_ats, ids = claim_places(places)
+        prioritized = self._prioritized.get(queue, True)
+        if types is None:
+            statement = DISTRIBUTED_CLAIM if prioritized else DISTRIBUTED_CLAIM_ZERO
+            rows = await db.fetch(statement, queue, limit, run_ats, ids)
+        else:
+            statement = (
+                DISTRIBUTED_CLAIM_TYPES if prioritized else DISTRIBUTED_CLAIM_ZERO_TYPES
+            )
+            rows = await db.fetch(statement, queue, limit, run_ats, ids, types)
+        self._prioritized[queue] = not rows or rows[0][_EXTRA]
+        return [row[:_EXTRA] for row in rows]
+
+    async def _claim_groups(
+        self,
+        connection: asyncpg.Connection[Any],
+        queue: str,
+        limit: int,
+        group_limit: int,
+        types: list[str] | None,
+    ) -> Sequence[asyncpg.Record | tuple[Any, ...]]:
+        """The groups found by a skip scan (no heads on Citus)."""
+        return await connection.fetch(
+            DISTRIBUTED_CLAIM_GROUPS, queue, limit, group_limit, types
+        )
+
+    async def _rate_room(
+        self, connection: asyncpg.Connection[Any], queue: str, rate: RateLimit
+    ) -> tuple[datetime, int, float | None]:
+        """The window at the clock's time, read first (Citus refuses it inside the statement)."""
+        at = await connection.fetchval(CLOCK)
+        window = await connection.fetchrow(
+            DISTRIBUTED_RATE_ROOM, queue, rate.limit, rate.per, rate.per_group, at
+        )
+        assert window is not None
+        return window["at"], window["room"], window["wait"]
+
+    async def _claim_rated(
+        self,
+        connection: asyncpg.Connection[Any],
+        queue: str,
+        take: int,
+        places: Mapping[int, tuple[datetime, int]],
+        types: list[str] | None,
+        group_limit: int | None,
+        rate: RateLimit,
+        at: datetime,
+    ) -> Sequence[asyncpg.Record | tuple[Any, ...]]:
+        """The rated claim, its starts recorded after it, one row a statement."""
+        if group_limit is not None:
+            per_group = rate.limit if rate.per_group else NO_GROUP_LIMIT
+            rows = await connection.fetch(
+                DISTRIBUTED_CLAIM_GROUPS_RATED,
+                queue,
+                take,
+                group_limit,
+                types,
+                per_group,
+                rate.per,
+                at,
+            )
+        else:
+            run_ats, ids = claim_places(places)
+            if types is None:
+                rows = await connection.fetch(
+                    DISTRIBUTED_CLAIM_RATED, queue, take, run_ats, ids
+                )
+            else:
+                rows = await connection.fetch(
+                    DISTRIBUTED_CLAIM_TYPES_RATED, queue, take, run_ats, ids, types
+                )
+        if rows:
+            await connection.executemany(
+                DISTRIBUTED_RECORD_START, [(queue, row[_EXTRA], at) for row in rows]
+            )
+        return [row[:_EXTRA] for row in rows]
+
+    def parts(self, outcomes: list[Outcome]) -> list[list[Outcome]]:
+        """One part per queue: each is written on its queue's shard."""
+        by_queue: dict[str, list[Outcome]] = {}
+        for outcome in outcomes:
+            by_queue.setdefault(outcome.job.queue, []).append(outcome)
+        return list(by_queue.values())
+
+    async def finish(self, db: Dedicated, part: list[Outcome]) -> list[asyncpg.Record]:
+        """The outcomes of one queue's runs; tracked jobs that ended are announced after."""
+        completed, args = outcome_args(part)
+        statement = DISTRIBUTED_COMPLETE if completed else DISTRIBUTED_FINISH
+        rows = await db.fetch(statement, *args, part[0].job.queue)
+        await _announce(db, rows)
+        return rows
+
+    async def checkpoint(
+        self, db: Dedicated, job_id: int, attempts: int, queue: str, text: str
+    ) -> bool:
+        """The checkpoint, on its queue's shard."""
+        row = await db.fetchrow(DISTRIBUTED_CHECKPOINT, job_id, attempts, text, queue)
+        return row is not None
+
+    async def touch(
+        self, db: Dedicated, keys_by_queue: Mapping[str, list[Key]]
+    ) -> list[int]:
+        """The heartbeat: one statement per queue, on its shard."""
+        cancelled: list[int] = []
+        for queue, unsorted in keys_by_queue.items():
+            keys = sorted(unsorted)
+            if keys:
+                rows = await db.fetch(
+                    DISTRIBUTED_TOUCH,
+                    array(key[0] for key in keys),
+                    array(key[1] for key in keys),
+                    queue,
+                )
+                cancelled += [row["id"] for row in rows]
+        return cancelled
+
+    async def rescue(
+        self, db: Dedicated, queues: list[str], after: float, batch: int
+    ) -> AsyncIterator[dict[str, Counter[str]]]:
+        """The rescue sweep queue by queue; tracked jobs that ended are announced after."""
+        for queue in queues:
+            while True:
+                rows = await db.fetch(DISTRIBUTED_RESCUE, queue, after, batch)
+                statuses: Counter[str] = Counter(row["status"] for row in rows)
+                await _announce(db, rows)
+                yield {queue: statuses} if statuses else {}
+                if len(rows) < batch:
+                    break
+
+    async def sweep(
+        self, db: Dedicated, queues: list[str], retain: float, batch: int
+    ) -> int:
+        """The retention sweep queue by queue, each on its shard."""
+        removed = 0
+        for queue in queues:
+            after = 0
+            while True:
+                row = await db.fetchrow(
+                    DISTRIBUTED_PRUNE_BATCH, queue, retain, after, batch
+                )
+                assert row is not None
+                count: int = row["removed"]
+                after = row["last_id"]
+                removed += count
+                if count < batch:
+                    break
+        return removed
+
+    async def lease(
+        self,
+        db: Dedicated,
+        queue: str,
+        worker: str,
+        *,
+        limit: int,
+        wanted: int,
+        held: int,
+        ttl: float,
+    ) -> int:
+        """LEASE in steps, in the transaction that holds the queue's row, each on its shard."""
+
+        async def steps(connection: asyncpg.Connection[Any]) -> int | None:
+            if not await connection.fetch(LOCK_LIMIT, queue):
+                return None
+            await connection.execute(DISTRIBUTED_LEASE_EXPIRE, queue, worker)
+            granted: int = await connection.fetchval(
+                DISTRIBUTED_LEASE_GRANT, queue, worker, limit, wanted
+            )
+            await connection.execute(
+                DISTRIBUTED_LEASE_WRITE, queue, worker, max(granted, held), wanted, ttl
+            )
+            return granted
+
+        while True:
+            granted = await db.run_in_transaction(steps)
+            if granted is not None:
+                return granted
+            await db.fetch(SEED_LIMIT, queue, limit)
+
+    async def release(self, db: Dedicated, worker: str, queues: list[str]) -> None:
+        """Each queue's lease given back on its shard."""
+        for queue in queues:
+            await db.fetch(DISTRIBUTED_RELEASE_LEASE, queue, worker)
+
+    async def register(
+        self, db: Dedicated, definition: Definition, next_tick: datetime, now: datetime
+    ) -> None:
+        """PERIODIC_REGISTER as Citus allows it (no now() in its update)."""
+        await db.fetchrow(DISTRIBUTED_PERIODIC_REGISTER, *definition, next_tick, now)
+
+    async def tick(
+        self,
+        db: Dedicated,
+        definition: Definition,
+        tick: datetime,
+        following: datetime,
+        now: datetime,
+        *,
+        payload: str,
+        max_attempts: int,
+        unique: bool,
+        key: str,
+    ) -> Mapping[str, Any]:
+        """PERIODIC_TICK's answer in steps in one transaction (see ``DISTRIBUTED_TICK_SEEN``)."""
+        name, _, _, queue, job_type = definition
+
+        async def steps(connection: asyncpg.Connection[Any]) -> dict[str, Any]:
+            seen = await connection.fetchrow(DISTRIBUTED_TICK_SEEN, name)
+            done_until = None
+            live = False
+            if seen is None:
+                made = await connection.fetchrow(
+                    DISTRIBUTED_TICK_NEW, *definition, tick, following, now
+                )
+                if made is None:  # another scheduler made it first: read it again
+                    return {"advanced": False, "done_until": None, "job_id": None}
+            else:
+                done_until = seen["last_tick"] or seen["created_at"]
+                if done_until >= tick:
+                    return {"advanced": False, "done_until": done_until, "job_id": None}
+                # Only the schedule's own last job counts (by its id), never
+                # another job carrying its key; a row from before
+                # last_job_id, by its key.
+                live = (
+                    unique
+                    and (
+                        seen["last_job_id"] is not None
+                        or seen["last_job_key"] is not None
+                    )
+                    and await connection.fetchval(
+                        DISTRIBUTED_TICK_LIVE,
+                        queue,
+                        job_type,
+                        seen["last_job_key"],
+                        seen["last_job_id"],
+                    )
+                )
+            job_id = None
+            if not live:
+                job_id = await connection.fetchval(
+                    DISTRIBUTED_TICK_JOB, queue, job_type, payload, max_attempts, key
+                )
+                if job_id is not None:
+                    await connection.execute(NOTIFY_JOBS, queue)
+            await connection.execute(
+                DISTRIBUTED_TICK_ADVANCE,
+                name,
+                tick,
+                following,
+                None if live else key,
+                job_id,
+            )
+            return {"advanced": True, "done_until": done_until, "job_id": job_id}
+
+        return await db.run_in_transaction(steps)
+
+    async def cancel(self, executor: Executor, ids: list[int]) -> dict[int, str]:
+        """The ids' queues looked up, then one statement per queue, on its shard.
+
+        The NOTIFYs (control requests, tracked outcomes) go from the
+        coordinator. Each queue's statement commits by itself unless
+        ``executor`` is a connection in a transaction.
+        """
+        done = dict.fromkeys(ids, "not_found")
+        channels: list[str] = []
+        payloads: list[str] = []
+        for queue, queued in (await _by_queue(executor, ids)).items():
+            for row in await executor.fetch(DISTRIBUTED_CANCEL, array(queued), queue):
+                done[row["id"]] = row["result"]
+                if row["channel"] is not None:
+                    channels.append(row["channel"])
+                    payloads.append(str(row["id"]))
+        if channels:
+            await executor.execute(NOTIFY, channels, payloads)
+        return done
+
+    async def retry(
+        self, executor: Executor, ids: list[int], attempts: int | None
+    ) -> dict[int, str]:
+        """As `cancel`, waking each queue with a job retried."""
+        done = dict.fromkeys(ids, "not_found")
+        woken: list[str] = []
+        for queue, queued in (await _by_queue(executor, ids)).items():
+            rows = await executor.fetch(
+                DISTRIBUTED_RETRY, array(queued), attempts, queue
+            )
+            for row in rows:
+                done[row["id"]] = row["result"]
+            if any(row["result"] == "retried" for row in rows):
+                woken.append(queue)
+        if woken:
+            await executor.execute(NOTIFY, [JOBS_CHANNEL] * len(woken), woken)
+        return done
+
+    async def prune(self, executor: Executor, queue: str, older_than: float) -> int:
+        """Retention of one queue, on its shard (no dependencies to keep)."""
+        removed: int = await executor.fetchval(DISTRIBUTED_PRUNE, queue, older_than)
+        return removed
+
+    async def prune_scopes(
+        self, executor: Executor, queue: str | None
+    ) -> list[str | None]:
+        """Queue by queue: every queue with finished jobs, or ``queue``."""
+        if queue is not None:
+            return [queue]
+        return [row["queue"] for row in await executor.fetch(FINISHED_QUEUES)]
+
+    async def prune_batch(
+        self,
+        executor: Executor,
+        queue: str | None,
+        older_than: float,
+        after: int,
+        size: int,
+    ) -> tuple[int, int]:
+        """A batch of one queue's retention, on its shard."""
+        row = await self._without_jit(
+            executor, DISTRIBUTED_PRUNE_BATCH, queue, older_than, after, size
+        )
+        return int(row["removed"]), int(row["last_id"])
+
+
+async def _announce(db: Dedicated, rows: Sequence[asyncpg.Record]) -> None:
+    """Announce on the coordinator the tracked jobs that ended (their rows say ``ended``)."""
+    ended = [str(row["id"]) for row in rows if row["ended"]]
+    if ended:
+        await db.fetch(ANNOUNCE, ended)
+
+
+async def _by_queue(executor: Executor, ids: list[int]) -> dict[str, list[int]]:
+    """The jobs ``ids`` that have a row, by queue (one read of every shard)."""
+    by_queue: dict[str, list[int]] = {}
+    for row in await executor.fetch(QUEUES_OF, array(ids)):
+        by_queue.setdefault(row["queue"], []).append(row["id"])
+    return by_queue
