@@ -304,7 +304,10 @@ async def test_outcome_kinds_are_named_and_compare_as_the_strings_observers_see(
     # Observers written against the strings keep working.
     assert snoozed.status == "snoozed"
     assert retried.status == "pending"
-    assert (snoozed.status, retried.status) == (OutcomeKind.SNOOZED, OutcomeKind.PENDING)
+    assert (snoozed.status, retried.status) == (
+        OutcomeKind.SNOOZED,
+        OutcomeKind.PENDING,
+    )
     assert {str(kind) for kind in OutcomeKind} == {
         "completed",
         "pending",

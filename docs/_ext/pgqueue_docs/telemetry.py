@@ -101,7 +101,8 @@ def _every_outcome(metrics: Any) -> None:
         created_at=now,
     )
     metrics.observer.on_written(
-        [Outcome(job, kind) for kind in OutcomeKind], [Outcome(job, OutcomeKind.COMPLETED)]
+        [Outcome(job, kind) for kind in OutcomeKind],
+        [Outcome(job, OutcomeKind.COMPLETED)],
     )
 
 
