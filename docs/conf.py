@@ -83,7 +83,6 @@ autodoc_type_aliases = {
     # pgqueue.Connections fits (pgqueue._core.options sits below it).
     "SharedConnections": "pgqueue.Connections",
     # Private types that public signatures name, documented on the Types page.
-    "Kind": "pgqueue._core.outcome.Kind",
     "HandlerDecorator": "pgqueue._jobtype.HandlerDecorator",
     # Names imported only for type checking, as the annotations write them.
     "datetime": "datetime.datetime",

@@ -24,6 +24,7 @@ from pgqueue._core.checks import (
 )
 from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
+from pgqueue._core.lifecycle import FAILED, LIFECYCLE, Status
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._sql.admin import (
     DEAD_COUNT,
@@ -118,6 +119,18 @@ class _JSONShape:
         }
 
 
+class _WithStatus(_JSONShape):
+    """A record with a ``status``: a `Status`, whatever text the row gave."""
+
+    __slots__ = ()
+    status: Status | None
+
+    def __post_init__(self) -> None:
+        given: object = self.status  # a row's text
+        if isinstance(given, str) and not isinstance(given, Status):
+            object.__setattr__(self, "status", Status(given))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailedAttempt(_JSONShape):
     """One failed attempt of a job, in `JobInfo.errors`.
@@ -199,16 +212,13 @@ def _moment(value: object) -> datetime | None:
         return None
 
 
-QUEUE_COUNTS = (
-    "waiting",
-    "ready",
-    "scheduled",
-    "running",
-    "completed",
-    "dead",
-    "cancelled",
+QUEUE_COUNTS = tuple(
+    count
+    for status in LIFECYCLE
+    for count in (("ready", "scheduled") if status.claimable else (status.value,))
 )
-"""The job counts of `QueueStats`, in the order the dashboards show them."""
+"""The job counts of `QueueStats`, in the order the dashboards show them: each status's
+in the lifecycle's order, pending jobs as ``ready`` (due) and ``scheduled``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -268,12 +278,11 @@ class QueueStats(_JSONShape):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobInfo(_JSONShape):
+class JobInfo(_WithStatus):
     """A job's row, from `Admin.jobs` and `Admin.job`.
 
     ``payload`` and ``result`` are the decoded JSON values (``result`` is
-    None until a handler returns one). ``status`` is one of the five
-    statuses (pending, running, completed, dead, cancelled).
+    None until a handler returns one).
 
     Attributes:
         errors: the job's failed attempts, oldest first, the newest 20
@@ -290,7 +299,7 @@ class JobInfo(_JSONShape):
     id: int
     queue: str
     job_type: str
-    status: str
+    status: Status
     attempts: int
     max_attempts: int
     priority: int
@@ -310,7 +319,7 @@ class JobInfo(_JSONShape):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobSummary(_JSONShape):
+class JobSummary(_WithStatus):
     """A job without its payload and result, from `Admin.job_summaries`.
 
     What a listing shows, at a cost that does not grow with the job's
@@ -329,7 +338,7 @@ class JobSummary(_JSONShape):
     id: int
     queue: str
     job_type: str
-    status: str
+    status: Status
     attempts: int
     max_attempts: int
     priority: int
@@ -344,7 +353,7 @@ class JobSummary(_JSONShape):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobPreview(_JSONShape):
+class JobPreview(_WithStatus):
     """A job with its payload, result and last error cut short, from `Admin.job_preview`.
 
     The fields of `JobInfo`, but ``payload`` and ``result`` are JSON text
@@ -374,7 +383,7 @@ class JobPreview(_JSONShape):
     id: int
     queue: str
     job_type: str
-    status: str
+    status: Status
     attempts: int
     max_attempts: int
     priority: int
@@ -398,7 +407,7 @@ class JobPreview(_JSONShape):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RelatedJob(_JSONShape):
+class RelatedJob(_WithStatus):
     """A parent or child of a job, in `JobDependencies`.
 
     Attributes:
@@ -410,7 +419,7 @@ class RelatedJob(_JSONShape):
     """
 
     id: int
-    status: str | None
+    status: Status | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -906,8 +915,9 @@ class Admin:
             TypeError, ValueError: as `jobs` and `retry`, or a status other
                 than dead and cancelled.
         """
-        if status not in ("dead", "cancelled"):
-            msg = f'status must be "dead" or "cancelled", not {status!r}'
+        if status not in FAILED:
+            choices = " or ".join(f'"{failed}"' for failed in FAILED)
+            msg = f"status must be {choices}, not {status!r}"
             raise ValueError(msg)
         name = None if queue is None else check_queue_name(queue)
         kind = None if job_type is None else check_name("job type", job_type)

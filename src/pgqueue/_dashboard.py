@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._admin import Admin
+from pgqueue._core.lifecycle import Status
 from pgqueue._sql.listings import (
     DASHBOARD_ENQUEUED,
     DASHBOARD_NEWEST,
@@ -179,7 +180,7 @@ class Sampler:
                 enqueued = {row["queue"]: row["enqueued"] for row in rows}
             running = await conn.fetch(DASHBOARD_RUNNING, queue, TOP)
             dead = await self._admin.job_summaries(
-                queue=queue, status="dead", limit=TOP
+                queue=queue, status=Status.DEAD, limit=TOP
             )
         live = {s.queue: s.waiting + s.ready + s.scheduled + s.running for s in stats}
         samples.append(_Sample(at, newest, live, enqueued))

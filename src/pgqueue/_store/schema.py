@@ -8,6 +8,7 @@ import asyncpg
 
 from pgqueue._core.connect import target_of
 from pgqueue._core.errors import SchemaError
+from pgqueue._core.lifecycle import Status
 from pgqueue._sql.schema import (
     CITUS_CHECK,
     DISTRIBUTED_CHECK,
@@ -153,7 +154,7 @@ def missing_pieces(row: Row, *, limits: bool = True) -> list[str]:
     missing = [f"column {name}" for name in row["missing_columns"]]
     missing += [f"index {name}" for name in row["missing_indexes"]]
     if row["old_status_check"]:
-        missing.append("a status check that allows 'waiting'")
+        missing.append(f"a status check that allows '{Status.WAITING}'")
     if row["old_unique_index"]:
         missing.append(
             "unique keys per queue (index idx_pgqueue_jobs_unique on queue, job_type, unique_key)"

@@ -17,7 +17,7 @@ from django.tasks.base import Task, TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils.module_loading import import_string
 
-from pgqueue import SchemaError
+from pgqueue import SchemaError, Status
 from pgqueue._extension import (
     ENQUEUE_CALL,
     JOB_PYFORMAT,
@@ -45,17 +45,13 @@ JSON_VALUES = (
 )
 """What a task's arguments and return value may be, said the Django way."""
 
-_STATUSES = {
-    "pending": TaskResultStatus.READY,
-    # A job enqueued after=[...] (through pgqueue, not Django) waiting for
-    # its parents: Django has no such state, and it is not running yet.
-    "waiting": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING,
-    "completed": TaskResultStatus.SUCCESSFUL,
-    "dead": TaskResultStatus.FAILED,
-    "cancelled": TaskResultStatus.FAILED,
-}
-_ENDED = {"completed", "dead", "cancelled"}
+def _task_status(status: Status) -> TaskResultStatus:
+    """Django's word for a job's status: a job waiting for its parents
+    (enqueued after=[...] through pgqueue, not Django) is not running yet."""
+    if status.ended:
+        return TaskResultStatus.FAILED if status.failed else TaskResultStatus.SUCCESSFUL
+    return TaskResultStatus.RUNNING if status == Status.RUNNING else TaskResultStatus.READY
+
 _MAX_ID = 2**63 - 1
 
 
@@ -244,7 +240,7 @@ class Backend(BaseTaskBackend):
 
     def _result(self, task: Task, row: dict[str, Any]) -> TaskResult:
         payload = json.loads(row["payload"])
-        status = row["status"]
+        status = Status(row["status"])
         outcome = json.loads(row["result"]) if row["result"] is not None else None
         if not isinstance(outcome, dict) or "return_value" not in outcome:
             outcome = None
@@ -254,22 +250,22 @@ class Backend(BaseTaskBackend):
         # (the claim, then each heartbeat) while it runs.
         started: Any = None
         worker_id = None
-        if status == "running":
+        if status == Status.RUNNING:
             started = row["updated_at"]
-        elif status == "completed" and outcome is not None:
+        elif status == Status.COMPLETED and outcome is not None:
             started, worker_id = outcome.get("started_at"), outcome.get("worker_id")
-        elif error is not None and status != "completed":
+        elif error is not None and status != Status.COMPLETED:
             started, worker_id = error.started_at, error.worker_id
         if isinstance(started, str):
             started = datetime.fromisoformat(started)
         result = TaskResult(
             task=task,
             id=str(row["id"]),
-            status=_STATUSES[status],
+            status=_task_status(status),
             enqueued_at=row["created_at"],
             started_at=started,
             finished_at=(row["completed_at"] or row["updated_at"])
-            if status in _ENDED
+            if status.ended
             else None,
             last_attempted_at=started,
             args=payload.get("args", []),
