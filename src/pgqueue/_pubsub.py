@@ -251,7 +251,7 @@ class Subscriber:
         if self._state != "new":
             msg = "this subscriber has already been started; create a new Subscriber"
             raise AlreadyStartedError(msg)
-        self._state = "running"
+        self._state = "running"  # not a status
         self._scope = anyio.CancelScope()
         if self._stop_requested:
             self._scope.cancel()

@@ -645,7 +645,7 @@ class Worker:
         if self._state != "new":
             msg = "this worker has already been started; create a new Worker"
             raise AlreadyStartedError(msg)
-        self._state = "running"
+        self._state = "running"  # not a status
         self._finished = anyio.Event()
         self._claim_scope = anyio.CancelScope()
         if self._stop_requested:
@@ -949,7 +949,7 @@ class Worker:
 
     def _request_stop(self) -> None:
         self._stop_requested = True
-        if self._state == "running":
+        if self._state == "running":  # not a status
             self._claim_scope.cancel()
 
     def _cut_off(self) -> int:

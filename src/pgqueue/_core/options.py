@@ -330,7 +330,7 @@ class WorkerOptions:
             "a job whose type has no handler: left pending for a worker that "
             "has one (the default: another application's job, a rolling "
             "deploy), or dead at once",
-            choices=("dead", "wait"),
+            choices=("dead", "wait"),  # not a status
         ),
     )
     retain: float | None = field(
@@ -501,9 +501,9 @@ def _setter(options: WorkerOptions) -> Any:
 
 
 def _check_unknown_types(value: object) -> Literal["dead", "wait"]:
-    if isinstance(value, str) and value in ("dead", "wait"):
+    if isinstance(value, str) and value in ("dead", "wait"):  # not a status
         return cast('Literal["dead", "wait"]', value)
-    msg = f"unknown_types must be 'dead' or 'wait', not {value!r}"
+    msg = f"unknown_types must be 'dead' or 'wait', not {value!r}"  # not a status
     raise (ValueError if isinstance(value, str) else TypeError)(msg)
 
 

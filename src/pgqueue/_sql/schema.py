@@ -103,8 +103,8 @@ DO $$
 DECLARE
     old record;
 BEGIN
-    -- The Go module's status check does not allow 'cancelled', nor
-    -- pgqueue's before dependencies 'waiting': replace it, and pgqueue's
+    -- The Go module's status check does not allow cancelled jobs, nor
+    -- pgqueue's before dependencies waiting ones: replace it, and pgqueue's
     -- written as an IN list (PostgreSQL prepares every check for each
     -- statement that writes the table: a constant array costs less).
     FOR old IN

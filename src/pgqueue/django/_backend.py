@@ -45,12 +45,16 @@ JSON_VALUES = (
 )
 """What a task's arguments and return value may be, said the Django way."""
 
+
 def _task_status(status: Status) -> TaskResultStatus:
     """Django's word for a job's status: a job waiting for its parents
     (enqueued after=[...] through pgqueue, not Django) is not running yet."""
     if status.ended:
         return TaskResultStatus.FAILED if status.failed else TaskResultStatus.SUCCESSFUL
-    return TaskResultStatus.RUNNING if status == Status.RUNNING else TaskResultStatus.READY
+    return (
+        TaskResultStatus.RUNNING if status == Status.RUNNING else TaskResultStatus.READY
+    )
+
 
 _MAX_ID = 2**63 - 1
 
