@@ -38,7 +38,7 @@ def _tree(module_name: str) -> ast.Module:
 
 
 def defining_module(package: str, name: str) -> str:
-    """The module ``package`` imports ``name`` from (``pgqueue`` → ``pgqueue._core.sql``).
+    """The module ``package`` imports ``name`` from (``pgqueue`` → ``pgqueue._sql.schema``).
 
     ``package`` itself when it defines ``name``.
     """
