@@ -42,7 +42,7 @@ from pgqueue._sql.claims import (
 from pgqueue._sql.enqueue import ENQUEUE_AFTER
 from pgqueue._sql.literals import array, claim_places
 from pgqueue._sql.outcomes import COMPLETE, FINISH, RESCUE, TOUCH
-from pgqueue._wire import dedicated
+from pgqueue._store import postgres
 from tests.helpers import (
     explain_analyze,
     plan_buffers,
@@ -317,7 +317,7 @@ async def _grown_costs(
 async def test_plans_cached_on_a_new_table_scanned_it_as_it_grew(
     fresh_table: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(dedicated, "WORKER_SETTINGS", BEFORE_ISSUE_39)
+    monkeypatch.setattr(postgres, "WORKER_SETTINGS", BEFORE_ISSUE_39)
     async with pgqueue.Connections(fresh_table) as connections:
         (small, small_ms), (grown, grown_ms) = await _grown_costs(
             fresh_table, connections, cached=True

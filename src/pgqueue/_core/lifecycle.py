@@ -38,13 +38,13 @@ class Status(enum.StrEnum):
     """
 
     PENDING = "pending"
-    """Waiting in line: a claim takes it once its ``run_at`` is due."""
+    """Waiting in line; a claim takes it once its ``run_at`` is due."""
     RUNNING = "running"
-    """Claimed: a worker holds it (or held it: the rescue sweep finds orphans)."""
+    """Claimed by a worker, which holds it (the rescue sweep finds a dead worker's)."""
     COMPLETED = "completed"
     """Its handler returned."""
     DEAD = "dead"
-    """Dead-lettered: its attempts were used up, or it failed permanently."""
+    """Dead-lettered, its attempts used up or failed permanently."""
     CANCELLED = "cancelled"
     """Cancelled by request, or because a parent failed (``on_parent_failure="cancel"``)."""
     WAITING = "waiting"
@@ -67,12 +67,12 @@ class Status(enum.StrEnum):
 
     @property
     def ended(self) -> bool:
-        """Whether it is final (completed, dead, cancelled): the job ran its course."""
+        """Whether it is final (completed, dead or cancelled)."""
         return LIFECYCLE[self].ended
 
     @property
     def failed(self) -> bool:
-        """Whether it ended without completing (dead, cancelled): what retry takes back."""
+        """Whether it ended without completing (dead or cancelled); retry takes such jobs back."""
         return LIFECYCLE[self].failed
 
 
@@ -141,7 +141,8 @@ class OutcomeKind(enum.StrEnum):
 
     A ``StrEnum`` whose values are the strings hooks and observers have
     always seen (``outcome.status == "snoozed"``); the final kinds equal the
-    `Status` of the same name. `OUTCOMES` says which status each writes.
+    `Status` of the same name. ``pgqueue._core.lifecycle.OUTCOMES`` says
+    which status each writes.
     """
 
     COMPLETED = "completed"

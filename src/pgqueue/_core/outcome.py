@@ -30,7 +30,7 @@ class Outcome(NamedTuple):
 
     ``status`` is its `OutcomeKind`: a final one, ``OutcomeKind.PENDING``
     for a retry after ``delay`` seconds, ``OutcomeKind.SNOOZED`` or
-    ``OutcomeKind.RELEASED``; `pgqueue._core.lifecycle.OUTCOMES` says which
+    ``OutcomeKind.RELEASED``; ``pgqueue._core.lifecycle.OUTCOMES`` says which
     status each writes. ``result`` is the JSON text
     of a completed handler's return value, if it returned one. A named
     tuple: one is built for every job run.

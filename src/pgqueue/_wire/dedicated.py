@@ -10,7 +10,6 @@ import anyio
 
 from pgqueue._core.connect import connect_like, target_of
 from pgqueue._core.errors import ends_session, is_outage
-from pgqueue._sql.settings import WORKER_SETTINGS
 from pgqueue._store.postgres import Store
 from pgqueue._store.schema import detect
 
@@ -52,7 +51,7 @@ class Mode:
 
     def __init__(self) -> None:
         self.store = Store()
-        self.settings = dict(WORKER_SETTINGS)
+        self.settings = self.store.settings
 
 
 class DedicatedConnection:
