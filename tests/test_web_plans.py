@@ -62,12 +62,15 @@ async def test_every_statement_of_the_pages_uses_an_index(
     # The queues page's frame (statements of Admin.stats are in test_admin_plans).
     statements: list[tuple[str, tuple[Any, ...]]] = [
         (_sql.DASHBOARD_NEWEST, ()),
-        (_sql.DASHBOARD_ENQUEUED, (newest - 100, newest, None)),
-        (_sql.DASHBOARD_RUNNING, (None, 5)),
+        (_sql.DASHBOARD_ENQUEUED_SHOWN, (newest - 100, newest, ["a", "b"])),
         (_sql.JOB, (middle,)),
-        (_sql.JOB_PREVIEW, (middle, 50_000)),
-        (_sql.JOB_SUMMARY, (middle,)),
+        (_sql.JOB_PREVIEW_SHOWN, (middle, 50_000)),
+        (_sql.JOB_SUMMARY_SHOWN, (middle,)),
     ]
+    # The frame's running and dead jobs: of every queue, of one, by a name's part.
+    for names, contains in ((None, None), (["a"], None), (None, "a")):
+        statements.append((_sql.DASHBOARD_RUNNING_SHOWN, (names, contains, 5, True)))
+        statements.append((_sql.DASHBOARD_DEAD_SHOWN, (names, contains, 5)))
     # The listing: every status, with and without a queue, a type, a cursor.
     for status, queue, job_type, before in itertools.product(
         (None, *_sql.JOB_STATUSES), (None, "a"), (None, "report"), (None, middle)
@@ -85,7 +88,7 @@ async def test_every_statement_of_the_pages_uses_an_index(
             continue
         # The pages list summaries (Admin.job_summaries); Admin.jobs reads
         # the same rows with every column.
-        for query in (_sql.jobs_query, _sql.job_summaries_query):
+        for query in (_sql.jobs_query, _sql.shown_summaries_query):
             args = (queue, job_type, before, 51)
             statements.append((query(status), args))
             if before is not None:  # a Newer page, back up from the same cursor

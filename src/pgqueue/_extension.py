@@ -74,10 +74,19 @@ from pgqueue._core.sql import (
     SERVER_IDENTITY,
     TABLE_EXISTS,
 )
-from pgqueue._core.text import first_line, seconds_text
-from pgqueue._dashboard import Frame, Sampler
+from pgqueue._core.text import (
+    CONTROL_CHARACTERS,
+    SHOWN_NAME_CHARS,
+    clipped,
+    first_line,
+    printable,
+    seconds_text,
+    shown_name,
+)
+from pgqueue._dashboard import QUEUES_SHOWN, Frame, Sampler
 
 __all__ = [
+    "CONTROL_CHARACTERS",
     "DATABASE_ERRORS",
     "ENQUEUE_CALL",
     "FOREIGN_JOBS_PYFORMAT",
@@ -85,10 +94,12 @@ __all__ = [
     "JOB_PYFORMAT",
     "JOB_STATUSES",
     "PREVIEW_CHARS",
+    "QUEUES_SHOWN",
     "QUEUE_COUNTS",
     "REPLACE_MISSING",
     "SCHEMA_ERRORS",
     "SERVER_IDENTITY",
+    "SHOWN_NAME_CHARS",
     "TABLE_EXISTS",
     "Flag",
     "Frame",
@@ -116,6 +127,7 @@ __all__ = [
     "check_schema",
     "check_unique_key",
     "check_when",
+    "clipped",
     "completed_estimated",
     "default_logger",
     "describe",
@@ -128,10 +140,12 @@ __all__ = [
     "listing",
     "option_flags",
     "payload_encoder",
+    "printable",
     "public_names",
     "queue_stats",
     "schema_error",
     "seconds_text",
+    "shown_name",
     "sql",
     "target",
     "target_of",

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 
-from pgqueue._extension import DATABASE_ERRORS, check_dsn, describe, target
+from pgqueue._extension import (
+    CONTROL_CHARACTERS,
+    DATABASE_ERRORS,
+    check_dsn,
+    describe,
+    printable,
+    target,
+)
 
 if TYPE_CHECKING:
     from pgqueue import SchemaError
@@ -201,38 +208,11 @@ async def connect(
         await conn.close()
 
 
-# Characters a terminal acts on rather than shows: C0 controls but tab, DEL,
-# C1 controls, and the bidi controls that reorder what follows them.
-_CONTROLS = [
-    *(chr(code) for code in range(0x20) if code != 0x09),
-    *(chr(code) for code in range(0x7F, 0xA0)),
-    *(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))),
-]
-_NAMED = {"\n": "\\n", "\r": "\\r"}
-_PRINTABLE = str.maketrans(
-    {
-        char: _NAMED.get(char)
-        or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
-        for char in _CONTROLS
-    }
-)
-_KEEP_NEWLINES = str.maketrans({**_PRINTABLE, ord("\n"): "\n"})
 # In JSON text these characters can only stand inside strings, where an
 # escape means the same character: the document decodes to the same values.
 _JSON_SAFE = str.maketrans(
-    {char: f"\\u{ord(char):04x}" for char in _CONTROLS if ord(char) >= 0x20}
+    {char: f"\\u{ord(char):04x}" for char in CONTROL_CHARACTERS if ord(char) >= 0x20}
 )
-
-
-def printable(text: str, *, newlines: bool = False) -> str:
-    """``text`` with the characters a terminal would act on shown escaped.
-
-    C0 controls but tab, DEL, C1 controls and bidi controls become ``\\x1b``,
-    ``\\n``, ``\\u202e`` and the like, so that a job's field can neither move
-    the cursor, set the title or the clipboard, nor forge a line of output.
-    ``newlines`` keeps line feeds (a traceback's lines).
-    """
-    return text.translate(_KEEP_NEWLINES if newlines else _PRINTABLE)
 
 
 class PrintableFormatter(logging.Formatter):

@@ -103,7 +103,13 @@ class Admin:
     ) -> list[JobSummary]:
         """List jobs as `jobs` does, without their payloads and results: `pgqueue.Admin.job_summaries`."""
         statement, args = listing(
-            sql.job_summaries_query, queue, status, job_type, limit, before_id, after_id
+            sql.shown_summaries_query,
+            queue,
+            status,
+            job_type,
+            limit,
+            before_id,
+            after_id,
         )
         rows = fetch_dicts(self._connection, statement, args)
         if after_id is not None:
