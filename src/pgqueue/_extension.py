@@ -52,7 +52,7 @@ from pgqueue._core.codec import (
     payload_encoder,
     unencodable,
 )
-from pgqueue._core.connect import check_dsn, target, target_of
+from pgqueue._core.connect import check_dsn, holds_password, target, target_of
 from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
 from pgqueue._core.grants import KINDS as GRANT_KINDS
@@ -135,6 +135,7 @@ __all__ = [
     "encode_payloads",
     "enqueue_params",
     "first_line",
+    "holds_password",
     "insert_many",
     "job_info",
     "listing",

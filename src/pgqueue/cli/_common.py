@@ -21,6 +21,7 @@ from pgqueue._extension import (
     DATABASE_ERRORS,
     check_dsn,
     describe,
+    holds_password,
     printable,
     target,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "job_id",
     "optional_duration",
     "optional_int",
+    "password_warning",
     "place",
     "port",
     "positive_int",
@@ -166,6 +168,49 @@ def read_dsn_of(args: argparse.Namespace) -> str | None:
         READ_DSN_VARIABLE
     )
     return dsn or dsn_of(args)
+
+
+_DSN_FLAGS = (
+    ("dsn", "--dsn", "PGQUEUE_DSN"),
+    ("read_dsn", "--read-dsn", READ_DSN_VARIABLE),
+    ("listen", "--listen", None),
+)
+"""The flags that take a DSN: the argument's name, the flag, the variable that takes it instead."""
+
+
+def password_warning(args: argparse.Namespace, argv: Sequence[str]) -> str | None:
+    """The warning for DSNs with a password given on the command line ``argv``, or None.
+
+    Every user of the machine can read a command line (``ps``) for as long
+    as the command runs. The warning names the flags, never the password.
+    """
+    flags, variables = [], []
+    for name, flag, variable in _DSN_FLAGS:
+        value = getattr(args, name, None)
+        # Given on the command line, not read from the environment (a child
+        # of --processes reads --listen's from there).
+        if (
+            isinstance(value, str)
+            and holds_password(value)
+            and any(arg == value or arg.endswith(f"={value}") for arg in argv)
+        ):
+            flags.append(flag)
+            if variable is not None:
+                variables.append(variable)
+    if not flags:
+        return None
+    one = len(flags) == 1
+    instead = (
+        f"give {'it' if one else 'them'} in {' and '.join(variables)}, or "
+        if variables
+        else ""
+    )
+    return (
+        f"warning: {' and '.join(flags)} {'holds' if one else 'hold'} a password, "
+        "which any user of this machine can read on the command line (ps) while "
+        f"pgqueue runs: {instead}keep the password in a password file (~/.pgpass) "
+        "or a service file (PGSERVICEFILE)"
+    )
 
 
 def place(dsn: str | None, source: str | None = None) -> str:
