@@ -253,17 +253,7 @@ class Sampler:
         return Frame(
             at=at,
             queues=lines,
-            longest_running=[
-                RunningJob(
-                    id=row["id"],
-                    queue=row["queue"],
-                    job_type=row["job_type"],
-                    running_for=row["running_for"],
-                    heard_from=row["heard_from"],
-                    progress=row["progress"],
-                )
-                for row in running
-            ],
+            longest_running=[RunningJob(**dict(row)) for row in running],
             latest_dead=[
                 DeadJob(
                     id=row["id"],
