@@ -7,8 +7,9 @@ the ``v`` macro, which wraps them in ``<bdi>`` (a right-to-left override in a
 job type cannot reorder the text around it) and shows their control
 characters (bidi controls, C0 and C1) as ``U+XXXX`` rather than letting them
 act; names (queues, job types, keys) through the ``name`` macro, which also
-cuts them at `SHOWN_NAME_CHARS` characters and marks the cut. Links are built from the mount's root path (``base``), so the dashboard
-works under any prefix.
+cuts them at `SHOWN_NAME_CHARS` characters and marks the cut. Links are
+built from the mount's root path (``base``), so the dashboard works under
+any prefix.
 """
 
 from __future__ import annotations
