@@ -10,6 +10,7 @@ import asyncpg
 import pytest
 
 import pgqueue
+from pgqueue._admin import QUEUE_COUNTS
 from pgqueue._dashboard import Sampler
 from pgqueue._sql.claims import CLAIM
 from pgqueue._sql.leases import SEED_LIMIT
@@ -197,6 +198,34 @@ async def test_stats_are_exact_on_a_small_table(fresh_dsn: str) -> None:
             "waiting": 0,
             "paused": False,
         }
+
+        # The same counts, the most jobs to do first: a (9), c (2), b (none).
+        def counts(stats: pgqueue.QueueStats) -> tuple[object, ...]:
+            return tuple(getattr(stats, name) for name in QUEUE_COUNTS)
+
+        top = await admin.top_queues()
+        assert [s.queue for s in top.queues] == ["a", "c", "b"]
+        assert {s.queue: counts(s) for s in top.queues} == {
+            s.queue: counts(s) for s in everything
+        }
+        assert top.more == 0
+        first = await admin.top_queues(1)
+        assert ([s.queue for s in first.queues], first.more) == (["a"], 2)
+        found = await admin.top_queues(contains="b")
+        assert [s.queue for s in found.queues] == ["b"]
+        await admin.pause("idle")  # paused, and no job: listed all the same
+        listed = await admin.top_queues(queues=["c", "nothing-here", "idle"])
+        assert [s.queue for s in listed.queues] == ["c", "idle", "nothing-here"]
+        assert listed.queues[2] == empty
+        assert listed.queues[1].paused
+        for bad, error in (
+            ({"limit": 0}, ValueError),
+            ({"contains": ""}, ValueError),
+            ({"contains": "a\x1b"}, ValueError),
+            ({"queues": "ab"}, TypeError),
+        ):
+            with pytest.raises(error):
+                await admin.top_queues(**bad)
 
 
 async def test_stats_give_the_slots_in_use_of_queues_with_a_fleet_wide_limit(

@@ -23,6 +23,7 @@ import pytest
 import pgqueue
 from pgqueue import _admin
 from pgqueue._sql.admin import RETRYABLE_IDS
+from pgqueue._sql.dashboard import STATS_TOP
 from pgqueue._sql.listings import STATS, jobs_query
 from tests.helpers import explain_analyze, plan_buffers, plan_nodes
 
@@ -128,6 +129,12 @@ async def test_stats_and_listings_use_indexes_on_a_big_table(
         used = _check_indexed(stats)
         assert used >= PARTIAL_INDEXES, used
         assert plan_buffers(stats) < pages / 4, (plan_buffers(stats), pages)
+    # Admin.top_queues: every queue, some by name, those whose name holds "a".
+    for names, contains in ((None, None), (["a", "c"], None), (None, "a")):
+        top = await explain_analyze(big_table, STATS_TOP, names, contains, 50, [])
+        used = _check_indexed(top)
+        assert used >= PARTIAL_INDEXES, used
+        assert plan_buffers(top) < pages / 4, (plan_buffers(top), pages)
 
     listings = [
         (status, queue)

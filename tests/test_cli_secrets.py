@@ -172,6 +172,35 @@ async def test_schema_errors_of_the_public_api_name_the_database(
         assert SECRET not in str(error)
 
 
+WARNING = "holds a password, which any user of this machine can read"
+
+
+async def test_a_password_on_the_command_line_is_warned_of_once(dsn: str) -> None:
+    host, port, name = server(dsn)
+    with_password = f"postgresql://postgres:{SECRET}@{host}:{port}/{name}"
+    code, out = await pgqueue_cli("--dsn", with_password, "stats")
+    assert (code, SECRET in out) == (0, False), out
+    [line] = [line for line in out.splitlines() if "password" in line]
+    assert line == (
+        f"pgqueue: warning: --dsn {WARNING} on the command line (ps) while pgqueue "
+        "runs: give it in PGQUEUE_DSN, or keep the password in a password file "
+        "(~/.pgpass) or a service file (PGSERVICEFILE)"
+    )
+    code, out = await pgqueue_cli(
+        "top", "--once", "--json", f"--read-dsn={with_password}", PGQUEUE_DSN=dsn
+    )
+    assert (code, SECRET in out) == (0, False), out
+    assert out.count("warning: --read-dsn holds a password") == 1, out
+    assert "give it in PGQUEUE_READ_DSN" in out
+    # In the environment, or without a password: nothing to warn of.
+    for args, env in (
+        (["stats"], {"PGQUEUE_DSN": with_password}),
+        (["--dsn", dsn, "stats"], {}),
+    ):
+        code, out = await pgqueue_cli(*args, **env)
+        assert (code, "warning" in out, SECRET in out) == (0, False, False), out
+
+
 async def test_children_get_no_password_on_their_command_line(
     dsn: str, queue_name: str
 ) -> None:
@@ -206,3 +235,5 @@ async def test_children_get_no_password_on_their_command_line(
         child.process.terminate()
         assert await child.exit_code() == 0, child.text
     assert SECRET not in child.text
+    # Said once, by the parent: the children's DSNs are not on a command line.
+    assert child.text.count("--dsn and --listen hold a password") == 1, child.text

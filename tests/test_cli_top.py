@@ -20,10 +20,10 @@ import asyncpg
 import pytest
 
 from pgqueue._core.text import seconds_text as duration
-from pgqueue._sql.listings import (
-    DASHBOARD_ENQUEUED,
+from pgqueue._sql.dashboard import (
+    DASHBOARD_ENQUEUED_SHOWN,
     DASHBOARD_NEWEST,
-    DASHBOARD_RUNNING,
+    DASHBOARD_RUNNING_SHOWN,
 )
 from pgqueue.cli.top import Sampler
 from tests.helpers import plan_nodes
@@ -138,8 +138,15 @@ async def test_once_json_matches_the_database(
     code, out, err = await pgqueue(fresh_dsn, "top", "--once", "--json")
     assert (code, err) == (0, "")
     frame = json.loads(out)
-    assert set(frame) == {"at", "queues", "longest_running", "latest_dead"}
+    assert set(frame) == {
+        "at",
+        "queues",
+        "longest_running",
+        "latest_dead",
+        "more_queues",
+    }
     datetime.fromisoformat(frame["at"])
+    assert frame["more_queues"] == 0
 
     counts = await database_counts(seeded)
     assert counts == EXPECTED
@@ -261,6 +268,48 @@ async def test_rates_between_frames(
     assert measured == {"alpha": (10, 3), "beta": (0, 1), "gamma": (0, 0)}
 
 
+async def test_hide_payloads_hides_the_checkpoints(
+    fresh_dsn: str, seeded: asyncpg.Connection[Any]
+) -> None:
+    await seeded.execute(
+        'UPDATE pgqueue_jobs SET checkpoint = \'{"card": "4111-1111"}\''
+        " WHERE status = 'running'"
+    )
+    for hidden in (False, True):
+        options = ["--hide-payloads"] if hidden else []
+        for shape in ([], ["--json"]):
+            code, out, err = await pgqueue(fresh_dsn, "top", "--once", *shape, *options)
+            assert (code, err) == (0, "")
+            assert ("4111" in out) is not hidden, (hidden, shape)
+
+
+async def test_a_filter_and_a_limit_choose_the_queues(
+    fresh_dsn: str, seeded: asyncpg.Connection[Any]
+) -> None:
+    code, out, err = await pgqueue(fresh_dsn, "top", "--once", "--json", "--limit", "2")
+    assert (code, err) == (0, "")
+    frame = json.loads(out)
+    # The most jobs to do first (alpha: 7, beta: 1, gamma: none).
+    assert [q["queue"] for q in frame["queues"]] == ["alpha", "beta"]
+    assert frame["more_queues"] == 1
+    code, out, err = await pgqueue(fresh_dsn, "top", "--once", "--limit", "2")
+    assert "and 1 more (--match TEXT or --queue NAME to see them)" in out
+    code, out, err = await pgqueue(
+        fresh_dsn, "top", "--once", "--json", "--match", "mm"
+    )
+    frame = json.loads(out)
+    assert ([q["queue"] for q in frame["queues"]], frame["more_queues"]) == (
+        ["gamma"],
+        0,
+    )
+    assert frame["longest_running"] == []  # alpha's: not a queue shown
+    code, out, err = await pgqueue(
+        fresh_dsn, "top", "--once", "--queue", "alpha", "--match", "a"
+    )
+    assert (code, out) == (2, "")
+    assert err == "pgqueue: give --queue or --match, not both\n"
+
+
 async def test_bad_input_is_one_line_exit_2(fresh_dsn: str) -> None:
     code, out, err = await pgqueue(fresh_dsn, "top", "--once", "--interval", "0")
     assert (code, out) == (2, "")
@@ -298,10 +347,19 @@ async def test_dashboard_statements_use_indexes(fresh_dsn: str) -> None:
         newest = await conn.fetchval("SELECT max(id) FROM pgqueue_jobs")
         cases = [
             (DASHBOARD_NEWEST, (), "pgqueue_jobs_pkey"),
-            (DASHBOARD_ENQUEUED, (newest - 50, newest, None), "pgqueue_jobs_pkey"),
-            (DASHBOARD_ENQUEUED, (newest - 50, newest, "q1"), "pgqueue_jobs_pkey"),
-            (DASHBOARD_RUNNING, (None, 5), "idx_pgqueue_jobs_rescue"),
-            (DASHBOARD_RUNNING, ("q1", 5), "idx_pgqueue_jobs_rescue"),
+            (
+                DASHBOARD_ENQUEUED_SHOWN,
+                (newest - 50, newest, ["q1", "q2"]),
+                "pgqueue_jobs_pkey",
+            ),
+            *(
+                (
+                    DASHBOARD_RUNNING_SHOWN,
+                    (*where, 5, True),
+                    "idx_pgqueue_jobs_rescue",
+                )
+                for where in ((None, None), (["q1"], None), (None, "1"))
+            ),
         ]
         for mode in ("force_custom_plan", "force_generic_plan"):
             await conn.execute(f"SET plan_cache_mode = {mode}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -10,7 +11,7 @@ from pathlib import Path
 import anyio
 import asyncpg
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 import pgqueue
 from pgqueue.prometheus import (
@@ -298,9 +299,45 @@ async def test_queue_collector_run_refreshes_every_ttl(
         tg.cancel_scope.cancel()
 
 
-def test_queue_collector_refuses_a_bad_ttl() -> None:
-    with pytest.raises(ValueError, match="ttl"):
-        QueueCollector(None, ttl=0, registry=CollectorRegistry())  # type: ignore[arg-type]
+async def test_queue_collector_keeps_to_its_queues_and_says_what_it_left_out(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    busy, quiet, idle = (f"{queue_name}-{n}" for n in ("busy", "quiet", "idle"))
+    long = f"{queue_name}-" + "L" * 400  # allowed (at most 1,024 bytes), but long
+    await pgqueue.Queue(pool, name=busy).enqueue_many([("t", {})] * 3)
+    for name in (quiet, long):
+        await pgqueue.Queue(pool, name=name).enqueue("t", {})
+
+    registry = CollectorRegistry()
+    listed = [busy, quiet, idle, long]
+    collector = QueueCollector(pool, queues=listed, max_queues=3, registry=registry)
+    await collector.refresh()
+    text = generate_latest(registry).decode()
+    labels = re.findall(r'pgqueue_queue_lag_seconds\{queue="([^"]*)"\}', text)
+    # The three with the most jobs to do, ties by name; idle (none) left out.
+    [cut] = [label for label in labels if label not in (busy, quiet)]
+    assert re.fullmatch(re.escape(long[:200]) + r"…\(cut [0-9a-f]{8}\)", cut)
+    assert len(labels) == 3
+    assert value(registry, "pgqueue_queue_series_omitted") == 1
+    assert value(registry, "pgqueue_queue_jobs", queue=busy, status="ready") == 3
+
+    wide = CollectorRegistry()
+    collector = QueueCollector(pool, queues=listed, registry=wide)
+    await collector.refresh()
+    assert value(wide, "pgqueue_queue_jobs", queue=idle, status="ready") == 0
+    assert value(wide, "pgqueue_queue_series_omitted") == 0
+
+
+def test_queue_collector_refuses_bad_arguments() -> None:
+    for kwargs, error in (
+        ({"ttl": 0}, ValueError),
+        ({"max_queues": 0}, ValueError),
+        ({"queues": "emails"}, TypeError),
+        ({"queues": ["a\x1b"]}, ValueError),
+        ({"queue": "a", "queues": ["b"]}, TypeError),
+    ):
+        with pytest.raises(error):
+            QueueCollector(None, registry=CollectorRegistry(), **kwargs)  # type: ignore[arg-type]
 
 
 def _free_port() -> int:

@@ -121,7 +121,8 @@ async def test_queues_page_counts_each_status_and_lag(
         limited,
     )
     async with client(create_app(pool)) as c:
-        page = await c.get("/")
+        # The queues whose name holds ours: the table holds other tests' too.
+        page = await c.get("/", params={"queue": queue_name})
         assert page.status_code == 200
         assert page.headers["content-type"].startswith("text/html")
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
@@ -140,10 +141,11 @@ async def test_queues_page_counts_each_status_and_lag(
         assert f'href="/jobs?queue={queue_name}&amp;status=dead"' in page.text
         assert 'src="/static/pgqueue.js?v=' in page.text
 
-        fragment = await c.get("/fragments/queues")
+        assert f'data-src="/fragments/queues?queue={queue_name}"' in page.text
+        fragment = await c.get("/fragments/queues", params={"queue": queue_name})
         assert fragment.status_code == 200
         assert cells(fragment.text, queue_name)["ready"] == "3"
-        frame = (await c.get("/api/frame")).json()
+        frame = (await c.get("/api/frame", params={"queue": queue_name})).json()
         [ours] = [q for q in frame["queues"] if q["queue"] == queue_name]
         assert (ours["ready"], ours["dead"], ours["global_limit"]) == (3, 2, None)
 
@@ -159,7 +161,8 @@ async def test_the_finished_rate_appears_once_jobs_finish(
     ids = await queue.enqueue_many([("t", {})] * 4)
     app = create_app(pool)
     async with client(app) as c:
-        first = cells((await c.get("/")).text, queue.name)
+        mine = {"queue": queue.name}
+        first = cells((await c.get("/", params=mine)).text, queue.name)
         assert first["finished_per_second"] == "-"  # no earlier frame to compare with
         await pool.execute(
             "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = ANY($1::bigint[])",
@@ -167,7 +170,8 @@ async def test_the_finished_rate_appears_once_jobs_finish(
         )
         with anyio.fail_after(10):
             while True:  # frames are shared for a second: wait for a fresh one
-                later = cells((await c.get("/fragments/queues")).text, queue.name)
+                fragment = await c.get("/fragments/queues", params=mine)
+                later = cells(fragment.text, queue.name)
                 if later["ready"] == "0":
                     break
         assert float(later["finished_per_second"]) > 0
@@ -395,6 +399,10 @@ async def test_bad_ids_and_filters_are_404_and_400(pool: asyncpg.Pool) -> None:
             assert answer.status_code == 400, query
         answer = await c.get("/retry-all?queue=a%00")
         assert answer.status_code == 400
+        for path in ("/", "/fragments/queues", "/api/frame"):
+            for query in ("queue=a%00b", "queue=%1B", f"queue={'x' * 2000}"):
+                answer = await c.get(f"{path}?{query}")
+                assert answer.status_code == 400, (path, query)
 
 
 # --- actions ---------------------------------------------------------------------------
@@ -578,24 +586,43 @@ async def test_a_trusted_origin_may_act_with_the_token(
     assert (await row(pool, dead))["status"] == "pending"
 
 
-async def test_show_payloads_false_hides_payloads_and_results(
+async def test_show_payloads_false_hides_payloads_results_and_checkpoints(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
     q = pgqueue.Queue(pool, name=queue_name)
-    job_id = await q.enqueue("t", {"email": "someone@example.com"})
+    done, running_id = await q.enqueue_many(
+        [("t", {"email": "someone@example.com"}), ("t", {})]
+    )
     await pool.execute(
         "UPDATE pgqueue_jobs SET status = 'completed', result = '{\"card\": \"4111\"}'"
         " WHERE id = $1",
-        job_id,
+        done,
     )
+    # A running job's checkpoint, which the live frames carry as its progress.
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'running', attempts = 1, claimed_at = now(),"
+        ' checkpoint = \'{"card": "4112"}\' WHERE id = $1',
+        running_id,
+    )
+    mine = {"queue": queue_name}
     async with client(create_app(pool, show_payloads=False)) as c:
-        page = await c.get(f"/jobs/{job_id}")
+        page = await c.get(f"/jobs/{done}")
         assert page.status_code == 200
         assert "someone@example.com" not in page.text
         assert "4111" not in page.text
         assert "Hidden" in page.text
-    async with client(create_app(pool)) as c:
-        assert "someone@example.com" in (await c.get(f"/jobs/{job_id}")).text
+        frame = (await c.get("/api/frame", params=mine)).json()
+        [running_job] = frame["longest_running"]
+        assert (running_job["id"], running_job["progress"]) == (running_id, None)
+        for path in ("/", "/fragments/queues", "/api/frame", f"/jobs/{running_id}"):
+            answer = await c.get(path, params=mine)
+            assert answer.status_code == 200, path
+            assert "4112" not in answer.text, path
+    async with client(create_app(pool)) as c:  # shown unless hidden
+        assert "someone@example.com" in (await c.get(f"/jobs/{done}")).text
+        frame = (await c.get("/api/frame", params=mine)).json()
+        assert "4112" in frame["longest_running"][0]["progress"]
+        assert "4112" in (await c.get(f"/jobs/{running_id}")).text
 
 
 async def test_mounted_under_a_prefix_every_link_keeps_it(
@@ -631,7 +658,8 @@ async def test_a_dsn_app_opens_its_own_pool_and_closes_it(
     await queue.enqueue("t", {})
     app = create_app(dsn)
     async with LifespanManager(app), client(app) as c:
-        assert cells((await c.get("/")).text, queue.name)["ready"] == "1"
+        page = await c.get("/", params={"queue": queue.name})
+        assert cells(page.text, queue.name)["ready"] == "1"
         backends = await pool.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
         )
@@ -699,7 +727,7 @@ async def test_pgqueue_web_serves_read_only_on_localhost(
     async with serving(dsn) as (url, line):
         assert "(read-only)" in line
         async with httpx.AsyncClient(base_url=url) as c:
-            page = await c.get("/")
+            page = await c.get("/", params={"queue": queue.name})
             assert page.status_code == 200
             assert queue.name in page.text
             assert (await c.post(f"/jobs/{job_id}/cancel")).status_code == 403

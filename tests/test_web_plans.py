@@ -26,15 +26,18 @@ import httpx
 import pytest
 
 from pgqueue._sql.admin import DEAD_COUNT, RETRYABLE_IDS
-from pgqueue._sql.listings import (
-    DASHBOARD_ENQUEUED,
+from pgqueue._sql.dashboard import (
+    DASHBOARD_DEAD_SHOWN,
+    DASHBOARD_ENQUEUED_SHOWN,
     DASHBOARD_NEWEST,
-    DASHBOARD_RUNNING,
+    DASHBOARD_RUNNING_SHOWN,
+    JOB_PREVIEW_SHOWN,
+    JOB_SUMMARY_SHOWN,
+    shown_summaries_query,
+)
+from pgqueue._sql.listings import (
     JOB,
-    JOB_PREVIEW,
     JOB_STATUSES,
-    JOB_SUMMARY,
-    job_summaries_query,
     jobs_query,
 )
 from pgqueue.web import create_app
@@ -73,12 +76,15 @@ async def test_every_statement_of_the_pages_uses_an_index(
     # The queues page's frame (statements of Admin.stats are in test_admin_plans).
     statements: list[tuple[str, tuple[Any, ...]]] = [
         (DASHBOARD_NEWEST, ()),
-        (DASHBOARD_ENQUEUED, (newest - 100, newest, None)),
-        (DASHBOARD_RUNNING, (None, 5)),
+        (DASHBOARD_ENQUEUED_SHOWN, (newest - 100, newest, ["a", "b"])),
         (JOB, (middle,)),
-        (JOB_PREVIEW, (middle, 50_000)),
-        (JOB_SUMMARY, (middle,)),
+        (JOB_PREVIEW_SHOWN, (middle, 50_000)),
+        (JOB_SUMMARY_SHOWN, (middle,)),
     ]
+    # The frame's running and dead jobs: of every queue, of one, by a name's part.
+    for names, contains in ((None, None), (["a"], None), (None, "a")):
+        statements.append((DASHBOARD_RUNNING_SHOWN, (names, contains, 5, True)))
+        statements.append((DASHBOARD_DEAD_SHOWN, (names, contains, 5)))
     # The listing: every status, with and without a queue, a type, a cursor.
     for status, queue, job_type, before in itertools.product(
         (None, *JOB_STATUSES), (None, "a"), (None, "report"), (None, middle)
@@ -96,7 +102,7 @@ async def test_every_statement_of_the_pages_uses_an_index(
             continue
         # The pages list summaries (Admin.job_summaries); Admin.jobs reads
         # the same rows with every column.
-        for query in (jobs_query, job_summaries_query):
+        for query in (jobs_query, shown_summaries_query):
             args = (queue, job_type, before, 51)
             statements.append((query(status), args))
             if before is not None:  # a Newer page, back up from the same cursor

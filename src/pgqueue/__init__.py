@@ -18,6 +18,7 @@ from pgqueue._admin import (
     ScheduleInfo,
     SchemaState,
     SnoozedAttempt,
+    TopQueues,
 )
 from pgqueue._core.backoff import Backoff, default_backoff
 from pgqueue._core.errors import (
@@ -98,6 +99,7 @@ __all__ = [
     "Status",
     "Subscriber",
     "SyncHandler",
+    "TopQueues",
     "Tracker",
     "TrackerClosedError",
     "Worker",

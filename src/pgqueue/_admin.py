@@ -34,18 +34,22 @@ from pgqueue._sql.admin import (
     RETRY_CHILDREN,
     RETRYABLE_IDS,
 )
+from pgqueue._sql.dashboard import (
+    JOB_PREVIEW_SHOWN,
+    JOB_SUMMARY_SHOWN,
+    STATS_TOP,
+    STATS_TOP_COMPLETED,
+    shown_summaries_query,
+)
 from pgqueue._sql.listings import (
     ADMIN_INDEXES,
     DEPENDENCIES,
     JOB,
-    JOB_PREVIEW,
     JOB_STATUSES,
-    JOB_SUMMARY,
     STATS,
     STATS_COMPLETED,
     STATS_LIMITS,
     STATS_TABLE,
-    job_summaries_query,
     jobs_query,
 )
 from pgqueue._sql.literals import array
@@ -62,7 +66,14 @@ from pgqueue._store.schema import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+    from collections.abc import (
+        AsyncIterator,
+        Callable,
+        Collection,
+        Iterable,
+        Mapping,
+        Sequence,
+    )
 
     from pgqueue._queue import Executor
 
@@ -78,6 +89,7 @@ __all__ = [
     "ScheduleInfo",
     "SchemaState",
     "SnoozedAttempt",
+    "TopQueues",
 ]
 
 PREVIEW_CHARS = 50_000
@@ -87,6 +99,9 @@ EXACT_COMPLETED_PAGES = 1280
 """Up to this many pages (10 MB), `Admin.stats` counts completed jobs exactly."""
 
 RETRY_BATCH = 1000
+
+QUEUES_SHOWN = 50
+"""How many queues `Admin.top_queues` returns by default: what a dashboard shows."""
 
 DEPENDENCIES_SHOWN = 50
 """How many parents and children `Admin.dependencies` reads by default."""
@@ -278,6 +293,24 @@ class QueueStats(_JSONShape):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TopQueues(_JSONShape):
+    """The queues with the most jobs to do, from `Admin.top_queues`.
+
+    Attributes:
+        queues: their stats, the queue with the most jobs to do (waiting,
+            ready, scheduled and running) first, then the one with the most
+            dead jobs, then by name.
+        more: how many other queues there are (of those the filters let
+            through), left out.
+
+    .. versionadded:: Unreleased
+    """
+
+    queues: tuple[QueueStats, ...]
+    more: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobInfo(_WithStatus):
     """A job's row, from `Admin.jobs` and `Admin.job`.
 
@@ -324,7 +357,9 @@ class JobSummary(_WithStatus):
 
     What a listing shows, at a cost that does not grow with the job's
     payload, result or error: the fields of `JobInfo` but those three, and
-    ``error_line``.
+    ``error_line``. Its names are read cut one character past the longest
+    pgqueue allows, which only another client can exceed: ``queue`` and
+    ``unique_key`` to 1,025 characters, ``job_type`` to 256.
 
     Attributes:
         error_line: the first line of ``last_error`` (past leading blank
@@ -359,7 +394,7 @@ class JobPreview(_WithStatus):
     The fields of `JobInfo`, but ``payload`` and ``result`` are JSON text
     (not decoded: a cut one is no longer JSON), and these three are cut to
     the ``max_chars`` first characters in the database, so reading a job of
-    any size costs a bounded read.
+    any size costs a bounded read. Its names are cut as `JobSummary`'s.
 
     Attributes:
         payload: the payload's JSON text, at most ``max_chars`` characters.
@@ -641,6 +676,56 @@ class Admin:
             )
         return queue_stats(name, rows, table, completed, slots, paused)
 
+    async def top_queues(
+        self,
+        limit: int = QUEUES_SHOWN,
+        *,
+        contains: str | None = None,
+        queues: Iterable[str] | None = None,
+    ) -> TopQueues:
+        """`stats` of the ``limit`` queues with the most jobs to do, and how many were left out.
+
+        What a dashboard of any number of queues shows: the queues are
+        counted, ranked and chosen in the database (the most waiting,
+        ready, scheduled and running jobs first, then the most dead, then
+        by name), so only ``limit`` rows are read however many queues the
+        table holds. A queue name longer than pgqueue allows (written by
+        another client) comes cut to its first 1,025 characters.
+
+        Args:
+            limit: at most this many queues.
+            contains: only the queues whose name holds this text.
+            queues: only these queues; each is listed, jobs or not.
+
+        Raises:
+            TypeError, ValueError: a bad argument (before any SQL runs).
+            SchemaError: the table is missing or lacks a column.
+
+        .. versionadded:: Unreleased
+        """
+        count = check_int("limit", limit)
+        text = None if contains is None else check_queue_name(contains)
+        if isinstance(queues, str):
+            msg = "queues must be an iterable of queue names, not a str"
+            raise TypeError(msg)
+        names = None if queues is None else sorted(set(map(check_queue_name, queues)))
+        executor = self._executor
+        async with self._schema_checked():
+            table = await executor.fetchrow(STATS_TABLE)
+            assert table is not None
+            slots = (
+                await executor.fetch(STATS_LIMITS, None) if table["has_limits"] else []
+            )
+            paused = await executor.fetch(PAUSED, None) if table["has_paused"] else []
+            rows = await executor.fetch(
+                STATS_TOP if completed_estimated(table) else STATS_TOP_COMPLETED,
+                names,
+                text,
+                count,
+                _listed_without_jobs(table, paused, names or ()),
+            )
+        return top_queues(rows, table, slots, paused)
+
     async def jobs(
         self,
         *,
@@ -709,7 +794,7 @@ class Admin:
         .. versionadded:: 0.1
         """
         rows = await self._listing(
-            job_summaries_query,
+            shown_summaries_query,
             queue,
             status,
             job_type,
@@ -801,7 +886,7 @@ class Admin:
         """
         checked = check_job_id(job_id)
         async with self._schema_checked():
-            row = await self._executor.fetchrow(JOB_SUMMARY, checked)
+            row = await self._executor.fetchrow(JOB_SUMMARY_SHOWN, checked)
         return None if row is None else JobSummary(**dict(row))
 
     async def job_preview(
@@ -825,7 +910,7 @@ class Admin:
         checked = check_job_id(job_id)
         size = check_int("max_chars", max_chars)
         async with self._schema_checked():
-            row = await self._executor.fetchrow(JOB_PREVIEW, checked, size)
+            row = await self._executor.fetchrow(JOB_PREVIEW_SHOWN, checked, size)
         return None if row is None else _job_preview(row, size)
 
     async def retry(
@@ -1175,8 +1260,14 @@ def _estimate_completed(
     live: int,
     table: Row,
     only: str | None,
+    *,
+    spread: int | None = None,
 ) -> dict[str, int]:
-    """Each queue's completed jobs, estimated (see `Admin.stats`)."""
+    """Each queue's completed jobs, estimated (see `Admin.stats`).
+
+    Without statistics, the table's rows are split evenly between ``spread``
+    queues (by default those of ``counts``).
+    """
     values: list[str] | None = table["common_queues"]
     freqs: list[float] | None = table["most_common_freqs"]
     distinct: float | None = table["n_distinct"]
@@ -1188,7 +1279,7 @@ def _estimate_completed(
         others = max(1.0, (known or 1.0) - len(values))
         fallback = rest / others
     else:
-        fallback = 1.0 / max(1, len(counts))  # never analyzed: an even split
+        fallback = 1.0 / max(1, len(counts) if spread is None else spread)
     queues: Iterable[str] = (
         [only] if only is not None else counts.keys() | shares.keys()
     )
@@ -1238,35 +1329,91 @@ def queue_stats(
     for extra in paused - counts.keys():
         counts[extra] = [0, 0, 0, 0, 0, 0, None, None, None]
     return [
-        QueueStats(
-            queue=queue_name,
-            ready=ready,
-            scheduled=scheduled,
-            running=running,
-            completed=completed.get(queue_name, 0),
-            dead=dead,
-            cancelled=cancelled,
-            lag=None if lag is None else max(lag, 0.0),
-            longest_running=None if longest is None else max(longest, 0.0),
-            oldest_heartbeat=None if heartbeat is None else max(heartbeat, 0.0),
-            completed_estimated=estimated,
-            slots_in_use=slots[queue_name][0] if queue_name in slots else None,
-            global_limit=slots[queue_name][1] if queue_name in slots else None,
-            waiting=waiting,
-            paused=queue_name in paused,
-        )
-        for queue_name, (
-            ready,
-            scheduled,
-            running,
-            dead,
-            cancelled,
-            waiting,
-            lag,
-            longest,
-            heartbeat,
-        ) in sorted(counts.items())
+        _queue_stat(queue_name, values, completed, estimated, slots, paused)
+        for queue_name, values in sorted(counts.items())
     ]
+
+
+def _queue_stat(
+    name: str,
+    values: Sequence[Any],
+    completed: Mapping[str, int],
+    estimated: bool,
+    slots: Mapping[str, tuple[int, int]],
+    paused: Collection[str],
+) -> QueueStats:
+    """One `QueueStats` from ``values``: ready, scheduled, running, dead, cancelled, waiting, lag, longest running, oldest heartbeat."""
+    ready, scheduled, running, dead, cancelled, waiting, lag, longest, heartbeat = (
+        values
+    )
+    return QueueStats(
+        queue=name,
+        ready=ready,
+        scheduled=scheduled,
+        running=running,
+        completed=completed.get(name, 0),
+        dead=dead,
+        cancelled=cancelled,
+        lag=None if lag is None else max(lag, 0.0),
+        longest_running=None if longest is None else max(longest, 0.0),
+        oldest_heartbeat=None if heartbeat is None else max(heartbeat, 0.0),
+        completed_estimated=estimated,
+        slots_in_use=slots[name][0] if name in slots else None,
+        global_limit=slots[name][1] if name in slots else None,
+        waiting=waiting,
+        paused=name in paused,
+    )
+
+
+def _listed_without_jobs(
+    table: Row, paused_rows: Iterable[Row], names: Iterable[str]
+) -> list[str]:
+    """The queues `Admin.top_queues` counts even without a job of theirs.
+
+    The paused ones, those asked for, and, while completed jobs are
+    estimated, those the planner's statistics give an estimate of one or
+    more (as `Admin.stats` lists them).
+    """
+    listed = {row["queue"] for row in paused_rows} | set(names)
+    if completed_estimated(table):
+        estimates = _estimate_completed({}, int(table["live"]), table, None)
+        listed |= {name for name, count in estimates.items() if count}
+    return sorted(listed)
+
+
+def top_queues(
+    rows: Sequence[asyncpg.Record],
+    table: Row,
+    slot_rows: Iterable[Row],
+    paused_rows: Iterable[Row],
+) -> TopQueues:
+    """`Admin.top_queues` from its statements' rows.
+
+    ``rows``: `STATS_TOP`'s (`STATS_TOP_COMPLETED`'s on a small
+    table); ``table``: `STATS_TABLE`'s;
+    ``slot_rows``: `STATS_LIMITS`'s; ``paused_rows``: `PAUSED`'s.
+    """
+    matched = int(rows[0]["matched"]) if rows else 0
+    estimated = completed_estimated(table)
+    counts = {row["queue"]: list(row[1:10]) for row in rows}
+    if estimated:
+        completed = _estimate_completed(
+            counts, int(table["live"]), table, None, spread=matched
+        )
+    else:
+        completed = {row["queue"]: int(row["completed"]) for row in rows}
+    slots = {
+        row["queue"]: (int(row["in_use"]), int(row["global_limit"]))
+        for row in slot_rows
+    }
+    paused = {row["queue"] for row in paused_rows}
+    return TopQueues(
+        queues=tuple(
+            _queue_stat(row["queue"], row[1:10], completed, estimated, slots, paused)
+            for row in rows
+        ),
+        more=matched - len(rows),
+    )
 
 
 def listing(

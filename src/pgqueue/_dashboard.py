@@ -1,9 +1,13 @@
 """Frames of the live dashboards (``pgqueue top``, `pgqueue.web`): counts, rates, jobs.
 
 Each frame reads, in one read-only snapshot: the per-queue counts and lag
-from `pgqueue.Admin.stats`, the newest job id, the jobs enqueued since the
-previous frame (a range of the primary key), the jobs running longest (the
-rescue index) and the latest dead jobs (`pgqueue.Admin.job_summaries`). Rates come
+of the `QUEUES_SHOWN` queues with the most jobs to do
+(`pgqueue.Admin.top_queues`, and how many more there are), the newest job
+id, the jobs of those queues enqueued since the previous frame (a range of
+the primary key), the jobs running longest (the rescue index) and the
+latest dead jobs (the index of failed jobs). Every name comes cut in the
+database (`pgqueue._sql.dashboard.READ_QUEUE_CHARS` and the like), so a frame
+is bounded whatever the table holds. Rates come
 from differences between frames over the last `RATE_WINDOW` seconds (at
 least the last interval), so the first frame shows none:
 
@@ -15,7 +19,8 @@ least the last interval), so the first frame shows none:
   against it (it never goes below zero).
 
 Neither depends on the completed count (an estimate on a large table) nor
-on pruning.
+on pruning. A queue gets rates only from frames that showed it (or showed
+every queue): one that has just risen into the shown ones has none yet.
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._admin import Admin
-from pgqueue._core.lifecycle import Status
-from pgqueue._sql.listings import (
-    DASHBOARD_ENQUEUED,
+from pgqueue._admin import QUEUES_SHOWN, Admin
+from pgqueue._core.checks import check_int, check_queue_name
+from pgqueue._sql.dashboard import (
+    DASHBOARD_DEAD_SHOWN,
+    DASHBOARD_ENQUEUED_SHOWN,
     DASHBOARD_NEWEST,
-    DASHBOARD_RUNNING,
+    DASHBOARD_RUNNING_SHOWN,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +46,7 @@ if TYPE_CHECKING:
     from pgqueue._queue import Connection
 
 __all__ = [
+    "QUEUES_SHOWN",
     "RATE_WINDOW",
     "TOP",
     "DeadJob",
@@ -96,7 +103,7 @@ class RunningJob:
     heard_from: float | None
     """Seconds since it was claimed or its worker's last heartbeat."""
     progress: str | None = None
-    """Its checkpoint's JSON text (`pgqueue.Job.checkpoint`), its first 200 characters; None without one."""
+    """Its checkpoint's JSON text (`pgqueue.Job.checkpoint`), its first 200 characters; None without one, or hidden."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,8 +124,11 @@ class Frame:
     at: datetime
     """The database's clock when the frame was read."""
     queues: list[QueueLine]
+    """The queues with the most jobs to do (`pgqueue.Admin.top_queues`), at most the sampler's limit."""
     longest_running: list[RunningJob]
     latest_dead: list[DeadJob]
+    more_queues: int = 0
+    """How many other queues (of those the filter lets through) the frame leaves out."""
 
     def to_json(self) -> dict[str, Any]:
         """The frame as JSON-ready data with stable keys."""
@@ -133,7 +143,13 @@ class _Sample:
     live: dict[str, int]
     """Ready, scheduled and running jobs per queue then."""
     enqueued: dict[str, int]
-    """Jobs enqueued per queue since the sample before."""
+    """Jobs enqueued per queue since the sample before (of the queues in ``live``)."""
+    complete: bool
+    """Whether ``live`` holds every queue: one it lacks had no jobs."""
+
+    def saw(self, queue: str) -> bool:
+        """Whether this sample counted ``queue`` (a queue it left out had unknown counts)."""
+        return self.complete or queue in self.live
 
 
 class Sampler:
@@ -142,18 +158,32 @@ class Sampler:
     Rates are averaged over about ``window`` seconds: from the oldest
     remembered frame that is at most that old (the previous frame, when the
     interval is longer).
+
+    A frame shows one ``queue`` (always, jobs or not), or the ``limit``
+    queues with the most jobs to do whose name holds ``contains`` (any,
+    with None). ``progress=False`` reads no checkpoint (a dashboard that
+    hides payloads).
+
+    Raises:
+        TypeError, ValueError: a bad queue, filter or limit (nothing is read).
     """
 
     def __init__(
         self,
         conn: Connection,
         *,
-        queue: str | None,
+        queue: str | None = None,
+        contains: str | None = None,
+        limit: int = QUEUES_SHOWN,
+        progress: bool = True,
         window: float = RATE_WINDOW,
     ) -> None:
         self._conn = conn
         self._admin = Admin(conn)
-        self._queue = queue
+        self._names = None if queue is None else [check_queue_name(queue)]
+        self._contains = None if contains is None else check_queue_name(contains)
+        self._limit = check_int("limit", limit)
+        self._progress = bool(progress)
         self._window = window
         self._samples: deque[_Sample] = deque()
 
@@ -164,26 +194,33 @@ class Sampler:
 
     async def frame(self) -> Frame:
         """Read one frame, in one read-only snapshot."""
-        conn, queue, samples = self._conn, self._queue, self._samples
+        conn, names, contains = self._conn, self._names, self._contains
+        samples = self._samples
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             head = await conn.fetchrow(DASHBOARD_NEWEST)
             assert head is not None  # an aggregate: always one row
             newest, at = head["newest"], head["now"]
-            stats = await self._admin.stats(queue=queue)
+            top = await self._admin.top_queues(
+                self._limit, contains=contains, queues=names
+            )
+            stats = top.queues
             enqueued: dict[str, int] = {}
             if samples:
                 # Only the rows since the previous frame: each frame reads
                 # each new row once, however long the window.
                 rows = await conn.fetch(
-                    DASHBOARD_ENQUEUED, samples[-1].newest, newest, queue
+                    DASHBOARD_ENQUEUED_SHOWN,
+                    samples[-1].newest,
+                    newest,
+                    [s.queue for s in stats],
                 )
                 enqueued = {row["queue"]: row["enqueued"] for row in rows}
-            running = await conn.fetch(DASHBOARD_RUNNING, queue, TOP)
-            dead = await self._admin.job_summaries(
-                queue=queue, status=Status.DEAD, limit=TOP
+            running = await conn.fetch(
+                DASHBOARD_RUNNING_SHOWN, names, contains, TOP, self._progress
             )
+            dead = await conn.fetch(DASHBOARD_DEAD_SHOWN, names, contains, TOP)
         live = {s.queue: s.waiting + s.ready + s.scheduled + s.running for s in stats}
-        samples.append(_Sample(at, newest, live, enqueued))
+        samples.append(_Sample(at, newest, live, enqueued, complete=top.more == 0))
         while len(samples) > 2 and (at - samples[1].at).total_seconds() >= self._window:
             samples.popleft()
         base = samples[0]
@@ -191,7 +228,7 @@ class Sampler:
         lines = []
         for s in stats:
             enqueued_rate = finished_rate = None
-            if elapsed > 0:
+            if elapsed > 0 and all(sample.saw(s.queue) for sample in samples):
                 new = sum(
                     sample.enqueued.get(s.queue, 0)
                     for sample in itertools.islice(samples, 1, None)
@@ -221,25 +258,16 @@ class Sampler:
         return Frame(
             at=at,
             queues=lines,
-            longest_running=[
-                RunningJob(
+            longest_running=[RunningJob(**dict(row)) for row in running],
+            latest_dead=[
+                DeadJob(
                     id=row["id"],
                     queue=row["queue"],
                     job_type=row["job_type"],
-                    running_for=row["running_for"],
-                    heard_from=row["heard_from"],
-                    progress=row["progress"],
+                    died_at=row["updated_at"],
+                    error=row["error_line"],
                 )
-                for row in running
+                for row in dead
             ],
-            latest_dead=[
-                DeadJob(
-                    id=job.id,
-                    queue=job.queue,
-                    job_type=job.job_type,
-                    died_at=job.updated_at,
-                    error=job.error_line,
-                )
-                for job in dead
-            ],
+            more_queues=top.more,
         )

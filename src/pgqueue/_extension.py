@@ -51,7 +51,7 @@ from pgqueue._core.codec import (
     payload_encoder,
     unencodable,
 )
-from pgqueue._core.connect import check_dsn, target, target_of
+from pgqueue._core.connect import check_dsn, holds_password, target, target_of
 from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
 from pgqueue._core.job import PeriodicKey
@@ -59,10 +59,21 @@ from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.log import JsonFormatter, default_logger
 from pgqueue._core.options import Flag, option_flags
 from pgqueue._core.public import public_names
-from pgqueue._core.text import first_line, seconds_text
-from pgqueue._dashboard import Frame, Sampler
+from pgqueue._core.text import (
+    CONTROL_CHARACTERS,
+    SHOWN_NAME_CHARS,
+    clipped,
+    first_line,
+    printable,
+    seconds_text,
+    shown_name,
+)
+from pgqueue._dashboard import QUEUES_SHOWN, Frame, Sampler
 from pgqueue._sql import (
     admin as admin_statements,
+)
+from pgqueue._sql import (
+    dashboard as dashboard_statements,
 )
 from pgqueue._sql import (
     enqueue as enqueue_statements,
@@ -85,6 +96,7 @@ from pgqueue._store.schema import (
 )
 
 __all__ = [
+    "CONTROL_CHARACTERS",
     "DATABASE_ERRORS",
     "ENQUEUE_CALL",
     "FOREIGN_JOBS_PYFORMAT",
@@ -92,10 +104,12 @@ __all__ = [
     "JOB_PYFORMAT",
     "JOB_STATUSES",
     "PREVIEW_CHARS",
+    "QUEUES_SHOWN",
     "QUEUE_COUNTS",
     "REPLACE_MISSING",
     "SCHEMA_ERRORS",
     "SERVER_IDENTITY",
+    "SHOWN_NAME_CHARS",
     "TABLE_EXISTS",
     "Flag",
     "Frame",
@@ -125,7 +139,9 @@ __all__ = [
     "check_schema",
     "check_unique_key",
     "check_when",
+    "clipped",
     "completed_estimated",
+    "dashboard_statements",
     "default_logger",
     "describe",
     "encode_payload",
@@ -133,17 +149,20 @@ __all__ = [
     "enqueue_params",
     "enqueue_statements",
     "first_line",
+    "holds_password",
     "insert_many",
     "job_info",
     "listing",
     "listing_statements",
     "option_flags",
     "payload_encoder",
+    "printable",
     "public_names",
     "queue_stats",
     "schema_error",
     "schema_statements",
     "seconds_text",
+    "shown_name",
     "target",
     "target_of",
     "unencodable",

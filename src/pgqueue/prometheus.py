@@ -38,13 +38,15 @@ Metrics (the ``pgqueue`` prefix is ``namespace``):
   ``scheduled``, ``running``, ``completed``, ``dead``, ``cancelled``),
   ``pgqueue_queue_lag_seconds{queue}``,
   ``pgqueue_queue_longest_running_seconds{queue}``,
-  ``pgqueue_queue_paused{queue}`` and
-  ``pgqueue_queue_stats_age_seconds``.
+  ``pgqueue_queue_paused{queue}``, of at most ``max_queues`` queues (those
+  with the most jobs to do), ``pgqueue_queue_series_omitted`` (the queues
+  left out) and ``pgqueue_queue_stats_age_seconds``.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -62,14 +64,23 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from pgqueue import Admin, EnqueueEvent, EnqueueHook, Logger, Observer
-from pgqueue._extension import QUEUE_COUNTS, OutcomeKind, default_logger
+from pgqueue._extension import (
+    QUEUE_COUNTS,
+    QUEUES_SHOWN,
+    OutcomeKind,
+    check_int,
+    check_queue_name,
+    clipped,
+    default_logger,
+    printable,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from prometheus_client.metrics_core import Metric
 
-    from pgqueue import Executor, Handler, Job, Outcome, QueueStats
+    from pgqueue import Executor, Handler, Job, Outcome, TopQueues
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -289,12 +300,24 @@ class QueueCollector(Collector):
     your event loop, next to the worker) refreshes the cache every ``ttl``
     seconds, and ``collect()`` (called from the HTTP server's thread)
     reads it. However many scrapers there are, the database sees one stats
-    query per ``ttl``. The stats are `pgqueue.Admin.stats`'s: index-backed;
-    ``completed`` is an estimate on a large table.
+    query per ``ttl``. The stats are `pgqueue.Admin.top_queues`'s:
+    index-backed; ``completed`` is an estimate on a large table.
+
+    A scrape stays small whatever producers write: series of at most
+    ``max_queues`` queues, those with the most jobs to do (``queues``
+    chooses them instead), and ``pgqueue_queue_series_omitted`` counts the
+    queues left out. A ``queue`` label is the name as `pgqueue.Worker`'s
+    metrics give it, but for a name of more than 200 characters (cut, and
+    marked ``…(cut 1a2b3c4d)`` with a hash of the name, so that two long
+    names stay two series) or holding control characters (escaped, as
+    ``\x1b``), which only another client can write.
 
     Args:
         executor: the pool (or connection) to query.
-        queue: one queue's stats only; every queue with jobs if None.
+        queue: one queue's stats only (as ``queues=[queue]``).
+        queues: only these queues' stats, each whether it has jobs or not
+            (the allow-list of a shared database); every queue if None.
+        max_queues: series of at most this many queues.
         ttl: seconds between refreshes.
         registry: where to register; prometheus_client's default
             ``REGISTRY`` if None.
@@ -316,6 +339,8 @@ class QueueCollector(Collector):
         executor: Executor,
         *,
         queue: str | None = None,
+        queues: Iterable[str] | None = None,
+        max_queues: int = QUEUES_SHOWN,
         ttl: float = 15.0,
         registry: CollectorRegistry | None = None,
         namespace: str = "pgqueue",
@@ -324,12 +349,20 @@ class QueueCollector(Collector):
         if not ttl > 0:
             msg = f"ttl must be a positive number of seconds, not {ttl!r}"
             raise ValueError(msg)
+        if isinstance(queues, str):
+            msg = "queues must be an iterable of queue names, not a str"
+            raise TypeError(msg)
+        if queue is not None and queues is not None:
+            msg = "give queue or queues, not both"
+            raise TypeError(msg)
         self._admin = Admin(executor, logger=logger)
-        self._queue = queue
+        listed = [queue] if queue is not None else queues
+        self._queues = None if listed is None else [check_queue_name(q) for q in listed]
+        self._max_queues = check_int("max_queues", max_queues)
         self._ttl = float(ttl)
         self._prefix = f"{namespace}_queue" if namespace else "queue"
         self._logger = default_logger(logger)
-        self._families: list[Metric] = self._build([])
+        self._families: list[Metric] = self._build(None)
         self._refreshed_at: float | None = None
         (REGISTRY if registry is None else registry).register(self)
 
@@ -345,8 +378,8 @@ class QueueCollector(Collector):
             Exception: whatever the query raises (the cache is left as it
                 was).
         """
-        stats = await self._admin.stats(self._queue)
-        self._families = self._build(stats)
+        top = await self._admin.top_queues(self._max_queues, queues=self._queues)
+        self._families = self._build(top)
         self._refreshed_at = time.monotonic()
 
     async def run(self) -> None:
@@ -366,7 +399,7 @@ class QueueCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         """The metric families, without samples (read at registration)."""
-        return [*self._build([]), self._age()]
+        return [*self._build(None), self._age()]
 
     def collect(self) -> Iterable[Metric]:
         """The cached families, and how old they are; never blocks."""
@@ -384,7 +417,7 @@ class QueueCollector(Collector):
             "(NaN before the first read).",
         )
 
-    def _build(self, stats: Sequence[QueueStats]) -> list[Metric]:
+    def _build(self, top: TopQueues | None) -> list[Metric]:
         prefix = self._prefix
         jobs = GaugeMetricFamily(
             f"{prefix}_jobs",
@@ -408,13 +441,42 @@ class QueueCollector(Collector):
             "1 while the queue is paused (pgqueue.Admin.pause), else 0.",
             labels=["queue"],
         )
-        for row in stats:
+        omitted = GaugeMetricFamily(
+            f"{prefix}_series_omitted",
+            "Queues left out of the per-queue series: beyond max_queues (those "
+            "with the fewest jobs to do).",
+        )
+        if top is None:
+            return [jobs, lag, longest, paused, omitted]
+        left_out = top.more
+        labelled: set[str] = set()
+        for row in top.queues:
+            queue = _label(row.queue)
+            if queue in labelled:  # two names alike in their first 1,025 characters
+                left_out += 1
+                continue
+            labelled.add(queue)
             for status in QUEUE_COUNTS:
-                jobs.add_metric([row.queue, status], float(getattr(row, status) or 0))
-            lag.add_metric([row.queue], float(row.lag or 0.0))
-            longest.add_metric([row.queue], float(row.longest_running or 0.0))
-            paused.add_metric([row.queue], 1.0 if row.paused else 0.0)
-        return [jobs, lag, longest, paused]
+                jobs.add_metric([queue, status], float(getattr(row, status) or 0))
+            lag.add_metric([queue], float(row.lag or 0.0))
+            longest.add_metric([queue], float(row.longest_running or 0.0))
+            paused.add_metric([queue], 1.0 if row.paused else 0.0)
+        omitted.add_metric([], float(left_out))
+        return [jobs, lag, longest, paused, omitted]
+
+
+def _label(name: str) -> str:
+    """The ``queue`` label of ``name``: as it is, unless it is long or holds control characters.
+
+    A name of more than 200 characters is cut, and marked with a hash of
+    the name (``…(cut 1a2b3c4d)``); control characters are escaped as the
+    command line shows them (``\x1b``).
+    """
+    head, cut = clipped(name)
+    if not cut:
+        return printable(name)
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=4)
+    return f"{printable(head)}…(cut {digest.hexdigest()})"
 
 
 def serve(

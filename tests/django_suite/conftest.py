@@ -1,4 +1,4 @@
-"""The Django suite's setup: the example project, migrated on ``PGQUEUE_DSN``'s empty database."""
+"""The Django suite's setup: the example project (with the suite's settings), migrated on ``PGQUEUE_DSN``'s empty database."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = ROOT / "examples" / "django_project"
 
 sys.path.insert(0, str(PROJECT))
-os.environ["DJANGO_SETTINGS_MODULE"] = "project.settings"
+os.environ["DJANGO_SETTINGS_MODULE"] = "tests.django_suite.settings"
 
 import django  # noqa: E402 - after the settings module is named
 

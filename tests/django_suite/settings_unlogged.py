@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from project.settings import *  # noqa: F403 - the project's settings, then one change
+from tests.django_suite.settings import *  # noqa: F403 - the suite's settings, then one change
 
 del LOGGING  # noqa: F821 - defined by the project's settings

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -32,6 +32,9 @@ from pgqueue import SchemaError
 from pgqueue.django import JOB_TYPE, database_dsn, pgqueue_priority
 from tests.django_suite.conftest import PROJECT, ROOT, Process, wait_until
 from tests.django_suite.tasks import now
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PROMPTLY = 10.0  # seconds; the worker polls only every 60
 
@@ -230,6 +233,7 @@ def test_run_after_priority_and_queue_reach_the_job() -> None:
     assert (run_at, priority) == (later, -5)
     assert json.loads(payload) == {
         "task": "shop.tasks.charge",
+        "backend": "default",
         "args": [],
         "kwargs": {"order_id": 3},
         "priority": -100,
@@ -276,10 +280,11 @@ def test_pgqueue_worker_django_runs_the_tasks_and_never_shows_the_password() -> 
     assert password not in cli.stderr
 
 
-def _manage(*args: str) -> subprocess.CompletedProcess[str]:
+def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=PROJECT,
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -390,3 +395,129 @@ def _dsn_with(options: dict[str, str]) -> str:
         return database_dsn("with_options")
     finally:
         del settings.DATABASES["with_options"]
+
+
+def _insert(queue: str, payload: dict[str, Any]) -> int:
+    """A django.task job written by hand, as anyone who can insert could write it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts)"
+            " VALUES (%s, %s, %s::jsonb, 2) RETURNING id",
+            [queue, JOB_TYPE, json.dumps({"args": [], "kwargs": {}, **payload})],
+        )
+        (job_id,) = cursor.fetchone()
+    return int(job_id)
+
+
+def _row(job_id: int) -> tuple[str, int, str | None]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT status, attempts, last_error FROM pgqueue_jobs WHERE id = %s",
+            [job_id],
+        )
+        status, attempts, error = cursor.fetchone()
+    return status, int(attempts), error
+
+
+def test_jobs_not_the_backends_are_dead_lettered_without_importing(
+    tmp_path: Path,
+) -> None:
+    mark = tmp_path / "imported"
+    probe = _insert("default", {"task": "tests.django_suite.probe.run"})
+    shell = _insert("default", {"task": "os.system", "args": ["touch /tmp/owned"]})
+    odd = _insert("default", {"task": "shop.tasks.send_receipt()\x1b"})
+    other = _insert(
+        "default", {"task": "tests.django_suite.tasks.now", "backend": "reports"}
+    )
+    # The other backend's own queue: this worker never takes it.
+    theirs = _insert(
+        "reports", {"task": "tests.django_suite.tasks.now", "backend": "reports"}
+    )
+    ours = send_receipt.enqueue(Order.objects.create(item="d", cents=1).pk)
+
+    ran = _manage("pgqueue_worker", "--burst", PGQUEUE_PROBE_MARK=str(mark))
+    assert ran.returncode == 0, ran.stderr
+    assert not mark.exists()  # the probe's module was never imported
+    assert (
+        default_task_backend.get_result(ours.id).status == TaskResultStatus.SUCCESSFUL
+    )
+    for job_id, why in (
+        (
+            probe,
+            "'tests.django_suite.probe.run' is not in TASKS['default']['OPTIONS']['TASK_MODULES']",
+        ),
+        (shell, "'os.system' is not in TASKS['default']['OPTIONS']['TASK_MODULES']"),
+        (odd, "is not a task's import path"),
+        (other, "it was enqueued through TASKS['reports']"),
+    ):
+        status, attempts, error = _row(job_id)
+        # Dead at its first attempt (MAX_ATTEMPTS 2): retrying cannot help.
+        assert (status, attempts) == ("dead", 1), error
+        assert error is not None
+        assert why in error
+        assert "nothing was imported" in error
+    assert _row(theirs)[0] == "pending"
+    # Read back, another backend's job is none of this backend's.
+    with pytest.raises(TaskResultDoesNotExist):
+        default_task_backend.get_result(str(other))
+    with pytest.raises(InvalidTask, match="nothing was imported"):
+        default_task_backend.get_result(str(probe))
+    assert "tests.django_suite.probe" not in sys.modules
+
+    # A worker of the backend takes none of another backend's queues.
+    refused = _manage("pgqueue_worker", "--burst", "--queue", "reports")
+    assert refused.returncode == 1
+    assert "does not list the queues reports in QUEUES" in refused.stderr
+    assert _row(theirs)[0] == "pending"
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM pgqueue_jobs WHERE id = %s", [theirs])
+
+
+def test_tasks_come_from_the_installed_apps_unless_task_modules_says() -> None:
+    def refused(path: str, **options: Any) -> bool:
+        tasks = {
+            "default": {
+                "BACKEND": "pgqueue.django.Backend",
+                "QUEUES": ["default"],
+                "OPTIONS": options,
+            }
+        }
+        with override_settings(TASKS=tasks):
+            try:
+                default_task_backend._task_path({"task": path}, "default")
+            except InvalidTask:
+                return True
+            return False
+
+    # By default, the packages of INSTALLED_APPS (shop, pgqueue.django).
+    assert not refused("shop.tasks.charge")
+    assert not refused("shop.elsewhere.deep.task")
+    assert refused("tests.django_suite.tasks.now")
+    assert refused("shopping.tasks.x")  # a name that starts like one is not one
+    assert refused("os.system")
+    # TASK_MODULES: only those modules, and the modules under them.
+    assert not refused(
+        "tests.django_suite.tasks.now", TASK_MODULES=["tests.django_suite.tasks"]
+    )
+    assert refused("shop.tasks.charge", TASK_MODULES=["tests.django_suite.tasks"])
+    assert refused("shop.tasks.charge", TASK_MODULES="shop")  # not a list: none
+    assert "tests.django_suite.probe" not in sys.modules
+
+
+def test_the_checks_name_bad_task_modules_and_queues_two_backends_share() -> None:
+    tasks = {
+        "default": {
+            "BACKEND": "pgqueue.django.Backend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {"TASK_MODULES": "shop"},
+        },
+        "other": {"BACKEND": "pgqueue.django.Backend", "QUEUES": ["emails"]},
+    }
+    with override_settings(TASKS=tasks):
+        found = {m.id: m for m in checks.run_checks() if m.id.startswith("pgqueue.")}
+    assert set(found) == {"pgqueue.E005", "pgqueue.E006"}
+    assert "TASK_MODULES'] is not a list of module names" in found["pgqueue.E005"].msg
+    assert (
+        "TASKS['default'] and TASKS['other'] share queues on database 'default': emails"
+        in found["pgqueue.E006"].msg
+    )

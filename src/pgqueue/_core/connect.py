@@ -11,13 +11,22 @@ from __future__ import annotations
 import getpass
 import inspect
 import os
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
-__all__ = ["DSN_HINT", "Connect", "check_dsn", "connect_like", "target", "target_of"]
+__all__ = [
+    "DSN_HINT",
+    "Connect",
+    "check_dsn",
+    "connect_like",
+    "holds_password",
+    "target",
+    "target_of",
+]
 
 DSN_HINT = (
     "the DSN cannot be parsed: percent-encode the user name and password "
@@ -52,6 +61,22 @@ def check_dsn(dsn: str) -> None:
         or not all(_port_ok(host) for host in hostspec.split(","))
     ):
         raise ValueError(DSN_HINT)
+
+
+_PASSWORD_WORD = re.compile(r"(?:^|\s)password\s*=", re.IGNORECASE)
+
+
+def holds_password(dsn: str) -> bool:
+    """Whether ``dsn`` holds a password (``user:secret@``, ``?password=``, ``password=``); never raises."""
+    if "://" not in dsn:
+        return bool(_PASSWORD_WORD.search(dsn))
+    try:
+        parts = urlsplit(dsn)
+        query = parse_qs(parts.query)
+    except ValueError:
+        return "@" in dsn  # unparsable: assume the worst
+    auth, at, _ = parts.netloc.rpartition("@")
+    return bool(at and auth.partition(":")[2]) or bool(query.get("password"))
 
 
 def _port_ok(hostspec: str) -> bool:

@@ -1,8 +1,42 @@
-"""Short text for people: durations and first lines, shared by the terminal and the browser."""
+"""Short text for people: durations, first lines and names, shared by the terminal and the browser."""
 
 from __future__ import annotations
 
-__all__ = ["clip", "first_line", "seconds_text"]
+__all__ = [
+    "CONTROL_CHARACTERS",
+    "SHOWN_NAME_CHARS",
+    "clip",
+    "clipped",
+    "first_line",
+    "printable",
+    "seconds_text",
+    "shown_name",
+]
+
+SHOWN_NAME_CHARS = 200
+"""The most characters of a queue name, job type or unique key an operator surface shows.
+
+A longer name (of a queue: up to 1,024 bytes; or one written past the
+limits by another client) is cut and marked as cut.
+"""
+
+CONTROL_CHARACTERS = (
+    *(chr(code) for code in range(0x20) if code != 0x09),
+    *(chr(code) for code in range(0x7F, 0xA0)),
+    *(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))),
+)
+"""Characters a terminal acts on rather than shows: C0 controls but tab, DEL,
+C1 controls, and the bidi controls that reorder what follows them."""
+
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+_PRINTABLE = str.maketrans(
+    {
+        char: _NAMED.get(char)
+        or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+        for char in CONTROL_CHARACTERS
+    }
+)
+_KEEP_NEWLINES = str.maketrans({**_PRINTABLE, ord("\n"): "\n"})
 
 
 def seconds_text(seconds: float | None) -> str:
@@ -34,3 +68,25 @@ def clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def clipped(name: str, limit: int = SHOWN_NAME_CHARS) -> tuple[str, bool]:
+    """``name``'s first ``limit`` characters, and whether it had more."""
+    return name[:limit], len(name) > limit
+
+
+def shown_name(name: str, limit: int = SHOWN_NAME_CHARS) -> str:
+    """``name`` as a line of text shows it: `printable`, cut at ``limit`` characters and then marked ``…(cut)``."""
+    head, cut = clipped(name, limit)
+    return printable(head) + ("…(cut)" if cut else "")
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """``text`` with the characters a terminal would act on shown escaped.
+
+    C0 controls but tab, DEL, C1 controls and bidi controls become ``\\x1b``,
+    ``\\n``, ``\\u202e`` and the like, so that a job's field can neither move
+    the cursor, set the title or the clipboard, nor forge a line of output.
+    ``newlines`` keeps line feeds (a traceback's lines).
+    """
+    return text.translate(_KEEP_NEWLINES if newlines else _PRINTABLE)

@@ -4,11 +4,11 @@ A schedule is a cron expression (with the ``cron`` extra: croniter) or a
 fixed interval aligned to the Unix epoch. Every worker that registers a
 schedule runs the same scheduler; none is elected. They agree through the
 schedule's row in ``pgqueue_periodic``: the statement that advances its
-last tick to a tick inserts that tick's job (`pgqueue._core.sql.PERIODIC_TICK`),
+last tick to a tick inserts that tick's job (`pgqueue._sql.periodic.PERIODIC_TICK`),
 so one job per (schedule, tick) is enqueued however many workers race.
 
 Ticks are computed in Python, in the schedule's time zone, and compared
-with the database's clock (read with `pgqueue._core.sql.PERIODIC_NOW`), never
+with the database's clock (read with `pgqueue._sql.periodic.PERIODIC_NOW`), never
 the worker's own. Only the latest due tick runs, and only if it is at most
 ``max_lateness`` seconds old: ticks missed while no worker ran are never
 run as a backlog.
@@ -259,7 +259,7 @@ class Clock(Protocol):
 
 
 class DatabaseClock:
-    """The database's clock, read with `pgqueue._core.sql.PERIODIC_NOW`.
+    """The database's clock, read with `pgqueue._sql.periodic.PERIODIC_NOW`.
 
     It sleeps at most `MAX_SLEEP`, so that a drift between the worker's
     clock and the database's is corrected.

@@ -21,9 +21,6 @@ from pgqueue._sql.tables import HISTORY_KEPT
 
 __all__ = [
     "ADMIN_INDEXES",
-    "DASHBOARD_ENQUEUED",
-    "DASHBOARD_NEWEST",
-    "DASHBOARD_RUNNING",
     "DEPENDENCIES",
     "ERROR_LINE_CHARS",
     "FOREIGN_JOBS_PYFORMAT",
@@ -32,55 +29,15 @@ __all__ = [
     "JOB_PYFORMAT",
     "JOB_STATUSES",
     "JOB_SUMMARY",
-    "PROGRESS_CHARS",
     "STATS",
     "STATS_COMPLETED",
     "STATS_LIMITS",
     "STATS_TABLE",
+    "SUMMARY_COLUMNS",
     "job_summaries_query",
     "jobs_query",
+    "status_counts",
 ]
-
-# Dashboard (``pgqueue top``): read-only, and each statement bounded by an
-# index whatever the table holds, so that a frame every second costs about
-# the same on a table of a million retained rows as on an empty one.
-
-# The newest id (a backward step on the primary key) and the database's
-# clock, which times the rates.
-DASHBOARD_NEWEST = "SELECT coalesce(pg_catalog.max(id), 0)::int8 AS newest, pg_catalog.now() AS now FROM pgqueue_jobs"
-
-# Jobs enqueued per queue with ids in ($1, $2]: the rows inserted since the
-# previous frame, a range of the primary key. Queue $3, or every queue.
-DASHBOARD_ENQUEUED = """
-SELECT queue, pg_catalog.count(*)::int8 AS enqueued
-FROM pgqueue_jobs
-WHERE id > $1 AND id <= $2 AND ($3::text IS NULL OR queue = $3)
-GROUP BY queue
-"""
-
-# The $2 jobs running longest: seconds since they were claimed (claimed_at;
-# run_at for a job a Go worker claimed, as Admin's longest_running) and
-# since they were last heard from (claimed or heartbeat, updated_at), and their progress: the first PROGRESS_CHARS
-# characters of their checkpoint's JSON text. The running rows come through the rescue index,
-# and are few (no more than the workers' concurrency, plus orphans).
-# Queue $1, or every queue.
-PROGRESS_CHARS = 200
-"""The most characters of a running job's checkpoint a dashboard frame reads."""
-
-DASHBOARD_RUNNING = f"""
-SELECT id, queue, job_type,
-       CASE WHEN pg_catalog.isfinite(coalesce(claimed_at, run_at))
-            THEN greatest(extract(epoch FROM pg_catalog.now() - coalesce(claimed_at, run_at)), 0)::float8
-       END AS running_for,
-       CASE WHEN pg_catalog.isfinite(updated_at)
-            THEN greatest(extract(epoch FROM pg_catalog.now() - updated_at), 0)::float8 END AS heard_from,
-       pg_catalog.left(checkpoint::text, {PROGRESS_CHARS}) AS progress
-FROM pgqueue_jobs
-WHERE status = {RUNNING} AND ($1::text IS NULL OR queue = $1)
-ORDER BY coalesce(claimed_at, run_at), id
-LIMIT $2
-"""
-
 
 ADMIN_INDEXES = ("idx_pgqueue_jobs_failed",)
 """The indexes the operations use (the worker never needs them)."""
@@ -92,6 +49,7 @@ _FAILED_COUNTS = ",\n           ".join(
     for status in FAILED_STATUSES
 )
 
+
 # Per queue: pending jobs due (ready) and not yet due (scheduled), and how
 # long the oldest due job has waited (through the claim index); running
 # jobs, the earliest claim among them and their stalest heartbeat (through
@@ -99,34 +57,39 @@ _FAILED_COUNTS = ",\n           ".join(
 # jobs waiting for their parents (through the waiting index).
 # $1: one queue, or NULL for every queue. Completed jobs are not counted
 # here (see STATS_COMPLETED and STATS_TABLE).
-STATS = f"""
-WITH pending AS (
+def status_counts(matches: str) -> str:
+    """The CTEs of STATS's counts (pending, running, failed, waiting), of the queues ``matches`` lets through."""
+    return f"""WITH pending AS (
     SELECT queue,
            pg_catalog.count(*) FILTER (WHERE run_at <= pg_catalog.now()) AS ready,
            pg_catalog.count(*) FILTER (WHERE run_at > pg_catalog.now()) AS scheduled,
            extract(epoch FROM pg_catalog.now() - pg_catalog.min(run_at) FILTER (WHERE run_at <= pg_catalog.now()))::float8 AS lag
     FROM pgqueue_jobs
-    WHERE status = {PENDING} AND ($1::text IS NULL OR queue = $1)
+    WHERE status = {PENDING} AND {matches}
     GROUP BY queue
 ), running AS (
     SELECT queue, pg_catalog.count(*) AS running,
            extract(epoch FROM pg_catalog.now() - pg_catalog.min(coalesce(claimed_at, run_at)))::float8 AS longest_running,
            extract(epoch FROM pg_catalog.now() - pg_catalog.min(updated_at))::float8 AS oldest_heartbeat
     FROM pgqueue_jobs
-    WHERE status = {RUNNING} AND ($1::text IS NULL OR queue = $1)
+    WHERE status = {RUNNING} AND {matches}
     GROUP BY queue
 ), failed AS (
     SELECT queue,
            {_FAILED_COUNTS}
     FROM pgqueue_jobs
-    WHERE status IN {FAILED} AND ($1::text IS NULL OR queue = $1)
+    WHERE status IN {FAILED} AND {matches}
     GROUP BY queue
 ), waiting AS (
     SELECT queue, pg_catalog.count(*) AS waiting
     FROM pgqueue_jobs
-    WHERE status = {WAITING} AND ($1::text IS NULL OR queue = $1)
+    WHERE status = {WAITING} AND {matches}
     GROUP BY queue
-)
+)"""
+
+
+STATS = f"""
+{status_counts("($1::text IS NULL OR queue = $1)")}
 SELECT queue,
        coalesce(p.ready, 0)::int8, coalesce(p.scheduled, 0)::int8, coalesce(r.running, 0)::int8,
        coalesce(f.dead, 0)::int8, coalesce(f.cancelled, 0)::int8, coalesce(w.waiting, 0)::int8,
@@ -238,13 +201,13 @@ _SCALAR_COLUMNS = f"""
 # last error (past leading blank space, with no carriage return), cut to
 # ERROR_LINE_CHARS characters: what a listing shows. The error is sliced
 # before it is split, so a huge error costs no more than its head to read.
-_SUMMARY_COLUMNS = f"""{_SCALAR_COLUMNS},
+SUMMARY_COLUMNS = f"""{_SCALAR_COLUMNS},
     pg_catalog.left(pg_catalog.rtrim(pg_catalog.split_part(pg_catalog.ltrim(pg_catalog.substr(last_error, 1, 4096), E' \\t\\r\\n'), E'\\n', 1), E'\\r'),
          {ERROR_LINE_CHARS}) AS error_line
 """
 
 # One job's summary (the dashboard's confirmation pages).
-JOB_SUMMARY = f"SELECT {_SUMMARY_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
+JOB_SUMMARY = f"SELECT {SUMMARY_COLUMNS} FROM pgqueue_jobs WHERE id = $1"
 
 # A job's parents and children (Admin.dependencies): the first $2 of each by
 # id, each with its status (NULL for a job since deleted), and how many it
@@ -362,4 +325,4 @@ def _listing(columns: str, status: str | None, *, newer: bool) -> str:
 
 def job_summaries_query(status: str | None, *, newer: bool = False) -> str:
     """`jobs_query`, reading summaries: no payload or result, an error's first line."""
-    return _listing(_SUMMARY_COLUMNS, status, newer=newer)
+    return _listing(SUMMARY_COLUMNS, status, newer=newer)

@@ -18,6 +18,7 @@ from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_USAGE,
     UsageError,
+    password_warning,
     printable,
     schema_message,
 )
@@ -82,7 +83,11 @@ def _dsn_after_the_command(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit code (``python -m pgqueue`` exits with it)."""
-    args = build_parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(given)
+    warning = password_warning(args, given)
+    if warning is not None:
+        print(f"pgqueue: {warning}", file=sys.stderr, flush=True)
     try:
         code: int = asyncio.run(args.run(args))
     except UsageError as exc:

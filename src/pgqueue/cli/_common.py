@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
 
-from pgqueue._extension import DATABASE_ERRORS, check_dsn, describe, target
+from pgqueue._extension import (
+    CONTROL_CHARACTERS,
+    DATABASE_ERRORS,
+    check_dsn,
+    describe,
+    holds_password,
+    printable,
+    target,
+)
 
 if TYPE_CHECKING:
     from pgqueue import SchemaError
@@ -42,6 +50,7 @@ __all__ = [
     "job_id",
     "optional_duration",
     "optional_int",
+    "password_warning",
     "place",
     "port",
     "positive_int",
@@ -161,6 +170,49 @@ def read_dsn_of(args: argparse.Namespace) -> str | None:
     return dsn or dsn_of(args)
 
 
+_DSN_FLAGS = (
+    ("dsn", "--dsn", "PGQUEUE_DSN"),
+    ("read_dsn", "--read-dsn", READ_DSN_VARIABLE),
+    ("listen", "--listen", None),
+)
+"""The flags that take a DSN: the argument's name, the flag, the variable that takes it instead."""
+
+
+def password_warning(args: argparse.Namespace, argv: Sequence[str]) -> str | None:
+    """The warning for DSNs with a password given on the command line ``argv``, or None.
+
+    Every user of the machine can read a command line (``ps``) for as long
+    as the command runs. The warning names the flags, never the password.
+    """
+    flags, variables = [], []
+    for name, flag, variable in _DSN_FLAGS:
+        value = getattr(args, name, None)
+        # Given on the command line, not read from the environment (a child
+        # of --processes reads --listen's from there).
+        if (
+            isinstance(value, str)
+            and holds_password(value)
+            and any(arg == value or arg.endswith(f"={value}") for arg in argv)
+        ):
+            flags.append(flag)
+            if variable is not None:
+                variables.append(variable)
+    if not flags:
+        return None
+    one = len(flags) == 1
+    instead = (
+        f"give {'it' if one else 'them'} in {' and '.join(variables)}, or "
+        if variables
+        else ""
+    )
+    return (
+        f"warning: {' and '.join(flags)} {'holds' if one else 'hold'} a password, "
+        "which any user of this machine can read on the command line (ps) while "
+        f"pgqueue runs: {instead}keep the password in a password file (~/.pgpass) "
+        "or a service file (PGSERVICEFILE)"
+    )
+
+
 def place(dsn: str | None, source: str | None = None) -> str:
     """Where a connection goes, ``user@host:port/database`` (no password), for a message.
 
@@ -201,38 +253,11 @@ async def connect(
         await conn.close()
 
 
-# Characters a terminal acts on rather than shows: C0 controls but tab, DEL,
-# C1 controls, and the bidi controls that reorder what follows them.
-_CONTROLS = [
-    *(chr(code) for code in range(0x20) if code != 0x09),
-    *(chr(code) for code in range(0x7F, 0xA0)),
-    *(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))),
-]
-_NAMED = {"\n": "\\n", "\r": "\\r"}
-_PRINTABLE = str.maketrans(
-    {
-        char: _NAMED.get(char)
-        or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
-        for char in _CONTROLS
-    }
-)
-_KEEP_NEWLINES = str.maketrans({**_PRINTABLE, ord("\n"): "\n"})
 # In JSON text these characters can only stand inside strings, where an
 # escape means the same character: the document decodes to the same values.
 _JSON_SAFE = str.maketrans(
-    {char: f"\\u{ord(char):04x}" for char in _CONTROLS if ord(char) >= 0x20}
+    {char: f"\\u{ord(char):04x}" for char in CONTROL_CHARACTERS if ord(char) >= 0x20}
 )
-
-
-def printable(text: str, *, newlines: bool = False) -> str:
-    """``text`` with the characters a terminal would act on shown escaped.
-
-    C0 controls but tab, DEL, C1 controls and bidi controls become ``\\x1b``,
-    ``\\n``, ``\\u202e`` and the like, so that a job's field can neither move
-    the cursor, set the title or the clipboard, nor forge a line of output.
-    ``newlines`` keeps line feeds (a traceback's lines).
-    """
-    return text.translate(_KEEP_NEWLINES if newlines else _PRINTABLE)
 
 
 class PrintableFormatter(logging.Formatter):

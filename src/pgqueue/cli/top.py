@@ -18,12 +18,15 @@ from anyio import TASK_STATUS_IGNORED
 
 from pgqueue._extension import (
     DATABASE_ERRORS,
+    QUEUES_SHOWN,
+    SHOWN_NAME_CHARS,
     Frame,
     Sampler,
     check_queue_name,
     check_schema,
     describe,
     seconds_text,
+    shown_name,
 )
 from pgqueue.cli._common import (
     EXIT_ERROR,
@@ -34,6 +37,7 @@ from pgqueue.cli._common import (
     connect,
     duration,
     place,
+    positive_int,
     print_json,
     printable,
     read_dsn_of,
@@ -66,7 +70,9 @@ def add_to(commands: Commands) -> None:
             "their parents, while any are), the lag (age of "
             "the oldest ready job), jobs enqueued and finished per second (from "
             "the second frame on), the longest-running jobs and the latest dead "
-            "jobs. Read-only. Ctrl-C quits."
+            f"jobs. The {QUEUES_SHOWN} queues with the most jobs to do are shown "
+            "(--limit), and how many more there are; names are cut at "
+            f"{SHOWN_NAME_CHARS} characters. Read-only. Ctrl-C quits."
         ),
     )
     parser.add_argument(
@@ -78,6 +84,26 @@ def add_to(commands: Commands) -> None:
     )
     parser.add_argument("--once", action="store_true", help="print one frame and exit")
     parser.add_argument("--queue", help="show only this queue")
+    parser.add_argument(
+        "--match",
+        metavar="TEXT",
+        help="show only the queues whose name holds TEXT",
+    )
+    parser.add_argument(
+        "--limit",
+        type=positive_int,
+        default=QUEUES_SHOWN,
+        metavar="N",
+        help=(
+            "show at most N queues, those with the most jobs to do "
+            f"(default: {QUEUES_SHOWN})"
+        ),
+    )
+    parser.add_argument(
+        "--hide-payloads",
+        action="store_true",
+        help="show no checkpoints of running jobs (they may hold personal data)",
+    )
     add_read_dsn(parser)
     parser.add_argument(
         "--json",
@@ -98,7 +124,8 @@ def render(
 ) -> RenderableType:
     """The frame as rich tables: queues, longest running, latest dead.
 
-    Every value from the database is plain text (never markup), `printable`.
+    Every value from the database is plain text (never markup), `printable`;
+    names are cut at `SHOWN_NAME_CHARS` characters (`shown_name`).
     """
     from rich import box
     from rich.console import Group
@@ -107,6 +134,9 @@ def render(
 
     def shown(value: str | None) -> Text:
         return Text(printable(value or ""))
+
+    def named(value: str) -> Text:
+        return Text(shown_name(value))
 
     clock = frame.at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
     heading = f"pgqueue top  {clock}"
@@ -132,9 +162,9 @@ def render(
     queues.add_column("done/s", justify="right")
     for q in frame.queues:
         queues.add_row(
-            shown(q.queue) + Text(" paused", style="bold yellow")
+            named(q.queue) + Text(" paused", style="bold yellow")
             if q.paused
-            else shown(q.queue),
+            else named(q.queue),
             *([str(q.waiting)] if waiting else []),
             str(q.ready),
             str(q.scheduled),
@@ -148,6 +178,11 @@ def render(
         )
     if not frame.queues:
         queues.add_row(Text("no jobs", style="dim"), *[""] * 9)
+    if frame.more_queues:
+        queues.caption = (
+            f"and {frame.more_queues} more (--match TEXT or --queue NAME to see them)"
+        )
+        queues.caption_justify = "left"
 
     running = Table(title="Longest running", title_justify="left", box=box.SIMPLE_HEAD)
     running.add_column("id", justify="right")
@@ -159,8 +194,8 @@ def render(
     for r in frame.longest_running:
         running.add_row(
             str(r.id),
-            shown(r.queue),
-            shown(r.job_type),
+            named(r.queue),
+            named(r.job_type),
             seconds_text(r.running_for),
             f"{seconds_text(r.heard_from)} ago",
             shown(r.progress),
@@ -177,7 +212,7 @@ def render(
     for d in frame.latest_dead:
         ago = seconds_text(max((frame.at - d.died_at).total_seconds(), 0.0))
         dead.add_row(
-            str(d.id), shown(d.queue), shown(d.job_type), f"{ago} ago", shown(d.error)
+            str(d.id), named(d.queue), named(d.job_type), f"{ago} ago", shown(d.error)
         )
     if not frame.latest_dead:
         dead.add_row("", Text("none", style="dim"), "", "", "")
@@ -192,16 +227,27 @@ async def run(args: argparse.Namespace) -> int:
         msg = f"--interval must be more than 0 seconds, not {interval:g}"
         raise UsageError(msg)
     queue: str | None = args.queue
-    if queue is not None:
-        try:
-            check_queue_name(queue)
-        except ValueError as exc:
-            msg = f"--queue: {exc}"
-            raise UsageError(msg) from exc
+    match: str | None = args.match
+    for flag, value in (("--queue", queue), ("--match", match)):
+        if value is not None:
+            try:
+                check_queue_name(value)
+            except ValueError as exc:
+                msg = f"{flag}: {exc}"
+                raise UsageError(msg) from exc
+    if queue is not None and match is not None:
+        msg = "give --queue or --match, not both"
+        raise UsageError(msg)
     console = None if args.json else rich_console()
     async with connect(args, read=True) as conn:
         await check_schema(conn)
-        sampler = Sampler(conn, queue=queue)
+        sampler = Sampler(
+            conn,
+            queue=queue,
+            contains=match,
+            limit=args.limit,
+            progress=not args.hide_payloads,
+        )
         try:
             if args.once:
                 _show(console, await sampler.frame(), None)

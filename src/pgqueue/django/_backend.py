@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from pgqueue.django._outcome import JOB_TYPE, read_error
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Backend", "check_migrated", "pgqueue_priority"]
+__all__ = ["Backend", "RefusedTask", "check_migrated", "pgqueue_priority"]
 
 MIGRATE = (
     'run python manage.py migrate (with "pgqueue.django" in INSTALLED_APPS: '
@@ -58,6 +59,24 @@ def _task_status(status: Status) -> TaskResultStatus:
 
 _MAX_ID = 2**63 - 1
 
+_TASK_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_TASK_PATH_CHARS = 255
+"""The longest task path a job may name (dotted Python names)."""
+
+
+class RefusedTask(InvalidTask):
+    """A job names a task its backend does not run; nothing was imported.
+
+    Another backend's task, a queue not in its ``QUEUES``, or a path that
+    is not in the modules its tasks may come from (``TASK_MODULES``).
+    """
+
+
+def _shown(value: object) -> str:
+    """A value of a job's payload in a message: its repr, cut at 100 characters."""
+    text = repr(value)
+    return text if len(text) <= 100 else f"{text[:100]}..."
+
 
 def pgqueue_priority(priority: int) -> int:
     """Django's priority (-100 to 100) as pgqueue's (-5 to 5), higher first in both.
@@ -82,6 +101,7 @@ class Backend(BaseTaskBackend):
                     "DATABASE": "default",  # the alias holding pgqueue_jobs
                     "MAX_ATTEMPTS": 3,  # runs of a task before it fails (default 1)
                     "WORKER": {"concurrency": 8},  # pgqueue.Worker keyword arguments
+                    "TASK_MODULES": ["shop"],  # default: every INSTALLED_APPS package
                 },
             }
         }
@@ -90,6 +110,13 @@ class Backend(BaseTaskBackend):
     ``DATABASE``: inside ``transaction.atomic()`` the job, and the wakeup
     of the workers, exist only once the transaction commits. The result's
     id is the job's id.
+
+    The worker runs a job only if it is this backend's (the payload names
+    its alias, or none: a job of an older version), in one of its
+    ``QUEUES``, and names a task in ``TASK_MODULES`` (modules, with the
+    modules under them); it checks this before it imports anything, and
+    dead-letters any other job (`RefusedTask`): a row anyone wrote cannot
+    make it import a module of their choosing.
     """
 
     supports_defer = True
@@ -102,6 +129,21 @@ class Backend(BaseTaskBackend):
         self.database: str = self.options.get("DATABASE", "default")
         self.max_attempts: object = self.options.get("MAX_ATTEMPTS", 1)
         self.worker_options: dict[str, Any] = dict(self.options.get("WORKER", {}))
+
+    @property
+    def task_modules(self) -> tuple[str, ...]:
+        """The modules the backend's tasks may come from, each with the modules under it.
+
+        ``OPTIONS["TASK_MODULES"]``, else the package of every installed app
+        (``INSTALLED_APPS``). One that is not a list of names allows none
+        (``pgqueue.E005`` says so).
+        """
+        configured = self.options.get("TASK_MODULES")
+        if configured is None:
+            return tuple(app.name for app in apps.get_app_configs())
+        if not _names(configured):
+            return ()
+        return tuple(configured)
 
     def enqueue(
         self, task: Task, args: Sequence[Any], kwargs: dict[str, Any]
@@ -117,6 +159,7 @@ class Backend(BaseTaskBackend):
         run_after = task.run_after
         payload = {
             "task": task.module_path,
+            "backend": self.alias,
             "args": list(args),
             "kwargs": dict(kwargs),
             "priority": task.priority,
@@ -174,6 +217,8 @@ class Backend(BaseTaskBackend):
         if row is None or row["job_type"] != JOB_TYPE:
             raise TaskResultDoesNotExist(result_id)
         payload = json.loads(row["payload"])
+        if self._foreign(payload, row["queue"]) is not None:
+            raise TaskResultDoesNotExist(result_id)
         return self._result(self._task(payload, row["queue"]), row)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
@@ -182,8 +227,12 @@ class Backend(BaseTaskBackend):
         ``pgqueue.E001``: ``DATABASE`` is not in ``DATABASES``; ``E002``: it
         is not PostgreSQL; ``E003``: ``pgqueue.django`` is not in
         ``INSTALLED_APPS`` (its migration makes the schema); ``E004``:
-        ``QUEUES`` is empty, so no worker takes the tasks. `check_migrated`
-        (``manage.py check --database``) looks at the database itself.
+        ``QUEUES`` is empty, so no worker takes the tasks; ``E005``:
+        ``TASK_MODULES`` is not a list of module names; ``E006``: another
+        pgqueue backend on the same ``DATABASE`` lists one of its queues
+        (each backend's worker runs only its own tasks, and dead-letters the
+        other's). `check_migrated` (``manage.py check --database``) looks at
+        the database itself.
         """
         found = settings.DATABASES.get(self.database)
         errors: list[checks.CheckMessage] = []
@@ -220,11 +269,102 @@ class Backend(BaseTaskBackend):
                     id="pgqueue.E004",
                 )
             )
+        modules = self.options.get("TASK_MODULES")
+        if modules is not None and not _names(modules):
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}]: OPTIONS['TASK_MODULES'] is not a list of "
+                    "module names: the worker imports no task",
+                    hint='name the modules of your tasks, e.g. "TASK_MODULES": ["shop"]',
+                    id="pgqueue.E005",
+                )
+            )
+        errors.extend(self._shared_queues())
         return errors
 
+    def _shared_queues(self) -> list[checks.CheckMessage]:
+        """``pgqueue.E006`` for each backend after this one that lists one of its queues."""
+        from django.tasks import task_backends
+
+        found = []
+        for other in task_backends.all():
+            if (
+                isinstance(other, Backend)
+                and other.alias > self.alias
+                and other.database == self.database
+                and self.queues & other.queues
+            ):
+                shared = ", ".join(sorted(self.queues & other.queues))
+                found.append(
+                    checks.Error(
+                        f"TASKS[{self.alias!r}] and TASKS[{other.alias!r}] share "
+                        f"queues on database {self.database!r}: {shared}",
+                        hint="give each backend queues of its own: a worker runs "
+                        "only its backend's tasks, and dead-letters the other's",
+                        id="pgqueue.E006",
+                    )
+                )
+        return found
+
+    def _foreign(self, payload: object, queue: str) -> str | None:
+        """Why a job is not this backend's to run or read (another's, another queue), or None."""
+        if not isinstance(payload, dict):
+            return "its payload is not a task's"
+        backend = payload.get("backend", self.alias)
+        if backend != self.alias:
+            return f"it was enqueued through TASKS[{_shown(backend)}]"
+        if self.queues and queue not in self.queues:
+            return (
+                f"its queue {_shown(queue)} is not in TASKS[{self.alias!r}]['QUEUES']"
+            )
+        return None
+
+    def _task_path(self, payload: object, queue: str) -> str:
+        """The task path a job names, once checked: this backend's, in its modules.
+
+        Raises:
+            RefusedTask: it is not (nothing is imported).
+        """
+        why = self._foreign(payload, queue)
+        if why is None:
+            assert isinstance(payload, dict)
+            path = payload.get("task")
+            why = self._path_refused(path)
+            if why is None:
+                assert isinstance(path, str)
+                return path
+        msg = (
+            f"backend {self.alias!r} does not run this job: {why}; nothing was imported"
+        )
+        raise RefusedTask(msg)
+
+    def _path_refused(self, path: object) -> str | None:
+        """Why ``path`` is no task this backend imports, or None."""
+        if not (
+            isinstance(path, str)
+            and len(path) <= _TASK_PATH_CHARS
+            and _TASK_PATH.fullmatch(path)
+        ):
+            return f"{_shown(path)} is not a task's import path"
+        module = path.rpartition(".")[0]
+        if any(
+            module == allowed or module.startswith(f"{allowed}.")
+            for allowed in self.task_modules
+        ):
+            return None
+        return (
+            f"{path!r} is not in TASKS[{self.alias!r}]['OPTIONS']['TASK_MODULES'] "
+            "(by default the packages of INSTALLED_APPS)"
+        )
+
     def _task(self, payload: dict[str, Any], queue: str) -> Task:
-        """The task a job's payload names, as it was enqueued."""
-        path = payload.get("task")
+        """The task a job's payload names, as it was enqueued.
+
+        Raises:
+            RefusedTask: the job is not this backend's to run (`_task_path`).
+            InvalidTask: its path does not import as a task.
+        """
+        path = self._task_path(payload, queue)
         try:
             task = import_string(path)
         except (ImportError, AttributeError, TypeError) as exc:
@@ -291,6 +431,13 @@ class Backend(BaseTaskBackend):
         return result
 
 
+def _names(value: object) -> bool:
+    """Whether ``value`` is a list (or tuple) of module names."""
+    return isinstance(value, list | tuple) and all(
+        isinstance(name, str) and _TASK_PATH.fullmatch(f"{name}.x") for name in value
+    )
+
+
 def _fetch(cursor: Any, job_id: int) -> dict[str, Any] | None:
     cursor.execute(JOB_PYFORMAT, {"id": job_id})
     found = cursor.fetchone()
@@ -303,7 +450,7 @@ def _fetch(cursor: Any, job_id: int) -> dict[str, Any] | None:
 def check_migrated(
     app_configs: Any = None, databases: Sequence[str] | None = None, **kwargs: Any
 ) -> list[checks.CheckMessage]:
-    """``pgqueue.W001``: a pgqueue backend's database has no ``pgqueue_jobs``.
+    """``pgqueue.W001``: a pgqueue backend's database has no ``pgqueue_jobs`` (once a database).
 
     A database check: ``manage.py check --database default``, ``migrate``
     and ``manage.py pgqueue_worker`` run it; plain ``check`` does not query.
@@ -311,13 +458,15 @@ def check_migrated(
     from django.tasks import task_backends
 
     errors: list[checks.CheckMessage] = []
+    seen: set[str] = set()
     for backend in task_backends.all():
         if not isinstance(backend, Backend) or backend.database not in (
             databases or ()
         ):
             continue
-        if backend.database not in settings.DATABASES:
-            continue  # E001 says so
+        if backend.database not in settings.DATABASES or backend.database in seen:
+            continue  # E001 says so; or said for a backend before, on the same database
+        seen.add(backend.database)
         with connections[backend.database].cursor() as cursor:
             cursor.execute(TABLE_EXISTS)
             (exists,) = cursor.fetchone()

@@ -25,7 +25,7 @@ from django.utils.json import normalize_json
 
 import pgqueue
 from pgqueue._extension import target
-from pgqueue.django._backend import JSON_VALUES, Backend
+from pgqueue.django._backend import JSON_VALUES, Backend, RefusedTask
 from pgqueue.django._outcome import JOB_TYPE, TaskFailed
 
 if TYPE_CHECKING:
@@ -153,7 +153,8 @@ async def worker(
     ``manage.py pgqueue_worker`` too. The pool is closed on exit.
 
     Raises:
-        ImproperlyConfigured: the backend is not a pgqueue one, or names no queue.
+        ImproperlyConfigured: the backend is not a pgqueue one, names no
+            queue, or its ``QUEUES`` do not list a queue asked for.
     """
     chosen = _backend(backend)
     names = sorted(chosen.queues if queue_names is None else set(queue_names))
@@ -166,6 +167,14 @@ async def worker(
             kwargs["queue"] = names[0]
         else:
             kwargs["queues"] = dict.fromkeys(names, kwargs.pop("concurrency", 2))
+    taken = [kwargs["queue"]] if "queue" in kwargs else list(kwargs["queues"])
+    others = sorted(set(taken) - chosen.queues)
+    if others:
+        msg = (
+            f"TASKS[{backend!r}] does not list the queues {', '.join(others)} in "
+            "QUEUES: its worker runs only the backend's own queues"
+        )
+        raise ImproperlyConfigured(msg)
     dsn = database_dsn(chosen.database)
     async with asyncpg.create_pool(dsn, min_size=1, max_size=2) as pool:
         made = pgqueue.Worker(pool, **kwargs)
@@ -223,6 +232,10 @@ def _runner(alias: str) -> Callable[[pgqueue.Job], Any]:
         started = timezone.now()
         try:
             value = await _call(alias, job, started, worker_id)
+        except RefusedTask as exc:
+            # Not this backend's job (another's, or a path outside its task
+            # modules): dead at once, with nothing imported; retrying cannot help.
+            raise pgqueue.Permanent(str(exc)) from None
         except Exception as exc:
             raise TaskFailed(exc, started_at=started, worker_id=worker_id) from exc
         return {

@@ -11,6 +11,7 @@ from pgqueue._extension import (
     check_name,
     check_queue_name,
     completed_estimated,
+    dashboard_statements,
     job_info,
     listing,
     listing_statements,
@@ -116,7 +117,7 @@ class Admin:
     ) -> list[JobSummary]:
         """List jobs as `jobs` does, without their payloads and results: `pgqueue.Admin.job_summaries`."""
         statement, args = listing(
-            listing_statements.job_summaries_query,
+            dashboard_statements.shown_summaries_query,
             queue,
             status,
             job_type,

@@ -13,6 +13,8 @@ import contextlib
 import hashlib
 import logging
 import math
+from collections import OrderedDict
+from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +62,9 @@ __all__ = ["create_app"]
 FRAME_EVERY = 1.0
 """Seconds: polls of the queues page closer together than this share one frame."""
 
+FILTERS_KEPT = 16
+"""How many filters of the queues page keep their frames (and rates); the least recent goes."""
+
 _ASSETS = ("pgqueue.css", "pgqueue.js")
 _TYPES = {"css": "text/css; charset=utf-8", "js": "text/javascript; charset=utf-8"}
 
@@ -99,7 +104,10 @@ def create_app(
 
     Pages: ``/`` (queues, live), ``/jobs`` (filters, keyset pages),
     ``/jobs/ID``, ``/periodic``. It has no authentication of its own: mount
-    it behind yours.
+    it behind yours. The queues page (and its fragment and ``/api/frame``)
+    shows the 50 queues with the most jobs to do, says how many more there
+    are, and takes ``?queue=TEXT`` for those whose name holds ``TEXT``.
+    Names are shown cut at 200 characters.
 
     Args:
         dsn_or_pool: an asyncpg pool (borrowed, never closed), or a DSN: the
@@ -119,7 +127,9 @@ def create_app(
             nothing) and only a POST acts, carrying the confirmation page's
             token, from the same origin (scheme, host and port) or a trusted
             one.
-        show_payloads: False hides jobs' payloads and results (personal data).
+        show_payloads: False hides jobs' payloads, results and checkpoints
+            (personal data): on a job's page, and in the live frames
+            (``/api/frame``), which then read no checkpoint at all.
         secret: the key of the actions' CSRF tokens, at least 16 bytes; give
             the same one to every process serving the dashboard behind one
             address. By default a random one of this app. A token is good
@@ -265,6 +275,15 @@ class _Source:
             await owned.close()
 
 
+@dataclass(slots=True)
+class _Live:
+    """The frames of one filter of the queues page: their sampler and the latest."""
+
+    sampler: Sampler | None = None
+    frame: Frame | None = None
+    framed_at: float = -math.inf
+
+
 class _Dashboard:
     """One app's state and handlers: its pools, its frames, its action guard."""
 
@@ -285,10 +304,8 @@ class _Dashboard:
         self._guard = guard
         self._interval = poll_interval
         self._page_size = page_size
-        self._sampler: Sampler | None = None
         self._framing = anyio.Lock()
-        self._frame: Frame | None = None
-        self._framed_at = -math.inf
+        self._live: OrderedDict[str | None, _Live] = OrderedDict()
         self._assets: dict[str, bytes] = {}
         self._versions: dict[str, str] = {}
         folder = resources.files("pgqueue.web") / "static"
@@ -400,34 +417,53 @@ class _Dashboard:
 
     # --- the queues --------------------------------------------------------------------
 
-    async def frame(self) -> Frame:
-        """The latest frame: read again unless one was read under `FRAME_EVERY` ago.
+    async def frame(self, contains: str | None) -> Frame:
+        """The latest frame of the queues whose name holds ``contains`` (any, with None).
 
-        Frames are read one at a time (the rates come from their
-        differences), and every open page shares them.
+        Read again unless one was read under `FRAME_EVERY` ago: frames are
+        read one at a time (the rates come from their differences), and
+        every open page of one filter shares them. The `FILTERS_KEPT` most
+        recent filters keep theirs.
         """
         async with self._framing:
+            live = self._live.pop(contains, None) or _Live()
+            self._live[contains] = live
+            while len(self._live) > FILTERS_KEPT:
+                self._live.popitem(last=False)
             if (
-                self._frame is not None
-                and anyio.current_time() - self._framed_at < FRAME_EVERY
+                live.frame is not None
+                and anyio.current_time() - live.framed_at < FRAME_EVERY
             ):
-                return self._frame
+                return live.frame
             pool = await self.pool()
             try:
                 async with pool.acquire() as conn:
-                    if self._sampler is None:
-                        self._sampler = Sampler(conn, queue=None)
+                    if live.sampler is None:
+                        live.sampler = Sampler(
+                            conn, contains=contains, progress=self.show_payloads
+                        )
                     else:
-                        self._sampler.use(conn)
-                    self._frame = await self._sampler.frame()
+                        live.sampler.use(conn)
+                    live.frame = await live.sampler.frame()
             except SCHEMA_ERRORS:
                 await check_schema(pool)  # a SchemaError naming what is missing
                 raise
-            self._framed_at = anyio.current_time()
-            return self._frame
+            live.framed_at = anyio.current_time()
+            return live.frame
+
+    def _contains(self, request: Request) -> str | None:
+        """The queues page's filter (``?queue=``); 400 for one no queue can match."""
+        contains = _optional(request.query_params, "queue")
+        if contains is not None:
+            try:
+                check_queue_name(contains)
+            except ValueError as exc:
+                raise HTTPException(400, str(exc)) from None
+        return contains
 
     async def queues(self, request: Request) -> Response:
-        frame = await self.frame()
+        contains = self._contains(request)
+        frame = await self.frame(contains)
         return self.page(
             request,
             "queues.html",
@@ -435,24 +471,27 @@ class _Dashboard:
             current="/",
             script=True,
             frame=frame,
+            contains=contains,
             interval=self._interval,
             actions=not self.read_only,
         )
 
     async def queues_fragment(self, request: Request) -> Response:
-        frame = await self.frame()
+        contains = self._contains(request)
+        frame = await self.frame(contains)
         return HTMLResponse(
             _html.render(
                 "live.html",
                 base=_base(request),
                 frame=frame,
+                contains=contains,
                 actions=not self.read_only,
             ),
             headers={"cache-control": "no-store"},
         )
 
-    async def frame_json(self, _request: Request) -> Response:
-        frame = await self.frame()
+    async def frame_json(self, request: Request) -> Response:
+        frame = await self.frame(self._contains(request))
         return JSONResponse(
             _json(frame.to_json()), headers={"cache-control": "no-store"}
         )
@@ -755,7 +794,8 @@ class _Dashboard:
             await admin.pause(queue)
         else:
             await admin.resume(queue)
-        self._framed_at = -math.inf  # the queues page shows the new state
+        for live in self._live.values():  # the queues page shows the new state
+            live.framed_at = -math.inf
         return RedirectResponse(base + "/", status_code=303)
 
 

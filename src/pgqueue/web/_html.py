@@ -6,8 +6,10 @@ no HTML is built in Python. Values from the database are also shown through
 the ``v`` macro, which wraps them in ``<bdi>`` (a right-to-left override in a
 job type cannot reorder the text around it) and shows their control
 characters (bidi controls, C0 and C1) as ``U+XXXX`` rather than letting them
-act. Links are built from the mount's root path (``base``), so the dashboard
-works under any prefix.
+act; names (queues, job types, keys) through the ``name`` macro, which also
+cuts them at `SHOWN_NAME_CHARS` characters and marks the cut. Links are
+built from the mount's root path (``base``), so the dashboard works under
+any prefix.
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from urllib.parse import urlencode
 
 import jinja2
 
-from pgqueue._extension import QUEUE_COUNTS, seconds_text
+from pgqueue._extension import (
+    QUEUE_COUNTS,
+    SHOWN_NAME_CHARS,
+    check_queue_name,
+    clipped,
+    seconds_text,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -87,6 +95,15 @@ def _pretty(text: str, truncated: bool = False) -> str:
         return text
 
 
+def _linkable(name: str) -> bool:
+    """Whether a listing can be filtered by queue ``name`` (one written past pgqueue's limits cannot)."""
+    try:
+        check_queue_name(name)
+    except ValueError:
+        return False
+    return True
+
+
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -102,6 +119,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters.update(
         parts=_parts,
+        clipped=clipped,
         visible=_visible,
         moment=_moment,
         pretty=_pretty,
@@ -111,7 +129,9 @@ def _environment() -> jinja2.Environment:
         short="{:g}".format,
     )
     env.tests["value"] = lambda part: isinstance(part, Value)
+    env.tests["linkable"] = _linkable
     env.globals["counts"] = QUEUE_COUNTS
+    env.globals["name_chars"] = SHOWN_NAME_CHARS
     return env
 
 

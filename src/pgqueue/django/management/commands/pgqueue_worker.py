@@ -6,6 +6,7 @@ import logging
 import sys
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.tasks import task_backends
 
@@ -81,6 +82,8 @@ class Command(BaseCommand):
             error = failed.exceptions[0]
             assert isinstance(error, SchemaError)
             raise CommandError(error.fixed_by(MIGRATE)) from None
+        except* ImproperlyConfigured as failed:  # a queue not the backend's
+            raise CommandError(str(failed.exceptions[0])) from None
 
 
 def log_unless_configured() -> None:
