@@ -101,14 +101,10 @@ milliseconds to an hour, and wait as long."""
 UNKNOWN_JOB_TYPE = "(unknown)"
 """The ``job_type`` label of outcomes of job types with no handler in the worker."""
 
-# What each written outcome's status is counted as.
-_OUTCOMES: dict[str, str] = {
-    OutcomeKind.COMPLETED: "completed",
-    OutcomeKind.PENDING: "retried",
-    OutcomeKind.DEAD: "dead",
-    OutcomeKind.CANCELLED: "cancelled",
-    OutcomeKind.SNOOZED: "snoozed",
-    OutcomeKind.RELEASED: "released",
+# What each written outcome is counted as: its kind, a failure to retry as
+# "retried".
+_OUTCOMES: dict[OutcomeKind, str] = {kind: kind.value for kind in OutcomeKind} | {
+    OutcomeKind.PENDING: "retried"
 }
 
 

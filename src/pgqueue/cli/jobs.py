@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
 
-from pgqueue import Admin, JobDependencies, JobInfo, Queue, QueueStats, RelatedJob
+from pgqueue import (
+    Admin,
+    JobDependencies,
+    JobInfo,
+    Queue,
+    QueueStats,
+    RelatedJob,
+    Status,
+)
 from pgqueue._extension import (
     JOB_STATUSES,
     QUEUE_COUNTS,
@@ -201,7 +209,7 @@ async def list_jobs(args: argparse.Namespace) -> int:
             f"{job.attempts}/{job.max_attempts}",
             _time(job.run_at),
             # A completed job's last_error is an earlier attempt's, not its own.
-            "-" if job.status == "completed" else _first_line(job.last_error),
+            "-" if job.status == Status.COMPLETED else _first_line(job.last_error),
         )
         for job in found
     ]
@@ -258,7 +266,11 @@ def _print_job(job: JobInfo, dependencies: JobDependencies) -> None:
         else:
             text = "-" if value is None else printable(str(value), newlines=True)
         label = name
-        if name == "last_error" and job.status == "completed" and value is not None:
+        if (
+            name == "last_error"
+            and job.status == Status.COMPLETED
+            and value is not None
+        ):
             label = "earlier attempt's error"
         table.add_row(label, Text(text))
     table.add_row(
@@ -383,7 +395,7 @@ async def cancel(args: argparse.Namespace) -> int:
     return _print_results(done, reasons, as_json=args.json)
 
 
-_DONE = frozenset({"retried", "cancelled", "requested"})
+_DONE = frozenset({"retried", "cancelled", "requested"})  # not a status: results
 """The results of ``retry`` and ``cancel`` that changed the job."""
 
 _CAN = {

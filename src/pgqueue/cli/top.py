@@ -16,8 +16,10 @@ import anyio
 import asyncpg
 from anyio import TASK_STATUS_IGNORED
 
+from pgqueue import Status
 from pgqueue._extension import (
     DATABASE_ERRORS,
+    QUEUE_COUNTS,
     QUEUES_SHOWN,
     SHOWN_NAME_CHARS,
     Frame,
@@ -153,10 +155,10 @@ def render(
     # The waiting column only while some queue has jobs waiting for
     # parents: without it, the table fits 80 columns.
     waiting = any(q.waiting for q in frame.queues)
-    counted = ("ready", "scheduled", "running", "completed", "dead", "cancelled")
     queues.add_column("queue", overflow="fold")
-    for name in ("waiting", *counted) if waiting else counted:
-        queues.add_column(name, justify="right")
+    for name in QUEUE_COUNTS:
+        if waiting or name != Status.WAITING:
+            queues.add_column(name, justify="right")
     queues.add_column("lag", justify="right")
     queues.add_column("enq/s", justify="right")
     queues.add_column("done/s", justify="right")

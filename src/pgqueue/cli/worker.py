@@ -138,7 +138,7 @@ def add_to(commands: Commands) -> None:
     for name, flag in OPTION_FLAGS.items():
         _add_option(options, name, flag)
 
-    running = parser.add_argument_group("running")
+    running = parser.add_argument_group("running")  # not a status
     running.add_argument(
         "--burst",
         action="store_true",
@@ -476,7 +476,8 @@ class _Ready(TaskStatus[None]):
 
     def started(self, value: None = None) -> None:
         worker = self._worker
-        if worker.state != "running":  # run() also calls it when done early
+        # run() also calls it when done early.
+        if worker.state != "running":  # not a status
             return
         options = worker.options
         if options.queues is None:

@@ -25,7 +25,7 @@ from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from pgqueue import Admin, JobSummary, SchemaError
+from pgqueue import Admin, JobSummary, SchemaError, Status
 from pgqueue._extension import (
     DATABASE_ERRORS,
     JOB_STATUSES,
@@ -72,7 +72,7 @@ _DONE = {
     "retried": "Retried: the job is pending again, due now.",
     "duplicate": "Not retried: another job with its unique key is pending or running.",
     "not_retryable": "Not retried: only dead and cancelled jobs can be retried.",
-    "cancelled": "Cancelled.",
+    "cancelled": "Cancelled.",  # not a status: a cancel's result
     "requested": "Cancel requested: its worker cancels the handler.",
     "finished": "Not cancelled: the job had finished already.",
 }
@@ -719,7 +719,7 @@ class _Dashboard:
         )
         queue, _, job_type = self._filters(params)
         base = _base(request)
-        filters = {"queue": queue, "status": "dead", "type": job_type}
+        filters = {"queue": queue, "status": Status.DEAD, "type": job_type}
         listing = _html.url(base, "/jobs", filters)
         admin = await self.admin()
         if asks:

@@ -22,6 +22,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
+from pgqueue import Status
 from pgqueue._extension import (
     QUEUE_COUNTS,
     SHOWN_NAME_CHARS,
@@ -131,6 +132,7 @@ def _environment() -> jinja2.Environment:
     env.tests["value"] = lambda part: isinstance(part, Value)
     env.tests["linkable"] = _linkable
     env.globals["counts"] = QUEUE_COUNTS
+    env.globals["Status"] = Status
     env.globals["name_chars"] = SHOWN_NAME_CHARS
     return env
 
