@@ -101,7 +101,12 @@ def test_only_the_store_asks_which_server() -> None:
         if relative.parts[0] in ("_store", "_sql"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Attribute) and node.attr == "distributed":
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "distributed"
+                # The CLI's --distributed flag says what to install, not asks.
+                and not (isinstance(node.value, ast.Name) and node.value.id == "args")
+            ):
                 asked.append(f"{relative}:{node.lineno}")
             if isinstance(node, ast.alias) and node.name.startswith("DISTRIBUTED_"):
                 asked.append(f"{relative}:{node.name}")

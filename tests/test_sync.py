@@ -13,7 +13,6 @@ from psycopg.pq import TransactionStatus
 
 import pgqueue
 import pgqueue.sync
-from pgqueue._extension import ENQUEUE_CALL, enqueue_params
 from tests.helpers import queue_count, row, rows, running
 
 if TYPE_CHECKING:
@@ -207,8 +206,11 @@ async def test_the_sql_function_writes_the_same_row(
     await pool.execute(
         "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", mine
     )
-    params = enqueue_params("t", {"a": 1}, queue=queue_name, **options)
-    [function] = conn.execute(ENQUEUE_CALL, params).fetchone() or [None]
+    [function] = conn.execute(
+        "SELECT pgqueue_enqueue('t', '{\"a\": 1}', queue => %s, max_attempts => 3,"
+        " priority => 2, track => true, unique_key => 'fn')",
+        (queue_name,),
+    ).fetchone() or [None]
     await pool.execute(
         "UPDATE pgqueue_jobs SET status = 'completed' WHERE id = $1", function
     )
@@ -311,11 +313,26 @@ async def test_a_missing_table_raises_schema_error_naming_the_database(
         assert raised.value.where is not None
 
 
-def test_enqueue_many_refuses_jobs_with_parents_before_any_sql(
-    conn: psycopg.Connection[Any], queue_name: str
+async def test_jobs_with_parents_wait_for_them_and_an_unknown_parent_writes_nothing(
+    pool: asyncpg.Pool, conn: psycopg.Connection[Any], queue_name: str
 ) -> None:
-    with pytest.raises(ValueError, match=r"after=\.\.\."):
-        pgqueue.sync.Queue(conn, queue_name).enqueue_many(
-            [("a", {}), pgqueue.NewJob("b", after=[-1])]
-        )
-    assert conn.info.transaction_status == TransactionStatus.IDLE
+    queue = pgqueue.sync.Queue(conn, queue_name)
+    first, second = queue.enqueue_many([("a", {}), pgqueue.NewJob("b", after=[-1])])
+    third = queue.enqueue("c", after=[first, second], on_parent_failure="run")
+    statuses = await pool.fetch(
+        "SELECT id, status FROM pgqueue_jobs WHERE queue = $1 ORDER BY id", queue_name
+    )
+    assert [(r["id"], r["status"]) for r in statuses] == [
+        (first, "pending"),
+        (second, "waiting"),
+        (third, "waiting"),
+    ]
+    with conn.transaction():
+        conn.execute("SELECT 1")
+        with pytest.raises(pgqueue.JobNotFoundError):
+            queue.enqueue("d", after=[2**62])
+        # The savepoint failed, not the transaction.
+        assert conn.execute("SELECT 2").fetchone() == (2,)
+    assert await pool.fetchval(
+        "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1", queue_name
+    ) == 3

@@ -25,9 +25,7 @@ from pgqueue._admin import (
     listing,
     queue_stats,
 )
-from pgqueue._core.batch import check_jobs, insert_many
 from pgqueue._core.checks import (
-    check_bool,
     check_channel,
     check_dsn_or_pool,
     check_duration,
@@ -41,9 +39,7 @@ from pgqueue._core.checks import (
     check_origin,
     check_priority,
     check_queue_name,
-    check_replace,
     check_unique_key,
-    check_when,
 )
 from pgqueue._core.codec import (
     encode_payload,
@@ -52,13 +48,13 @@ from pgqueue._core.codec import (
     unencodable,
 )
 from pgqueue._core.connect import check_dsn, holds_password, target, target_of
-from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
 from pgqueue._core.job import PeriodicKey
 from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.log import JsonFormatter, default_logger
 from pgqueue._core.options import Flag, option_flags
 from pgqueue._core.public import public_names
+from pgqueue._core.request import check_jobs, check_request
 from pgqueue._core.text import (
     CONTROL_CHARACTERS,
     SHOWN_NAME_CHARS,
@@ -69,14 +65,12 @@ from pgqueue._core.text import (
     shown_name,
 )
 from pgqueue._dashboard import QUEUES_SHOWN, Frame, Sampler
+from pgqueue._queue import encode_batch, enqueue_batch, enqueue_request, queue_on
 from pgqueue._sql import (
     admin as admin_statements,
 )
 from pgqueue._sql import (
     dashboard as dashboard_statements,
-)
-from pgqueue._sql import (
-    enqueue as enqueue_statements,
 )
 from pgqueue._sql import (
     listings as listing_statements,
@@ -88,17 +82,21 @@ from pgqueue._sql.grants import KINDS as GRANT_KINDS
 from pgqueue._sql.listings import FOREIGN_JOBS_PYFORMAT, JOB_PYFORMAT, JOB_STATUSES
 from pgqueue._sql.literals import array
 from pgqueue._sql.schema import SERVER_IDENTITY, TABLE_EXISTS
+from pgqueue._store.plan import Enqueued, Plan
+from pgqueue._store.postgres import Store
 from pgqueue._store.schema import (
+    DEPENDENCIES_MISSING,
     REPLACE_MISSING,
     SCHEMA_ERRORS,
     check_schema,
     schema_error,
+    store_on,
 )
 
 __all__ = [
     "CONTROL_CHARACTERS",
     "DATABASE_ERRORS",
-    "ENQUEUE_CALL",
+    "DEPENDENCIES_MISSING",
     "FOREIGN_JOBS_PYFORMAT",
     "GRANT_KINDS",
     "JOB_PYFORMAT",
@@ -111,15 +109,17 @@ __all__ = [
     "SERVER_IDENTITY",
     "SHOWN_NAME_CHARS",
     "TABLE_EXISTS",
+    "Enqueued",
     "Flag",
     "Frame",
     "JsonFormatter",
     "OutcomeKind",
     "PeriodicKey",
+    "Plan",
     "Sampler",
+    "Store",
     "admin_statements",
     "array",
-    "check_bool",
     "check_channel",
     "check_dsn",
     "check_dsn_or_pool",
@@ -135,22 +135,21 @@ __all__ = [
     "check_origin",
     "check_priority",
     "check_queue_name",
-    "check_replace",
+    "check_request",
     "check_schema",
     "check_unique_key",
-    "check_when",
     "clipped",
     "completed_estimated",
     "dashboard_statements",
     "default_logger",
     "describe",
+    "encode_batch",
     "encode_payload",
     "encode_payloads",
-    "enqueue_params",
-    "enqueue_statements",
+    "enqueue_batch",
+    "enqueue_request",
     "first_line",
     "holds_password",
-    "insert_many",
     "job_info",
     "listing",
     "listing_statements",
@@ -158,11 +157,13 @@ __all__ = [
     "payload_encoder",
     "printable",
     "public_names",
+    "queue_on",
     "queue_stats",
     "schema_error",
     "schema_statements",
     "seconds_text",
     "shown_name",
+    "store_on",
     "target",
     "target_of",
     "unencodable",

@@ -15,7 +15,7 @@ from pgqueue._core.typed import converting, payload_converter
 from pgqueue._queue import Queue
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection
+    from collections.abc import Callable, Collection, Sequence
     from datetime import datetime, timedelta
 
     from pgqueue._core.handler import Handler
@@ -110,6 +110,9 @@ class JobType(Generic[P]):
         on_conflict: Literal["return", "raise", "replace"] = "return",
         debounce: float | timedelta | None = None,
         track: bool = False,
+        after: Sequence[int] = (),
+        on_parent_failure: Literal["cancel", "run"] = "cancel",
+        group: str | None = None,
         connection: Connection | None = None,
     ) -> int:
         """Enqueue a job of this type; return its id, as `Queue.enqueue`.
@@ -124,6 +127,9 @@ class JobType(Generic[P]):
                 is none of the three; and as `Queue.enqueue`.
             ValueError: ``target`` is a `Queue` of another queue; and as
                 `Queue.enqueue`.
+
+        .. versionchanged:: Unreleased
+           ``after``, ``on_parent_failure`` and ``group``.
         """
         cls = typing.get_origin(self.payload_type) or self.payload_type
         if not isinstance(payload, cls):
@@ -149,6 +155,9 @@ class JobType(Generic[P]):
             on_conflict=on_conflict,
             debounce=debounce,
             track=track,
+            after=after,
+            on_parent_failure=on_parent_failure,
+            group=group,
             connection=connection,
         )
 
@@ -166,8 +175,7 @@ class JobType(Generic[P]):
         if isinstance(target, asyncpg.Pool):
             return Queue(target, name=name)
         if isinstance(target, asyncpg.Connection | PoolConnectionProxy):
-            # A Queue writes through its pool only without connection=.
-            return Queue(typing.cast("asyncpg.Pool[Any]", target), name=name)
+            return Queue._on(target, name)
         msg = (
             "enqueue needs a pgqueue.Queue, an asyncpg pool or a connection, "
             f"not {type(target).__name__}"

@@ -9,27 +9,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 import asyncpg
 
 from pgqueue._copy import COPY_MAX_DELAY, COPY_MIN_JOBS, Rows, copy_jobs
-from pgqueue._core.batch import (
-    Batch,
-    after_args,
-    check_after,
-    check_jobs,
-    check_on_parent_failure,
-    insert_many,
-)
 from pgqueue._core.checks import (
-    check_bool,
-    check_conflict,
     check_duration,
-    check_group,
     check_job_id,
-    check_job_type,
     check_max_attempts,
-    check_on_conflict,
-    check_priority,
     check_queue_name,
-    check_unique_key,
-    check_when,
 )
 from pgqueue._core.codec import (
     encode_each,
@@ -42,16 +26,8 @@ from pgqueue._core.errors import DuplicateJobError, JobNotFoundError, SchemaErro
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._sql.enqueue import (
-    DISTRIBUTED_UNIQUE_SILENT,
-    ENQUEUE,
-    ENQUEUE_AFTER,
-    ENQUEUE_REPLACE,
-    ENQUEUE_SILENT,
-    ENQUEUE_UNIQUE,
-    ENQUEUE_UNIQUE_SILENT,
-    NOTIFY_JOBS,
-)
+from pgqueue._core.request import Batch, Request, check_jobs, check_request
+from pgqueue._sql.enqueue import NOTIFY_JOBS
 from pgqueue._sql.schema import (
     CITUS_INSTALLED,
     SCHEMA,
@@ -60,6 +36,7 @@ from pgqueue._sql.schema import (
     SCHEMA_UPGRADE,
     TABLE_EXISTS,
 )
+from pgqueue._store.plan import Enqueued, Plan
 from pgqueue._store.postgres import Store
 from pgqueue._store.schema import (
     DEPENDENCIES_MISSING,
@@ -72,6 +49,7 @@ from pgqueue._store.schema import (
 from pgqueue._wake import waker_for
 
 if TYPE_CHECKING:
+    import json
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
     from datetime import datetime, timedelta
 
@@ -81,6 +59,9 @@ __all__ = [
     "Connection",
     "Executor",
     "Queue",
+    "encode_batch",
+    "enqueue_batch",
+    "enqueue_request",
     "install",
     "uninstall",
 ]
@@ -103,13 +84,6 @@ class _Deferred:
 
 
 _deferred: ContextVar[_Deferred | None] = ContextVar("pgqueue_deferred", default=None)
-
-
-_NO_REPLACE_DISTRIBUTED = (
-    "on_conflict='replace' and debounce are not supported on a distributed "
-    "(Citus) schema: the job queued after a running one waits for it as a "
-    "child, and dependencies are not supported there"
-)
 
 
 async def install(executor: Executor, *, distributed: bool = False) -> None:
@@ -179,11 +153,11 @@ class Queue:
 
     __slots__ = (
         "_encoder",
+        "_executor",
         "_hooks",
         "_logger",
         "_max_attempts",
         "_name",
-        "_pool",
         "_store",
         "_waker_pool",
     )
@@ -198,12 +172,40 @@ class Queue:
         hooks: Sequence[EnqueueHook] = (),
         json_encoder: Callable[[Any], Any] | None = None,
     ) -> None:
-        self._pool = pool
-        # Wakeups after commit need a pool to open the waker's connection
-        # like (the CLI hands a single connection over as its "pool").
-        self._waker_pool: asyncpg.Pool[Any] | None = (
-            pool if isinstance(cast("object", pool), asyncpg.Pool) else None
-        )
+        # Wakeups after commit need a pool to open the waker's connection like.
+        waker_pool = pool if isinstance(cast("object", pool), asyncpg.Pool) else None
+        self._setup(pool, waker_pool, name, max_attempts, logger, hooks, json_encoder)
+
+    @classmethod
+    def _on(
+        cls,
+        connection: Connection,
+        name: str = "default",
+        max_attempts: int = 5,
+        *,
+        json_encoder: Callable[[Any], Any] | None = None,
+    ) -> Queue:
+        """A queue that writes on ``connection`` alone, never through a pool.
+
+        Its enqueues without ``connection=`` run on ``connection`` too, with
+        their wakeup in the statement (there is no pool for a waker).
+        """
+        queue = cls.__new__(cls)
+        queue._setup(connection, None, name, max_attempts, None, (), json_encoder)
+        return queue
+
+    def _setup(
+        self,
+        executor: Executor,
+        waker_pool: asyncpg.Pool[Any] | None,
+        name: str,
+        max_attempts: int,
+        logger: Logger | None,
+        hooks: Sequence[EnqueueHook],
+        json_encoder: Callable[[Any], Any] | None,
+    ) -> None:
+        self._executor = executor
+        self._waker_pool = waker_pool
         self._name = check_queue_name(name)
         self._max_attempts = check_max_attempts(max_attempts)
         self._logger = default_logger(logger)
@@ -320,102 +322,71 @@ class Queue:
                 positive or comes with ``run_at``, ``delay`` or
                 ``on_conflict="raise"``.
         """
-        when, seconds = check_when(run_at, delay)
-        args = (
-            check_job_type(job_type),
-            encode_payload(payload, self._encoder),
-            self._attempts(max_attempts),
-            when,
-            check_priority(priority),
-            check_bool("track", track),
-        )
-        key = check_unique_key(unique_key)
-        conflict, seconds = check_conflict(
-            key, on_conflict, debounce, run_at, delay, seconds
-        )
-        failure = check_on_parent_failure(on_parent_failure)
-        group_key = None if group is None else check_group(group)
-        if group_key is not None and conflict == "replace":
-            msg = "a job with a group cannot replace or debounce (on_conflict='replace', debounce=) yet"
-            raise ValueError(msg)
-        if after:
-            parents = check_after(after, None)
-            if key is not None:
-                msg = "a job with a unique_key cannot have parents (after=...)"
-                raise ValueError(msg)
-            if group_key is not None:
-                msg = "a job with a group cannot have parents (after=...) yet"
-                raise ValueError(msg)
-            return await self._enqueue_after(
-                connection,
-                args,
-                seconds,
-                payload,
-                delay,
-                max_attempts,
-                parents,
-                failure,
-            )
-        if not self._hooks:
-            return await self._enqueue(
-                connection, args, seconds, key, conflict, group=group_key
-            )
-        new_job = NewJob(
-            args[0],
+        request = check_request(
+            job_type,
             payload,
-            run_at=args[3],
+            default_attempts=self._max_attempts,
+            run_at=run_at,
             delay=delay,
             max_attempts=max_attempts,
-            priority=args[4],
-            unique_key=key,
-            track=args[5],
+            priority=priority,
+            unique_key=unique_key,
+            on_conflict=on_conflict,
             debounce=debounce,
-            group=group_key,
+            track=track,
+            after=after,
+            on_parent_failure=on_parent_failure,
+            group=group,
+        )
+        text = encode_payload(payload, self._encoder)
+        if not self._hooks:
+            return await self._enqueue(request, text, connection)
+        new_job = NewJob(
+            request.job_type,
+            payload,
+            run_at=request.run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            priority=request.priority,
+            unique_key=request.unique_key,
+            track=request.track,
+            after=request.after,
+            on_parent_failure=on_parent_failure,
+            debounce=debounce,
+            group=request.group,
         )
         event = EnqueueEvent(self._name, (new_job,), batch=False)
         return await told(
             self._hooks,
             event,
             self._logger,
-            lambda: self._enqueue(
-                connection, args, seconds, key, conflict, event, group=group_key
-            ),
+            lambda: self._enqueue(request, text, connection, event),
         )
 
     async def _enqueue(
         self,
+        request: Request,
+        payload: str,
         connection: Connection | None,
-        args: tuple[str, str, int, datetime | None, int, bool],
-        delay: float | None,
-        key: str | None,
-        conflict: str,
         event: EnqueueEvent | None = None,
-        *,
-        group: str | None = None,
     ) -> int:
         """`enqueue` once its arguments are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
-        executor: Executor = connection if connection is not None else self._pool
-        distributed = (self._store or await self._store_of(executor)).distributed
-        if distributed:
-            if conflict == "replace":
-                raise ValueError(_NO_REPLACE_DISTRIBUTED)
-            job_id, outcome = await self._insert_routed(
-                connection, args, delay, key, trace_context, group
+        executor = self._executor if connection is None else connection
+        store = self._store or await self._store_of(executor)
+        with self._wakeup(connection) as wake:
+            plan = store.plan_one(
+                self._name, request, payload, trace_context, notify=wake is None
             )
-        else:
-            job_id, outcome = await self._insert(
-                connection, args, delay, key, conflict, trace_context, group
-            )
-        duplicate = outcome in ("existed", "replaced", "replaced_next")
+            done = await self._write(executor, connection, plan, wake)
+        job_id, duplicate = done.ids[0], done.duplicates[0]
         if event is not None:
             event.ids.append(job_id)
             event.duplicates.append(duplicate)
-        extra = {"job_id": job_id, "job_type": args[0], "queue": self._name}
-        if outcome == "existed":
-            assert key is not None
-            if conflict == "raise":
-                raise DuplicateJobError(job_id, key)
+        extra = {"job_id": job_id, "job_type": request.job_type, "queue": self._name}
+        if done.existing is not None:
+            if request.conflict == "raise":
+                raise DuplicateJobError(*done.existing)
             self._logger.debug("job already enqueued with its unique key", extra=extra)
         elif duplicate:
             self._logger.debug(
@@ -425,68 +396,39 @@ class Queue:
             self._logger.debug("job enqueued", extra=extra)
         return job_id
 
-    async def _insert(
+    async def _write(
         self,
+        executor: Executor,
         connection: Connection | None,
-        args: tuple[str, str, int, datetime | None, int, bool],
-        delay: float | None,
-        key: str | None,
-        conflict: str,
-        trace_context: str | None,
-        group: str | None,
-    ) -> tuple[int, str]:
-        """`_enqueue`'s row and wakeup; its id and what was done (`ENQUEUE_REPLACE`'s outcomes)."""
-        executor: Executor = connection if connection is not None else self._pool
-        outcome = "inserted"
-        with self._wakeup(connection) as wake:
-            try:
-                if key is None:
-                    job_id: int = await executor.fetchval(
-                        ENQUEUE if wake is None else ENQUEUE_SILENT,
-                        self._name,
-                        *args,
-                        trace_context,
-                        delay,
-                        group,
-                    )
-                    woke = True
-                elif conflict == "replace":
-                    row = await executor.fetchrow(
-                        ENQUEUE_REPLACE,
-                        self._name,
-                        *args,
-                        trace_context,
-                        key,
-                        delay,
-                        wake is None,
-                    )
-                    assert row is not None
-                    job_id, outcome, woke = row["id"], row["outcome"], row["wake"]
-                else:
-                    row = await executor.fetchrow(
-                        ENQUEUE_UNIQUE if wake is None else ENQUEUE_UNIQUE_SILENT,
-                        self._name,
-                        *args,
-                        trace_context,
-                        key,
-                        delay,
-                        group,
-                    )
-                    assert row is not None
-                    job_id = row["id"]
-                    if row["existed"]:
-                        outcome, woke = "existed", False
-                    else:
-                        woke = True
-            except SCHEMA_ERRORS as exc:
-                raise await schema_failure(executor, str(exc)) from exc
-            except asyncpg.UndefinedFunctionError as exc:
-                raise SchemaError(
-                    REPLACE_MISSING, where=target_of(executor), apply="SCHEMA_UPGRADE"
-                ) from exc
-            if wake is not None and woke:
+        plan: Plan,
+        wake: Callable[[], None] | None,
+    ) -> Enqueued:
+        """Run ``plan`` on ``executor``; then send its wakeup, if the statement did not."""
+        try:
+            if plan.dependent and connection is not None:
+                # An unknown parent fails a savepoint: the caller's transaction stays usable.
+                async with connection.transaction():
+                    rows = await connection.fetch(plan.statement, *plan.args)
+            else:
+                rows = await executor.fetch(plan.statement, *plan.args)
+        except asyncpg.ForeignKeyViolationError as exc:
+            if not plan.dependent:
+                raise
+            raise JobNotFoundError(int(exc.detail or 0)) from exc
+        except SCHEMA_ERRORS as exc:
+            raise await schema_failure(executor, str(exc)) from exc
+        except asyncpg.UndefinedFunctionError as exc:
+            missing = DEPENDENCIES_MISSING if plan.dependent else REPLACE_MISSING
+            raise SchemaError(
+                missing, where=target_of(executor), apply="SCHEMA_UPGRADE"
+            ) from exc
+        done = plan.read(rows)
+        if done.woke:
+            if wake is not None:
                 wake()
-        return job_id, outcome
+            elif plan.wake_after:
+                await executor.execute(NOTIFY_JOBS, self._name)
+        return done
 
     async def _store_of(self, executor: Executor) -> Store:
         """The store of the queue's database: looked up once, on ``executor``.
@@ -500,95 +442,6 @@ class Queue:
             return Store()
         self._store = found
         return found
-
-    async def _insert_routed(
-        self,
-        connection: Connection | None,
-        args: tuple[str, str, int, datetime | None, int, bool],
-        delay: float | None,
-        key: str | None,
-        trace_context: str | None,
-        group: str | None,
-    ) -> tuple[int, str]:
-        """`_insert` on Citus: the row on its queue's shard, then the wakeup from the coordinator.
-
-        With ``connection``, both ride its transaction (a `transaction`
-        block's wakeup waits for its commit, as on PostgreSQL).
-        """
-        executor: Executor = connection if connection is not None else self._pool
-        existed = False
-        with self._wakeup(connection) as wake:
-            try:
-                if key is None:
-                    job_id: int = await executor.fetchval(
-                        ENQUEUE_SILENT,
-                        self._name,
-                        *args,
-                        trace_context,
-                        delay,
-                        group,
-                    )
-                else:
-                    row = await executor.fetchrow(
-                        DISTRIBUTED_UNIQUE_SILENT,
-                        self._name,
-                        *args,
-                        trace_context,
-                        key,
-                        delay,
-                        group,
-                    )
-                    assert row is not None
-                    job_id, existed = row["id"], row["existed"]
-            except SCHEMA_ERRORS as exc:
-                raise await schema_failure(executor, str(exc)) from exc
-            if not existed:
-                if wake is None:
-                    await executor.execute(NOTIFY_JOBS, self._name)
-                else:
-                    wake()
-        return job_id, "existed" if existed else "inserted"
-
-    async def _enqueue_after(
-        self,
-        connection: Connection | None,
-        args: tuple[str, str, int, datetime | None, int, bool],
-        seconds: float | None,
-        payload: Any,
-        delay: float | timedelta | None,
-        max_attempts: int | None,
-        parents: tuple[int, ...],
-        on_parent_failure: str,
-    ) -> int:
-        """`enqueue` of a job with parents: `enqueue_many`'s path, with one job."""
-        batch = Batch()
-        batch.add(
-            args[0], None, args[2], args[3], seconds, args[4], None, args[5], False
-        )
-        batch.depend(0, parents, on_parent_failure)
-        payloads = "[" + args[1] + "]"
-        if not self._hooks:
-            (job_id,) = await self._enqueue_many(connection, batch, payloads, "return")
-            return job_id
-        new_job = NewJob(
-            args[0],
-            payload,
-            run_at=args[3],
-            delay=delay,
-            max_attempts=max_attempts,
-            priority=args[4],
-            track=args[5],
-            after=parents,
-            on_parent_failure=on_parent_failure,  # type: ignore[arg-type]
-        )
-        event = EnqueueEvent(self._name, (new_job,), batch=False)
-        (job_id,) = await told(
-            self._hooks,
-            event,
-            self._logger,
-            lambda: self._enqueue_many(connection, batch, payloads, "return", event),
-        )
-        return job_id
 
     async def enqueue_many(
         self,
@@ -628,35 +481,30 @@ class Queue:
             DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
             TypeError, ValueError: as `enqueue`, naming the bad job's index.
         """
-        conflict = check_on_conflict(on_conflict)
         hooked = bool(self._hooks)
         new_jobs: list[NewJob] = []
         batch = check_jobs(
-            jobs, self._max_attempts, new_jobs if hooked else None, conflict
+            jobs, self._max_attempts, new_jobs if hooked else None, on_conflict
         )
         if not batch.types:
             return []
-        payloads = (
-            encode_each(batch.payloads, self._encoder)
-            if _copies(batch)
-            else encode_payloads(batch.payloads, self._encoder)
-        )
+        payloads = encode_batch(batch, self._encoder)
         if not hooked:
-            return await self._enqueue_many(connection, batch, payloads, conflict)
+            return await self._enqueue_many(batch, payloads, on_conflict, connection)
         event = EnqueueEvent(self._name, new_jobs, batch=True)
         return await told(
             self._hooks,
             event,
             self._logger,
-            lambda: self._enqueue_many(connection, batch, payloads, conflict, event),
+            lambda: self._enqueue_many(batch, payloads, on_conflict, connection, event),
         )
 
     async def _enqueue_many(
         self,
-        connection: Connection | None,
         batch: Batch,
         payloads: str | list[str],
         conflict: str,
+        connection: Connection | None,
         event: EnqueueEvent | None = None,
     ) -> list[int]:
         """`enqueue_many` once its jobs are checked (and its hooks told).
@@ -665,26 +513,12 @@ class Queue:
         text for the COPY path (a large batch without unique keys).
         """
         trace_context = None if event is None else event.trace_context
-        executor: Executor = connection if connection is not None else self._pool
-        distributed = (self._store or await self._store_of(executor)).distributed
-        if distributed and batch.parents is not None:
-            msg = (
-                "jobs with dependencies (after=...) are not supported on a "
-                "distributed (Citus) schema: a parent and its children may "
-                "live on different nodes"
-            )
-            raise ValueError(msg)
-        if distributed and batch.replacing:
-            raise ValueError(_NO_REPLACE_DISTRIBUTED)
+        executor = self._executor if connection is None else connection
+        store = self._store or await self._store_of(executor)
         with self._wakeup(connection) as wake:
-            try:
-                ids = None
-                if batch.parents is not None:
-                    assert isinstance(payloads, str)  # never copied
-                    ids = await self._insert_dependent(
-                        connection, batch, payloads, trace_context, notify=wake is None
-                    )
-                elif isinstance(payloads, list):
+            done = None
+            if isinstance(payloads, list):
+                try:
                     ids = await copy_jobs(
                         executor,
                         self._name,
@@ -692,109 +526,28 @@ class Queue:
                         trace_context,
                         notify=wake is None,
                     )
-                if ids is not None:
-                    duplicate, duplicates = None, [False] * len(ids)
-                    woke = True
+                except SCHEMA_ERRORS as exc:
+                    raise await schema_failure(executor, str(exc)) from exc
+                if ids is None:  # COPY was refused (a jsonb codec)
+                    payloads = "[" + ",".join(payloads) + "]"
                 else:
-                    ids, duplicate, duplicates, woke = await self._insert_many(
-                        executor,
-                        batch,
-                        payloads,
-                        trace_context,
-                        notify=wake is None,
-                        distributed=distributed,
-                    )
-            except SCHEMA_ERRORS as exc:
-                raise await schema_failure(executor, str(exc)) from exc
-            except asyncpg.UndefinedFunctionError as exc:
-                raise SchemaError(
-                    REPLACE_MISSING, where=target_of(executor), apply="SCHEMA_UPGRADE"
-                ) from exc
-            if wake is not None and woke:
-                wake()
+                    done = Enqueued(ids, [False] * len(ids), None, woke=True)
+                    if wake is not None:
+                        wake()
+            if done is None:
+                assert isinstance(payloads, str)
+                plan = store.plan_many(
+                    self._name, batch, payloads, trace_context, notify=wake is None
+                )
+                done = await self._write(executor, connection, plan, wake)
         if event is not None:
-            event.ids, event.duplicates = ids, duplicates
-        if duplicate is not None and conflict == "raise":
-            raise DuplicateJobError(*duplicate)
+            event.ids, event.duplicates = done.ids, done.duplicates
+        if done.existing is not None and conflict == "raise":
+            raise DuplicateJobError(*done.existing)
         self._logger.debug(
-            "jobs enqueued", extra={"count": len(ids), "queue": self._name}
+            "jobs enqueued", extra={"count": len(done.ids), "queue": self._name}
         )
-        return ids
-
-    async def _insert_dependent(
-        self,
-        connection: Connection | None,
-        batch: Batch,
-        payloads: str,
-        trace_context: str | None,
-        *,
-        notify: bool,
-    ) -> list[int]:
-        """`_enqueue_many` of a call with dependencies: one call of ``pgqueue_enqueue_after``.
-
-        An unknown parent raises `JobNotFoundError` and writes nothing (in
-        a savepoint inside the caller's transaction, which stays usable).
-        """
-        args = after_args(self._name, batch, payloads, trace_context, notify=notify)
-        executor: Executor = connection if connection is not None else self._pool
-        try:
-            if connection is None:
-                ids: list[int] = await executor.fetchval(ENQUEUE_AFTER, *args)
-            else:
-                async with connection.transaction():
-                    ids = await connection.fetchval(ENQUEUE_AFTER, *args)
-        except asyncpg.ForeignKeyViolationError as exc:
-            raise JobNotFoundError(int(exc.detail or 0)) from exc
-        except asyncpg.UndefinedFunctionError as exc:
-            raise SchemaError(
-                DEPENDENCIES_MISSING, where=target_of(executor), apply="SCHEMA_UPGRADE"
-            ) from exc
-        return ids
-
-    async def _insert_many(
-        self,
-        executor: Executor,
-        batch: Batch,
-        payloads: str | list[str],
-        trace_context: str | None,
-        *,
-        notify: bool,
-        distributed: bool = False,
-    ) -> tuple[list[int], tuple[int, str] | None, list[bool], bool]:
-        """The INSERT path of `_enqueue_many`: ids, the first duplicate, whether each job is one, and whether the queue has a job to claim now.
-
-        On Citus (``distributed``) the wakeup is a statement of its own.
-        """
-        if isinstance(payloads, list):  # COPY was refused (a jsonb codec)
-            payloads = "[" + ",".join(payloads) + "]"
-        statement, args = insert_many(
-            self._name,
-            batch,
-            payloads,
-            trace_context,
-            notify=notify and not distributed,
-            distributed=distributed,
-        )
-        if not batch.keyed:
-            joined: str = await executor.fetchval(statement, *args)
-            ids = [int(job_id) for job_id in joined.split(",")]
-            found: tuple[list[int], tuple[int, str] | None, list[bool], bool] = (
-                ids,
-                None,
-                [False] * len(ids),
-                True,
-            )
-        else:
-            rows = await executor.fetch(statement, *args)
-            if batch.replacing:
-                ids, duplicates, woke = batch.replaced_ids(rows)
-                found = (ids, None, duplicates, woke)
-            else:
-                ids, duplicate, duplicates = batch.ids(rows)
-                found = (ids, duplicate, duplicates, not all(duplicates))
-        if distributed and notify and found[3]:
-            await executor.execute(NOTIFY_JOBS, self._name)
-        return found
+        return done.ids
 
     async def cancel(
         self, *job_ids: int, connection: Connection | None = None
@@ -823,7 +576,7 @@ class Queue:
         ids = [check_job_id(job_id) for job_id in job_ids]
         if not ids:
             return {}
-        executor: Executor = connection if connection is not None else self._pool
+        executor: Executor = connection if connection is not None else self._executor
         store = self._store or await self._store_of(executor)
         done = await store.cancel(executor, ids)
         self._logger.debug("cancel", extra={"results": done, "queue": self._name})
@@ -841,7 +594,7 @@ class Queue:
             ValueError: ``older_than`` is negative or not finite.
         """
         seconds = check_duration("older_than", older_than)
-        executor: Executor = connection if connection is not None else self._pool
+        executor: Executor = connection if connection is not None else self._executor
         store = self._store or await self._store_of(executor)
         removed = await store.prune(executor, self._name, seconds)
         if removed:
@@ -919,14 +672,6 @@ class Queue:
         else:
             yield None
 
-    def _attempts(self, max_attempts: object) -> int:
-        """A job's ``max_attempts``: its own, checked, or the queue's default."""
-        return (
-            self._max_attempts
-            if max_attempts is None
-            else check_max_attempts(max_attempts)
-        )
-
     def __repr__(self) -> str:
         return f"Queue(name={self._name!r}, max_attempts={self._max_attempts})"
 
@@ -955,4 +700,41 @@ def _rows(batch: Batch, payloads: list[str]) -> Rows:
         batch.delays,
         batch.priorities,
         batch.tracked,
+    )
+
+
+def queue_on(
+    connection: Connection, name: str = "default", max_attempts: int = 5
+) -> Queue:
+    """A `Queue` that writes on ``connection`` alone, never through a pool (the CLI's)."""
+    return Queue._on(connection, name, max_attempts)
+
+
+def encode_batch(batch: Batch, encoder: json.JSONEncoder) -> str | list[str]:
+    """The payloads of ``batch``: one JSON array, or each job's JSON text for the COPY path."""
+    if _copies(batch):
+        return encode_each(batch.payloads, encoder)
+    return encode_payloads(batch.payloads, encoder)
+
+
+async def enqueue_request(
+    connection: Connection, queue: str, request: Request, payload: str
+) -> int:
+    """`Queue.enqueue` of a checked ``request`` (its ``payload`` encoded) on ``connection``, in its transaction.
+
+    For an extra that checks a call before it begins the transaction.
+    """
+    return await Queue._on(connection, queue)._enqueue(request, payload, connection)
+
+
+async def enqueue_batch(
+    connection: Connection,
+    queue: str,
+    batch: Batch,
+    payloads: str | list[str],
+    on_conflict: str,
+) -> list[int]:
+    """`Queue.enqueue_many` of a checked ``batch`` (its payloads from `encode_batch`) on ``connection``."""
+    return await Queue._on(connection, queue)._enqueue_many(
+        batch, payloads, on_conflict, connection
     )

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Self, cast
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import anyio
 
@@ -361,7 +361,8 @@ class Tracker:
         ids = array(job_ids)
         if self._connection is not None:
             return await self._connection.fetch(OUTCOMES, ids)
-        pool = cast("asyncpg.Pool[Any]", self._target)
+        pool = self._target
+        assert not isinstance(pool, str)  # with a DSN, it reads on its connection
         with anyio.fail_after(STATEMENT_TIMEOUT):
             rows: list[asyncpg.Record] = await pool.fetch(OUTCOMES, ids)
         return rows

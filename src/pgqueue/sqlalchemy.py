@@ -22,29 +22,32 @@ any SQL runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-import pgqueue
 from pgqueue._extension import (
     check_jobs,
-    check_on_conflict,
-    encode_payloads,
-    enqueue_params,
+    check_queue_name,
+    check_request,
+    encode_batch,
+    encode_payload,
+    enqueue_batch,
+    enqueue_request,
     payload_encoder,
     schema_statements,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime, timedelta
 
     import asyncpg
     import psycopg
 
+    import pgqueue
     from pgqueue.sync import Queue as SyncQueue
 
 __all__ = ["enqueue", "enqueue_many", "enqueue_many_sync", "enqueue_sync"]
@@ -64,6 +67,9 @@ async def enqueue(
     on_conflict: Literal["return", "raise", "replace"] = "return",
     debounce: float | timedelta | None = None,
     track: bool = False,
+    after: Sequence[int] = (),
+    on_parent_failure: Literal["cancel", "run"] = "cancel",
+    group: str | None = None,
     json_encoder: Callable[[Any], Any] | None = None,
 ) -> int:
     """Enqueue a job in ``session``'s transaction; its id.
@@ -81,28 +87,17 @@ async def enqueue(
 
     Raises:
         TypeError: ``session`` is not asyncpg's, or as `pgqueue.Queue.enqueue`.
-        ValueError, DuplicateJobError, SchemaError: as `pgqueue.Queue.enqueue`.
+        ValueError, DuplicateJobError, JobNotFoundError, SchemaError: as
+            `pgqueue.Queue.enqueue`.
+
+    .. versionchanged:: Unreleased
+       ``after``, ``on_parent_failure`` and ``group``.
     """
-    connection = await _asyncpg_connection(
-        session,
-        lambda: enqueue_params(
-            job_type,
-            payload,
-            queue=queue,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=5 if max_attempts is None else max_attempts,
-            priority=priority,
-            unique_key=unique_key,
-            on_conflict=on_conflict,
-            debounce=debounce,
-            track=track,
-            json_encoder=json_encoder,
-        ),
-    )
-    return await _queue(connection, queue, json_encoder).enqueue(
+    name = check_queue_name(queue)
+    request = check_request(
         job_type,
         payload,
+        default_attempts=5,
         run_at=run_at,
         delay=delay,
         max_attempts=max_attempts,
@@ -111,8 +106,13 @@ async def enqueue(
         on_conflict=on_conflict,
         debounce=debounce,
         track=track,
-        connection=connection,
+        after=after,
+        on_parent_failure=on_parent_failure,
+        group=group,
     )
+    text = encode_payload(payload, payload_encoder(json_encoder))
+    connection = await _asyncpg_connection(session)
+    return await enqueue_request(connection, name, request, text)
 
 
 async def enqueue_many(
@@ -129,16 +129,13 @@ async def enqueue_many(
         TypeError: ``session`` is not asyncpg's, or as `pgqueue.Queue.enqueue_many`.
         ValueError, DuplicateJobError, SchemaError: as `pgqueue.Queue.enqueue_many`.
     """
-    listed = list(jobs)
-
-    def check() -> None:
-        payloads = check_jobs(listed, 5, None, check_on_conflict(on_conflict)).payloads
-        encode_payloads(payloads, payload_encoder(json_encoder))
-
-    connection = await _asyncpg_connection(session, check)
-    return await _queue(connection, queue, json_encoder).enqueue_many(
-        listed, on_conflict=on_conflict, connection=connection
-    )
+    name = check_queue_name(queue)
+    batch = check_jobs(jobs, 5, None, on_conflict)
+    if not batch.types:
+        return []
+    payloads = encode_batch(batch, payload_encoder(json_encoder))
+    connection = await _asyncpg_connection(session)
+    return await enqueue_batch(connection, name, batch, payloads, on_conflict)
 
 
 def enqueue_sync(
@@ -155,6 +152,9 @@ def enqueue_sync(
     on_conflict: Literal["return", "raise", "replace"] = "return",
     debounce: float | timedelta | None = None,
     track: bool = False,
+    after: Sequence[int] = (),
+    on_parent_failure: Literal["cancel", "run"] = "cancel",
+    group: str | None = None,
     json_encoder: Callable[[Any], Any] | None = None,
 ) -> int:
     """`enqueue` for a ``Session`` or ``Connection`` of the psycopg dialect, without await.
@@ -167,7 +167,11 @@ def enqueue_sync(
 
     Raises:
         TypeError: ``session`` is not psycopg's, or as `pgqueue.Queue.enqueue`.
-        ValueError, DuplicateJobError, SchemaError: as `pgqueue.Queue.enqueue`.
+        ValueError, DuplicateJobError, JobNotFoundError, SchemaError: as
+            `pgqueue.Queue.enqueue`.
+
+    .. versionchanged:: Unreleased
+       ``after``, ``on_parent_failure`` and ``group``.
     """
     return _sync_queue(session, queue, json_encoder).enqueue(
         job_type,
@@ -180,6 +184,9 @@ def enqueue_sync(
         on_conflict=on_conflict,
         debounce=debounce,
         track=track,
+        after=after,
+        on_parent_failure=on_parent_failure,
+        group=group,
     )
 
 
@@ -203,13 +210,9 @@ def enqueue_many_sync(
 
 
 async def _asyncpg_connection(
-    session: AsyncSession | AsyncConnection, check: Callable[[], object]
+    session: AsyncSession | AsyncConnection,
 ) -> asyncpg.Connection[Any]:
-    """The asyncpg connection of ``session``, in its transaction (begun if need be).
-
-    ``check`` checks the call's arguments before the statement that begins
-    the transaction, if one is needed.
-    """
+    """The asyncpg connection of ``session``, in its transaction (begun if need be)."""
     given: object = session  # whatever the annotation says
     if not isinstance(given, AsyncSession | AsyncConnection):
         _refuse(session, "an AsyncSession or AsyncConnection", "enqueue_sync")
@@ -223,21 +226,11 @@ async def _asyncpg_connection(
         session if isinstance(session, AsyncConnection) else await session.connection()
     )
     raw = (await connection.get_raw_connection()).driver_connection
-    driver = cast("asyncpg.Connection[Any]", raw)
+    assert raw is not None  # a connection checked out of the pool
+    driver: asyncpg.Connection[Any] = raw
     if not driver.is_in_transaction():
-        check()
         await connection.exec_driver_sql(schema_statements.BEGIN_PROBE)
     return driver
-
-
-def _queue(
-    connection: asyncpg.Connection[Any],
-    name: str,
-    json_encoder: Callable[[Any], Any] | None,
-) -> pgqueue.Queue:
-    # Enqueues given connection= never use the pool: the connection stands in.
-    pool = cast("asyncpg.Pool[Any]", connection)
-    return pgqueue.Queue(pool, name, json_encoder=json_encoder)
 
 
 def _sync_queue(
@@ -260,13 +253,13 @@ def _sync_queue(
         # As a query would (autobegin): the job then commits with the
         # connection's commit(). psycopg begins at the job's statement.
         connection.begin()
-    raw = connection.connection.driver_connection
+    driver = connection.connection.driver_connection
+    assert driver is not None  # a connection checked out of the pool
+    raw: psycopg.Connection[Any] = driver
     # Only here: the async side needs asyncpg alone, not psycopg.
     from pgqueue import sync
 
-    return sync.Queue(
-        cast("psycopg.Connection[Any]", raw), name, json_encoder=json_encoder
-    )
+    return sync.Queue(raw, name, json_encoder=json_encoder)
 
 
 def _require(dialect: sa.Dialect, driver: str) -> None:

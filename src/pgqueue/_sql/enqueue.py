@@ -26,6 +26,7 @@ __all__ = [
     "ENQUEUE_UNIQUE",
     "ENQUEUE_UNIQUE_SILENT",
     "NOTIFY_JOBS",
+    "PARAMETERS",
     "RESERVE_IDS",
     "WAKE",
 ]
@@ -296,3 +297,62 @@ DISTRIBUTED_MANY_UNIQUE = _DISTRIBUTED_MANY_UNIQUE.format(
 DISTRIBUTED_MANY_UNIQUE_DELAYED = _DISTRIBUTED_MANY_UNIQUE.format(
     rows=_ENQUEUE_ROWS.format(**_DELAYED, **_KEYED), on_conflict=_ON_UNIQUE_CONFLICT
 )
+
+# Each statement's parameters by name, $1 first: `pgqueue._store.plan` fills
+# them by name, whatever their places.
+_ONE = (
+    "queue",
+    "job_type",
+    "payload",
+    "max_attempts",
+    "run_at",
+    "priority",
+    "track",
+    "trace_context",
+)
+_MANY = (
+    "queue",
+    "job_types",
+    "payloads",
+    "max_attempts",
+    "run_ats",
+    "priorities",
+    "tracked",
+    "unique_keys",
+    "trace_context",
+)
+PARAMETERS: dict[str, tuple[str, ...]] = {
+    ENQUEUE: (*_ONE, "delay", "group"),
+    ENQUEUE_SILENT: (*_ONE, "delay", "group"),
+    ENQUEUE_UNIQUE: (*_ONE, "unique_key", "delay", "group"),
+    ENQUEUE_UNIQUE_SILENT: (*_ONE, "unique_key", "delay", "group"),
+    DISTRIBUTED_UNIQUE_SILENT: (*_ONE, "unique_key", "delay", "group"),
+    ENQUEUE_REPLACE: (*_ONE, "unique_key", "delay", "notify"),
+    ENQUEUE_MANY: (*_MANY, "groups"),
+    ENQUEUE_MANY_SILENT: (*_MANY, "groups"),
+    ENQUEUE_MANY_UNIQUE: (*_MANY, "groups"),
+    ENQUEUE_MANY_UNIQUE_SILENT: (*_MANY, "groups"),
+    DISTRIBUTED_MANY_UNIQUE: (*_MANY, "groups"),
+    ENQUEUE_MANY_DELAYED: (*_MANY, "groups", "delays"),
+    ENQUEUE_MANY_DELAYED_SILENT: (*_MANY, "groups", "delays"),
+    ENQUEUE_MANY_UNIQUE_DELAYED: (*_MANY, "groups", "delays"),
+    ENQUEUE_MANY_UNIQUE_DELAYED_SILENT: (*_MANY, "groups", "delays"),
+    DISTRIBUTED_MANY_UNIQUE_DELAYED: (*_MANY, "groups", "delays"),
+    ENQUEUE_MANY_REPLACE: (*_MANY, "delays", "replaces", "notify"),
+    ENQUEUE_AFTER: (
+        "queue",
+        "job_types",
+        "payloads",
+        "max_attempts",
+        "run_ats",
+        "delays",
+        "priorities",
+        "tracked",
+        "trace_context",
+        "children",
+        "parents",
+        "on_parent_failure",
+        "notify",
+    ),
+}
+"""The names of each enqueue statement's ``$n`` parameters, in order."""

@@ -40,6 +40,7 @@ from pgqueue._sql.literals import array, claim_places
 from pgqueue._sql.outcomes import CHECKPOINT, COMPLETE, FINISH, RESCUE, TOUCH
 from pgqueue._sql.periodic import PERIODIC_REGISTER, PERIODIC_TICK
 from pgqueue._sql.settings import JIT_BACK, JIT_OFF, NO_JIT, WORKER_SETTINGS
+from pgqueue._store import plan
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
     from pgqueue._core.options import RateLimit
     from pgqueue._core.outcome import Key, Outcome
+    from pgqueue._core.request import Batch, Request
     from pgqueue._store.executor import Connection, Dedicated, Executor
 
 __all__ = [
@@ -357,6 +359,46 @@ class Store:
         )
         assert row is not None
         return dict(row)
+
+    # Enqueues -------------------------------------------------------------------
+
+    def plan_one(
+        self,
+        queue: str,
+        request: Request,
+        payload: str,
+        trace_context: str | None,
+        *,
+        notify: bool,
+    ) -> plan.Plan:
+        """The statement of a single enqueue (`pgqueue._store.plan.plan_one`) on this server."""
+        return plan.plan_one(
+            queue,
+            request,
+            payload,
+            trace_context,
+            notify=notify,
+            distributed=self.distributed,
+        )
+
+    def plan_many(
+        self,
+        queue: str,
+        batch: Batch,
+        payloads: str,
+        trace_context: str | None,
+        *,
+        notify: bool,
+    ) -> plan.Plan:
+        """The statement of an enqueue_many (`pgqueue._store.plan.plan_many`) on this server."""
+        return plan.plan_many(
+            queue,
+            batch,
+            payloads,
+            trace_context,
+            notify=notify,
+            distributed=self.distributed,
+        )
 
     # Operations on jobs by id --------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 
@@ -19,6 +19,11 @@ from pgqueue._sql.schema import (
 from pgqueue._store.citus import CitusStore
 from pgqueue._store.postgres import Store
 
+if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    from pgqueue._store.plan import Cursor
+
 __all__ = [
     "DEPENDENCIES_MISSING",
     "REPLACE_MISSING",
@@ -27,11 +32,14 @@ __all__ = [
     "check_schema",
     "detect",
     "distributed_tables",
+    "distribution",
     "forget",
     "missing_pieces",
     "schema_error",
     "schema_failure",
     "store_for",
+    "store_named",
+    "store_on",
 ]
 
 SCHEMA_ERRORS: tuple[type[Exception], ...] = (
@@ -84,21 +92,55 @@ async def check_schema(executor: _Fetches, *, limits: bool = False) -> bool:
     return bool(row["analyzed"])
 
 
-async def distributed_tables(executor: _Fetches) -> bool | None:
-    """Whether ``pgqueue_jobs`` is distributed by Citus; None while there is no such table.
+def distribution() -> Generator[str, Row, bool | None]:
+    """Whether ``pgqueue_jobs`` is distributed by Citus, without I/O: yields
+    each statement to run and is sent its row; returns None while there is
+    no such table.
 
     One statement on plain PostgreSQL (which has no Citus catalog to read),
     two on Citus.
     """
-    row = await executor.fetchrow(CITUS_CHECK)
-    assert row is not None
+    row = yield CITUS_CHECK
     if not row["jobs"]:
         return None
     if not row["citus"]:
         return False
-    row = await executor.fetchrow(DISTRIBUTED_CHECK)
-    assert row is not None
-    return bool(row[0])
+    row = yield DISTRIBUTED_CHECK
+    return bool(row["exists"])
+
+
+async def distributed_tables(executor: _Fetches) -> bool | None:
+    """`distribution`, asked on ``executor``."""
+    steps = distribution()
+    statement = next(steps)
+    while True:
+        row = await executor.fetchrow(statement)
+        assert row is not None
+        try:
+            statement = steps.send(row)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def store_on(cursor: Cursor) -> Store | None:
+    """`detect` on a DB-API cursor (psycopg's, Django's)."""
+    steps = distribution()
+    statement = next(steps)
+    while True:
+        cursor.execute(statement, {})
+        names = [column[0] for column in cursor.description or ()]
+        row = dict(zip(names, cursor.fetchall()[0], strict=True))
+        try:
+            statement = steps.send(row)
+        except StopIteration as done:
+            return store_named(done.value)
+
+
+def store_named(distributed: bool | None) -> Store | None:
+    """A new store for a database whose tables are ``distributed`` (None: no table)."""
+    if distributed is None:
+        return None
+    return CitusStore() if distributed else Store()
 
 
 async def schema_failure(
@@ -175,10 +217,7 @@ async def detect(executor: _Fetches) -> Store | None:
 
     None while there is no ``pgqueue_jobs`` table.
     """
-    found = await distributed_tables(executor)
-    if found is None:
-        return None
-    return CitusStore() if found else Store()
+    return store_named(await distributed_tables(executor))
 
 
 async def store_for(executor: _Fetches) -> Store | None:

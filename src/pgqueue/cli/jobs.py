@@ -12,7 +12,7 @@ import json
 import signal
 import sys
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
@@ -20,7 +20,6 @@ from pgqueue import (
     Admin,
     JobDependencies,
     JobInfo,
-    Queue,
     QueueStats,
     RelatedJob,
     Status,
@@ -30,6 +29,7 @@ from pgqueue._extension import (
     QUEUE_COUNTS,
     check_channel,
     first_line,
+    queue_on,
     seconds_text,
 )
 from pgqueue.cli._common import (
@@ -52,8 +52,6 @@ from pgqueue.cli._common import (
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Awaitable
-
-    import asyncpg
 
     from pgqueue.cli._common import Commands
 
@@ -621,12 +619,7 @@ async def enqueue(args: argparse.Namespace) -> int:
     payload = args.payload.encode("utf-8", "surrogateescape")
     async with connect(args) as connection:
         try:
-            # Queue only writes through its pool; this one connection serves.
-            queue = Queue(
-                cast("asyncpg.Pool[Any]", connection),
-                name=args.queue,
-                max_attempts=args.max_attempts,
-            )
+            queue = queue_on(connection, args.queue, args.max_attempts)
             new_id = await queue.enqueue(
                 args.job_type,
                 payload,

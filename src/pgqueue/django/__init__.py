@@ -14,7 +14,7 @@ Needs Django 6 (Python 3.12 or newer): ``pip install
 
 from __future__ import annotations
 
-from pgqueue.django._backend import Backend, pgqueue_priority
+from pgqueue.django._backend import Backend, job_options, pgqueue_priority
 from pgqueue.django._outcome import JOB_TYPE, JobFailed, TaskFailed
 from pgqueue.django._runner import database_dsn, run_worker, worker
 
@@ -24,6 +24,7 @@ __all__ = [
     "JobFailed",
     "TaskFailed",
     "database_dsn",
+    "job_options",
     "pgqueue_priority",
     "run_worker",
     "worker",

@@ -2,36 +2,98 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
-from django.db import ProgrammingError, connections, transaction
+from django.db import IntegrityError, ProgrammingError, connections, transaction
 from django.tasks import TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskError
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils.module_loading import import_string
 
-from pgqueue import SchemaError, Status
+from pgqueue import DuplicateJobError, JobNotFoundError, SchemaError, Status
 from pgqueue._extension import (
-    ENQUEUE_CALL,
     JOB_PYFORMAT,
     TABLE_EXISTS,
-    enqueue_params,
+    Store,
+    check_request,
+    encode_payload,
+    store_on,
     unencodable,
 )
 from pgqueue.django._outcome import JOB_TYPE, read_error
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
+    from datetime import timedelta
 
-__all__ = ["Backend", "RefusedTask", "check_migrated", "pgqueue_priority"]
+__all__ = [
+    "Backend",
+    "RefusedTask",
+    "check_migrated",
+    "job_options",
+    "pgqueue_priority",
+]
+
+_options: ContextVar[dict[str, Any] | None] = ContextVar(
+    "pgqueue_django_options", default=None
+)
+
+
+@contextlib.contextmanager
+def job_options(
+    *,
+    delay: float | timedelta | None = None,
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+    on_conflict: Literal["return", "raise", "replace"] = "return",
+    debounce: float | timedelta | None = None,
+    track: bool = False,
+    after: Sequence[int] = (),
+    on_parent_failure: Literal["cancel", "run"] = "cancel",
+    group: str | None = None,
+) -> Iterator[None]:
+    """pgqueue's options for the tasks enqueued in the block, as `pgqueue.Queue.enqueue` takes them.
+
+    A task's queue, priority and ``run_after`` are Django's (``task.using(...)``);
+    everything else a job can have is given here. ``max_attempts``
+    overrides the backend's ``MAX_ATTEMPTS``; ``after`` takes job ids (a
+    `TaskResult`'s ``id``, as an int). Checked at each enqueue.
+
+    Usage::
+
+        with pgqueue.django.job_options(group=f"customer:{customer.pk}"):
+            send_invoice.enqueue(invoice.pk)
+
+    .. versionadded:: Unreleased
+    """
+    token = _options.set(
+        {
+            "delay": delay,
+            "max_attempts": max_attempts,
+            "unique_key": unique_key,
+            "on_conflict": on_conflict,
+            "debounce": debounce,
+            "track": track,
+            "after": after,
+            "on_parent_failure": on_parent_failure,
+            "group": group,
+        }
+    )
+    try:
+        yield
+    finally:
+        _options.reset(token)
+
 
 MIGRATE = (
     'run python manage.py migrate (with "pgqueue.django" in INSTALLED_APPS: '
@@ -129,6 +191,7 @@ class Backend(BaseTaskBackend):
         self.database: str = self.options.get("DATABASE", "default")
         self.max_attempts: object = self.options.get("MAX_ATTEMPTS", 1)
         self.worker_options: dict[str, Any] = dict(self.options.get("WORKER", {}))
+        self._store: Store | None = None
 
     @property
     def task_modules(self) -> tuple[str, ...]:
@@ -165,15 +228,20 @@ class Backend(BaseTaskBackend):
             "priority": task.priority,
             "run_after": None if run_after is None else run_after.isoformat(),
         }
+        options = dict(_options.get() or {})
+        if options.get("max_attempts") is None:
+            options["max_attempts"] = self.max_attempts
+        request = check_request(
+            JOB_TYPE,
+            payload,
+            default_attempts=1,  # (max_attempts is always given)
+            run_at=run_after,
+            priority=pgqueue_priority(task.priority),
+            **options,
+        )
+        queue = task.queue_name
         try:
-            params = enqueue_params(
-                JOB_TYPE,
-                payload,
-                queue=task.queue_name,
-                run_at=run_after,
-                max_attempts=self.max_attempts,
-                priority=pgqueue_priority(task.priority),
-            )
+            text = encode_payload(payload)
         except TypeError as exc:
             found = unencodable({"args": payload["args"], "kwargs": payload["kwargs"]})
             if found is None or found.path is None or found.value_type is None:
@@ -186,16 +254,31 @@ class Backend(BaseTaskBackend):
             raise TypeError(msg) from exc
         # One transaction (or the caller's): the row is read as inserted,
         # before a worker woken by its commit can claim it.
+        dependent = bool(request.after)
         try:
             with (
                 transaction.atomic(using=self.database, savepoint=False),
                 connections[self.database].cursor() as cursor,
             ):
-                cursor.execute(ENQUEUE_CALL, params)
-                job_id = cursor.fetchone()[0]
-                row = _fetch(cursor, job_id)
+                if self._store is None:
+                    self._store = store_on(cursor)
+                plan = (self._store or Store()).plan_one(
+                    queue, request, text, None, notify=True
+                )
+                # An unknown parent fails a savepoint, not the caller's transaction.
+                with transaction.atomic(using=self.database, savepoint=dependent):
+                    done = plan.run(cursor, queue)
+                if done.existing is not None and request.conflict == "raise":
+                    raise DuplicateJobError(*done.existing)
+                row = _fetch(cursor, done.ids[0])
+        except IntegrityError as exc:
+            cause = exc.__cause__
+            if not dependent or getattr(cause, "sqlstate", None) != "23503":
+                raise
+            detail = getattr(getattr(cause, "diag", None), "message_detail", None)
+            raise JobNotFoundError(int(detail or 0)) from exc
         except ProgrammingError as exc:
-            # 42883: no function pgqueue_enqueue; 42P01: no table pgqueue_jobs.
+            # 42883: no function of the schema; 42P01: no table pgqueue_jobs.
             if getattr(exc.__cause__, "sqlstate", None) not in ("42883", "42P01"):
                 raise
             msg = f"database {self.database!r} has no pgqueue schema: {MIGRATE}"

@@ -6,35 +6,28 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pgqueue import DuplicateJobError
 from pgqueue._extension import (
+    Store,
     admin_statements,
     array,
-    check_bool,
-    check_group,
     check_job_id,
-    check_job_type,
     check_jobs,
     check_max_attempts,
-    check_on_conflict,
-    check_priority,
     check_queue_name,
-    check_replace,
-    check_unique_key,
-    check_when,
+    check_request,
     encode_payload,
     encode_payloads,
-    enqueue_statements,
-    insert_many,
     payload_encoder,
 )
-from pgqueue.sync._statements import fetch, fetch_dicts, fetch_one
+from pgqueue.sync._statements import fetch, run, store_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime, timedelta
 
     import psycopg
 
     from pgqueue import NewJob
+    from pgqueue._extension import Enqueued, Plan
 
 __all__ = ["Queue"]
 
@@ -64,7 +57,7 @@ class Queue:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_connection", "_encoder", "_max_attempts", "_name")
+    __slots__ = ("_connection", "_encoder", "_max_attempts", "_name", "_store")
 
     def __init__(
         self,
@@ -78,6 +71,7 @@ class Queue:
         self._name = check_queue_name(name)
         self._max_attempts = check_max_attempts(max_attempts)
         self._encoder = payload_encoder(json_encoder)
+        self._store: Store | None = None
 
     @property
     def name(self) -> str:
@@ -97,6 +91,8 @@ class Queue:
         on_conflict: Literal["return", "raise", "replace"] = "return",
         debounce: float | timedelta | None = None,
         track: bool = False,
+        after: Sequence[int] = (),
+        on_parent_failure: Literal["cancel", "run"] = "cancel",
         group: str | None = None,
     ) -> int:
         """Insert a job and wake the queue's workers when it commits; its id.
@@ -111,52 +107,36 @@ class Queue:
 
         Raises:
             DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
+            JobNotFoundError: a parent in ``after`` that no job has
+                (nothing is written; the transaction stays usable).
             SchemaError: ``pgqueue_jobs`` is missing or out of date.
             TypeError, ValueError: as `pgqueue.Queue.enqueue`.
+
+        .. versionchanged:: Unreleased
+           ``after`` and ``on_parent_failure``.
         """
-        when, seconds = check_when(run_at, delay)
-        args = (
-            self._name,
-            check_job_type(job_type),
-            encode_payload(payload, self._encoder),
-            self._max_attempts
-            if max_attempts is None
-            else check_max_attempts(max_attempts),
-            when,
-            check_priority(priority),
-            check_bool("track", track),
-            None,  # no trace context: enqueue hooks are the async Queue's
+        request = check_request(
+            job_type,
+            payload,
+            default_attempts=self._max_attempts,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            priority=priority,
+            unique_key=unique_key,
+            on_conflict=on_conflict,
+            debounce=debounce,
+            track=track,
+            after=after,
+            on_parent_failure=on_parent_failure,
+            group=group,
         )
-        key = check_unique_key(unique_key)
-        conflict = check_on_conflict(on_conflict)
-        group_key = None if group is None else check_group(group)
-        replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
-        if replace:
-            if group_key is not None:
-                msg = "a job with a group cannot replace or debounce (on_conflict='replace', debounce=) yet"
-                raise ValueError(msg)
-            return int(
-                fetch_one(
-                    self._connection,
-                    enqueue_statements.ENQUEUE_REPLACE,
-                    (*args, key, seconds if debounced is None else debounced, True),
-                )[0]
-            )
-        if key is None:
-            job_id: int = fetch_one(
-                self._connection,
-                enqueue_statements.ENQUEUE,
-                (*args, seconds, group_key),
-            )[0]
-            return job_id
-        job_id, existed = fetch_one(
-            self._connection,
-            enqueue_statements.ENQUEUE_UNIQUE,
-            (*args, key, seconds, group_key),
-        )[:2]
-        if existed and conflict == "raise":
-            raise DuplicateJobError(job_id, key)
-        return job_id
+        text = encode_payload(payload, self._encoder)
+        plan = self._store_of().plan_one(self._name, request, text, None, notify=True)
+        done = self._run(plan)
+        if done.existing is not None and request.conflict == "raise":
+            raise DuplicateJobError(*done.existing)
+        return done.ids[0]
 
     def enqueue_many(
         self,
@@ -174,31 +154,24 @@ class Queue:
         Raises:
             DuplicateJobError: a duplicate key, with ``on_conflict="raise"``
                 (after the call's new jobs were inserted).
+            JobNotFoundError: a parent in a job's ``after`` that no job has.
             SchemaError: ``pgqueue_jobs`` is missing or out of date.
             TypeError, ValueError: as `enqueue`, naming the bad job's index.
+
+        .. versionchanged:: Unreleased
+           Jobs with ``after``.
         """
-        conflict = check_on_conflict(on_conflict)
-        batch = check_jobs(jobs, self._max_attempts, None, conflict)
-        if batch.parents is not None:
-            msg = (
-                "pgqueue.sync does not enqueue jobs with parents (after=...):"
-                " use pgqueue.Queue"
-            )
-            raise ValueError(msg)
+        batch = check_jobs(jobs, self._max_attempts, None, on_conflict)
         if not batch.types:
             return []
         payloads = encode_payloads(batch.payloads, self._encoder)
-        statement, args = insert_many(self._name, batch, payloads, None, notify=True)
-        if not batch.keyed:
-            joined: str = fetch_one(self._connection, statement, args)[0]
-            return [int(job_id) for job_id in joined.split(",")]
-        found = fetch_dicts(self._connection, statement, args)
-        if batch.replacing:
-            return batch.replaced_ids(found)[0]
-        ids, duplicate, _ = batch.ids(found)
-        if duplicate is not None and conflict == "raise":
-            raise DuplicateJobError(*duplicate)
-        return ids
+        plan = self._store_of().plan_many(
+            self._name, batch, payloads, None, notify=True
+        )
+        done = self._run(plan)
+        if done.existing is not None and on_conflict == "raise":
+            raise DuplicateJobError(*done.existing)
+        return done.ids
 
     def cancel(self, *job_ids: int) -> dict[int, str]:
         """Cancel jobs of any queue; what became of each id, as `pgqueue.Queue.cancel` says.
@@ -214,6 +187,18 @@ class Queue:
         rows = fetch(self._connection, admin_statements.CANCEL, (array(ids),))
         done: dict[int, str] = {job_id: result for job_id, result, _ in rows}
         return {job_id: done[job_id] for job_id in ids}
+
+    def _store_of(self) -> Store:
+        """The store of the connection's database, looked up once (plain PostgreSQL's while there is no table)."""
+        if self._store is None:
+            found = store_of(self._connection)
+            if found is None:
+                return Store()
+            self._store = found
+        return self._store
+
+    def _run(self, plan: Plan) -> Enqueued:
+        return run(self._connection, plan, self._name)
 
     def __repr__(self) -> str:
         return f"pgqueue.sync.Queue(name={self._name!r}, max_attempts={self._max_attempts})"

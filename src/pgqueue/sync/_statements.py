@@ -10,13 +10,21 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row, tuple_row
 
-from pgqueue import SchemaError
-from pgqueue._extension import REPLACE_MISSING, schema_error, schema_statements
+from pgqueue import JobNotFoundError, SchemaError
+from pgqueue._extension import (
+    DEPENDENCIES_MISSING,
+    REPLACE_MISSING,
+    schema_error,
+    schema_statements,
+    store_on,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["fetch", "fetch_dicts", "fetch_one"]
+    from pgqueue._extension import Enqueued, Plan, Store
+
+__all__ = ["fetch", "fetch_dicts", "fetch_one", "run", "store_of"]
 
 _SCHEMA_ERRORS = (
     psycopg.errors.UndefinedTable,
@@ -68,6 +76,48 @@ def fetch_one(
     return row
 
 
+def run(connection: psycopg.Connection[Any], plan: Plan, queue: str) -> Enqueued:
+    """Run an enqueue's ``plan`` on ``connection`` (onto ``queue``).
+
+    Jobs with parents run in a savepoint inside a transaction: an unknown
+    parent raises `JobNotFoundError` and leaves the transaction usable.
+
+    Raises:
+        SchemaError: the table, or a function of the schema, is missing.
+    """
+    try:
+        if (
+            plan.dependent
+            and connection.info.transaction_status != TransactionStatus.IDLE
+        ):
+            with connection.transaction(), connection.cursor() as cursor:
+                return plan.run(cursor, queue)
+        with connection.cursor() as cursor:
+            return plan.run(cursor, queue)
+    except psycopg.errors.ForeignKeyViolation as exc:
+        if not plan.dependent:
+            raise
+        raise JobNotFoundError(int(exc.diag.message_detail or 0)) from exc
+    except _SCHEMA_ERRORS as exc:
+        raise _schema_failure(connection, str(exc)) from exc
+    except psycopg.errors.UndefinedFunction as exc:
+        missing = DEPENDENCIES_MISSING if plan.dependent else REPLACE_MISSING
+        raise SchemaError(
+            missing, where=_where(connection), apply="SCHEMA_UPGRADE"
+        ) from exc
+
+
+def store_of(connection: psycopg.Connection[Any]) -> Store | None:
+    """The store of ``connection``'s database; None while it has no ``pgqueue_jobs``."""
+    with connection.cursor() as cursor:
+        return store_on(cursor)
+
+
+def _where(connection: psycopg.Connection[Any]) -> str:
+    info = connection.info
+    return f"{info.user}@{info.host}:{info.port}/{info.dbname}"
+
+
 def _execute(
     cursor: psycopg.Cursor[Any], statement: str, args: Sequence[object]
 ) -> None:
@@ -76,9 +126,9 @@ def _execute(
     except _SCHEMA_ERRORS as exc:
         raise _schema_failure(cursor.connection, str(exc)) from exc
     except psycopg.errors.UndefinedFunction as exc:
-        info = cursor.connection.info
-        where = f"{info.user}@{info.host}:{info.port}/{info.dbname}"
-        raise SchemaError(REPLACE_MISSING, where=where, apply="SCHEMA_UPGRADE") from exc
+        raise SchemaError(
+            REPLACE_MISSING, where=_where(cursor.connection), apply="SCHEMA_UPGRADE"
+        ) from exc
 
 
 def _schema_failure(connection: psycopg.Connection[Any], message: str) -> SchemaError:
@@ -87,9 +137,8 @@ def _schema_failure(connection: psycopg.Connection[Any], message: str) -> Schema
     Names what is missing when the connection can still ask (autocommit);
     a transaction the error aborted cannot, and gets the statement's error.
     """
-    info = connection.info
-    where = f"{info.user}@{info.host}:{info.port}/{info.dbname}"
-    if info.transaction_status == TransactionStatus.IDLE:
+    where = _where(connection)
+    if connection.info.transaction_status == TransactionStatus.IDLE:
         rows = fetch_dicts(
             connection,
             schema_statements.SCHEMA_CHECK,
