@@ -333,6 +333,9 @@ async def test_jobs_with_parents_wait_for_them_and_an_unknown_parent_writes_noth
             queue.enqueue("d", after=[2**62])
         # The savepoint failed, not the transaction.
         assert conn.execute("SELECT 2").fetchone() == (2,)
-    assert await pool.fetchval(
-        "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1", queue_name
-    ) == 3
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1", queue_name
+        )
+        == 3
+    )

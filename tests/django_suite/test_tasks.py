@@ -28,6 +28,8 @@ from django.utils import timezone
 from shop.models import Order
 from shop.tasks import PaymentDeclinedError, attempt, charge, send_receipt, total
 
+import pgqueue
+import pgqueue.django
 from pgqueue import SchemaError
 from pgqueue.django import JOB_TYPE, database_dsn, pgqueue_priority
 from tests.django_suite.conftest import PROJECT, ROOT, Process, wait_until
@@ -521,3 +523,67 @@ def test_the_checks_name_bad_task_modules_and_queues_two_backends_share() -> Non
         "TASKS['default'] and TASKS['other'] share queues on database 'default': emails"
         in found["pgqueue.E006"].msg
     )
+
+
+def _job(job_id: int) -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT max_attempts, unique_key, tracked, group_key, status,"
+            " on_parent_failure, extract(epoch FROM run_at - created_at)::float8,"
+            " ARRAY(SELECT parent_id FROM pgqueue_dependencies WHERE child_id = id)"
+            " FROM pgqueue_jobs WHERE id = %s",
+            [job_id],
+        )
+        names = ("max_attempts", "unique_key", "tracked", "group_key", "status")
+        *values, on_parent_failure, due_in, parents = cursor.fetchone()
+    return {
+        **dict(zip(names, values, strict=True)),
+        "on_parent_failure": on_parent_failure,
+        "due_in": round(due_in),
+        "parents": list(parents),
+    }
+
+
+def test_job_options_reach_the_job_each_field() -> None:
+    parent = int(charge.enqueue(order_id=1).id)
+    cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        ({"delay": 600}, {"due_in": 600}),
+        ({"max_attempts": 9}, {"max_attempts": 9}),
+        ({"unique_key": "k1"}, {"unique_key": "k1"}),
+        ({"unique_key": "k2", "debounce": 90}, {"unique_key": "k2", "due_in": 90}),
+        ({"track": True}, {"tracked": True}),
+        ({"after": [parent]}, {"parents": [parent], "status": "waiting"}),
+        (
+            {"after": [parent], "on_parent_failure": "run"},
+            {"on_parent_failure": "run"},
+        ),
+        ({"group": "customer:7"}, {"group_key": "customer:7"}),
+    ]
+    for options, shown in cases:
+        with pgqueue.django.job_options(**options):
+            job = _job(int(charge.enqueue(order_id=2).id))
+        assert {name: job[name] for name in shown} == shown, options
+    with (
+        pgqueue.django.job_options(unique_key="k1", on_conflict="raise"),
+        pytest.raises(pgqueue.DuplicateJobError),
+    ):
+        charge.enqueue(order_id=3)
+    with transaction.atomic():
+        with (
+            pgqueue.django.job_options(after=[2**62]),
+            pytest.raises(pgqueue.JobNotFoundError),
+        ):
+            charge.enqueue(order_id=4)
+        assert jobs() > 0  # the transaction is still usable
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM pgqueue_jobs")
+
+
+def test_job_options_and_a_task_s_own_fields_are_every_field_of_a_job() -> None:
+    import dataclasses
+    import inspect
+
+    options = set(inspect.signature(pgqueue.django.job_options).parameters)
+    django_own = {"run_at", "priority"}  # run_after and priority; the queue is Django's
+    fields = {field.name for field in dataclasses.fields(pgqueue.NewJob)}
+    assert options | django_own | {"job_type", "payload"} == fields | {"on_conflict"}

@@ -430,6 +430,7 @@ $pgqueue_enqueue_after$;
 # with the caller's rights.
 ENQUEUE = f"""
 DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
+DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text, text, bigint[], text);
 CREATE OR REPLACE FUNCTION pgqueue_enqueue(
     job_type          text,
     payload           jsonb       DEFAULT '{{}}',
@@ -444,7 +445,8 @@ CREATE OR REPLACE FUNCTION pgqueue_enqueue(
     trace_context     text        DEFAULT NULL,
     group_key         text        DEFAULT NULL,
     after             bigint[]    DEFAULT NULL,
-    on_parent_failure text        DEFAULT 'cancel'
+    on_parent_failure text        DEFAULT 'cancel',
+    debounce          interval    DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 {FUNCTION_SETTINGS}AS $pgqueue_enqueue$
@@ -472,6 +474,17 @@ BEGIN
         RAISE EXCEPTION 'pgqueue_enqueue: on_conflict must be ''return'', ''raise'' or ''replace'', got %',
             coalesce(pg_catalog.quote_literal(pgqueue_enqueue.on_conflict), 'NULL')
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF pgqueue_enqueue.debounce IS NOT NULL THEN
+        -- As Queue.enqueue's: replace the key's pending job, due that long after this enqueue.
+        IF pgqueue_enqueue.debounce <= interval '0' OR pgqueue_enqueue.unique_key IS NULL
+           OR pgqueue_enqueue.run_at IS NOT NULL OR pgqueue_enqueue.delay IS NOT NULL
+           OR pgqueue_enqueue.on_conflict = 'raise' THEN
+            RAISE EXCEPTION 'pgqueue_enqueue: debounce must be positive, with a unique_key, and without run_at, delay or on_conflict ''raise'''
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        pgqueue_enqueue.on_conflict := 'replace';
+        pgqueue_enqueue.delay := pgqueue_enqueue.debounce;
     END IF;
     IF pgqueue_enqueue.on_conflict = 'replace' AND pgqueue_enqueue.unique_key IS NULL THEN
         RAISE EXCEPTION 'pgqueue_enqueue: on_conflict ''replace'' needs a unique_key'
@@ -555,7 +568,7 @@ FUNCTIONS = {
     "pgqueue_check_job(text, text, text, jsonb, int, int, boolean, text, text)": "invoker",
     "pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean, text)": "definer",
     "pgqueue_enqueue_after(text, text[], jsonb, int[], timestamptz[], float8[], int[], boolean[], text, int[], bigint[], text[], boolean)": "definer",
-    "pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text, text, bigint[], text)": "invoker",
+    "pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text, text, bigint[], text, interval)": "invoker",
     "pgqueue_parent_ended()": "trigger",
     "pgqueue_group_pending()": "trigger",
     "pgqueue_group_heads(text, text[])": "invoker",

@@ -215,8 +215,11 @@ class Backend(BaseTaskBackend):
 
         Raises:
             InvalidTask: the task does not suit this backend (its queue, priority...).
-            TypeError: an argument is not JSON; ValueError: a bad ``MAX_ATTEMPTS``.
-                Both before any SQL runs.
+            TypeError: an argument is not JSON; ValueError: a bad ``MAX_ATTEMPTS``
+                or `job_options`. Both before any SQL runs.
+            DuplicateJobError: a duplicate key, with ``on_conflict="raise"``.
+            JobNotFoundError: a parent in ``after`` that no job has (nothing
+                is written; the transaction stays usable).
         """
         self.validate_task(task)
         run_after = task.run_after
@@ -256,8 +259,10 @@ class Backend(BaseTaskBackend):
         # before a worker woken by its commit can claim it.
         dependent = bool(request.after)
         try:
+            # A job with parents in a savepoint: an unknown parent fails it,
+            # not the caller's transaction.
             with (
-                transaction.atomic(using=self.database, savepoint=False),
+                transaction.atomic(using=self.database, savepoint=dependent),
                 connections[self.database].cursor() as cursor,
             ):
                 if self._store is None:
@@ -265,11 +270,7 @@ class Backend(BaseTaskBackend):
                 plan = (self._store or Store()).plan_one(
                     queue, request, text, None, notify=True
                 )
-                # An unknown parent fails a savepoint, not the caller's transaction.
-                with transaction.atomic(using=self.database, savepoint=dependent):
-                    done = plan.run(cursor, queue)
-                if done.existing is not None and request.conflict == "raise":
-                    raise DuplicateJobError(*done.existing)
+                done = plan.run(cursor, queue)
                 row = _fetch(cursor, done.ids[0])
         except IntegrityError as exc:
             cause = exc.__cause__
@@ -283,6 +284,8 @@ class Backend(BaseTaskBackend):
                 raise
             msg = f"database {self.database!r} has no pgqueue schema: {MIGRATE}"
             raise SchemaError(msg) from exc
+        if done.existing is not None and request.conflict == "raise":
+            raise DuplicateJobError(*done.existing)
         assert row is not None  # inserted by this transaction
         return self._result(task, row)
 
