@@ -254,11 +254,18 @@ async def test_each_field_reaches_the_row_from_each_entry_point(
     assert shows(found), found
 
 
-_OPTIONS = {
-    field.name: (field.default, field.type)
-    for field in dataclasses.fields(pgqueue.NewJob)
-    if field.name not in ("job_type", "payload")
-}
+def test_the_options_are_new_job_s_fields_and_the_call_s_conflict_rule() -> None:
+    declared = {
+        field.name: field.type
+        for field in dataclasses.fields(pgqueue.NewJob)
+        if field.name not in ("job_type", "payload")
+    }
+    declared["on_conflict"] = "Literal['return', 'raise', 'replace']"
+    options = {
+        name: getattr(hint, "__forward_arg__", hint)
+        for name, hint in pgqueue.EnqueueOptions.__annotations__.items()
+    }
+    assert options == declared
 
 
 @pytest.mark.parametrize(
@@ -272,14 +279,20 @@ _OPTIONS = {
     ],
     ids=lambda f: f.__qualname__,
 )
-def test_each_single_enqueue_takes_every_option_as_new_job_declares_it(
+def test_each_single_enqueue_takes_the_options_as_one_declaration(
     function: Callable[..., Any],
 ) -> None:
     parameters = inspect.signature(function).parameters
-    declared = {
-        name: (parameters[name].default, parameters[name].annotation)
-        for name in _OPTIONS
-        if name in parameters
-    }
-    assert declared == _OPTIONS
-    assert parameters["on_conflict"].default == "return"
+    last = list(parameters.values())[-1]
+    assert (last.kind, last.annotation) == (
+        inspect.Parameter.VAR_KEYWORD,
+        "Unpack[EnqueueOptions]",
+    )
+    assert not set(parameters) & set(pgqueue.EnqueueOptions.__annotations__)
+
+
+async def test_an_option_that_does_not_exist_is_refused_before_any_sql(
+    queue: pgqueue.Queue,
+) -> None:
+    with pytest.raises(TypeError, match="unexpected enqueue option 'prio'"):
+        await queue.enqueue("t", prio=3)  # type: ignore[call-arg]

@@ -36,7 +36,7 @@ from pgqueue._core.errors import (
 )
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
-from pgqueue._core.job import Job, NewJob
+from pgqueue._core.job import EnqueueOptions, Job, NewJob
 from pgqueue._core.lifecycle import OutcomeKind, Status
 from pgqueue._core.log import Logger
 from pgqueue._core.options import RateLimit, WorkerOptions
@@ -66,6 +66,7 @@ __all__ = [
     "DuplicateJobError",
     "EnqueueEvent",
     "EnqueueHook",
+    "EnqueueOptions",
     "Executor",
     "FailedAttempt",
     "Handler",

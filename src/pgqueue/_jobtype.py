@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, Unpack
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -15,11 +15,10 @@ from pgqueue._core.typed import converting, payload_converter
 from pgqueue._queue import Queue
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Sequence
-    from datetime import datetime, timedelta
+    from collections.abc import Callable, Collection
 
     from pgqueue._core.handler import Handler
-    from pgqueue._core.job import Job
+    from pgqueue._core.job import EnqueueOptions, Job
     from pgqueue._queue import Connection
 
 __all__ = ["HandlerDecorator", "JobType"]
@@ -102,18 +101,8 @@ class JobType(Generic[P]):
         target: Queue | asyncpg.Pool[Any] | Connection,
         payload: P,
         *,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        priority: int = 0,
-        unique_key: str | None = None,
-        on_conflict: Literal["return", "raise", "replace"] = "return",
-        debounce: float | timedelta | None = None,
-        track: bool = False,
-        after: Sequence[int] = (),
-        on_parent_failure: Literal["cancel", "run"] = "cancel",
-        group: str | None = None,
         connection: Connection | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> int:
         """Enqueue a job of this type; return its id, as `Queue.enqueue`.
 
@@ -144,22 +133,7 @@ class JobType(Generic[P]):
                 msg = "connection= must be left out when the target is a connection"
                 raise ValueError(msg)
             connection = target
-        return await queue.enqueue(
-            self.name,
-            payload,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            priority=priority,
-            unique_key=unique_key,
-            on_conflict=on_conflict,
-            debounce=debounce,
-            track=track,
-            after=after,
-            on_parent_failure=on_parent_failure,
-            group=group,
-            connection=connection,
-        )
+        return await queue.enqueue(self.name, payload, connection=connection, **options)
 
     def _queue_for(self, target: object) -> Queue:
         """The `Queue` that ``target`` stands for."""

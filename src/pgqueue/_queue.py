@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, Unpack, cast
 
 import asyncpg
 
@@ -51,9 +51,10 @@ from pgqueue._wake import waker_for
 if TYPE_CHECKING:
     import json
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
-    from datetime import datetime, timedelta
 
     from asyncpg.pool import PoolConnectionProxy
+
+    from pgqueue._core.job import EnqueueOptions
 
 __all__ = [
     "Connection",
@@ -228,18 +229,8 @@ class Queue:
         job_type: str,
         payload: Any = None,
         *,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        priority: int = 0,
-        unique_key: str | None = None,
-        on_conflict: Literal["return", "raise", "replace"] = "return",
-        debounce: float | timedelta | None = None,
-        track: bool = False,
-        after: Sequence[int] = (),
-        on_parent_failure: Literal["cancel", "run"] = "cancel",
-        group: str | None = None,
         connection: Connection | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> int:
         """Insert a job and wake the queue's workers.
 
@@ -323,37 +314,27 @@ class Queue:
                 ``on_conflict="raise"``.
         """
         request = check_request(
-            job_type,
-            payload,
-            default_attempts=self._max_attempts,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            priority=priority,
-            unique_key=unique_key,
-            on_conflict=on_conflict,
-            debounce=debounce,
-            track=track,
-            after=after,
-            on_parent_failure=on_parent_failure,
-            group=group,
+            job_type, payload, default_attempts=self._max_attempts, **options
         )
         text = encode_payload(payload, self._encoder)
         if not self._hooks:
             return await self._enqueue(request, text, connection)
+        fields: dict[str, Any] = {
+            name: value for name, value in options.items() if name != "on_conflict"
+        }
         new_job = NewJob(
             request.job_type,
             payload,
-            run_at=request.run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            priority=request.priority,
-            unique_key=request.unique_key,
-            track=request.track,
-            after=request.after,
-            on_parent_failure=on_parent_failure,
-            debounce=debounce,
-            group=request.group,
+            **{
+                **fields,  # as given: delay, max_attempts, debounce
+                "run_at": request.run_at,
+                "priority": request.priority,
+                "unique_key": request.unique_key,
+                "track": request.track,
+                "after": request.after,
+                "on_parent_failure": request.on_parent_failure,
+                "group": request.group,
+            },
         )
         event = EnqueueEvent(self._name, (new_job,), batch=False)
         return await told(

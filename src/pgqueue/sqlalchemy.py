@@ -22,7 +22,7 @@ any SQL runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Unpack
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -41,13 +41,13 @@ from pgqueue._extension import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
-    from datetime import datetime, timedelta
+    from collections.abc import Callable, Iterable
 
     import asyncpg
     import psycopg
 
     import pgqueue
+    from pgqueue import EnqueueOptions
     from pgqueue.sync import Queue as SyncQueue
 
 __all__ = ["enqueue", "enqueue_many", "enqueue_many_sync", "enqueue_sync"]
@@ -59,18 +59,8 @@ async def enqueue(
     payload: Any = None,
     *,
     queue: str = "default",
-    run_at: datetime | None = None,
-    delay: float | timedelta | None = None,
-    max_attempts: int | None = None,
-    priority: int = 0,
-    unique_key: str | None = None,
-    on_conflict: Literal["return", "raise", "replace"] = "return",
-    debounce: float | timedelta | None = None,
-    track: bool = False,
-    after: Sequence[int] = (),
-    on_parent_failure: Literal["cancel", "run"] = "cancel",
-    group: str | None = None,
     json_encoder: Callable[[Any], Any] | None = None,
+    **options: Unpack[EnqueueOptions],
 ) -> int:
     """Enqueue a job in ``session``'s transaction; its id.
 
@@ -94,22 +84,7 @@ async def enqueue(
        ``after``, ``on_parent_failure`` and ``group``.
     """
     name = check_queue_name(queue)
-    request = check_request(
-        job_type,
-        payload,
-        default_attempts=5,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        priority=priority,
-        unique_key=unique_key,
-        on_conflict=on_conflict,
-        debounce=debounce,
-        track=track,
-        after=after,
-        on_parent_failure=on_parent_failure,
-        group=group,
-    )
+    request = check_request(job_type, payload, default_attempts=5, **options)
     text = encode_payload(payload, payload_encoder(json_encoder))
     connection = await _asyncpg_connection(session)
     return await enqueue_request(connection, name, request, text)
@@ -144,18 +119,8 @@ def enqueue_sync(
     payload: Any = None,
     *,
     queue: str = "default",
-    run_at: datetime | None = None,
-    delay: float | timedelta | None = None,
-    max_attempts: int | None = None,
-    priority: int = 0,
-    unique_key: str | None = None,
-    on_conflict: Literal["return", "raise", "replace"] = "return",
-    debounce: float | timedelta | None = None,
-    track: bool = False,
-    after: Sequence[int] = (),
-    on_parent_failure: Literal["cancel", "run"] = "cancel",
-    group: str | None = None,
     json_encoder: Callable[[Any], Any] | None = None,
+    **options: Unpack[EnqueueOptions],
 ) -> int:
     """`enqueue` for a ``Session`` or ``Connection`` of the psycopg dialect, without await.
 
@@ -174,19 +139,7 @@ def enqueue_sync(
        ``after``, ``on_parent_failure`` and ``group``.
     """
     return _sync_queue(session, queue, json_encoder).enqueue(
-        job_type,
-        payload,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        priority=priority,
-        unique_key=unique_key,
-        on_conflict=on_conflict,
-        debounce=debounce,
-        track=track,
-        after=after,
-        on_parent_failure=on_parent_failure,
-        group=group,
+        job_type, payload, **options
     )
 
 

@@ -579,11 +579,7 @@ def test_job_options_reach_the_job_each_field() -> None:
         cursor.execute("DELETE FROM pgqueue_jobs")
 
 
-def test_job_options_and_a_task_s_own_fields_are_every_field_of_a_job() -> None:
-    import dataclasses
-    import inspect
-
-    options = set(inspect.signature(pgqueue.django.job_options).parameters)
-    django_own = {"run_at", "priority"}  # run_after and priority; the queue is Django's
-    fields = {field.name for field in dataclasses.fields(pgqueue.NewJob)}
-    assert options | django_own | {"job_type", "payload"} == fields | {"on_conflict"}
+def test_job_options_leave_run_at_and_priority_to_the_task() -> None:
+    for own in ({"run_at": timezone.now()}, {"priority": 1}):
+        with pytest.raises(ValueError, match=r"task\.using"):
+            pgqueue.django.job_options(**own).__enter__()

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, fields
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeAlias, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Generic,
+    Literal,
+    NamedTuple,
+    TypeAlias,
+    TypedDict,
+    TypeVar,
+)
 
 from pgqueue._core.errors import PgQueueError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterator, Sequence
+    from collections.abc import Awaitable, Callable, Iterator
 
     from typing_extensions import TypeVar as DefaultedTypeVar
 
@@ -25,6 +34,7 @@ else:
 __all__ = [
     "PERIODIC_KEY_PREFIX",
     "CheckpointWriter",
+    "EnqueueOptions",
     "Job",
     "NewJob",
     "PeriodicKey",
@@ -291,6 +301,31 @@ def claimed_job(
     _set_last_checkpoint(job, last_checkpoint)
     _set_parent_results(job, parent_results)
     return job
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The options of an enqueue, as every entry point takes them (keyword arguments).
+
+    `Queue.enqueue` says what each does and its default; `NewJob` has the
+    same fields (``on_conflict`` aside: `Queue.enqueue_many` takes it once
+    for the call). `JobType.enqueue`, `pgqueue.sync.Queue.enqueue`,
+    `pgqueue.sqlalchemy.enqueue` and ``pgqueue.django.job_options`` take
+    them all, and ``pgqueue_enqueue(...)`` in SQL the same.
+
+    .. versionadded:: Unreleased
+    """
+
+    run_at: datetime | None
+    delay: float | timedelta | None
+    max_attempts: int | None
+    priority: int
+    unique_key: str | None
+    on_conflict: Literal["return", "raise", "replace"]
+    debounce: float | timedelta | None
+    track: bool
+    after: Sequence[int]
+    on_parent_failure: Literal["cancel", "run"]
+    group: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ checked by the same rules. Nothing here knows a driver or a statement:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from pgqueue._core.checks import (
     check_bool,
@@ -24,7 +24,7 @@ from pgqueue._core.checks import (
     check_unique_key,
     check_when,
 )
-from pgqueue._core.job import NewJob
+from pgqueue._core.job import EnqueueOptions, NewJob
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_PARENTS",
+    "OPTIONS",
     "Batch",
     "Conflict",
     "Request",
@@ -79,33 +80,34 @@ def check_request(
     payload: Any = None,
     *,
     default_attempts: int,
-    run_at: object = None,
-    delay: object = None,
-    max_attempts: object = None,
-    priority: object = 0,
-    unique_key: object = None,
-    on_conflict: object = "return",
-    debounce: object = None,
-    track: object = False,
-    after: object = (),
-    on_parent_failure: object = "cancel",
-    group: object = None,
     index: int | None = None,
+    **options: Unpack[EnqueueOptions],
 ) -> Request:
-    """One job's fields, checked; ``max_attempts`` None means ``default_attempts``.
+    """One job's fields, checked; no ``max_attempts`` means ``default_attempts``.
 
     ``index``: the job's place in an enqueue_many call (``after`` may then
     count back to earlier jobs of the call); None for a single enqueue.
 
     Raises:
-        TypeError, ValueError: a field no entry point would write.
+        TypeError, ValueError: a field no entry point would write, or an
+            option that does not exist.
     """
+    unknown = options.keys() - OPTIONS
+    if unknown:
+        msg = f"unexpected enqueue option {min(unknown)!r} (the options: {', '.join(sorted(OPTIONS))})"
+        raise TypeError(msg)
+    run_at = options.get("run_at")
+    delay = options.get("delay")
     when, seconds = check_when(run_at, delay)
-    key = check_unique_key(unique_key)
-    conflict = check_on_conflict(on_conflict)
-    replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
-    failure = check_on_parent_failure(on_parent_failure)
+    key = check_unique_key(options.get("unique_key"))
+    conflict = check_on_conflict(options.get("on_conflict", "return"))
+    replace, debounced = check_replace(
+        key, conflict, options.get("debounce"), run_at, delay
+    )
+    failure = check_on_parent_failure(options.get("on_parent_failure", "cancel"))
+    after = options.get("after", ())
     parents = check_after(after, index) if after else ()
+    group = options.get("group")
     group_key = None if group is None else check_group(group)
     if parents and key is not None:
         msg = "a job with a unique_key cannot have parents (after=...)"
@@ -113,20 +115,29 @@ def check_request(
     if group_key is not None and (parents or replace):
         msg = "a job with a group cannot have parents (after=...), replace or debounce yet"
         raise ValueError(msg)
+    attempts = options.get("max_attempts")
     return Request(
         check_job_type(job_type),
         payload,
-        default_attempts if max_attempts is None else check_max_attempts(max_attempts),
+        default_attempts if attempts is None else check_max_attempts(attempts),
         when,
         seconds if debounced is None else debounced,
-        check_priority(priority),
+        check_priority(options.get("priority", 0)),
         key,
         "replace" if replace else conflict,  # type: ignore[arg-type]
-        check_bool("track", track),
+        check_bool("track", options.get("track", False)),
         parents,
         failure,
         group_key,
     )
+
+
+OPTIONS = frozenset(EnqueueOptions.__annotations__)
+"""The names of the options an enqueue takes."""
+
+_NEW_JOB_OPTIONS = tuple(
+    field.name for field in fields(NewJob) if field.name not in ("job_type", "payload")
+)
 
 
 def check_after(after: object, index: int | None) -> tuple[int, ...]:
@@ -215,26 +226,13 @@ def _check_one(job: object, index: int, max_attempts: int, call: str) -> Request
     if not isinstance(job, NewJob):
         msg = f"expected a NewJob or a (job_type, payload) tuple, got {job!r:.80}"
         raise TypeError(msg)
+    options: dict[str, Any] = {name: getattr(job, name) for name in _NEW_JOB_OPTIONS}
     # The call's "raise" holds for each key; its "replace" for each job with one.
-    conflict = "raise" if call == "raise" else "return"
+    options["on_conflict"] = "raise" if call == "raise" else "return"
     if call == "replace" and job.unique_key is not None:
-        conflict = "replace"
+        options["on_conflict"] = "replace"
     return check_request(
-        job.job_type,
-        job.payload,
-        default_attempts=max_attempts,
-        run_at=job.run_at,
-        delay=job.delay,
-        max_attempts=job.max_attempts,
-        priority=job.priority,
-        unique_key=job.unique_key,
-        on_conflict=conflict,
-        debounce=job.debounce,
-        track=job.track,
-        after=job.after,
-        on_parent_failure=job.on_parent_failure,
-        group=job.group,
-        index=index,
+        job.job_type, job.payload, default_attempts=max_attempts, index=index, **options
     )
 
 

@@ -8,7 +8,7 @@ import re
 from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Unpack
 
 from django.apps import apps
 from django.conf import settings
@@ -34,7 +34,8 @@ from pgqueue.django._outcome import JOB_TYPE, read_error
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
-    from datetime import timedelta
+
+    from pgqueue import EnqueueOptions
 
 __all__ = [
     "Backend",
@@ -50,18 +51,7 @@ _options: ContextVar[dict[str, Any] | None] = ContextVar(
 
 
 @contextlib.contextmanager
-def job_options(
-    *,
-    delay: float | timedelta | None = None,
-    max_attempts: int | None = None,
-    unique_key: str | None = None,
-    on_conflict: Literal["return", "raise", "replace"] = "return",
-    debounce: float | timedelta | None = None,
-    track: bool = False,
-    after: Sequence[int] = (),
-    on_parent_failure: Literal["cancel", "run"] = "cancel",
-    group: str | None = None,
-) -> Iterator[None]:
+def job_options(**options: Unpack[EnqueueOptions]) -> Iterator[None]:
     """pgqueue's options for the tasks enqueued in the block, as `pgqueue.Queue.enqueue` takes them.
 
     A task's queue, priority and ``run_after`` are Django's (``task.using(...)``);
@@ -74,21 +64,16 @@ def job_options(
         with pgqueue.django.job_options(group=f"customer:{customer.pk}"):
             send_invoice.enqueue(invoice.pk)
 
+    Raises:
+        ValueError: ``run_at`` or ``priority``, which a task has of its own.
+
     .. versionadded:: Unreleased
     """
-    token = _options.set(
-        {
-            "delay": delay,
-            "max_attempts": max_attempts,
-            "unique_key": unique_key,
-            "on_conflict": on_conflict,
-            "debounce": debounce,
-            "track": track,
-            "after": after,
-            "on_parent_failure": on_parent_failure,
-            "group": group,
-        }
-    )
+    for own in ("run_at", "priority"):
+        if own in options:
+            msg = f"{own} is the task's: give it with task.using(run_after=..., priority=...)"
+            raise ValueError(msg)
+    token = _options.set(dict(options))
     try:
         yield
     finally:
@@ -231,7 +216,7 @@ class Backend(BaseTaskBackend):
             "priority": task.priority,
             "run_after": None if run_after is None else run_after.isoformat(),
         }
-        options = dict(_options.get() or {})
+        options: dict[str, Any] = dict(_options.get() or {})
         if options.get("max_attempts") is None:
             options["max_attempts"] = self.max_attempts
         request = check_request(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Unpack
 
 from pgqueue import DuplicateJobError
 from pgqueue._extension import (
@@ -21,12 +21,11 @@ from pgqueue._extension import (
 from pgqueue.sync._statements import fetch, run, store_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
-    from datetime import datetime, timedelta
+    from collections.abc import Callable, Iterable
 
     import psycopg
 
-    from pgqueue import NewJob
+    from pgqueue import EnqueueOptions, NewJob
     from pgqueue._extension import Enqueued, Plan
 
 __all__ = ["Queue"]
@@ -82,18 +81,7 @@ class Queue:
         self,
         job_type: str,
         payload: Any = None,
-        *,
-        run_at: datetime | None = None,
-        delay: float | timedelta | None = None,
-        max_attempts: int | None = None,
-        priority: int = 0,
-        unique_key: str | None = None,
-        on_conflict: Literal["return", "raise", "replace"] = "return",
-        debounce: float | timedelta | None = None,
-        track: bool = False,
-        after: Sequence[int] = (),
-        on_parent_failure: Literal["cancel", "run"] = "cancel",
-        group: str | None = None,
+        **options: Unpack[EnqueueOptions],
     ) -> int:
         """Insert a job and wake the queue's workers when it commits; its id.
 
@@ -116,20 +104,7 @@ class Queue:
            ``after`` and ``on_parent_failure``.
         """
         request = check_request(
-            job_type,
-            payload,
-            default_attempts=self._max_attempts,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            priority=priority,
-            unique_key=unique_key,
-            on_conflict=on_conflict,
-            debounce=debounce,
-            track=track,
-            after=after,
-            on_parent_failure=on_parent_failure,
-            group=group,
+            job_type, payload, default_attempts=self._max_attempts, **options
         )
         text = encode_payload(payload, self._encoder)
         plan = self._store_of().plan_one(self._name, request, text, None, notify=True)
