@@ -54,6 +54,17 @@ from pgqueue._core.codec import (
 from pgqueue._core.connect import check_dsn, holds_password, target, target_of
 from pgqueue._core.enqueue_call import ENQUEUE_CALL, enqueue_params
 from pgqueue._core.errors import DATABASE_ERRORS, describe
+from pgqueue._core.flags import (
+    DURATION_EXAMPLES,
+    FlagError,
+    add_option_flags,
+    duration,
+    option_values,
+    optional_duration,
+    optional_int,
+    resolve,
+    seconds_of,
+)
 from pgqueue._core.job import PeriodicKey
 from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.log import JsonFormatter, default_logger
@@ -98,6 +109,7 @@ from pgqueue._store.schema import (
 __all__ = [
     "CONTROL_CHARACTERS",
     "DATABASE_ERRORS",
+    "DURATION_EXAMPLES",
     "ENQUEUE_CALL",
     "FOREIGN_JOBS_PYFORMAT",
     "GRANT_KINDS",
@@ -112,11 +124,13 @@ __all__ = [
     "SHOWN_NAME_CHARS",
     "TABLE_EXISTS",
     "Flag",
+    "FlagError",
     "Frame",
     "JsonFormatter",
     "OutcomeKind",
     "PeriodicKey",
     "Sampler",
+    "add_option_flags",
     "admin_statements",
     "array",
     "check_bool",
@@ -144,6 +158,7 @@ __all__ = [
     "dashboard_statements",
     "default_logger",
     "describe",
+    "duration",
     "encode_payload",
     "encode_payloads",
     "enqueue_params",
@@ -155,12 +170,17 @@ __all__ = [
     "listing",
     "listing_statements",
     "option_flags",
+    "option_values",
+    "optional_duration",
+    "optional_int",
     "payload_encoder",
     "printable",
     "public_names",
     "queue_stats",
+    "resolve",
     "schema_error",
     "schema_statements",
+    "seconds_of",
     "seconds_text",
     "shown_name",
     "target",
