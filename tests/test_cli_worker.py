@@ -237,8 +237,8 @@ async def test_flags_replace_the_workers_options_and_keep_its_handlers(
         assert options.concurrency == 7
         assert options.max_concurrency == 6
         assert options.global_limit == 4
-        assert worker._lanes[0].global_limit == 4
-        assert worker._lanes[0].group_limit == 2
+        assert worker._lanes[0].settings.global_limit == 4
+        assert worker._lanes[0].settings.group_limit == 2
         assert options.rate_limit == pgqueue.RateLimit(100, per=60.0)
         assert options.prefetch == 3
         assert options.poll_interval == 0.25

@@ -514,9 +514,11 @@ def test_global_limit_is_checked(pool: asyncpg.Pool) -> None:
     with pytest.raises(ValueError, match="does not consume"):
         pgqueue.Worker(pool, queues={"a": 1}, global_limit={"b": 3})
     worker = pgqueue.Worker(pool, queues={"a": 1, "b": 2}, global_limit={"b": 3})
-    assert [lane.global_limit for lane in worker._lanes] == [None, 3]
+    assert [lane.settings.global_limit for lane in worker._lanes] == [None, 3]
     assert (
-        pgqueue.Worker(pool, queue="q", global_limit={"q": 2})._lanes[0].global_limit
+        pgqueue.Worker(pool, queue="q", global_limit={"q": 2})
+        ._lanes[0]
+        .settings.global_limit
         == 2
     )
 

@@ -49,6 +49,17 @@ from pgqueue._core.codec import (
 )
 from pgqueue._core.connect import check_dsn, holds_password, target, target_of
 from pgqueue._core.errors import DATABASE_ERRORS, describe
+from pgqueue._core.flags import (
+    DURATION_EXAMPLES,
+    FlagError,
+    add_option_flags,
+    duration,
+    option_values,
+    optional_duration,
+    optional_int,
+    resolve,
+    seconds_of,
+)
 from pgqueue._core.job import PeriodicKey
 from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.log import JsonFormatter, default_logger
@@ -97,6 +108,7 @@ __all__ = [
     "CONTROL_CHARACTERS",
     "DATABASE_ERRORS",
     "DEPENDENCIES_MISSING",
+    "DURATION_EXAMPLES",
     "FOREIGN_JOBS_PYFORMAT",
     "GRANT_KINDS",
     "JOB_PYFORMAT",
@@ -111,6 +123,7 @@ __all__ = [
     "TABLE_EXISTS",
     "Enqueued",
     "Flag",
+    "FlagError",
     "Frame",
     "JsonFormatter",
     "OutcomeKind",
@@ -118,6 +131,7 @@ __all__ = [
     "Plan",
     "Sampler",
     "Store",
+    "add_option_flags",
     "admin_statements",
     "array",
     "check_channel",
@@ -143,6 +157,7 @@ __all__ = [
     "dashboard_statements",
     "default_logger",
     "describe",
+    "duration",
     "encode_batch",
     "encode_payload",
     "encode_payloads",
@@ -154,13 +169,18 @@ __all__ = [
     "listing",
     "listing_statements",
     "option_flags",
+    "option_values",
+    "optional_duration",
+    "optional_int",
     "payload_encoder",
     "printable",
     "public_names",
     "queue_on",
     "queue_stats",
+    "resolve",
     "schema_error",
     "schema_statements",
+    "seconds_of",
     "seconds_text",
     "shown_name",
     "store_on",

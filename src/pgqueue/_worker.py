@@ -26,8 +26,8 @@ Task tree (what runs where, and what stops what)::
 
 Each queue of the worker is a lane (`pgqueue._engine.lanes.Lane`): its own ledger (its capacity),
 claim policy (its poll timer and place in line), claimer, consumers and
-lease, which it builds from the worker's options (`LaneSettings`) and the
-services the lanes share (`LaneServices`: the claim connection, the outcome
+lease, which it builds from the worker's `WorkerOptions`, its queue's own
+settings (`pgqueue._core.options.LaneSettings`) and the services the lanes share (`LaneServices`: the claim connection, the outcome
 writer, the job runner, the logger). A worker of one queue is lanes of
 one. Each lane's claimer runs in the claim scope (their claims take turns
 on the one claim connection; the first one checks the schema); the
@@ -74,24 +74,19 @@ from pgqueue._core.errors import AlreadyStartedError, SchemaError
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import Observer, call_observers
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.options import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_QUEUE,
-    RateLimit,
-    WorkerOptions,
-)
+from pgqueue._core.options import RateLimit, WorkerOptions, lane_settings
 from pgqueue._core.outcome import Outcome
 from pgqueue._core.retry import Outage
 from pgqueue._core.typed import is_async, typed_handler
 from pgqueue._engine.checkpoints import Checkpoints
 from pgqueue._engine.consumers import RUNNING_FOR
 from pgqueue._engine.control import CancelHints, read_cancel_requested
-from pgqueue._engine.lanes import Lane, LaneServices, LaneSettings, Routes
+from pgqueue._engine.lanes import Lane, LaneServices, Routes
 from pgqueue._engine.lease import LeaseKeeper, worker_id
 from pgqueue._engine.ledger import Budget
 from pgqueue._engine.periodic import Schedules, check_schedule
 from pgqueue._engine.runner import JobRunner, in_thread
-from pgqueue._engine.upkeep import HEARTBEATS_PER_RESCUE, Upkeep
+from pgqueue._engine.upkeep import Upkeep
 from pgqueue._engine.watch import LoopWatch
 from pgqueue._engine.writer import OutcomeWriter
 from pgqueue._jobtype import JobType
@@ -269,8 +264,8 @@ class Worker:
         self,
         pool: asyncpg.Pool[Any],
         *,
-        queue: str = DEFAULT_QUEUE,
-        concurrency: int = DEFAULT_CONCURRENCY,
+        queue: str | None = None,
+        concurrency: int | None = None,
         queues: Mapping[str, int] | None = None,
         max_concurrency: int | None = None,
         global_limit: int | Mapping[str, int] | None = None,
@@ -322,33 +317,9 @@ class Worker:
         """Set the worker up from checked ``options`` (no I/O)."""
         self._options = options
         self._pool = pool
-        # The options the parts below read, by their old names (the lanes
-        # will read them from the options).
-        # A Connections (checked by the options, which sit below its module).
-        self._connections = cast("Connections | None", options.connections)
-        self._queue = options.queue
-        self._concurrency = options.concurrency
-        self._queues = None if options.queues is None else dict(options.queues)
-        specs = self._queues or {
-            cast("str", self._queue): cast("int", self._concurrency)
-        }
-        self._max_concurrency = options.max_concurrency
-        limits = options.limits()
-        self._prefetch = options.prefetch
-        self._poll_interval = options.poll_interval
-        self._listen = options.listen
-        self._backoff = options.backoff
-        self._rescue_after = options.rescue_after
-        self._job_timeout = options.job_timeout
-        self._block_warning = options.block_warning
-        self._unknown_types = options.unknown_types
-        self._retain = options.retain
-        self._shutdown_grace = options.shutdown_grace
-        self._middleware = tuple(options.middleware)
-        self._observers = tuple(options.observers)
         # The methods the observers have (each one is optional), looked up once.
-        self._observe_written = _methods(self._observers, "on_written")
-        self._observe_rescued = _methods(self._observers, "on_rescued")
+        self._observe_written = _methods(options.observers, "on_written")
+        self._observe_rescued = _methods(options.observers, "on_rescued")
         self._logger = default_logger(options.logger)
         self._handlers: dict[str, Handler] = {}
         self._registered: dict[str, Handler] = {}  # unwrapped, for with_options
@@ -360,26 +331,13 @@ class Worker:
         self._listener_keepalive = LISTEN_KEEPALIVE
         self._listener_probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: ListenerRoute | None = None
-        group_limits = options.group_limits()
-        rate_limits = options.rate_limits()
-        self._lanes = tuple(
-            Lane(
-                index,
-                name,
-                concurrency,
-                self._prefetch,
-                limits.get(name),
-                group_limit=group_limits.get(name),
-                rate_limit=rate_limits.get(name),
-            )
-            for index, (name, concurrency) in enumerate(specs.items())
-        )
-        self._limited = tuple(lane for lane in self._lanes if lane.global_limit)
-        self._by_name = {lane.name: lane for lane in self._lanes}
+        self._lanes = tuple(Lane(lane, options) for lane in lane_settings(options))
         self._fields: dict[str, object] = (
-            {"queue": self._queue} if self._queues is None else {"queues": list(specs)}
+            {"queue": options.queue}
+            if options.queues is None
+            else {"queues": list(options.queues)}
         )
-        cap = self._max_concurrency
+        cap = options.max_concurrency
         self._budget = (
             Budget(cap, [lane.claims for lane in self._lanes])
             if cap is not None
@@ -434,15 +392,16 @@ class Worker:
         Raises:
             AttributeError: the worker consumes several queues (see `queues`).
         """
-        if self._queue is None:
-            msg = f"this worker consumes several queues ({', '.join(self._by_name)}); see Worker.queues"
+        queue = self._options.queue
+        if queue is None:
+            msg = f"this worker consumes several queues ({', '.join(self.queues)}); see Worker.queues"
             raise AttributeError(msg)
-        return self._queue
+        return queue
 
     @property
     def queues(self) -> Mapping[str, int]:
         """Every queue this worker consumes, with its concurrency (one entry in the one-queue form)."""
-        return {lane.name: lane.concurrency for lane in self._lanes}
+        return {lane.settings.name: lane.settings.concurrency for lane in self._lanes}
 
     @property
     def running_jobs(self) -> int:
@@ -486,7 +445,7 @@ class Worker:
         if not is_async(handler):
             handler = in_thread(handler, self._thread_limiter)
         handler = typed_handler(handler)
-        for wrap in reversed(self._middleware):
+        for wrap in reversed(self._options.middleware):
             handler = wrap(handler)
         self._handlers[job_type] = handler
 
@@ -664,7 +623,7 @@ class Worker:
                 except anyio.get_cancelled_exc_class():
                     self._request_stop()
                     with anyio.CancelScope(shield=True):
-                        await self._drain_within(self._shutdown_grace)
+                        await self._drain_within(self._options.shutdown_grace)
                     raise
         finally:
             self._state = "stopped"
@@ -714,35 +673,27 @@ class Worker:
     def _start(self, *, until_empty: bool) -> None:
         """Build the worker's parts and say it starts (what may fail before the supervisor runs)."""
         self._build(until_empty=until_empty)
+        options = self._options
         self._logger.info(
             "worker starting",
-            extra={"queue": self._queue, "concurrency": self._concurrency}
-            if self._queues is None
-            else {"queues": self.queues, "max_concurrency": self._max_concurrency},
-        )
-
-    def _lane_settings(self) -> LaneSettings:
-        """The options the lanes read (the handlers registered by now)."""
-        return LaneSettings(
-            prefetch=self._prefetch,
-            poll_interval=self._poll_interval,
-            rescue_after=self._rescue_after,
-            types=list(self._handlers) if self._unknown_types == "wait" else None,
-            limits=bool(self._limited),
+            extra={"queue": options.queue, "concurrency": options.concurrency}
+            if options.queues is None
+            else {"queues": self.queues, "max_concurrency": options.max_concurrency},
         )
 
     def _build(self, *, until_empty: bool) -> None:
         """Make the worker's parts; they need a running event loop."""
-        logger = self._logger
+        logger, options = self._logger, self._options
         # Given none, the worker makes a Connections of its own, entered and
         # closed by the supervisor (a shared one is its owner's to close).
         self._private: Connections | None = None
-        connections = self._connections
+        # A Connections (checked by the options, which sit below its module).
+        connections = cast("Connections | None", options.connections)
         if connections is None:
             connections = self._private = private_connections(
                 self._pool,
                 logger=logger,
-                listen=self._listen if isinstance(self._listen, str) else None,
+                listen=options.listen if isinstance(options.listen, str) else None,
                 statement_timeout=self._statement_timeout,
                 keepalive=self._listener_keepalive,
                 probe_timeout=self._listener_probe_timeout,
@@ -753,14 +704,14 @@ class Worker:
         claim_connection = connections.claims
         write_connection = connections.writes
         upkeep_connection = connections.upkeep
-        slots = sum(lane.concurrency for lane in self._lanes)
-        if self._max_concurrency is not None:
-            slots = min(slots, self._max_concurrency)
+        slots = sum(lane.settings.concurrency for lane in self._lanes)
+        if options.max_concurrency is not None:
+            slots = min(slots, options.max_concurrency)
         self._threads = anyio.CapacityLimiter(slots)
         self._runner = JobRunner(
             self._handlers,
-            job_timeout=self._job_timeout,
-            backoff=SafeBackoff(self._backoff, logger),
+            job_timeout=options.job_timeout,
+            backoff=SafeBackoff(options.backoff, logger),
             logger=logger,
             checkpoints=Checkpoints(upkeep_connection),
         )
@@ -774,7 +725,6 @@ class Worker:
         )
         worker = worker_id()
         leases = routes.build(
-            self._lane_settings(),
             LaneServices(
                 connection=claim_connection,
                 put=self._writer.put,
@@ -785,15 +735,14 @@ class Worker:
                 cut_off=self._cut_off_called,
                 on_exit=self._exit,
                 budget=self._budget,
+                types=list(self._handlers) if options.unknown_types == "wait" else None,
             ),
         )
         self._upkeep = Upkeep(
             upkeep_connection,
             routes.held_keys_by_queue,
-            queues=list(self._by_name),
+            options,
             fields=self._fields,
-            rescue_after=self._rescue_after,
-            interval=max(self._poll_interval, self._rescue_after / 2),
             logger=logger,
             on_rescued=routes.wake_queues,
             on_cancel_requested=routes.cancel,
@@ -803,10 +752,8 @@ class Worker:
             LeaseKeeper(
                 upkeep_connection,
                 leases,
+                options,
                 worker=worker,
-                interval=min(
-                    self._poll_interval, self._rescue_after / HEARTBEATS_PER_RESCUE
-                ),
                 logger=logger,
                 fields=self._fields,
                 on_room=routes.wake,
@@ -822,7 +769,7 @@ class Worker:
             fields=self._fields,
         )
         self._listening = anyio.Event()
-        self._listens = self._listen is not False and not until_empty
+        self._listens = options.listen is not False and not until_empty
         if not self._listens:
             self._listening.set()
 
@@ -836,10 +783,9 @@ class Worker:
                     connections._watch(outage)
                     async with anyio.create_task_group() as services:
                         services.start_soon(self._writer.run)
-                        if self._block_warning is not None:
-                            watch = LoopWatch(
-                                self._block_warning, self._logger, self._fields
-                            )
+                        block_warning = self._options.block_warning
+                        if block_warning is not None:
+                            watch = LoopWatch(block_warning, self._logger, self._fields)
                             services.start_soon(watch.run)
                         if self._listens:
                             self._listener = connections.route(
@@ -853,9 +799,9 @@ class Worker:
                         services.start_soon(self._after_check, self._upkeep.rescue)
                         if self._keeper is not None:
                             services.start_soon(self._after_check, self._keeper.run)
-                        if self._retain is not None:
+                        if self._options.retain is not None:
                             services.start_soon(
-                                self._after_check, self._upkeep.retention, self._retain
+                                self._after_check, self._upkeep.retention
                             )
                         if self._schedules:
                             services.start_soon(
@@ -885,7 +831,7 @@ class Worker:
             async with anyio.create_task_group() as jobs:
                 self._jobs_scope = jobs.cancel_scope
                 for lane in routes.lanes:
-                    for _ in range(lane.concurrency):
+                    for _ in range(lane.settings.concurrency):
                         jobs.start_soon(lane.consumers.run)
                 try:
                     with self._claim_scope:
@@ -1001,9 +947,10 @@ class Worker:
         self._routes.wake_all()
 
     def __repr__(self) -> str:
-        if self._queues is not None:
-            return f"Worker(queues={self._queues!r}, max_concurrency={self._max_concurrency}, state={self._state!r})"
-        return f"Worker(queue={self._queue!r}, concurrency={self._concurrency}, state={self._state!r})"
+        options = self._options
+        if options.queues is not None:
+            return f"Worker(queues={options.queues!r}, max_concurrency={options.max_concurrency}, state={self._state!r})"
+        return f"Worker(queue={options.queue!r}, concurrency={options.concurrency}, state={self._state!r})"
 
 
 def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any]]:

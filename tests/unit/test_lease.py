@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import pgqueue
+from pgqueue._core.options import LaneSettings
 from pgqueue._engine.lease import Lease
 from pgqueue._engine.ledger import Claims
 from tests.unit.test_ledger import job
 
 
 def lease(claims: Claims, ttl: float = 10.0) -> Lease:
-    return Lease("q", "w", limit=5, wanted=4, ttl=ttl, claims=claims)
+    settings = LaneSettings(
+        index=0,
+        name="q",
+        concurrency=4,
+        global_limit=5,
+        group_limit=None,
+        rate_limit=None,
+    )
+    options = pgqueue.WorkerOptions(queue="q", global_limit=5, rescue_after=ttl)
+    return Lease(settings, options, worker="w", wanted=4, claims=claims)
 
 
 def test_a_lease_allows_nothing_until_it_is_granted() -> None:

@@ -42,17 +42,22 @@ if TYPE_CHECKING:
     Middleware: TypeAlias = Callable[[Handler], Handler]
 
 __all__ = [
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_QUEUE",
     "FLAG",
     "NO_FLAG",
     "Flag",
     "FlagKind",
+    "LaneSettings",
     "RateLimit",
     "SharedConnections",
     "WorkerOptions",
     "check_global_limit",
     "check_queues",
     "check_rate_limit",
+    "lane_settings",
     "option_flags",
+    "queue_specs",
 ]
 
 
@@ -72,27 +77,10 @@ class SharedConnections(Protocol):
         ...
 
 
-class _Default(str):
-    """``queue``'s default, told apart from the same name given explicitly."""
-
-    __slots__ = ()
-
-
-class _DefaultInt(int):
-    """``concurrency``'s default, told apart from the same number given explicitly."""
-
-    __slots__ = ()
-
-
-# Shown as 'default' and 2 in the signature; only an omitted argument is
-# these very objects (queue= or concurrency= are refused with queues=).
-DEFAULT_QUEUE: str = _Default("default")
-DEFAULT_CONCURRENCY: int = _DefaultInt(2)
-
-
-def _omitted(value: object) -> bool:
-    """Whether ``queue`` or ``concurrency`` was left out (None: `dataclasses.replace` copies)."""
-    return value is None or value is DEFAULT_QUEUE or value is DEFAULT_CONCURRENCY
+DEFAULT_QUEUE = "default"
+"""The queue of a worker given neither ``queue`` nor ``queues``."""
+DEFAULT_CONCURRENCY = 2
+"""The concurrency of a worker's one queue given none."""
 
 
 FlagKind: TypeAlias = Literal[
@@ -191,14 +179,15 @@ class WorkerOptions:
     what it does); making one checks every field, raising the `TypeError`
     or `ValueError` `Worker` raises, before any I/O. Fields hold the checked
     values: durations as floats, ``middleware`` and ``observers`` as tuples.
-    In the several-queues form ``queue`` and ``concurrency`` are ``None``.
+    ``queue`` and ``concurrency`` left ``None`` are ``"default"`` and 2; in
+    the several-queues form they are ``None``.
     `Worker.with_options` copies a worker with some of them changed.
 
     .. versionadded:: Unreleased
     """
 
     queue: str | None = field(
-        default=DEFAULT_QUEUE,
+        default=None,
         metadata=_flag(
             "--queue",
             "queue",
@@ -208,7 +197,7 @@ class WorkerOptions:
         ),
     )
     concurrency: int | None = field(
-        default=DEFAULT_CONCURRENCY,
+        default=None,
         metadata=_flag("--concurrency", "int", "most handlers running at once", "N"),
     )
     queues: Mapping[str, int] | None = field(
@@ -399,12 +388,17 @@ class WorkerOptions:
                 raise TypeError(msg)
         set_ = _setter(self)
         if self.queues is None:
-            queue = str(check_queue_name(self.queue))
-            concurrency = int(check_int("concurrency", self.concurrency))
+            queue = check_queue_name(
+                DEFAULT_QUEUE if self.queue is None else self.queue
+            )
+            concurrency = check_int(
+                "concurrency",
+                DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency,
+            )
             set_(queue=queue, concurrency=concurrency)
             specs = {queue: concurrency}
         else:
-            if not (_omitted(self.queue) and _omitted(self.concurrency)):
+            if self.queue is not None or self.concurrency is not None:
                 msg = (
                     "give either queues= or queue= and concurrency=, not both "
                     "(queues= gives each queue its concurrency)"
@@ -449,20 +443,17 @@ class WorkerOptions:
 
     def limits(self) -> dict[str, int]:
         """Each queue's ``global_limit``, for the queues that have one."""
-        specs = self.queues or {cast("str", self.queue): cast("int", self.concurrency)}
-        return check_global_limit(self.global_limit, self.queue, specs)
+        return check_global_limit(self.global_limit, self.queue, queue_specs(self))
 
     def group_limits(self) -> dict[str, int]:
         """Each queue's ``group_limit``, for the queues that have one."""
-        specs = self.queues or {cast("str", self.queue): cast("int", self.concurrency)}
         return check_global_limit(
-            self.group_limit, self.queue, specs, name="group_limit"
+            self.group_limit, self.queue, queue_specs(self), name="group_limit"
         )
 
     def rate_limits(self) -> dict[str, RateLimit]:
         """Each queue's ``rate_limit``, for the queues that have one."""
-        specs = self.queues or {cast("str", self.queue): cast("int", self.concurrency)}
-        return check_rate_limit(self.rate_limit, self.queue, specs)
+        return check_rate_limit(self.rate_limit, self.queue, queue_specs(self))
 
     def changed(self, **changes: Any) -> WorkerOptions:
         """These options with ``changes``, checked as new ones are.
@@ -482,11 +473,11 @@ class WorkerOptions:
             raise TypeError(msg)
         kept: dict[str, Any] = {}
         if "queues" in changes or (self.queues is not None and "queue" not in changes):
-            kept["queue"], kept["concurrency"] = DEFAULT_QUEUE, DEFAULT_CONCURRENCY
+            kept["queue"] = kept["concurrency"] = None
         else:
             kept["queues"] = None
             if self.queues is not None:
-                kept["concurrency"] = DEFAULT_CONCURRENCY
+                kept["concurrency"] = None
         return dataclasses.replace(self, **{**kept, **changes})
 
 
@@ -509,6 +500,52 @@ def _check_unknown_types(value: object) -> Literal["dead", "wait"]:
 
 def _optional_duration(what: str, value: float | None) -> float | None:
     return None if value is None else check_duration(what, value, positive=True)
+
+
+def queue_specs(options: WorkerOptions) -> dict[str, int]:
+    """Every queue of ``options`` with its concurrency (one entry in the one-queue form)."""
+    if options.queues is None:
+        return {cast("str", options.queue): cast("int", options.concurrency)}
+    return dict(options.queues)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LaneSettings:
+    """What one queue of a worker has of its own; the rest is the worker's `WorkerOptions`.
+
+    Args:
+        index: the queue's place in the worker's queues.
+        name: the queue.
+        concurrency: its most handlers running at once.
+        global_limit: its fleet-wide limit, if any.
+        group_limit: its per-group limit, if any.
+        rate_limit: its rate limit, if any.
+    """
+
+    index: int
+    name: str
+    concurrency: int
+    global_limit: int | None
+    group_limit: int | None
+    rate_limit: RateLimit | None
+
+
+def lane_settings(options: WorkerOptions) -> tuple[LaneSettings, ...]:
+    """Each queue's settings, in the order of the worker's queues."""
+    limits = options.limits()
+    group_limits = options.group_limits()
+    rate_limits = options.rate_limits()
+    return tuple(
+        LaneSettings(
+            index=index,
+            name=name,
+            concurrency=concurrency,
+            global_limit=limits.get(name),
+            group_limit=group_limits.get(name),
+            rate_limit=rate_limits.get(name),
+        )
+        for index, (name, concurrency) in enumerate(queue_specs(options).items())
+    )
 
 
 def option_flags() -> dict[str, Flag]:

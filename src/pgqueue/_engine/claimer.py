@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import asyncpg
 
     from pgqueue._core.log import Logger
-    from pgqueue._core.options import RateLimit
+    from pgqueue._core.options import LaneSettings, WorkerOptions
     from pgqueue._engine.lease import Lease
     from pgqueue._engine.ledger import Budget, Claims
     from pgqueue._engine.policy import Bounds, ClaimPolicy
@@ -51,7 +51,15 @@ class Claimer:
     connection (their claims take turns on it).
 
     Args:
-        queue: the queue to claim from.
+        settings: the queue to claim from, and its limits: with a group
+            limit, every job that ends calls for a claim (it may have freed
+            its group); with a rate limit, each claim first counts the
+            starts in the window, takes no more than it leaves and records
+            its own, and with the window full the claimer sleeps until its
+            oldest start leaves it.
+        options: the worker's options (``poll_interval`` caps the retry
+            delay; with a ``global_limit`` on any queue the schema check
+            requires the fleet-wide limits' tables).
         on_claimed: called with the jobs ready to run after each claim.
         on_dead: called with the outcome of each claimed job that cannot run
             (dead, or released when its parents' results could not be read)
@@ -66,16 +74,7 @@ class Claimer:
         lease: the worker's lease of the queue's slots, if the queue has a
             fleet-wide limit: taken before the first claim, and claims take
             no more than it leaves.
-        limits: whether the worker needs the fleet-wide limits' tables (one
-            of its queues has a limit): the schema check then requires them.
         types: claim only jobs of these types; ``None`` claims every type.
-        group_limit: the most running jobs of one group across the fleet,
-            if the queue has a group limit: every job that ends then calls
-            for a claim (it may have freed its group).
-        rate_limit: the queue's rate limit, if any: each claim first
-            counts the starts in the window, takes no more than it leaves
-            and records its own; with the window full, the claimer sleeps
-            until its oldest start leaves it.
 
     The claims themselves are the store's (`pgqueue._store`): under a group
     or a rate limit, claims of the queue take turns across the fleet.
@@ -86,8 +85,9 @@ class Claimer:
         connection: DedicatedConnection,
         policy: ClaimPolicy,
         claims: Claims,
+        settings: LaneSettings,
+        options: WorkerOptions,
         *,
-        queue: str,
         logger: Logger,
         on_claimed: Callable[[], None],
         on_dead: Callable[[Outcome], None],
@@ -95,15 +95,13 @@ class Claimer:
         on_spare: Callable[[], None] | None = None,
         schema_checked: anyio.Event | None = None,
         lease: Lease | None = None,
-        limits: bool = False,
         types: Sequence[str] | None = None,
-        group_limit: int | None = None,
-        rate_limit: RateLimit | None = None,
     ) -> None:
         self._connection = connection
         self._policy = policy
         self._claims = claims
-        self._queue = queue
+        self._settings = settings
+        self._options = options
         self._logger = logger
         self._on_claimed = on_claimed
         self._on_dead = on_dead
@@ -111,14 +109,17 @@ class Claimer:
         self._on_spare = on_spare
         self._schema_checked = schema_checked
         self._lease = lease
-        self._limits = limits or lease is not None
         self._types = None if types is None else list(types)
-        self._rate_limit = rate_limit
+        # The schema check then requires the fleet-wide limits' tables.
+        self._needs_limits = lease is not None or bool(options.limits())
         # Per-group rates need the group claim (no limit of running jobs).
-        self._group_limit = (
+        rate_limit = settings.rate_limit
+        self._group_claim = (
             NO_GROUP_LIMIT
-            if group_limit is None and rate_limit is not None and rate_limit.per_group
-            else group_limit
+            if settings.group_limit is None
+            and rate_limit is not None
+            and rate_limit.per_group
+            else settings.group_limit
         )
         self._rate_wait: float | None = None  # set by a claim the rate cut short
         self._event = asyncio.Event()
@@ -149,7 +150,7 @@ class Claimer:
 
     def room(self) -> None:
         """Claims ended or settled: claim if jobs may be ready and a claim is worth it."""
-        if self._group_limit is not None:
+        if self._group_claim is not None:
             self._policy.wake()  # an ended job may have made room in its group
         free = self._free()
         if (self._policy.more and free >= self._policy.claim_at) or (
@@ -184,7 +185,7 @@ class Claimer:
             self._logger,
             "claim failed; retrying",
             cap=self._retry_cap,
-            fields={"queue": self._queue},
+            fields={"queue": self._settings.name},
             quiet=True,
         )
         while True:
@@ -224,7 +225,7 @@ class Claimer:
             except SCHEMA_ERRORS as exc:
                 # Says what is missing.
                 raise await schema_failure(
-                    self._connection, describe(exc), limits=self._limits
+                    self._connection, describe(exc), limits=self._needs_limits
                 ) from exc
             except Exception as exc:
                 wait = failures.failed(exc)
@@ -262,7 +263,7 @@ class Claimer:
 
     @property
     def _retry_cap(self) -> float:
-        return min(self._policy.poll_interval, MAX_RETRY_WAIT)
+        return min(self._options.poll_interval, MAX_RETRY_WAIT)
 
     async def _claim(
         self, limit: int, bounds: Bounds
@@ -277,23 +278,30 @@ class Claimer:
             with anyio.CancelScope(shield=True):
                 store = self._connection.store
                 rows: Sequence[asyncpg.Record | tuple[Any, ...]]
-                if self._group_limit is not None or self._rate_limit is not None:
+                if (
+                    self._group_claim is not None
+                    or self._settings.rate_limit is not None
+                ):
                     turn = await self._connection.run_in_transaction(
                         lambda connection: store.claim_in_turn(
                             connection,
-                            self._queue,
+                            self._settings.name,
                             limit,
                             bounds,
                             types=self._types,
-                            group_limit=self._group_limit,
-                            rate=self._rate_limit,
+                            group_limit=self._group_claim,
+                            rate=self._settings.rate_limit,
                         )
                     )
                     self._took_turn(turn)
                     rows = turn.rows
                 else:
                     rows = await store.claim(
-                        self._connection, self._queue, limit, bounds, self._types
+                        self._connection,
+                        self._settings.name,
+                        limit,
+                        bounds,
+                        self._types,
                     )
                 try:
                     parents = await store.parent_results(
@@ -317,17 +325,17 @@ class Claimer:
             self._logger.warning(
                 "waited %.1fs for the queue's turn to claim (another worker's claim held it)",
                 turn.waited,
-                extra={"queue": self._queue, "waited": turn.waited},
+                extra={"queue": self._settings.name, "waited": turn.waited},
             )
         if turn.rate_wait is not None:
             self._rate_wait = turn.rate_wait
 
     async def _check_schema(self) -> None:
-        if not await check_schema(self._connection, limits=self._limits):
+        if not await check_schema(self._connection, limits=self._needs_limits):
             self._logger.debug(
                 "the table pgqueue_jobs has never been analyzed: the planner guesses its "
                 "size (the worker's statements plan by index regardless)",
-                extra={"queue": self._queue},
+                extra={"queue": self._settings.name},
             )
         await self._connection.detect_store()
 
@@ -341,7 +349,7 @@ class Claimer:
             self._logger,
             f"{what} failed; retrying",
             cap=self._retry_cap,
-            fields={"queue": self._queue},
+            fields={"queue": self._settings.name},
             quiet=True,
         )
         while True:

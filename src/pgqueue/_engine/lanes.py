@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from pgqueue._core.log import Logger
-    from pgqueue._core.options import RateLimit
+    from pgqueue._core.options import LaneSettings, WorkerOptions
     from pgqueue._core.outcome import Key
     from pgqueue._engine.ledger import Budget
     from pgqueue._engine.runner import JobRunner
@@ -29,28 +29,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Lane",
     "LaneServices",
-    "LaneSettings",
     "Routes",
 ]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LaneSettings:
-    """What the lanes take from the worker's options, read when it starts.
-
-    Args:
-        prefetch: jobs claimed beyond a lane's concurrency.
-        poll_interval: seconds between claims when nothing wakes a lane.
-        rescue_after: the time to live of a fleet-wide lease.
-        types: claim only jobs of these types; ``None`` claims every type.
-        limits: whether one of the worker's queues has a fleet-wide limit.
-    """
-
-    prefetch: int
-    poll_interval: float
-    rescue_after: float
-    types: list[str] | None
-    limits: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +47,7 @@ class LaneServices:
         cut_off: whether running handlers are being cancelled by the worker.
         on_exit: a handler raised ``SystemExit`` or ``KeyboardInterrupt``.
         budget: the overall cap over every lane, if any.
+        types: claim only jobs of these types; ``None`` claims every type.
     """
 
     connection: DedicatedConnection
@@ -78,6 +59,7 @@ class LaneServices:
     cut_off: Callable[[], bool]
     on_exit: Callable[[BaseException], None]
     budget: Budget | None
+    types: list[str] | None
 
 
 class Lane:
@@ -86,26 +68,16 @@ class Lane:
     Its capacity is its ``concurrency`` plus the worker's ``prefetch``; the
     policy, claimer, consumers and lease are made by `build` when the
     worker starts (they need a running event loop).
+
+    Args:
+        settings: the queue's own settings.
+        options: the worker's options.
     """
 
-    def __init__(
-        self,
-        index: int,
-        name: str,
-        concurrency: int,
-        prefetch: int,
-        global_limit: int | None = None,
-        *,
-        group_limit: int | None = None,
-        rate_limit: RateLimit | None = None,
-    ) -> None:
-        self.index = index
-        self.name = name
-        self.concurrency = concurrency
-        self.global_limit = global_limit
-        self.group_limit = group_limit
-        self.rate_limit = rate_limit
-        capacity = concurrency + prefetch
+    def __init__(self, settings: LaneSettings, options: WorkerOptions) -> None:
+        self.settings = settings
+        self.options = options
+        capacity = settings.concurrency + options.prefetch
         self.claims = Claims(capacity, write_allowance=capacity)
         self.policy: ClaimPolicy
         self.claimer: Claimer
@@ -114,7 +86,6 @@ class Lane:
 
     def build(
         self,
-        settings: LaneSettings,
         services: LaneServices,
         *,
         on_spare: Callable[[], None] | None,
@@ -124,7 +95,6 @@ class Lane:
         """Make the lane's policy, claimer, consumers and (with a global limit) lease.
 
         Args:
-            settings: the worker's options the lane reads.
             services: what the worker's lanes share.
             on_spare: called when a claim left overall slots unused.
             on_ended: called after each of the lane's jobs ended; ``None``
@@ -132,30 +102,30 @@ class Lane:
             schema_checked: set once another lane's claimer checked the
                 schema (``None``: this lane's claimer checks it).
         """
-        budget = services.budget
+        settings, options, budget = self.settings, self.options, services.budget
         capacity = self.claims.capacity
         if budget is not None:
             capacity = min(capacity, budget.cap)
-        if self.global_limit is not None:
-            capacity = min(capacity, self.global_limit)
+        if settings.global_limit is not None:
+            capacity = min(capacity, settings.global_limit)
             self.lease = Lease(
-                self.name,
-                services.worker,
-                limit=self.global_limit,
+                settings,
+                options,
+                worker=services.worker,
                 wanted=capacity,
-                ttl=settings.rescue_after,
                 claims=self.claims,
             )
         self.policy = ClaimPolicy(
             # With jobs in hand, wait for a batch worth claiming.
-            claim_at=max(1, min(settings.prefetch, capacity // 2)),
-            poll_interval=settings.poll_interval,
+            claim_at=max(1, min(options.prefetch, capacity // 2)),
+            poll_interval=options.poll_interval,
         )
         self.claimer = Claimer(
             services.connection,
             self.policy,
             self.claims,
-            queue=self.name,
+            settings,
+            options,
             logger=services.logger,
             on_claimed=self.claimed,
             on_dead=services.put,
@@ -163,10 +133,7 @@ class Lane:
             on_spare=on_spare,
             schema_checked=schema_checked,
             lease=self.lease,
-            group_limit=self.group_limit,
-            rate_limit=self.rate_limit,
-            types=settings.types,
-            limits=settings.limits,
+            types=services.types,
         )
         self.consumers = Consumers(
             self.claims,
@@ -199,10 +166,10 @@ class Routes:
 
     def __init__(self, lanes: Sequence[Lane], runner: JobRunner) -> None:
         self.lanes = tuple(lanes)
-        self._by_name = {lane.name: lane for lane in self.lanes}
+        self._by_name = {lane.settings.name: lane for lane in self.lanes}
         self._runner = runner
 
-    def build(self, settings: LaneSettings, services: LaneServices) -> list[Lease]:
+    def build(self, services: LaneServices) -> list[Lease]:
         """Build every lane; return the leases of those with a global limit.
 
         The first lane's claimer checks the schema; the others wait for it.
@@ -212,7 +179,6 @@ class Routes:
         checked: anyio.Event | None = None
         for lane in self.lanes:
             lane.build(
-                settings,
                 services,
                 on_spare=None if budget is None else partial(self.room_others, lane),
                 on_ended=None if budget is None else partial(self.room_after, lane),
@@ -273,7 +239,7 @@ class Routes:
 
     def held_keys_by_queue(self) -> dict[str, list[Key]]:
         """Every claim not yet durable, of every lane, by queue: the rows to heartbeat."""
-        return {lane.name: lane.claims.keys() for lane in self.lanes}
+        return {lane.settings.name: lane.claims.keys() for lane in self.lanes}
 
     def wake(self, queue: str) -> None:
         """Jobs of ``queue`` may be ready: its lane claims (no other does)."""
@@ -296,7 +262,7 @@ class Routes:
         lanes = self.lanes
         count = len(lanes)
         for step in range(1, count + 1):
-            lanes[(lane.index + step) % count].claimer.room()
+            lanes[(lane.settings.index + step) % count].claimer.room()
 
     def room_others(self, lane: Lane) -> None:
         """``lane`` left overall slots unused: the other lanes may claim them."""

@@ -6,16 +6,18 @@ import math
 import os
 import socket
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import anyio
 
 from pgqueue._core.retry import Failures, log_failure
+from pgqueue._engine.upkeep import HEARTBEATS_PER_RESCUE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from pgqueue._core.log import Logger
+    from pgqueue._core.options import LaneSettings, WorkerOptions
     from pgqueue._engine.ledger import Claims
     from pgqueue._wire.dedicated import DedicatedConnection
 
@@ -32,44 +34,48 @@ class Lease:
     slot is free again once its handler has ended, before the outcome is
     written.
 
-    A lease holds for ``ttl`` seconds from when its renewal was sent. Past
-    that with no renewal (the database out of reach), the worker claims
-    nothing more from the queue, and other workers may take its slots after
-    ``ttl``: the worker's ``rescue_after``, after which they would take its
-    jobs' rows too.
+    A lease holds for the worker's ``rescue_after`` from when its renewal
+    was sent. Past that with no renewal (the database out of reach), the
+    worker claims nothing more from the queue, and other workers may take
+    its slots: after ``rescue_after`` they would take its jobs' rows too.
 
     Args:
-        queue: the limited queue.
+        settings: the limited queue, with its ``global_limit``.
+        options: the worker's options.
         worker: the worker's id (`worker_id`), which names its leases.
-        limit: the worker's ``global_limit`` for it.
         wanted: the most slots the worker could fill (its capacity for the
             queue): the lease asks for that, within a fair share.
-        ttl: how long a lease holds, in seconds.
         claims: the worker's ledger of the queue (its jobs ready or running
             fill the lease).
     """
 
     def __init__(
         self,
-        queue: str,
-        worker: str,
+        settings: LaneSettings,
+        options: WorkerOptions,
         *,
-        limit: int,
+        worker: str,
         wanted: int,
-        ttl: float,
         claims: Claims,
     ) -> None:
-        self.queue = queue
+        if settings.global_limit is None:
+            msg = f"queue {settings.name!r} has no global_limit to lease"
+            raise ValueError(msg)
+        self.settings = settings
+        self.options = options
         self.worker = worker
-        self.limit = limit
         self.wanted = wanted
-        self.ttl = ttl
         self._claims = claims
         self.slots = 0
         """The slots granted by the last renewal."""
         self.claiming = 0
         """Slots taken by a claim in flight."""
         self._valid_until = -math.inf
+
+    @property
+    def limit(self) -> int:
+        """The queue's ``global_limit``."""
+        return cast("int", self.settings.global_limit)
 
     @property
     def taken(self) -> bool:
@@ -95,7 +101,7 @@ class Lease:
         """The database granted ``slots`` to a renewal sent at ``sent_at``; whether room grew."""
         grew = slots > self.slots or (slots > 0 and sent_at >= self._valid_until)
         self.slots = slots
-        self._valid_until = sent_at + self.ttl
+        self._valid_until = sent_at + self.options.rescue_after
         return grew
 
 
@@ -108,12 +114,12 @@ async def take(connection: DedicatedConnection, lease: Lease) -> bool:
     sent_at = anyio.current_time()
     granted = await connection.store.lease(
         connection,
-        lease.queue,
+        lease.settings.name,
         lease.worker,
         limit=lease.limit,
         wanted=lease.wanted,
         held=lease.held(),
-        ttl=lease.ttl,
+        ttl=lease.options.rescue_after,
     )
     return lease.renewed(granted, sent_at)
 
@@ -127,13 +133,15 @@ class LeaseKeeper:
     """Renew a worker's leases every ``interval``, and give them back as it stops.
 
     A renewal that frees room wakes the queue's claimer (``on_room``).
+    Renewals come every ``poll_interval`` (how soon a lease follows a
+    change in the workers wanting slots), and at least three times in a
+    lease's ``rescue_after``.
 
     Args:
         connection: the worker's upkeep connection.
         leases: the worker's leases, one per limited queue.
+        options: the worker's options.
         worker: the worker's id (`worker_id`).
-        interval: seconds between renewals: how soon a lease follows a
-            change in the workers wanting slots.
         on_room: called with a queue's name when its lease grew.
     """
 
@@ -141,17 +149,17 @@ class LeaseKeeper:
         self,
         connection: DedicatedConnection,
         leases: Sequence[Lease],
+        options: WorkerOptions,
         *,
         worker: str,
-        interval: float,
         logger: Logger,
         fields: Mapping[str, object],
         on_room: Callable[[str], None],
     ) -> None:
         self._connection = connection
         self._leases = tuple(leases)
+        self._options = options
         self.worker = worker
-        self._interval = interval
         self._logger = logger
         self._fields = fields
         self._on_room = on_room
@@ -161,12 +169,16 @@ class LeaseKeeper:
         failures = Failures(
             self._logger, "lease renewal failed", fields=self._fields, quiet=True
         )
+        options = self._options
+        interval = min(
+            options.poll_interval, options.rescue_after / HEARTBEATS_PER_RESCUE
+        )
         while True:
-            await anyio.sleep(self._interval)
+            await anyio.sleep(interval)
             try:
                 for lease in self._leases:
                     if lease.taken and await take(self._connection, lease):
-                        self._on_room(lease.queue)
+                        self._on_room(lease.settings.name)
             except Exception as exc:
                 failures.failed(exc)
             else:
@@ -176,7 +188,9 @@ class LeaseKeeper:
         """Give every lease back (the worker has stopped: none of its jobs runs)."""
         try:
             await self._connection.store.release(
-                self._connection, self.worker, [lease.queue for lease in self._leases]
+                self._connection,
+                self.worker,
+                [lease.settings.name for lease in self._leases],
             )
         except Exception as exc:
             # Its leases run out on their own.

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 import anyio
 
 from pgqueue._core.lifecycle import Status
+from pgqueue._core.options import queue_specs
 from pgqueue._core.retry import Failures
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from pgqueue._core.log import Logger
+    from pgqueue._core.options import WorkerOptions
     from pgqueue._core.outcome import Key
     from pgqueue._wire.dedicated import DedicatedConnection
 
@@ -36,9 +38,11 @@ class Upkeep:
     waits at most for one batch. Each sweep covers every queue of the
     worker in one statement.
 
+    The rescue sweep runs every ``max(poll_interval, rescue_after / 2)``.
+
     Args:
         keys: the claims to heartbeat (every claim not yet durable), by queue.
-        queues: the worker's queues, which the sweeps cover.
+        options: the worker's options; the sweeps cover its queues.
         fields: the worker's log fields (its queue, or its queues).
         on_swept: called, for each queue a rescue batch found orphans of,
             with how many became each status.
@@ -48,11 +52,9 @@ class Upkeep:
         self,
         connection: DedicatedConnection,
         keys: Callable[[], Mapping[str, list[Key]]],
+        options: WorkerOptions,
         *,
-        queues: Sequence[str],
         fields: Mapping[str, object],
-        rescue_after: float,
-        interval: float,
         logger: Logger,
         on_rescued: Callable[[Sequence[str]], None],
         on_cancel_requested: Callable[[int], None],
@@ -60,10 +62,8 @@ class Upkeep:
     ) -> None:
         self._connection = connection
         self._keys = keys
-        self._queues = list(queues)
+        self._options = options
         self._fields = fields
-        self._rescue_after = rescue_after
-        self._interval = interval
         self._logger = logger
         self._on_rescued = on_rescued
         self._on_cancel_requested = on_cancel_requested
@@ -79,7 +79,7 @@ class Upkeep:
         heartbeat also finds the jobs whose cancel was requested (in case
         the NOTIFY was missed).
         """
-        interval = self._rescue_after / HEARTBEATS_PER_RESCUE
+        interval = self._options.rescue_after / HEARTBEATS_PER_RESCUE
         failures = Failures(
             self._logger, "heartbeat failed", fields=self._fields, quiet=True
         )
@@ -109,7 +109,7 @@ class Upkeep:
                 failures.failed(exc)
             else:
                 failures.succeeded()
-            await anyio.sleep(failures.pause(self._interval))
+            await anyio.sleep(failures.pause(self._interval()))
 
     def _report(self, swept: Mapping[str, Counter[str]]) -> None:
         rescued = []
@@ -133,7 +133,10 @@ class Upkeep:
         """Rescue every orphan of the worker's queues; how many became each status, by queue."""
         swept: dict[str, Counter[str]] = {}
         batches = self._connection.store.rescue(
-            self._connection, self._queues, self._rescue_after, SWEEP_BATCH
+            self._connection,
+            self._queues(),
+            self._options.rescue_after,
+            SWEEP_BATCH,
         )
         async for batch in batches:
             for queue, statuses in batch.items():
@@ -142,8 +145,11 @@ class Upkeep:
                     self._on_swept(queue, statuses)
         return swept
 
-    async def retention(self, retain: float) -> None:
+    async def retention(self) -> None:
         """Delete the worker's queues' finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""
+        retain = self._options.retain
+        if retain is None:
+            return
         failures = Failures(
             self._logger, "retention sweep failed", fields=self._fields, quiet=True
         )
@@ -159,9 +165,18 @@ class Upkeep:
                         "pruned finished jobs",
                         extra={"count": removed, **self._fields},
                     )
-            await anyio.sleep(failures.pause(self._interval))
+            await anyio.sleep(failures.pause(self._interval()))
 
     async def _prune_all(self, retain: float) -> int:
         return await self._connection.store.sweep(
-            self._connection, self._queues, retain, SWEEP_BATCH
+            self._connection, self._queues(), retain, SWEEP_BATCH
         )
+
+    def _queues(self) -> list[str]:
+        """The worker's queues, which the sweeps cover."""
+        return list(queue_specs(self._options))
+
+    def _interval(self) -> float:
+        """Seconds between two sweeps."""
+        options = self._options
+        return max(options.poll_interval, options.rescue_after / 2)

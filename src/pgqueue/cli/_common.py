@@ -6,9 +6,7 @@ import argparse
 import functools
 import json
 import logging
-import math
 import os
-import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
@@ -19,10 +17,15 @@ import asyncpg
 from pgqueue._extension import (
     CONTROL_CHARACTERS,
     DATABASE_ERRORS,
+    DURATION_EXAMPLES,
     check_dsn,
     describe,
+    duration,
     holds_password,
+    optional_duration,
+    optional_int,
     printable,
+    seconds_of,
     target,
 )
 
@@ -355,61 +358,13 @@ def print_table(
     console.print(table)
 
 
-_DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)[dhms])+|\d+(?:\.\d*)?|\.\d+")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([dhms])")
-_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION_EXAMPLES = "30s, 10m, 2h, 7d, 1h30m or seconds"
-
-
-def seconds_of(text: str) -> float | None:
-    """``30s``, ``10m``, ``2h``, ``7d``, ``1h30m`` or plain seconds, as float seconds; None if not one.
-
-    Units go from the largest to the smallest, each at most once.
-    """
-    spelled = text.strip().lower()
-    seconds = math.nan
-    if _DURATION.fullmatch(spelled):
-        parts = _DURATION_PART.findall(spelled)
-        units = [unit for _, unit in parts]
-        if not parts:
-            seconds = float(spelled)
-        elif units == sorted(set(units), key="dhms".index):
-            seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in parts)
-    return seconds if math.isfinite(seconds) else None
-
-
-def duration(text: str) -> float:
-    """An argparse type: a duration (`seconds_of`), as float seconds."""
-    seconds = seconds_of(text)
-    if seconds is None:
-        msg = f"not a duration: {text!r} (use e.g. {_DURATION_EXAMPLES})"
-        raise argparse.ArgumentTypeError(msg)
-    return seconds
-
-
-def optional_duration(text: str) -> float | None:
-    """An argparse type: a duration (`duration`), or ``none`` for None."""
-    return None if text.strip().lower() == "none" else duration(text)
-
-
 def delay(text: str) -> float:
     """An argparse type: how long from now (``enqueue --in``), a duration as `duration` reads it."""
     seconds = seconds_of(text)
     if seconds is None:
-        msg = f"not a delay: {text!r} (use e.g. {_DURATION_EXAMPLES})"
+        msg = f"not a delay: {text!r} (use e.g. {DURATION_EXAMPLES})"
         raise argparse.ArgumentTypeError(msg)
     return seconds
-
-
-def optional_int(text: str) -> int | None:
-    """An argparse type: a whole number, or ``none`` for None."""
-    if text.strip().lower() == "none":
-        return None
-    try:
-        return int(text, 10)
-    except ValueError:
-        msg = f"not a whole number: {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
 
 
 def job_id(text: str) -> int:

@@ -9,18 +9,16 @@ exit. The current directory is importable, as with uvicorn and celery.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
-import os
 import socket
-import sys
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from pgqueue import Worker
-from pgqueue._extension import check_dsn, option_flags, target_of
+from pgqueue import _extension as flags
+from pgqueue._extension import FlagError, check_dsn, target_of
 from pgqueue.cli._common import CONNECT_ERRORS, UsageError, first_line, printable
 
 if TYPE_CHECKING:
@@ -40,26 +38,10 @@ def resolve(reference: str, what: str = "MODULE:ATTR") -> Any:
         UsageError: not of the form ``MODULE:ATTR``, the module does not
             import, or it has no such attribute.
     """
-    module_name, sep, attr = reference.partition(":")
-    if not (sep and module_name and attr):
-        msg = f"{what} {reference!r} is not of the form MODULE:ATTR"
-        raise UsageError(msg)
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # whatever the module raises, it does not import
-        logger.debug("importing %s failed", module_name, exc_info=exc)
-        msg = f"cannot import {module_name!r} (of {what} {reference}): {describe(exc)}"
-        raise UsageError(msg) from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            msg = f"{module_name!r} has no attribute {attr!r} (of {what} {reference})"
-            raise UsageError(msg) from None
-    return obj
+        return flags.resolve(reference, what)
+    except FlagError as exc:
+        raise UsageError(str(exc)) from exc.__cause__
 
 
 def describe(exc: BaseException) -> str:
@@ -74,46 +56,20 @@ def _kind(obj: object) -> str:
     return "None" if obj is None else f"a {type(obj).__name__}"
 
 
-def _callable(reference: str, what: str) -> Any:
-    obj = resolve(reference, what)
-    if not callable(obj):
-        msg = f"{what} {reference} is of type {type(obj).__name__}, not callable"
-        raise UsageError(msg)
-    return obj
-
-
-def _logger(reference: str) -> Any:
-    if ":" not in reference:
-        return logging.getLogger(reference)
-    obj = resolve(reference, "--logger")
-    if not all(
-        callable(getattr(obj, level, None))
-        for level in ("debug", "info", "warning", "error")
-    ):
-        msg = f"--logger {reference} is of type {type(obj).__name__}, not a logger"
-        raise UsageError(msg)
-    return obj
-
-
 def option_values(args: argparse.Namespace) -> dict[str, Any]:
     """The `Worker` options the command line gives, resolved (imports done).
 
     ``middleware`` and ``observers`` hold only the flags' entries; `open_worker`
     adds them to the worker's own.
+
+    Raises:
+        UsageError: a ``MODULE:ATTR`` that does not import or is of the
+            wrong kind.
     """
-    values: dict[str, Any] = {}
-    for name, flag in option_flags().items():
-        if not hasattr(args, name):
-            continue
-        value = getattr(args, name)
-        if flag.kind == "callable":
-            value = _callable(value, flag.name)
-        elif flag.kind == "callables":
-            value = [_callable(ref, flag.name) for ref in value]
-        elif flag.kind == "logger":
-            value = _logger(value)
-        values[name] = value
-    return values
+    try:
+        return flags.option_values(args)
+    except FlagError as exc:
+        raise UsageError(str(exc)) from exc.__cause__
 
 
 class WorkerFailed(Exception):

@@ -6,8 +6,9 @@ A module can simply say::
     worker = pgqueue.Worker(pool)
 
 (`pgqueue.cli._target` finds the worker and opens its pool). Every `Worker`
-option has a flag, built here from the fields of `pgqueue.WorkerOptions`
-(their `pgqueue._core.options.Flag`); a flag given on the command line replaces
+option has a flag, built from the fields of `pgqueue.WorkerOptions`
+(their `pgqueue._core.options.Flag`) by `pgqueue._core.flags`, which
+``manage.py pgqueue_worker`` shares; a flag given on the command line replaces
 what the worker was built with (``--middleware`` and ``--observer`` are
 added after the worker's own). ``--queue`` gives either option: ``--queue
 NAME`` the one queue (``queue``), ``--queue NAME=N``, repeated, several
@@ -31,16 +32,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskStatus
 
-from pgqueue import RateLimit, SchemaError
-from pgqueue._extension import Flag, JsonFormatter, option_flags
+from pgqueue import SchemaError
+from pgqueue._extension import Flag, JsonFormatter, add_option_flags, option_flags
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_STOP_TIMEOUT,
     UsageError,
-    duration,
     optional_duration,
-    optional_int,
     port,
     positive_int,
     schema_message,
@@ -135,8 +134,16 @@ def add_to(commands: Commands) -> None:
     options = parser.add_argument_group(
         "worker options", "each replaces the option the worker was built with"
     )
-    for name, flag in OPTION_FLAGS.items():
-        _add_option(options, name, flag)
+    add_option_flags(options)
+    # A child of --processes: --listen=DSN, the DSN from the environment (not argv).
+    options.add_argument(
+        "--listen-from-env",
+        dest="listen",
+        action=_ListenFromEnv,
+        nargs=0,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
 
     running = parser.add_argument_group("running")  # not a status
     running.add_argument(
@@ -190,93 +197,6 @@ def add_to(commands: Commands) -> None:
     parser.set_defaults(run=run)
 
 
-_TYPES: dict[str, Any] = {
-    "int": int,
-    "int|none": optional_int,
-    "seconds": duration,
-    "seconds|none": optional_duration,
-}
-"""The argparse type of each kind of flag value that has one."""
-
-
-def _add_option(group: argparse._ArgumentGroup, name: str, flag: Flag) -> None:
-    """Add the flag of option ``name``; its value lands under ``name`` when given."""
-    keep = argparse.SUPPRESS  # an option not given is not in the namespace
-    arguments: dict[str, Any] = {"dest": name, "default": keep, "help": flag.help}
-    if flag.metavar is not None:
-        arguments["metavar"] = flag.metavar
-    kind = flag.kind
-    if kind == "queues":
-        return  # --queue NAME=N, given by the queue option's flag
-    if kind in _TYPES:
-        arguments["type"] = _TYPES[kind]
-    elif kind == "choice":
-        arguments["choices"] = flag.choices
-    elif kind == "callables":
-        arguments["action"] = "append"
-    elif kind == "queue":
-        arguments["action"] = _QueueAction
-    elif kind == "limit":
-        arguments["action"] = _GlobalLimitAction
-    elif kind == "rate":
-        arguments["action"] = _RateLimitAction
-    elif kind == "listen":
-        arguments.update(nargs="?", const=True)
-    group.add_argument(flag.name, **arguments)
-    if kind == "listen":
-        # A child of --processes: --listen=DSN, the DSN from the environment (not argv).
-        group.add_argument(
-            "--listen-from-env",
-            dest=name,
-            action=_ListenFromEnv,
-            nargs=0,
-            default=keep,
-            help=argparse.SUPPRESS,
-        )
-        group.add_argument(
-            f"--no-{flag.name.removeprefix('--')}",
-            dest=name,
-            action="store_const",
-            const=False,
-            default=keep,
-            help="poll only",
-        )
-
-
-class _QueueAction(argparse.Action):
-    """``--queue NAME`` (the one queue), or ``--queue NAME=N`` repeated (``queues``); not both.
-
-    ``NAME=N`` is read as a queue and its concurrency only when N is a whole
-    number; any other text is one queue's name.
-    """
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        text = str(values)
-        name, sep, number = text.rpartition("=")
-        if sep and name and number.isdigit():
-            if hasattr(namespace, "queue"):
-                raise argparse.ArgumentError(self, _MIXED)
-            queues: dict[str, int] = getattr(namespace, "queues", {})
-            if name in queues:
-                msg = f"queue {name!r} given twice"
-                raise argparse.ArgumentError(self, msg)
-            queues[name] = int(number)
-            namespace.queues = queues
-        else:
-            if hasattr(namespace, "queues"):
-                raise argparse.ArgumentError(self, _MIXED)
-            namespace.queue = text
-
-
-_MIXED = "give either one --queue NAME or several --queue NAME=N, not both"
-
-
 class _ListenFromEnv(argparse.Action):
     """``--listen-from-env``: ``--listen`` with the DSN in `LISTEN_DSN_VARIABLE`."""
 
@@ -288,87 +208,6 @@ class _ListenFromEnv(argparse.Action):
         option_string: str | None = None,
     ) -> None:
         namespace.listen = os.environ.get(LISTEN_DSN_VARIABLE) or True
-
-
-class _PerQueueAction(argparse.Action):
-    """``--OPTION VALUE`` (the one queue's), ``none``, or ``--OPTION NAME=VALUE`` repeated."""
-
-    form = "N"
-    """How a value is written, for the error when both ways are mixed."""
-
-    def value(self, text: str) -> Any:
-        """The option's value read from ``text`` (raises `argparse.ArgumentError`)."""
-        return _whole(self, text)
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        text = str(values)
-        dest = self.dest
-        mixed = (
-            f"give either one {option_string} {self.form} or several "
-            f"{option_string} NAME={self.form}, not both"
-        )
-        given = getattr(namespace, dest, {})
-        name, sep, value = text.rpartition("=")
-        if sep and name:
-            if not isinstance(given, dict):
-                raise argparse.ArgumentError(self, mixed)
-            if name in given:
-                msg = f"queue {name!r} given twice"
-                raise argparse.ArgumentError(self, msg)
-            given[name] = self.value(value)
-            setattr(namespace, dest, given)
-        else:
-            if hasattr(namespace, dest):
-                raise argparse.ArgumentError(self, mixed)
-            setattr(
-                namespace, dest, None if text.lower() == "none" else self.value(text)
-            )
-
-
-class _GlobalLimitAction(_PerQueueAction):
-    """``--global-limit N`` / ``--group-limit N`` (the one queue's), ``none``, or ``NAME=N`` repeated."""
-
-
-class _RateLimitAction(_PerQueueAction):
-    """``--rate-limit N/DURATION[:per-group]``, ``none``, or ``NAME=N/DURATION`` repeated."""
-
-    form = "N/DURATION"
-
-    def value(self, text: str) -> RateLimit:
-        """The `RateLimit` written as ``N/DURATION[:per-group]``."""
-        return _rate(self, text)
-
-
-def _rate(action: argparse.Action, text: str) -> RateLimit:
-    """``N/DURATION`` (``100/60s``, ``5/1s:per-group``) as a `RateLimit`."""
-    body, colon, flag = text.partition(":")
-    if colon and flag != "per-group":
-        msg = f"expected N/DURATION or N/DURATION:per-group, got {text!r}"
-        raise argparse.ArgumentError(action, msg)
-    count, slash, window = body.partition("/")
-    if not slash:
-        msg = f"expected N/DURATION (100/60s), got {text!r}"
-        raise argparse.ArgumentError(action, msg)
-    try:
-        return RateLimit(
-            _whole(action, count), per=duration(window), per_group=bool(colon)
-        )
-    except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
-        raise argparse.ArgumentError(action, str(exc)) from None
-
-
-def _whole(action: argparse.Action, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        msg = f"not a whole number: {text!r}"
-        raise argparse.ArgumentError(action, msg) from None
 
 
 # --------------------------------------------------------------------------

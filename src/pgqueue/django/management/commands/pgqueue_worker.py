@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from typing import Any
@@ -11,6 +12,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.tasks import task_backends
 
 from pgqueue import SchemaError
+from pgqueue._extension import (
+    FlagError,
+    add_option_flags,
+    option_values,
+    optional_duration,
+)
 from pgqueue.django._backend import MIGRATE
 from pgqueue.django._runner import run_worker
 
@@ -19,51 +26,20 @@ class Command(BaseCommand):
     """Run a pgqueue worker of the tasks until SIGINT or SIGTERM."""
 
     help = (
-        "Run the tasks of a pgqueue.django.Backend until SIGINT or SIGTERM. "
-        "`pgqueue worker --django` runs the same worker with every option of pgqueue's."
+        "Run the tasks of a pgqueue.django.Backend until SIGINT or SIGTERM, "
+        "taking every worker option's flag that `pgqueue worker` takes."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        """The backend, its queues, and the worker options most often set."""
-        parser.add_argument(
-            "--backend", default="default", help="the alias in TASKS (default: default)"
-        )
-        parser.add_argument(
-            "--queue",
-            action="append",
-            dest="queue_names",
-            metavar="NAME",
-            help="a queue to take tasks from, repeated (default: the backend's QUEUES)",
-        )
-        parser.add_argument(
-            "--concurrency", type=int, help="tasks run at once (per queue)"
-        )
-        parser.add_argument(
-            "--poll-interval",
-            type=float,
-            metavar="SECONDS",
-            help="look for due tasks this often besides the wakeups",
-        )
-        parser.add_argument(
-            "--burst",
-            action="store_true",
-            help="run the tasks that are ready, then exit",
-        )
-        parser.add_argument(
-            "--shutdown-timeout",
-            type=float,
-            default=30.0,
-            metavar="SECONDS",
-            help="how long the tasks in flight may finish after a signal (default 30)",
-        )
+        """The backend, every worker option's flag (as ``pgqueue worker`` has it), and running."""
+        add_arguments(parser)
 
     def handle(self, *args: Any, **given: Any) -> None:
         """Run the worker until a signal, or drained with --burst."""
-        options = {
-            name: given[name]
-            for name in ("concurrency", "poll_interval")
-            if given[name] is not None
-        }
+        try:
+            options = option_values(argparse.Namespace(**given))
+        except FlagError as exc:
+            raise CommandError(str(exc)) from exc.__cause__
         log_unless_configured()
         backend = task_backends[given["backend"]]
         database = getattr(backend, "database", None)
@@ -73,7 +49,6 @@ class Command(BaseCommand):
         try:
             run_worker(
                 given["backend"],
-                queue_names=given["queue_names"],
                 burst=given["burst"],
                 shutdown_timeout=given["shutdown_timeout"],
                 **options,
@@ -84,6 +59,32 @@ class Command(BaseCommand):
             raise CommandError(error.fixed_by(MIGRATE)) from None
         except* ImproperlyConfigured as failed:  # a queue not the backend's
             raise CommandError(str(failed.exceptions[0])) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's arguments: the backend, the worker options' flags, running."""
+    parser.add_argument(
+        "--backend", default="default", help="the alias in TASKS (default: default)"
+    )
+    add_option_flags(
+        parser.add_argument_group(
+            "worker options",
+            "each replaces the backend's OPTIONS['WORKER'] (--queue: its QUEUES)",
+        )
+    )
+    running = parser.add_argument_group("running")  # not a status
+    running.add_argument(
+        "--burst",
+        action="store_true",
+        help="run the tasks that are ready, then exit",
+    )
+    running.add_argument(
+        "--shutdown-timeout",
+        type=optional_duration,
+        default=30.0,
+        metavar="DURATION|none",
+        help="how long the tasks in flight may finish after a signal (default 30s)",
+    )
 
 
 def log_unless_configured() -> None:
