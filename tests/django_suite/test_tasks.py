@@ -28,8 +28,14 @@ from django.utils import timezone
 from shop.models import Order
 from shop.tasks import PaymentDeclinedError, attempt, charge, send_receipt, total
 
-from pgqueue import SchemaError
-from pgqueue.django import JOB_TYPE, database_dsn, pgqueue_priority
+from pgqueue import PgQueueError, SchemaError
+from pgqueue.django import (
+    JOB_TYPE,
+    JobFailed,
+    TaskFailed,
+    database_dsn,
+    pgqueue_priority,
+)
 from tests.django_suite.conftest import PROJECT, ROOT, Process, wait_until
 from tests.django_suite.tasks import now
 
@@ -163,6 +169,11 @@ def test_a_failing_task_is_failed_with_its_error_after_its_retries(
             [int(result.id)],
         )
         assert cursor.fetchone() == ("payments", 3, JOB_TYPE, "dead")
+
+
+def test_the_errors_are_pgqueue_errors() -> None:
+    assert issubclass(TaskFailed, PgQueueError)
+    assert issubclass(JobFailed, PgQueueError)
 
 
 def test_a_rolled_back_view_writes_nothing_and_wakes_no_worker() -> None:

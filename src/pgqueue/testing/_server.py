@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit
 
+from pgqueue import PgQueueError
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from typing import Self
@@ -88,7 +90,7 @@ _PORT_ATTEMPTS = 5
 _POLL_INTERVAL = 0.02
 
 
-class ServerUnavailableError(RuntimeError):
+class ServerUnavailableError(PgQueueError, RuntimeError):
     """No PostgreSQL server of the requested kind can be found or started."""
 
 
