@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import os
@@ -36,8 +35,9 @@ from pgqueue.django import (
     database_dsn,
     pgqueue_priority,
 )
-from tests.django_suite.conftest import PROJECT, ROOT, Process, wait_until
+from tests.django_suite.conftest import PROJECT, Process, wait_until
 from tests.django_suite.tasks import now
+from tests.go_module import GO_SCHEMA
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -73,16 +73,8 @@ def test_the_migration_applies_reverses_and_upgrades_a_go_table() -> None:
     assert not table_exists()
 
     # A table a Go producer made, holding its job: upgraded in place, kept.
-    source = (ROOT / "tests" / "test_schema_upgrade.py").read_text()
-    go_schema = next(
-        node.value.value
-        for node in ast.parse(source).body
-        if isinstance(node, ast.Assign)
-        and getattr(node.targets[0], "id", None) == "GO_SCHEMA"
-        and isinstance(node.value, ast.Constant)
-    )
     with connection.cursor() as cursor:
-        cursor.execute(go_schema)
+        cursor.execute(GO_SCHEMA)
         cursor.execute("INSERT INTO pgqueue_jobs (job_type) VALUES ('go.report')")
     call_command("migrate", "pgqueue", verbosity=0)
     with connection.cursor() as cursor:
