@@ -1,4 +1,4 @@
-"""Concepts written once: statuses in the lifecycle, servers behind the store, SQL by concept."""
+"""Concepts written once: statuses in the lifecycle, servers behind the store, SQL by concept, connections opened by the wire."""
 
 from __future__ import annotations
 
@@ -106,6 +106,21 @@ def test_only_the_store_asks_which_server() -> None:
             if isinstance(node, ast.alias) and node.name.startswith("DISTRIBUTED_"):
                 asked.append(f"{relative}:{node.name}")
     assert asked == []
+
+
+# What asyncpg's pool keeps to open its connections (none of it public).
+_POOL_OPENING = {"_get_new_connection", "_connection_class", "_record_class"}
+
+
+def test_only_the_wire_opens_connections_like_a_pool() -> None:
+    reached = [
+        f"{path.relative_to(SRC)}:{node.lineno}"
+        for path in _sources()
+        if path != SRC / "_wire" / "opening.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in _POOL_OPENING
+    ]
+    assert reached == []
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from pgqueue._core.checks import (
     check_name,
     check_queue_name,
 )
-from pgqueue._core.connect import target_of
+from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import SchemaError
 from pgqueue._core.lifecycle import FAILED, LIFECYCLE, Status
 from pgqueue._core.log import Logger, default_logger

@@ -37,7 +37,7 @@ from pgqueue._core.codec import (
     encode_payloads,
     payload_encoder,
 )
-from pgqueue._core.connect import target_of
+from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import DuplicateJobError, JobNotFoundError, SchemaError
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
