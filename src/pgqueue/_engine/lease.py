@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from pgqueue._core.retry import Failures, log_failure
+from pgqueue._core.log import log_failure
+from pgqueue._core.retry import Failures
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
