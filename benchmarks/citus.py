@@ -6,7 +6,7 @@ Usage: python -m benchmarks.citus [--jobs 20000] [--runs 3]
 Needs the citus extension installed for the machine's PostgreSQL (see
 docs/howto/scaling.md; nothing here builds it). Starts, on free loopback
 ports in a temporary directory (removed at the end), a Citus coordinator
-with two worker nodes (`tests.citus_cluster`) and a plain PostgreSQL
+with two worker nodes (`pgqueue.testing._citus`) and a plain PostgreSQL
 server with the same settings (fsync off on all four: the figures compare
 the engines, not the disks). For each setup, concurrency C and queue count
 Q, each run fills Q queues with N no-op jobs between them (`enqueue_many`
@@ -52,14 +52,14 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import psutil
-from tests.citus_cluster import CitusCluster, CitusNode, citus_cluster, citus_missing
-from tests.local_servers import binaries, free_port
 
 import pgqueue
 from benchmarks._common import process_cpu
 from pgqueue._sql.claims import CLAIM, DISTRIBUTED_CLAIM, DISTRIBUTED_CLAIM_ZERO
 from pgqueue._sql.literals import array, claim_places
 from pgqueue._sql.outcomes import COMPLETE, DISTRIBUTED_COMPLETE
+from pgqueue.testing._citus import CitusCluster, CitusNode, citus_cluster, citus_missing
+from pgqueue.testing._clusters import binaries, free_port
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -170,6 +170,17 @@ class RecordingLogger:
                 await self._arrived.wait()
 
 
+def no_backoff(_attempt: int) -> float:
+    """A worker's backoff that retries a failed job at once."""
+    return 0.0
+
+
+async def drain(worker: pgqueue.Worker, within: float = 15.0) -> None:
+    """Run ``worker`` until its queues are empty; fail after ``within`` seconds."""
+    with anyio.fail_after(within):
+        await worker.run(until_empty=True)
+
+
 async def noop(_job: pgqueue.Job) -> None:
     """A handler that completes its job."""
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pwd
 import re
 import shutil
 import signal
@@ -32,6 +31,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 import pytest
+
+from pgqueue.testing._server import free_port, unprivileged_ids
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -103,14 +104,14 @@ def pgbouncer(server_dsn: str, *, pool_size: int = 2) -> Iterator[PgBouncer]:
     server = f"host={target.hostname or '127.0.0.1'} port={target.port or 5432} dbname={database} user={user}"
     if target.password:
         server += f" password={unquote(target.password)}"
-    run_as = _unprivileged()
+    run_as = unprivileged_ids()
     with tempfile.TemporaryDirectory(prefix="pgqueue-pgbouncer-") as tmp:
         directory = Path(tmp)
         if run_as is not None:
             os.chown(directory, *run_as)
         log_path = directory / "pgbouncer.log"
         for _ in range(_PORT_ATTEMPTS):
-            port = _free_port()
+            port = free_port()
             config = directory / "pgbouncer.ini"
             config.write_text(
                 _CONFIG.format(
@@ -172,24 +173,6 @@ max_client_conn = 100
 logfile =
 pidfile =
 """
-
-
-def _unprivileged() -> tuple[int, int] | None:
-    """Return the uid and gid to run PgBouncer as: nobody's when we are root."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        return 65534, 65534
-    return nobody.pw_uid, nobody.pw_gid
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _wait_ready(

@@ -1,24 +1,29 @@
 """A primary and a synchronous hot standby of the machine's PostgreSQL, for the failover tier.
 
-Made with the machine's own ``initdb``, ``pg_ctl`` and ``pg_basebackup``
-(``PG_BINDIR``, else the newest ``/usr/lib/postgresql/*/bin``, else ``PATH``),
-run as the ``postgres`` user when the tests run as root, on free loopback
-ports, in a temporary directory that is removed on the way out whatever
-happened. ``synchronous_standby_names = '*'``: a commit the primary
+Made with `pgqueue.testing._clusters` (the machine's own ``initdb``,
+``pg_ctl`` and ``pg_basebackup``, free loopback ports, a temporary
+directory removed on the way out whatever happened); only the standby's
+copy and promotion are the tier's own. ``synchronous_standby_names = '*'``: a commit the primary
 acknowledges is on the standby too, so nothing acknowledged is lost by
 promoting it.
 """
 
 from __future__ import annotations
 
-import subprocess
 import time
 from typing import TYPE_CHECKING
 
 import anyio
 import asyncpg
 
-from tests.local_servers import LocalCluster, LocalServer, binaries, free_port, servers
+from pgqueue.testing._clusters import (
+    LocalCluster,
+    LocalServer,
+    binaries,
+    free_port,
+    servers,
+)
+from pgqueue.testing._server import ServerUnavailableError
 
 if TYPE_CHECKING:
     import contextlib
@@ -110,12 +115,11 @@ class ReplicatedCluster(LocalCluster):
                 return
             time.sleep(0.05)
         msg = "the standby did not become synchronous"
-        raise RuntimeError(msg)
+        raise ServerUnavailableError(msg)
 
     def _sync_state(self) -> str | None:
-        psql = self.bindir / "psql"
-        command = [
-            str(psql),
+        result = self.run(
+            "psql",
             "-At",
             "-h",
             "127.0.0.1",
@@ -125,11 +129,7 @@ class ReplicatedCluster(LocalCluster):
             "postgres",
             "-c",
             "SELECT sync_state FROM pg_stat_replication",
-        ]
-        if self._as_postgres:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=30, check=False
+            check=False,
         )
         return result.stdout.strip() or None
 

@@ -16,8 +16,8 @@ from pgqueue._sql.claims import CLAIM
 from pgqueue._sql.leases import SEED_LIMIT
 from pgqueue._sql.literals import array, claim_places
 from pgqueue._sql.outcomes import COMPLETE, FINISH
+from tests.go_module import GO_SCHEMA
 from tests.helpers import listening, row, rows, running, wait_until
-from tests.test_schema_upgrade import GO_SCHEMA
 
 FINISHED_AGO = "now() - interval '2 days'"
 

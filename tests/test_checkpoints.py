@@ -22,14 +22,10 @@ import pytest
 import pgqueue
 from pgqueue._dashboard import Sampler
 from pgqueue.web import create_app
-from tests.helpers import RecordingLogger, row, running, wait_for_row
+from tests.helpers import RecordingLogger, no_backoff, row, running, wait_for_row
 
 if TYPE_CHECKING:
     import asyncpg
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
 
 
 @dataclasses.dataclass

@@ -2,7 +2,7 @@
 
 Each test goes through the public API (or the CLI) on the coordinator, on
 queues of its own, and waits on events and rows under deadlines. The
-cluster is made once for the module (`tests.citus_cluster`); the whole tier
+cluster is made once for the module (`pgqueue.testing._citus`); the whole tier
 is skipped, saying why, where the citus extension is not installed. Run it
 alone with ``-m citus``; deselect it with ``-m 'not citus'``.
 """
@@ -19,15 +19,15 @@ import asyncpg
 import pytest
 
 import pgqueue
-from tests.citus_cluster import citus_cluster, citus_missing
+from pgqueue.testing._citus import citus_cluster, citus_missing
+from pgqueue.testing._clusters import binaries
 from tests.helpers import row, rows, running, wait_for_row, wait_until
-from tests.replicated import binaries
 from tests.test_cli import EXIT_ERROR, EXIT_OK, cli
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
 
-    from tests.citus_cluster import CitusCluster
+    from pgqueue.testing._citus import CitusCluster
 
 pytestmark = [pytest.mark.citus, pytest.mark.timeout(240)]
 

@@ -257,7 +257,7 @@ async def test_schema_print_apply_and_check(fresh_dsn: str) -> None:
         )
 
         await pgqueue.uninstall(connection)
-        from tests.test_schema_upgrade import GO_SCHEMA
+        from tests.go_module import GO_SCHEMA
 
         await connection.execute(GO_SCHEMA)
         check = await cli(fresh_dsn, "schema", "check")

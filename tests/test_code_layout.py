@@ -1,4 +1,4 @@
-"""Concepts written once: statuses in the lifecycle, servers behind the store, SQL by concept."""
+"""Concepts written once: statuses in the lifecycle, servers behind the store, SQL by concept, connections opened by the wire."""
 
 from __future__ import annotations
 
@@ -113,6 +113,21 @@ def test_only_the_store_asks_which_server() -> None:
     assert asked == []
 
 
+# What asyncpg's pool keeps to open its connections (none of it public).
+_POOL_OPENING = {"_get_new_connection", "_connection_class", "_record_class"}
+
+
+def test_only_the_wire_opens_connections_like_a_pool() -> None:
+    reached = [
+        f"{path.relative_to(SRC)}:{node.lineno}"
+        for path in _sources()
+        if path != SRC / "_wire" / "opening.py"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in _POOL_OPENING
+    ]
+    assert reached == []
+
+
 @pytest.mark.parametrize(
     "module", sorted((SRC / "_sql").glob("*.py")), ids=lambda path: path.name
 )
@@ -129,3 +144,18 @@ def test_each_outcome_writes_a_status_of_the_lifecycle() -> None:
         else:
             assert transition.status == kind.value, kind
             assert transition.status.ended, kind
+
+
+# The first release is 0.1 (pyproject's 0.1.0.dev0): notes name it, so a
+# release needs no rewrite of them.
+_VERSION_NOTE = re.compile(r"\.\. version(?:added|changed):: (\S+)")
+
+
+def test_version_notes_name_the_first_release() -> None:
+    other = [
+        f"{path.relative_to(SRC)}: {version}"
+        for path in _sources()
+        for version in _VERSION_NOTE.findall(path.read_text())
+        if version.rstrip('"') != "0.1"
+    ]
+    assert other == []

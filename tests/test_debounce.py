@@ -20,8 +20,8 @@ import asyncpg
 import pytest
 
 import pgqueue
+from tests.go_module import GO_CLAIM, GO_COMPLETE
 from tests.helpers import queue_count, row, running, wait_for_row, wait_until
-from tests.test_schema_upgrade import GO_CLAIM, GO_COMPLETE
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -16,14 +16,10 @@ import anyio
 import pytest
 
 import pgqueue
-from tests.helpers import queue_count, row, running, wait_for_row
+from tests.helpers import no_backoff, queue_count, row, running, wait_for_row
 
 if TYPE_CHECKING:
     import asyncpg
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
 
 
 def worker_for(pool: asyncpg.Pool, queue: pgqueue.Queue) -> pgqueue.Worker:

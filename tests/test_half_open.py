@@ -30,9 +30,9 @@ import anyio
 import anyio.lowlevel
 
 import pgqueue
-from pgqueue._core.connect import connect_like
 from pgqueue._pubsub import Subscriber, publish
 from pgqueue._wire.listener import Listener
+from pgqueue._wire.opening import connect_like
 from tests.helpers import RecordingLogger, running, wait_until
 from tests.tcp_proxy import TcpProxy, proxy_to, via
 

@@ -24,17 +24,13 @@ import pytest
 import pgqueue
 from pgqueue._core.errors import MAX_ERROR_LENGTH
 from pgqueue.web import create_app
-from tests.helpers import running, wait_for_row, wait_until
+from tests.go_module import GO_CLAIM, GO_RETRY
+from tests.helpers import no_backoff, running, wait_for_row, wait_until
 from tests.test_cli import EXIT_OK, cli
 from tests.test_faults import FAULT_WORKER, INVOCATIONS
-from tests.test_schema_upgrade import GO_CLAIM, GO_RETRY
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
 
 
 def fast_worker(pool: asyncpg.Pool, queue: str, **options: object) -> pgqueue.Worker:

@@ -9,14 +9,17 @@ import asyncpg
 import pytest
 
 import pgqueue
-from tests.helpers import RecordingLogger, row, running, wait_for_row, wait_until
+from tests.helpers import (
+    RecordingLogger,
+    no_backoff,
+    row,
+    running,
+    wait_for_row,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
 
 
 class Recorder(pgqueue.EnqueueHook):

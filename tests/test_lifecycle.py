@@ -18,7 +18,9 @@ from pgqueue._sql.literals import array, claim_places
 from pgqueue._sql.outcomes import COMPLETE, FINISH, RESCUE
 from tests.helpers import (
     RecordingLogger,
+    drain,
     listening,
+    no_backoff,
     noop,
     queue_count,
     row,
@@ -27,16 +29,6 @@ from tests.helpers import (
     wait_for_row,
     wait_until,
 )
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
-
-
-async def drain(worker: pgqueue.Worker, within: float = 15.0) -> None:
-    with anyio.fail_after(within):
-        await worker.run(until_empty=True)
-
 
 NO_SERVER = "postgresql://nobody@127.0.0.1:1/none"
 

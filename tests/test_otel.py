@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -16,7 +15,8 @@ from opentelemetry.trace import SpanKind, StatusCode, format_span_id, format_tra
 
 import pgqueue
 from pgqueue.otel import Tracing
-from tests.helpers import row
+from tests.go_module import GO_ENQUEUE
+from tests.helpers import drain, row
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,11 +38,6 @@ def tracing(exporter: InMemorySpanExporter) -> Tracing:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return Tracing(provider)
-
-
-async def drain(worker: pgqueue.Worker) -> None:
-    with anyio.fail_after(15):
-        await worker.run(until_empty=True)
 
 
 async def run_noops(
@@ -212,11 +207,7 @@ async def test_a_go_producers_job_gets_a_span_without_a_link(
     tracing: Tracing,
     exporter: InMemorySpanExporter,
 ) -> None:
-    job_id = await pool.fetchval(
-        "INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)"
-        " VALUES ($1, 't', '{}', 5, now()) RETURNING id",
-        queue_name,
-    )
+    job_id = await pool.fetchval(GO_ENQUEUE, queue_name, "t", "{}", 5)
     assert (await row(pool, job_id))["trace_context"] is None
     not_ours = await pool.fetchval(
         "INSERT INTO pgqueue_jobs (queue, job_type, trace_context)"

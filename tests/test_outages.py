@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 import pgqueue
-from pgqueue._core.connect import target as pgqueue_target
+from pgqueue._core.dsn import target as pgqueue_target
 from pgqueue._sql.outcomes import COMPLETE, FINISH
 from tests.helpers import (
     RecordingLogger,

@@ -697,7 +697,7 @@ FROM information_schema.columns WHERE table_name = 'pgqueue_periodic'
 async def test_the_upgrade_adds_the_periodic_table_to_a_go_table_idempotently(
     fresh_dsn: str,
 ) -> None:
-    from tests.test_schema_upgrade import GO_SCHEMA
+    from tests.go_module import GO_SCHEMA
 
     connection = await asyncpg.connect(fresh_dsn)
     try:

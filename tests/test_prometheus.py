@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,12 +20,9 @@ from pgqueue.prometheus import (
     WorkerMetrics,
     serve,
 )
-from tests.helpers import row, running, wait_for_row, wait_until
+from pgqueue.testing._server import free_port
+from tests.helpers import no_backoff, row, running, wait_for_row, wait_until
 from tests.test_cli_secrets import listening_addresses
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
 
 
 def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -340,18 +336,11 @@ def test_queue_collector_refuses_bad_arguments() -> None:
             QueueCollector(None, registry=CollectorRegistry(), **kwargs)  # type: ignore[arg-type]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 async def test_serve_exposes_the_registry_over_http() -> None:
     registry = CollectorRegistry()
     metrics = WorkerMetrics(registry)
     metrics.rescued.labels("q", "pending").inc(2)
-    port = _free_port()
+    port = free_port()
     serve(port, "127.0.0.1", registry=registry)
 
     def scrape() -> str:
@@ -406,6 +395,6 @@ async def test_job_types_without_a_handler_share_one_label(
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs Linux's /proc")
 async def test_serve_listens_on_this_machine_only_by_default() -> None:
-    port = _free_port()
+    port = free_port()
     serve(port, registry=CollectorRegistry())
     assert listening_addresses(port) == {"0100007F"}  # 127.0.0.1

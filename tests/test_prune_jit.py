@@ -3,7 +3,7 @@
 PostgreSQL JIT-compiles a statement whose plan costs more than
 ``jit_above_cost``; a prune batch's walk of the primary key passes it on a
 table of a few hundred thousand finished rows and then spends far longer
-compiling than deleting. Here a private server (`tests.local_servers`)
+compiling than deleting. Here a private server (`pgqueue.testing._clusters`)
 sets the thresholds to 0, so that every statement would be compiled, and
 ``pg_stat_statements`` counts the functions each statement compiled: the
 batches compile none, a control query does (so JIT is there to be
@@ -19,8 +19,14 @@ import asyncpg
 import pytest
 
 import pgqueue
+from pgqueue.testing._clusters import (
+    LocalCluster,
+    LocalServer,
+    binaries,
+    free_port,
+    servers,
+)
 from tests.helpers import running, wait_until
-from tests.local_servers import LocalCluster, LocalServer, binaries, free_port, servers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator, Sequence

@@ -114,3 +114,25 @@ def test_every_public_error_is_named_as_pgqueue_imports_it() -> None:
     assert shown.splitlines()[-1].startswith("pgqueue.SchemaError: u@h:5432/d: x: "), (
         shown
     )
+
+
+@pytest.mark.parametrize(
+    "package",
+    [pgqueue.testing, pgqueue.sync, pgqueue.sqlalchemy],
+    ids=lambda p: p.__name__,
+)
+def test_every_error_an_extra_exports_is_a_pgqueue_error(package: ModuleType) -> None:
+    # pgqueue.django's are checked in tests/django_suite (Django needs 3.12).
+    errors = [
+        obj
+        for name in package.__all__
+        if isinstance(obj := getattr(package, name), type)
+        and issubclass(obj, BaseException)
+    ]
+    assert all(issubclass(error, pgqueue.PgQueueError) for error in errors), errors
+
+
+def test_server_unavailable_is_a_pgqueue_error_and_still_a_runtime_error() -> None:
+    error = pgqueue.testing.ServerUnavailableError
+    assert issubclass(error, pgqueue.PgQueueError)
+    assert issubclass(error, RuntimeError)

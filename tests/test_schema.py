@@ -8,6 +8,7 @@ import asyncpg
 import pytest
 
 import pgqueue
+from tests.go_module import GO_CLAIM, GO_COMPLETE, GO_INSERT
 from tests.helpers import listening, row
 
 # What the Go module v1.1.0 creates, column by column.
@@ -25,29 +26,6 @@ GO_COLUMNS = {
     "updated_at": ("timestamp with time zone", "NO", "now()"),
     "completed_at": ("timestamp with time zone", "YES", None),
 }
-
-# The Go module's producer and worker statements, verbatim in meaning.
-GO_INSERT = """
-INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
-VALUES ($1, $2, $3, $4, $5) RETURNING id
-"""
-GO_CLAIM = """
-UPDATE pgqueue_jobs
-SET status = 'running', attempts = attempts + 1, updated_at = now()
-WHERE id IN (
-    SELECT id FROM pgqueue_jobs
-    WHERE queue = $1 AND status = 'pending' AND run_at <= now()
-    ORDER BY run_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-RETURNING id, queue, job_type, payload, attempts, max_attempts, run_at, created_at, COALESCE(last_error, '')
-"""
-GO_COMPLETE = (
-    "UPDATE pgqueue_jobs SET status = 'completed', completed_at = now(), updated_at = now()"
-    " WHERE id = $1 AND status = 'running' AND attempts = $2"
-)
-
 
 # What schema v2 adds, column by column (defaults are constants: no rewrite).
 V2_COLUMNS = {

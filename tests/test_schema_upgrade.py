@@ -18,74 +18,19 @@ import pytest
 import pgqueue
 from pgqueue._copy import COPY_MIN_JOBS
 from pgqueue.testing import with_database
+from tests.go_module import (
+    GO_CLAIM,
+    GO_COMPLETE,
+    GO_DEAD,
+    GO_ENQUEUE,
+    GO_RESCUE,
+    GO_RETRY,
+    GO_SCHEMA,
+)
 from tests.helpers import noop, row, rows, running, wait_for_row
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-
-# The Go module v1.1.0's pgqueue.Schema.
-GO_SCHEMA = """
-CREATE TABLE pgqueue_jobs
-(
-    id           BIGSERIAL PRIMARY KEY,
-    queue        TEXT        NOT NULL DEFAULT 'default',
-    job_type     TEXT        NOT NULL,
-    payload      JSONB       NOT NULL DEFAULT '{}'::jsonb,
-    status       TEXT        NOT NULL DEFAULT 'pending'
-        CONSTRAINT chk_pgqueue_jobs_status CHECK (status IN ('pending', 'running', 'completed', 'dead')),
-    attempts     INT         NOT NULL DEFAULT 0,
-    max_attempts INT         NOT NULL DEFAULT 5,
-    run_at       TIMESTAMPTZ NOT NULL DEFAULT now(),
-    last_error   TEXT,
-    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
-    completed_at TIMESTAMPTZ
-);
-
-CREATE INDEX idx_pgqueue_jobs_claim ON pgqueue_jobs (queue, run_at, id) WHERE status = 'pending';
-CREATE INDEX idx_pgqueue_jobs_rescue ON pgqueue_jobs (updated_at) WHERE status = 'running';
-"""
-
-# The Go module's statements, in meaning.
-GO_ENQUEUE = """
-WITH job AS (
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)
-    VALUES ($1, $2, $3, $4, now()) RETURNING id
-)
-SELECT job.id FROM job, pg_notify('pgqueue_jobs', $1)
-"""
-GO_CLAIM = """
-UPDATE pgqueue_jobs
-SET status = 'running', attempts = attempts + 1, updated_at = now()
-WHERE id IN (
-    SELECT id FROM pgqueue_jobs
-    WHERE queue = $1 AND status = 'pending' AND run_at <= now()
-    ORDER BY run_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-RETURNING id, attempts
-"""
-GO_COMPLETE = (
-    "UPDATE pgqueue_jobs SET status = 'completed', completed_at = now(), updated_at = now()"
-    " WHERE id = $1 AND status = 'running' AND attempts = $2"
-)
-GO_RETRY = (
-    "UPDATE pgqueue_jobs SET status = 'pending', run_at = now(), last_error = $3,"
-    " updated_at = now() WHERE id = $1 AND status = 'running' AND attempts = $2"
-)
-GO_DEAD = (
-    "UPDATE pgqueue_jobs SET status = 'dead', last_error = $3, updated_at = now()"
-    " WHERE id = $1 AND status = 'running' AND attempts = $2"
-)
-GO_RESCUE = """
-UPDATE pgqueue_jobs
-SET status = CASE WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
-    last_error = CASE WHEN attempts < max_attempts THEN last_error
-                      ELSE 'rescued after exceeding max attempts' END,
-    updated_at = now()
-WHERE status = 'running' AND updated_at < now() - make_interval(secs => $1)
-"""
 
 CATALOG = """
 SELECT json_build_object(

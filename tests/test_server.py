@@ -31,7 +31,6 @@ from pgqueue.testing._server import (
     postgres_server,
     server_kind_from_env,
 )
-from tests.embedded import EmbeddedServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -372,7 +371,7 @@ async def _count(dsn: str) -> int:
 
 @needs_embedded
 def test_restartable_server_keeps_its_port_and_data() -> None:
-    """tests.embedded.EmbeddedServer: fast and immediate restarts on the same port and data."""
+    """EmbeddedCluster: fast and immediate restarts on the same port and data."""
 
     async def create() -> None:
         conn = await asyncpg.connect(server.dsn, timeout=10)
@@ -382,7 +381,7 @@ def test_restartable_server_keeps_its_port_and_data() -> None:
         finally:
             await conn.close()
 
-    with EmbeddedServer() as server:
+    with EmbeddedCluster() as server:
         dsn, port = server.dsn, _port_of(server.dsn)
         asyncio.run(create())
         first_pid = _postmaster_pid(str(server.data_dir))
@@ -409,7 +408,7 @@ def test_restartable_server_keeps_its_port_and_data() -> None:
     reason="the copy is made only when PostgreSQL must run as another user",
 )
 def test_cached_copy_of_the_binaries_runs_as_the_unprivileged_user() -> None:
-    run_as = _server._unprivileged_ids()
+    run_as = _server.unprivileged_ids()
     assert run_as is not None
     package, version = _server._wheel_location()
     # A private, world-traversable root, so this test does not touch the shared cache.

@@ -19,8 +19,8 @@ import asyncpg
 import pytest
 
 import pgqueue
+from tests.go_module import GO_SCHEMA
 from tests.helpers import queue_count, running
-from tests.test_schema_upgrade import GO_SCHEMA
 from tests.test_wakeups import go_listener, nothing_heard_for
 
 # The columns a producer decides (id and timestamps aside).

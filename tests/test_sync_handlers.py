@@ -20,21 +20,12 @@ import anyio
 import pytest
 
 import pgqueue
-from tests.helpers import row, running, wait_for_row, wait_until
+from tests.helpers import drain, no_backoff, row, running, wait_for_row, wait_until
 
 if TYPE_CHECKING:
     import asyncpg
 
 WITHIN = 10.0
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
-
-
-async def drain(worker: pgqueue.Worker) -> None:
-    with anyio.fail_after(WITHIN):
-        await worker.run(until_empty=True)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from pgqueue._sql.functions import FUNCTIONS
 from pgqueue._sql.grants import KINDS
 from pgqueue._sql.outcomes import RESCUE
 from pgqueue._sql.settings import WORKER_SETTINGS
+from tests.go_module import GO_CLAIM, GO_COMPLETE, GO_INSERT
 from tests.helpers import plan_buffers, running, wait_until
-from tests.test_schema import GO_CLAIM, GO_COMPLETE, GO_INSERT
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -26,19 +26,13 @@ import pgqueue
 from pgqueue._sql.claims import CLAIM_TYPES
 from pgqueue._sql.literals import claim_places
 from tests.cli_apps import RUNS
-from tests.helpers import noop, row, running, wait_for_row
+from tests.helpers import drain, noop, row, running, wait_for_row
 from tests.test_statement_plans import _claimed, _plans, _table_scans
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
 ROOT = Path(__file__).resolve().parent.parent
-WITHIN = 15.0
-
-
-async def drain(worker: pgqueue.Worker) -> None:
-    with anyio.fail_after(WITHIN):
-        await worker.run(until_empty=True)
 
 
 async def test_with_unknown_types_dead_a_job_without_a_handler_goes_dead_at_once(

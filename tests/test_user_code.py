@@ -24,6 +24,8 @@ import pgqueue
 from pgqueue._core.errors import MAX_ERROR_LENGTH
 from tests.helpers import (
     RecordingLogger,
+    drain,
+    no_backoff,
     noop,
     row,
     rows,
@@ -36,17 +38,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 
-def no_backoff(_attempt: int) -> float:
-    return 0.0
-
-
 async def statuses(pool: asyncpg.Pool, queue: str) -> Counter[str]:
     return Counter(r["status"] for r in await rows(pool, queue))
-
-
-async def drain(worker: pgqueue.Worker, within: float = 15.0) -> None:
-    with anyio.fail_after(within):
-        await worker.run(until_empty=True)
 
 
 # --- 1. error text the database refuses --------------------------------------

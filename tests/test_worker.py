@@ -17,8 +17,10 @@ import pgqueue
 from pgqueue._sql import claims as claims_sql
 from pgqueue._sql import literals
 from pgqueue._sql import outcomes as outcomes_sql
+from tests.go_module import GO_ENQUEUE
 from tests.helpers import (
     RecordingLogger,
+    no_backoff,
     noop,
     row,
     rows,
@@ -29,15 +31,6 @@ from tests.helpers import (
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-
-GO_INSERT = (
-    "INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at)"
-    " VALUES ($1, $2, $3, $4, now()) RETURNING id"
-)
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
 
 
 async def _statuses(pool: asyncpg.Pool, queue: str) -> Counter[str]:
@@ -816,11 +809,9 @@ async def test_a_job_written_by_the_go_module_runs(
 
     async with running(worker):
         await wait_until(_listening(worker))
-        async with pool.acquire() as connection, connection.transaction():
-            job_id = await connection.fetchval(
-                GO_INSERT, queue_name, "send_welcome_email", '{"user_id":"01J5"}', 5
-            )
-            await connection.execute("SELECT pg_notify('pgqueue_jobs', $1)", queue_name)
+        job_id = await pool.fetchval(
+            GO_ENQUEUE, queue_name, "send_welcome_email", '{"user_id":"01J5"}', 5
+        )
         await wait_for_row(pool, job_id, within=5, status="completed")
     assert [(j.id, j.payload, j.attempts) for j in seen] == [
         (job_id, {"user_id": "01J5"}, 1)

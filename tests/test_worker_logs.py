@@ -25,7 +25,7 @@ import pytest
 import pgqueue
 from pgqueue._core.log import JsonFormatter
 from pgqueue._engine.runner import TRACEBACK_INTERVAL
-from tests.helpers import RecordingLogger
+from tests.helpers import RecordingLogger, no_backoff
 
 if TYPE_CHECKING:
     import asyncpg
@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 APP = "tests.cli_apps.failing:worker"
 JSON = ("--log-format", "json")
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
 
 
 def job_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:

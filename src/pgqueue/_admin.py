@@ -22,7 +22,7 @@ from pgqueue._core.checks import (
     check_name,
     check_queue_name,
 )
-from pgqueue._core.connect import target_of
+from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import SchemaError
 from pgqueue._core.lifecycle import FAILED, LIFECYCLE, Status
 from pgqueue._core.log import Logger, default_logger
@@ -271,7 +271,7 @@ class QueueStats(_JSONShape):
     .. versionchanged:: 0.1
         ``slots_in_use``, ``global_limit`` and ``waiting``.
 
-    .. versionchanged:: Unreleased
+    .. versionchanged:: 0.1
         ``paused``.
     """
 
@@ -303,7 +303,7 @@ class TopQueues(_JSONShape):
         more: how many other queues there are (of those the filters let
             through), left out.
 
-    .. versionadded:: Unreleased
+    .. versionadded:: 0.1
     """
 
     queues: tuple[QueueStats, ...]
@@ -701,7 +701,7 @@ class Admin:
             TypeError, ValueError: a bad argument (before any SQL runs).
             SchemaError: the table is missing or lacks a column.
 
-        .. versionadded:: Unreleased
+        .. versionadded:: 0.1
         """
         count = check_int("limit", limit)
         text = None if contains is None else check_queue_name(contains)
@@ -749,9 +749,9 @@ class Admin:
 
         Args:
             queue: only this queue's jobs.
-            status: one of pending, running, completed, dead, cancelled,
-                ``ready`` (pending and due) or ``scheduled`` (pending, not
-                yet due).
+            status: one of the six statuses (pending, waiting, running,
+                completed, dead, cancelled), ``ready`` (pending and due) or
+                ``scheduled`` (pending, not yet due).
             job_type: only jobs of this type.
             limit: at most this many jobs.
             before_id: only jobs with a smaller id.
@@ -1080,7 +1080,7 @@ class Admin:
             SchemaError: ``pgqueue_paused`` is missing (apply
                 `SCHEMA_UPGRADE`).
 
-        .. versionadded:: Unreleased
+        .. versionadded:: 0.1
         """
         name = check_queue_name(queue)
         async with self._schema_checked():
@@ -1099,7 +1099,7 @@ class Admin:
             TypeError, ValueError: a bad queue name (nothing is written).
             SchemaError: ``pgqueue_paused`` is missing.
 
-        .. versionadded:: Unreleased
+        .. versionadded:: 0.1
         """
         name = check_queue_name(queue)
         async with self._schema_checked():
@@ -1115,7 +1115,7 @@ class Admin:
         Raises:
             SchemaError: ``pgqueue_paused`` is missing.
 
-        .. versionadded:: Unreleased
+        .. versionadded:: 0.1
         """
         async with self._schema_checked():
             rows = await self._executor.fetch(PAUSED, None)

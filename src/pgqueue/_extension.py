@@ -47,7 +47,7 @@ from pgqueue._core.codec import (
     payload_encoder,
     unencodable,
 )
-from pgqueue._core.connect import check_dsn, holds_password, target, target_of
+from pgqueue._core.dsn import check_dsn, holds_password, target, target_of
 from pgqueue._core.errors import DATABASE_ERRORS, describe
 from pgqueue._core.flags import (
     DURATION_EXAMPLES,

@@ -117,7 +117,7 @@ class JobType(Generic[P]):
             ValueError: ``target`` is a `Queue` of another queue; and as
                 `Queue.enqueue`.
 
-        .. versionchanged:: Unreleased
+        .. versionchanged:: 0.1
            ``after``, ``on_parent_failure`` and ``group``.
         """
         cls = typing.get_origin(self.payload_type) or self.payload_type

@@ -21,7 +21,7 @@ from pgqueue._core.codec import (
     encode_payloads,
     payload_encoder,
 )
-from pgqueue._core.connect import target_of
+from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import DuplicateJobError, JobNotFoundError, SchemaError
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
@@ -102,7 +102,7 @@ async def install(executor: Executor, *, distributed: bool = False) -> None:
     Raises:
         SchemaError: ``distributed`` on a database without the citus extension.
 
-    .. versionchanged:: Unreleased
+    .. versionchanged:: 0.1
        ``distributed``.
     """
     if distributed:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 import anyio
 
 from pgqueue._core.checks import check_dsn_or_pool, check_duration, check_job_id
-from pgqueue._core.connect import target_of
+from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import (
     AlreadyStartedError,
     JobNotFoundError,

@@ -38,9 +38,9 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._core.connect import connect_like
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._sql.enqueue import WAKE
+from pgqueue._wire.opening import connect_like
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator

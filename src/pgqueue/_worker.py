@@ -217,7 +217,7 @@ class Worker:
             a ticker notes the time and a thread looks at the loop's stack
             only while it is held.
 
-            .. versionadded:: Unreleased
+            .. versionadded:: 0.1
         unknown_types: what becomes of a job whose type has no handler here.
             ``"wait"`` (the default): the worker claims only the types it
             has handlers for and leaves the others pending, attempts
@@ -229,7 +229,7 @@ class Worker:
             registered for job type ...", as the Go module does); only for
             a queue this worker's application has to itself.
 
-            .. versionchanged:: Unreleased
+            .. versionchanged:: 0.1
                ``"wait"`` is the default (it was ``"dead"``).
         retain: prune the worker's queues' completed, dead and cancelled
             jobs older than this many seconds; ``None`` never prunes.
@@ -252,7 +252,7 @@ class Worker:
 
         await worker.run()
 
-    .. versionchanged:: Unreleased
+    .. versionchanged:: 0.1
        ``queues`` and ``max_concurrency``: several queues per worker;
        ``global_limit``: fleet-wide limits. ``group_limit``: per-group limits
        with fair claims. ``rate_limit``: fleet-wide rate limits.
@@ -357,7 +357,7 @@ class Worker:
     def options(self) -> WorkerOptions:
         """The options this worker was made with, checked.
 
-        .. versionadded:: Unreleased
+        .. versionadded:: 0.1
         """
         return self._options
 
@@ -365,7 +365,7 @@ class Worker:
     def pool(self) -> asyncpg.Pool[Any]:
         """The pool the worker was given (borrowed; the worker never closes it).
 
-        .. versionadded:: Unreleased
+        .. versionadded:: 0.1
         """
         return self._pool
 
@@ -373,7 +373,7 @@ class Worker:
     def job_types(self) -> Sequence[str]:
         """The job types with a handler, in the order they were registered.
 
-        .. versionadded:: Unreleased
+        .. versionadded:: 0.1
         """
         return tuple(self._registered)
 
@@ -381,7 +381,7 @@ class Worker:
     def state(self) -> Literal["new", "running", "stopped"]:
         """``"new"`` until `run` starts, ``"running"``, then ``"stopped"`` once it has returned.
 
-        .. versionadded:: Unreleased
+        .. versionadded:: 0.1
         """
         return self._state
 
@@ -562,7 +562,7 @@ class Worker:
             TypeError, ValueError: an option `Worker` does not take, or a
                 bad value (as `Worker` raises them); nothing is copied.
 
-        .. versionadded:: Unreleased
+        .. versionadded:: 0.1
         """
         copy = object.__new__(type(self))
         copy._init(self._pool, self._options.changed(**changes))

@@ -80,7 +80,7 @@ async def enqueue(
         ValueError, DuplicateJobError, JobNotFoundError, SchemaError: as
             `pgqueue.Queue.enqueue`.
 
-    .. versionchanged:: Unreleased
+    .. versionchanged:: 0.1
        ``after``, ``on_parent_failure`` and ``group``.
     """
     name = check_queue_name(queue)
@@ -135,7 +135,7 @@ def enqueue_sync(
         ValueError, DuplicateJobError, JobNotFoundError, SchemaError: as
             `pgqueue.Queue.enqueue`.
 
-    .. versionchanged:: Unreleased
+    .. versionchanged:: 0.1
        ``after``, ``on_parent_failure`` and ``group``.
     """
     return _sync_queue(session, queue, json_encoder).enqueue(

@@ -11,11 +11,7 @@ import os
 import asyncpg
 
 import pgqueue
-
-
-def no_backoff(_attempt: int) -> float:
-    return 0.0
-
+from tests.helpers import no_backoff
 
 worker = pgqueue.Worker(
     asyncpg.create_pool(os.environ["PGQUEUE_DSN"], min_size=1, max_size=2),

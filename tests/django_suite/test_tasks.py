@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import os
@@ -30,10 +29,17 @@ from shop.tasks import PaymentDeclinedError, attempt, charge, send_receipt, tota
 
 import pgqueue
 import pgqueue.django
-from pgqueue import SchemaError
-from pgqueue.django import JOB_TYPE, database_dsn, pgqueue_priority
-from tests.django_suite.conftest import PROJECT, ROOT, Process, wait_until
+from pgqueue import PgQueueError, SchemaError
+from pgqueue.django import (
+    JOB_TYPE,
+    JobFailed,
+    TaskFailed,
+    database_dsn,
+    pgqueue_priority,
+)
+from tests.django_suite.conftest import PROJECT, Process, wait_until
 from tests.django_suite.tasks import now
+from tests.go_module import GO_SCHEMA
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -69,16 +75,8 @@ def test_the_migration_applies_reverses_and_upgrades_a_go_table() -> None:
     assert not table_exists()
 
     # A table a Go producer made, holding its job: upgraded in place, kept.
-    source = (ROOT / "tests" / "test_schema_upgrade.py").read_text()
-    go_schema = next(
-        node.value.value
-        for node in ast.parse(source).body
-        if isinstance(node, ast.Assign)
-        and getattr(node.targets[0], "id", None) == "GO_SCHEMA"
-        and isinstance(node.value, ast.Constant)
-    )
     with connection.cursor() as cursor:
-        cursor.execute(go_schema)
+        cursor.execute(GO_SCHEMA)
         cursor.execute("INSERT INTO pgqueue_jobs (job_type) VALUES ('go.report')")
     call_command("migrate", "pgqueue", verbosity=0)
     with connection.cursor() as cursor:
@@ -165,6 +163,11 @@ def test_a_failing_task_is_failed_with_its_error_after_its_retries(
             [int(result.id)],
         )
         assert cursor.fetchone() == ("payments", 3, JOB_TYPE, "dead")
+
+
+def test_the_errors_are_pgqueue_errors() -> None:
+    assert issubclass(TaskFailed, PgQueueError)
+    assert issubclass(JobFailed, PgQueueError)
 
 
 def test_a_rolled_back_view_writes_nothing_and_wakes_no_worker() -> None:

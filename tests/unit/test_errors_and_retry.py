@@ -13,13 +13,8 @@ from pgqueue._core.errors import (
     is_transient,
     storable,
 )
-from pgqueue._core.retry import (
-    FIRST_RETRY_DELAY,
-    QUIET_FAILURES,
-    Failures,
-    Outage,
-    retry_delay,
-)
+from pgqueue._core.log import QUIET_FAILURES
+from pgqueue._core.retry import FIRST_RETRY_DELAY, Failures, Outage, retry_delay
 from tests.helpers import RecordingLogger
 
 

@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from pgqueue._core.connect import DSN_HINT, check_dsn, target
+from pgqueue._core.dsn import DSN_HINT, check_dsn, target
 from pgqueue.cli._common import PrintableFormatter, print_json, printable
 
 SECRET = "Zq9sEcReT"

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from pgqueue._core.connect import check_dsn
+from pgqueue._core.dsn import check_dsn
 from pgqueue._core.errors import PayloadTooLargeError
 from pgqueue._core.job import PERIODIC_KEY_PREFIX
 
@@ -322,7 +322,7 @@ def check_job_id(value: object) -> int:
 def check_dsn_or_pool(value: object) -> None:
     """Raise TypeError unless ``value`` is a DSN string or an asyncpg pool.
 
-    A DSN asyncpg would misread raises ValueError (`pgqueue._core.connect.check_dsn`).
+    A DSN asyncpg would misread raises ValueError (`pgqueue._core.dsn.check_dsn`).
     """
     if not isinstance(value, str | asyncpg.Pool):
         msg = f"dsn_or_pool must be a DSN string or an asyncpg Pool, not {type(value).__name__}"

@@ -10,6 +10,10 @@ The tree::
     ├── SchemaError           the table is missing, or lacks what pgqueue needs
     └── TrackerClosedError    a Tracker wait on a tracker that is not open
 
+    The extras' errors are PgQueueErrors too: pgqueue.testing's
+    ServerUnavailableError (also a RuntimeError), pgqueue.django's
+    TaskFailed and JobFailed.
+
     Raised by handlers, to say how their job ends:
     Permanent                 dead-letter the job at once
     RetryAfter                fail this attempt; retry after these seconds

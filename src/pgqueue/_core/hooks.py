@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from pgqueue._core.log import hook_failed
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
 
@@ -122,7 +124,7 @@ def call_observers(methods: Sequence[Any], logger: Logger, *args: object) -> Non
         try:
             method(*args)
         except Exception as exc:
-            _log_failure(logger, method, exc)
+            hook_failed(logger, method, exc)
 
 
 def _before(
@@ -134,7 +136,7 @@ def _before(
         try:
             entered.append((hook, hook.before_enqueue(event)))
         except Exception as exc:
-            _log_failure(logger, hook, exc)
+            hook_failed(logger, hook, exc)
     return entered
 
 
@@ -149,7 +151,7 @@ def _after(
         try:
             hook.after_enqueue(event, state, error)
         except Exception as exc:
-            _log_failure(logger, hook, exc)
+            hook_failed(logger, hook, exc)
 
 
 async def told(
@@ -167,11 +169,3 @@ async def told(
         raise
     _after(entered, event, None, logger)
     return result
-
-
-def _log_failure(logger: Logger, hook: object, exc: Exception) -> None:
-    logger.error(
-        "a metrics or tracing hook failed; ignored",
-        exc_info=exc,
-        extra={"hook": repr(hook)},
-    )

@@ -312,7 +312,7 @@ class EnqueueOptions(TypedDict, total=False):
     `pgqueue.sqlalchemy.enqueue` and ``pgqueue.django.job_options`` take
     them all, and ``pgqueue_enqueue(...)`` in SQL the same.
 
-    .. versionadded:: Unreleased
+    .. versionadded:: 0.1
     """
 
     run_at: datetime | None

@@ -1,4 +1,10 @@
-"""The logging port: the standard library's logger or any look-alike."""
+"""The logging port: the standard library's logger or any look-alike, and how pgqueue logs to it.
+
+`log_failure` says a loop's failures in a row (WARNING, then ERROR once
+they persist), `hook_failed` a metrics or tracing hook that raised,
+`safe_repr` an error whose ``__repr__`` may raise, and `JsonFormatter`
+writes records as JSON lines.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,18 @@ import logging
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-__all__ = ["JsonFormatter", "Logger", "default_logger"]
+__all__ = [
+    "QUIET_FAILURES",
+    "JsonFormatter",
+    "Logger",
+    "default_logger",
+    "hook_failed",
+    "log_failure",
+    "safe_repr",
+]
+
+QUIET_FAILURES = 5
+"""Consecutive failures logged at WARNING before they are logged at ERROR."""
 
 
 class Logger(Protocol):
@@ -29,6 +46,31 @@ class Logger(Protocol):
 def default_logger(logger: Logger | None) -> Logger:
     """Return ``logger``, or the ``pgqueue`` logger, silent until the app configures logging."""
     return logger if logger is not None else logging.getLogger("pgqueue")
+
+
+def log_failure(
+    logger: Logger, msg: str, exc: BaseException, failures: int, **extra: Any
+) -> None:
+    """Log the ``failures``-th failure in a row: WARNING at first, ERROR once it persists."""
+    log = logger.warning if failures <= QUIET_FAILURES else logger.error
+    log(msg, extra={"error": safe_repr(exc), "failures": failures, **extra})
+
+
+def hook_failed(logger: Logger, hook: object, exc: Exception) -> None:
+    """Log that a metrics or tracing hook raised (and was ignored), with its traceback."""
+    logger.error(
+        "a metrics or tracing hook failed; ignored",
+        exc_info=exc,
+        extra={"hook": repr(hook)},
+    )
+
+
+def safe_repr(exc: BaseException) -> str:
+    """``repr(exc)``, or its type's name when its ``__repr__`` raises."""
+    try:
+        return repr(exc)
+    except Exception:
+        return type(exc).__name__
 
 
 class JsonFormatter(logging.Formatter):

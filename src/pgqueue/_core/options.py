@@ -150,7 +150,7 @@ class RateLimit:
     Raises:
         TypeError, ValueError: a bad value.
 
-    .. versionadded:: Unreleased
+    .. versionadded:: 0.1
     """
 
     limit: int
@@ -183,7 +183,7 @@ class WorkerOptions:
     the several-queues form they are ``None``.
     `Worker.with_options` copies a worker with some of them changed.
 
-    .. versionadded:: Unreleased
+    .. versionadded:: 0.1
     """
 
     queue: str | None = field(

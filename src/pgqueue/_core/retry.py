@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._core.errors import describe, is_outage
+from pgqueue._core.log import log_failure, safe_repr
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -26,9 +27,7 @@ __all__ = [
     "MAX_RETRY_WAIT",
     "Failures",
     "Outage",
-    "log_failure",
     "retry_delay",
-    "safe_repr",
 ]
 
 FIRST_RETRY_DELAY = 0.05
@@ -40,9 +39,6 @@ MAX_RETRY_WAIT = 5.0
 # 0.05 * 2**20 is about 14.6 hours: beyond every cap, far from overflowing.
 _MAX_EXPONENT = 20
 
-# Consecutive failures logged at WARNING before they are logged at ERROR.
-QUIET_FAILURES = 5
-
 
 def retry_delay(failures: int, cap: float = MAX_RETRY_WAIT) -> float:
     """Seconds to wait after the ``failures``-th failure in a row (1-based)."""
@@ -50,14 +46,6 @@ def retry_delay(failures: int, cap: float = MAX_RETRY_WAIT) -> float:
     return min(cap, FIRST_RETRY_DELAY * 2.0**exponent) * random.uniform(
         0.5, 1.0
     )  # jitter, not cryptography
-
-
-def log_failure(
-    logger: Logger, msg: str, exc: BaseException, failures: int, **extra: Any
-) -> None:
-    """Log the ``failures``-th failure in a row: WARNING at first, ERROR once it persists."""
-    log = logger.warning if failures <= QUIET_FAILURES else logger.error
-    log(msg, extra={"error": safe_repr(exc), "failures": failures, **extra})
 
 
 class Failures:
@@ -190,11 +178,3 @@ class Outage:
                 seconds,
                 extra={"database": where, "seconds": seconds, **self._fields},
             )
-
-
-def safe_repr(exc: BaseException) -> str:
-    """``repr(exc)``, or its type's name when its ``__repr__`` raises."""
-    try:
-        return repr(exc)
-    except Exception:
-        return type(exc).__name__

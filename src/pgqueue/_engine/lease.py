@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, cast
 
 import anyio
 
-from pgqueue._core.retry import Failures, log_failure
+from pgqueue._core.log import log_failure
+from pgqueue._core.retry import Failures
 from pgqueue._engine.upkeep import HEARTBEATS_PER_RESCUE
 
 if TYPE_CHECKING:

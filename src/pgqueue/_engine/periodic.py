@@ -39,7 +39,8 @@ from pgqueue._core.checks import (
 )
 from pgqueue._core.codec import encode_payload
 from pgqueue._core.job import PeriodicKey
-from pgqueue._core.retry import Failures, safe_repr
+from pgqueue._core.log import safe_repr
+from pgqueue._core.retry import Failures
 from pgqueue._sql.periodic import (
     PERIODIC_NOW,
 )

@@ -10,8 +10,9 @@ import anyio
 
 from pgqueue._core.errors import is_transient
 from pgqueue._core.lifecycle import OutcomeKind
+from pgqueue._core.log import safe_repr
 from pgqueue._core.outcome import Outcome
-from pgqueue._core.retry import Failures, safe_repr
+from pgqueue._core.retry import Failures
 from pgqueue._engine.runner import job_fields, job_label
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 
-from pgqueue._core.connect import target_of
+from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import SchemaError
 from pgqueue._core.lifecycle import Status
 from pgqueue._sql.schema import (

@@ -3,5 +3,5 @@
 `connections` (`pgqueue.Connections`, shared by a process's parts or made
 by each part for itself), over `dedicated` (one reconnecting connection for
 statements) and `listener` (one reconnecting LISTEN connection, shared by
-routes).
+routes), over `opening` (a new connection like a pool's, or from a DSN).
 """

@@ -12,7 +12,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Self, cast
 
 from pgqueue._core.checks import check_dsn_or_pool
-from pgqueue._core.connect import connect_like, target_of
+from pgqueue._core.dsn import target_of
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.taskgroup import BlockTaskGroup
 from pgqueue._wire.dedicated import STATEMENT_TIMEOUT, worker_connections
@@ -22,6 +22,7 @@ from pgqueue._wire.listener import (
     ListenerRoute,
     SharedListener,
 )
+from pgqueue._wire.opening import connect_like
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence

@@ -8,18 +8,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from pgqueue._core.connect import connect_like, target_of
+from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import ends_session, is_outage
 from pgqueue._store.postgres import Store
 from pgqueue._store.schema import detect
+from pgqueue._wire.opening import connect_like
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     import asyncpg
 
-    from pgqueue._core.connect import Connect
     from pgqueue._core.retry import Outage
+    from pgqueue._wire.opening import Connect
 
 __all__ = [
     "CLOSE_TIMEOUT",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from pgqueue._core.connect import target_of
+from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import is_outage
 from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
 
@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     import asyncpg
     from anyio.abc import TaskStatus
 
-    from pgqueue._core.connect import Connect
     from pgqueue._core.log import Logger
     from pgqueue._core.retry import Outage
+    from pgqueue._wire.opening import Connect
 
 __all__ = ["LISTEN_KEEPALIVE", "LISTEN_PROBE_TIMEOUT", "Listener", "SharedListener"]
 

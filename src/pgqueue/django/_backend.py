@@ -67,7 +67,7 @@ def job_options(**options: Unpack[EnqueueOptions]) -> Iterator[None]:
     Raises:
         ValueError: ``run_at`` or ``priority``, which a task has of its own.
 
-    .. versionadded:: Unreleased
+    .. versionadded:: 0.1
     """
     for own in ("run_at", "priority"):
         if own in options:

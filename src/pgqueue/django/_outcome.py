@@ -21,6 +21,8 @@ import json
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from pgqueue import PgQueueError
+
 if TYPE_CHECKING:
     from datetime import datetime
 
@@ -32,11 +34,11 @@ JOB_TYPE = "django.task"
 _TRACEBACK_CHARS = 3000  # leaves room in last_error for the two first lines
 
 
-class JobFailed(Exception):
+class JobFailed(PgQueueError):
     """The worker recorded an error of its own: a timeout, a cancel, an unknown job type."""
 
 
-class TaskFailed(Exception):
+class TaskFailed(PgQueueError):
     """A task raised: its error, as the worker stores it in ``last_error``."""
 
     def __init__(

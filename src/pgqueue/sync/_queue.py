@@ -100,7 +100,7 @@ class Queue:
             SchemaError: ``pgqueue_jobs`` is missing or out of date.
             TypeError, ValueError: as `pgqueue.Queue.enqueue`.
 
-        .. versionchanged:: Unreleased
+        .. versionchanged:: 0.1
            ``after`` and ``on_parent_failure``.
         """
         request = check_request(
@@ -133,7 +133,7 @@ class Queue:
             SchemaError: ``pgqueue_jobs`` is missing or out of date.
             TypeError, ValueError: as `enqueue`, naming the bad job's index.
 
-        .. versionchanged:: Unreleased
+        .. versionchanged:: 0.1
            Jobs with ``after``.
         """
         batch = check_jobs(jobs, self._max_attempts, None, on_conflict)

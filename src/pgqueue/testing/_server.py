@@ -45,6 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit
 
+from pgqueue import PgQueueError
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from typing import Self
@@ -60,8 +62,12 @@ __all__ = [
     "docker_server",
     "embedded_server",
     "found_server",
+    "free_port",
     "postgres_server",
+    "run_as_user",
     "server_kind_from_env",
+    "unprivileged_ids",
+    "user_ids",
     "with_database",
 ]
 
@@ -88,7 +94,7 @@ _PORT_ATTEMPTS = 5
 _POLL_INTERVAL = 0.02
 
 
-class ServerUnavailableError(RuntimeError):
+class ServerUnavailableError(PgQueueError, RuntimeError):
     """No PostgreSQL server of the requested kind can be found or started."""
 
 
@@ -385,8 +391,10 @@ class EmbeddedCluster:
     Entering runs ``initdb`` in a new temporary directory and starts the server
     on a free port of ``127.0.0.1`` (no unix socket); leaving stops it and
     removes the directory, also when the body raises. `init`, `launch` and
-    `close` are the steps, for code that needs more control (this
-    repository's fault tests restart a cluster with them).
+    `close` are the steps, for code that needs more control; `stop`,
+    `start` and `restart` keep the port and the data, so clients reconnect
+    to the same DSN and find their data (this repository's fault tests
+    crash and restart a cluster with them).
 
     Attributes:
         port: The TCP port of the last successful `launch`, else None.
@@ -400,7 +408,7 @@ class EmbeddedCluster:
     def __init__(self) -> None:
         self.port: int | None = None
         self.process: subprocess.Popen[bytes] | None = None
-        self._run_as = _unprivileged_ids()
+        self._run_as = unprivileged_ids()
         self._bin_dir: Path | None = None
         self._base: Path | None = None
 
@@ -425,7 +433,7 @@ class EmbeddedCluster:
         try:
             self.init()
             for attempt in range(1, _PORT_ATTEMPTS + 1):
-                if self.launch(_free_port()):
+                if self.launch(free_port()):
                     break
                 logger.debug(
                     "the free port was taken (attempt %d); trying another", attempt
@@ -492,6 +500,50 @@ class EmbeddedCluster:
         msg = f"PostgreSQL exited with code {proc.returncode} on start; its log ends with:\n{log_text[-4000:]}"
         raise ServerUnavailableError(msg)
 
+    @property
+    def is_running(self) -> bool:
+        """Whether the postmaster `launch` started is up."""
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> None:
+        """Start the stopped server again on its port; block until it accepts connections.
+
+        Does nothing if it is running. The port can stay taken a moment after
+        a stop, so this tries a few times.
+
+        Raises:
+            ServerUnavailableError: It does not start.
+        """
+        if self.is_running:
+            return
+        if self.port is None:
+            msg = "enter the embedded cluster before starting it again"
+            raise RuntimeError(msg)
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            if self.launch(self.port):
+                return
+            time.sleep(0.2 * attempt)  # the port is released shortly after a stop
+        msg = f"PostgreSQL could not listen on port {self.port} again in {_PORT_ATTEMPTS} attempts"
+        raise ServerUnavailableError(msg)
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Stop the server; keep its data and port.
+
+        A fast shutdown (the default) terminates sessions and writes a
+        checkpoint. An immediate one is a crash as far as clients and data
+        are concerned: processes exit at once, WAL not yet written out is
+        lost, and the next start runs crash recovery. Blocks until the
+        postmaster has exited; does nothing if it is not running.
+        """
+        proc, self.process = self.process, None
+        if proc is not None:
+            _stop_postmaster(proc, self.data_dir, immediate=immediate)
+
+    def restart(self, *, immediate: bool = False) -> None:
+        """`stop`, then `start` on the same port and data directory."""
+        self.stop(immediate=immediate)
+        self.start()
+
     def close(self) -> None:
         """Stop the server (fast shutdown) and remove its directory."""
         proc, self.process = self.process, None
@@ -503,16 +555,29 @@ class EmbeddedCluster:
                 shutil.rmtree(self._base, ignore_errors=True)
 
 
-def _unprivileged_ids() -> tuple[int, int] | None:
-    """Return the (uid, gid) to run PostgreSQL as, or None to run as ourselves."""
+def unprivileged_ids() -> tuple[int, int] | None:
+    """Return the (uid, gid) to run PostgreSQL as (nobody's when we are root), or None to run as ourselves."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return None
+    try:
+        return user_ids("nobody")
+    except ServerUnavailableError:
+        return _NOBODY_ID, _NOBODY_ID
+
+
+def user_ids(name: str) -> tuple[int, int]:
+    """Return the (uid, gid) of the user ``name``.
+
+    Raises:
+        ServerUnavailableError: There is no such user.
+    """
     import pwd
 
     try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        return _NOBODY_ID, _NOBODY_ID
+        entry = pwd.getpwnam(name)
+    except KeyError as exc:
+        msg = f"there is no user {name!r} to run PostgreSQL as"
+        raise ServerUnavailableError(msg) from exc
     return entry.pw_uid, entry.pw_gid
 
 
@@ -571,7 +636,7 @@ def _runnable_by(bin_dir: Path, run_as: tuple[int, int]) -> bool:
         if not share.stat().st_mode & stat.S_IROTH:
             return False
         for program in ("initdb", "postgres"):
-            result = _run(
+            result = run_as_user(
                 [str(bin_dir / program), "--version"], run_as, cwd="/", timeout=30
             )
             if result.returncode != 0:
@@ -670,9 +735,10 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _run(
+def run_as_user(
     args: Sequence[str], run_as: tuple[int, int] | None, *, cwd: str, timeout: float
 ) -> subprocess.CompletedProcess[str]:
+    """Run a program as ``run_as`` (uid, gid; None: ourselves) in the C locale, without PG* variables."""
     return subprocess.run(
         args,
         check=False,
@@ -703,7 +769,7 @@ def _initdb(bin_dir: Path, data: Path, run_as: tuple[int, int] | None) -> None:
         "--no-instructions",
     ]
     try:
-        result = _run(args, run_as, cwd=str(data.parent), timeout=120)
+        result = run_as_user(args, run_as, cwd=str(data.parent), timeout=120)
     except (OSError, subprocess.SubprocessError) as exc:
         msg = f"could not run initdb from {bin_dir}: {exc}"
         raise ServerUnavailableError(msg) from exc
@@ -712,7 +778,8 @@ def _initdb(bin_dir: Path, data: Path, run_as: tuple[int, int] | None) -> None:
         raise ServerUnavailableError(msg)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """Return a loopback port nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]

