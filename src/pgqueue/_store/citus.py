@@ -61,7 +61,7 @@ from pgqueue._sql.periodic import (
     DISTRIBUTED_TICK_NEW,
     DISTRIBUTED_TICK_SEEN,
 )
-from pgqueue._store.postgres import NO_GROUP_LIMIT, Store, outcome_args
+from pgqueue._store.postgres import Store, outcome_args
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence
@@ -151,40 +151,23 @@ class CitusStore(Store):
         assert window is not None
         return window["at"], window["room"], window["wait"]
 
-    async def _claim_rated(
+    _CLAIMS_RATED = (
+        DISTRIBUTED_CLAIM_GROUPS_RATED,
+        DISTRIBUTED_CLAIM_RATED,
+        DISTRIBUTED_CLAIM_TYPES_RATED,
+    )
+    _RATED_STARTS: ClassVar[bool] = False
+
+    async def _rated(
         self,
         connection: asyncpg.Connection[Any],
         queue: str,
-        take: int,
-        places: Mapping[int, tuple[datetime, int]],
-        types: list[str] | None,
-        group_limit: int | None,
-        rate: RateLimit,
+        rows: Sequence[asyncpg.Record | tuple[Any, ...]],
         at: datetime,
+        *,
+        grouped: bool,
     ) -> Sequence[asyncpg.Record | tuple[Any, ...]]:
-        """The rated claim, its starts recorded after it, one row a statement."""
-        if group_limit is not None:
-            per_group = rate.limit if rate.per_group else NO_GROUP_LIMIT
-            rows = await connection.fetch(
-                DISTRIBUTED_CLAIM_GROUPS_RATED,
-                queue,
-                take,
-                group_limit,
-                types,
-                per_group,
-                rate.per,
-                at,
-            )
-        else:
-            run_ats, ids = claim_places(places)
-            if types is None:
-                rows = await connection.fetch(
-                    DISTRIBUTED_CLAIM_RATED, queue, take, run_ats, ids
-                )
-            else:
-                rows = await connection.fetch(
-                    DISTRIBUTED_CLAIM_TYPES_RATED, queue, take, run_ats, ids, types
-                )
+        """The rated claim's starts recorded after it, one row a statement."""
         if rows:
             await connection.executemany(
                 DISTRIBUTED_RECORD_START, [(queue, row[_EXTRA], at) for row in rows]

@@ -177,6 +177,11 @@ class Store:
         assert window is not None
         return window["at"], window["room"], window["wait"]
 
+    # The rated claims (groups, plain, of some types), and whether they
+    # record the starts themselves (they then take ``at``).
+    _CLAIMS_RATED = (CLAIM_GROUPS_RATED, CLAIM_RATED, CLAIM_TYPES_RATED)
+    _RATED_STARTS: ClassVar[bool] = True
+
     async def _claim_rated(
         self,
         connection: asyncpg.Connection[Any],
@@ -189,25 +194,38 @@ class Store:
         at: datetime,
     ) -> Sequence[asyncpg.Record | tuple[Any, ...]]:
         """A claim of at most ``take`` jobs under ``rate``, recording their starts at ``at``."""
+        groups, plain, typed = self._CLAIMS_RATED
         if group_limit is not None:
             per_group = rate.limit if rate.per_group else NO_GROUP_LIMIT
             rows = await connection.fetch(
-                CLAIM_GROUPS_RATED,
-                queue,
-                take,
-                group_limit,
-                types,
-                per_group,
-                rate.per,
-                at,
+                groups, queue, take, group_limit, types, per_group, rate.per, at
             )
-            return await self._raise_heads(connection, queue, rows)
-        run_ats, ids = claim_places(places)
-        if types is None:
-            return await connection.fetch(CLAIM_RATED, queue, take, run_ats, ids, at)
-        return await connection.fetch(
-            CLAIM_TYPES_RATED, queue, take, run_ats, ids, types, at
+        else:
+            run_ats, ids = claim_places(places)
+            stamp = (at,) if self._RATED_STARTS else ()
+            if types is None:
+                rows = await connection.fetch(plain, queue, take, run_ats, ids, *stamp)
+            else:
+                rows = await connection.fetch(
+                    typed, queue, take, run_ats, ids, types, *stamp
+                )
+        return await self._rated(
+            connection, queue, rows, at, grouped=group_limit is not None
         )
+
+    async def _rated(
+        self,
+        connection: asyncpg.Connection[Any],
+        queue: str,
+        rows: Sequence[asyncpg.Record | tuple[Any, ...]],
+        at: datetime,
+        *,
+        grouped: bool,
+    ) -> Sequence[asyncpg.Record | tuple[Any, ...]]:
+        """A rated claim's rows, once what follows it is done: the groups' heads raised."""
+        if grouped:
+            return await self._raise_heads(connection, queue, rows)
+        return rows
 
     async def _raise_heads(
         self,
