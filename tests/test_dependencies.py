@@ -10,6 +10,7 @@ them back; retention keeps a parent while a child of it has not finished.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -300,3 +301,22 @@ async def test_enqueue_hooks_see_the_parents(
     assert events[-1].ids == [child]
     assert (event_job.after, event_job.on_parent_failure) == ((parent,), "run")
     assert event_job.payload == {"n": 1}
+
+
+async def test_children_of_one_parent_enqueued_at_once_do_not_deadlock(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, name=queue_name)
+    for _ in range(3):  # the race is on a parent's first children
+        parent = await queue.enqueue("a", {})
+        results = await asyncio.gather(
+            *(queue.enqueue("b", {"n": n}, after=[parent]) for n in range(8)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, int) for r in results), results
+        assert (
+            await pool.fetchval(
+                "SELECT count(*) FROM pgqueue_dependencies WHERE parent_id = $1", parent
+            )
+            == 8
+        )

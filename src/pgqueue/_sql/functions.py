@@ -323,10 +323,12 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    -- Not FOR SHARE: two enqueues of one parent's children would each
+    -- hold it shared, then wait for the other to mark it a parent.
     PERFORM FROM pgqueue_jobs AS j
     WHERE j.id = ANY (ARRAY(SELECT DISTINCT p FROM pg_catalog.unnest(p_parents) AS p WHERE p > 0))
     ORDER BY j.id
-    FOR SHARE;
+    FOR NO KEY UPDATE;
     SELECT p INTO missing FROM pg_catalog.unnest(p_parents) WITH ORDINALITY AS u(p, n)
     WHERE p > 0 AND NOT EXISTS (SELECT FROM pgqueue_jobs AS j WHERE j.id = p)
     ORDER BY n LIMIT 1;
