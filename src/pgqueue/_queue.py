@@ -27,6 +27,7 @@ from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, told
 from pgqueue._core.job import NewJob
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.request import Batch, Request, check_jobs, check_request
+from pgqueue._gather import gatherer_for
 from pgqueue._sql.enqueue import NOTIFY_JOBS
 from pgqueue._sql.schema import (
     CITUS_INSTALLED,
@@ -353,13 +354,18 @@ class Queue:
     ) -> int:
         """`enqueue` once its arguments are checked (and its hooks told)."""
         trace_context = None if event is None else event.trace_context
-        executor = self._executor if connection is None else connection
-        store = self._store or await self._store_of(executor)
-        with self._wakeup(connection) as wake:
-            plan = store.plan_one(
-                self._name, request, payload, trace_context, notify=wake is None
+        if (
+            connection is None
+            and self._waker_pool is not None
+            and trace_context is None
+            and not request.after
+            and not request.replaces
+        ):
+            done: Enqueued = await gatherer_for(self._waker_pool).submit(
+                self._name, (request, payload), self._alone, self._together
             )
-            done = await self._write(executor, connection, plan, wake)
+        else:
+            done = await self._one(request, payload, connection, trace_context)
         job_id, duplicate = done.ids[0], done.duplicates[0]
         if event is not None:
             event.ids.append(job_id)
@@ -376,6 +382,62 @@ class Queue:
         else:
             self._logger.debug("job enqueued", extra=extra)
         return job_id
+
+    async def _one(
+        self,
+        request: Request,
+        payload: str,
+        connection: Connection | None,
+        trace_context: str | None,
+    ) -> Enqueued:
+        """The statement of one enqueue, on ``connection`` or the pool."""
+        executor = self._executor if connection is None else connection
+        store = self._store or await self._store_of(executor)
+        with self._wakeup(connection) as wake:
+            plan = store.plan_one(
+                self._name, request, payload, trace_context, notify=wake is None
+            )
+            return await self._write(executor, connection, plan, wake)
+
+    async def _alone(self, item: tuple[Request, str]) -> Enqueued:
+        """An enqueue on the pool that found room (`pgqueue._gather`): its own statement."""
+        return await self._one(*item, None, None)
+
+    async def _together(
+        self, items: Sequence[tuple[Request, str]]
+    ) -> list[Enqueued | BaseException]:
+        """Enqueues gathered on the pool (`pgqueue._gather`): one statement, each its share.
+
+        A job that takes another's place (its key's, pending or running or
+        earlier in the batch) is a duplicate for its caller, as it would
+        be alone.
+        """
+        batch = Batch()
+        for index, (request, _) in enumerate(items):
+            batch.add(request, index)
+        # A job whose key an earlier one of the batch has is that one's row
+        # (none replaces: those go alone).
+        texts: dict[int, str] = {}
+        for (_, payload), row in zip(items, batch.index_of, strict=True):
+            texts.setdefault(row, payload)
+        payloads = "[" + ",".join(texts.values()) + "]"
+        store = self._store or await self._store_of(self._executor)
+        with self._wakeup(None) as wake:
+            plan = store.plan_many(
+                self._name, batch, payloads, None, notify=wake is None
+            )
+            done = await self._write(self._executor, None, plan, wake)
+        self._logger.debug(
+            "enqueues gathered", extra={"count": len(items), "queue": self._name}
+        )
+        shares: list[Enqueued | BaseException] = []
+        for (request, _), job_id, duplicate in zip(
+            items, done.ids, done.duplicates, strict=True
+        ):
+            key = request.unique_key
+            existing = (job_id, key) if duplicate and key is not None else None
+            shares.append(Enqueued([job_id], [duplicate], existing, woke=done.woke))
+        return shares
 
     async def _write(
         self,
@@ -634,10 +696,11 @@ class Queue:
         alone, it keeps its NOTIFY (a lone notifying commit contends with
         nobody); while other enqueues of the pool are in flight or the
         waker is busy, it is silent and the waker sends its wakeup once it
-        has committed. In a `transaction` block on ``connection``, the block
+        has committed. So does one on ``connection`` outside a transaction
+        (autocommit). In a `transaction` block on ``connection``, the block
         sends the wakeup after its commit. Otherwise the job rides the
-        caller's transaction, and so does its NOTIFY. (The CLI's single
-        connection, standing in for a pool, always NOTIFYs.)
+        caller's transaction, and so does its NOTIFY. (A queue on one
+        connection, without a pool, always NOTIFYs.)
         """
         if connection is None:
             if self._waker_pool is None:
@@ -650,6 +713,11 @@ class Queue:
         deferred = _deferred.get()
         if deferred is not None and deferred.connection is connection:
             yield lambda: deferred.queues.setdefault(self._name)
+        elif self._waker_pool is not None and not connection.is_in_transaction():
+            # Autocommit: the statement commits by itself, as on the pool.
+            waker = waker_for(self._waker_pool, self._logger)
+            with waker.enqueuing() as alone:
+                yield None if alone else lambda: waker.wake((self._name,))
         else:
             yield None
 

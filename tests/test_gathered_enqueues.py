@@ -1,0 +1,163 @@
+"""Enqueues on a pool awaited at once share a statement and a commit, each caller its own result."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+import pgqueue
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Sequence
+
+    import pytest
+
+
+async def _outcomes(calls: Sequence[Awaitable[int]]) -> list[int | BaseException]:
+    return list(await asyncio.gather(*calls, return_exceptions=True))
+
+
+async def test_fifty_at_once_share_statements_each_with_its_own_id_and_error(
+    pool: asyncpg.Pool, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = pgqueue.Queue(pool, queue_name)
+    taken = await queue.enqueue("t", {"n": -1}, unique_key="taken")
+    special: dict[int, tuple[Any, dict[str, Any]]] = {
+        10: ({"n": 10}, {"unique_key": "taken", "on_conflict": "raise"}),
+        20: ({"n": 20}, {"unique_key": "taken"}),
+        30: ({1, 2}, {}),  # a set: not JSON
+        40: ({"n": 40}, {"unique_key": "fresh", "delay": 3600}),
+    }
+    calls = [
+        queue.enqueue("t", special[n][0], **special[n][1])
+        if n in special
+        else queue.enqueue("t", {"n": n}, priority=n % 3, group=f"g{n % 4}")
+        for n in range(50)
+    ]
+    with caplog.at_level(logging.DEBUG, logger="pgqueue"):
+        results = await _outcomes(calls)
+    assert isinstance(results[10], pgqueue.DuplicateJobError)
+    assert results[10].job_id == taken
+    assert results[20] == taken
+    assert isinstance(results[30], TypeError)
+    ids = {n: r for n, r in enumerate(results) if n not in (10, 20, 30)}
+    assert all(isinstance(i, int) for i in ids.values())
+    assert len(set(ids.values())) == 47
+    rows = {
+        r["id"]: r
+        for r in await pool.fetch(
+            "SELECT id, payload::text, priority, group_key, unique_key,"
+            " run_at > now() + interval '59 minutes' AS later"
+            " FROM pgqueue_jobs WHERE queue = $1",
+            queue_name,
+        )
+    }
+    assert set(rows) == {*ids.values(), taken}
+    for n, job_id in ids.items():
+        row = rows[job_id]
+        assert row["payload"] == f'{{"n": {n}}}'
+        if n == 40:
+            assert (row["unique_key"], row["later"]) == ("fresh", True)
+        else:
+            assert (row["priority"], row["group_key"]) == (n % 3, f"g{n % 4}")
+    gathered = [r for r in caplog.records if r.getMessage() == "enqueues gathered"]
+    assert gathered
+    assert sum(r.__dict__["count"] for r in gathered) + 2 >= 46
+
+
+async def test_a_job_the_server_refuses_fails_only_its_caller(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await pool.execute(
+        """
+        CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.job_type = 'poison' THEN RAISE EXCEPTION 'no poison here'; END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_poison BEFORE INSERT ON pgqueue_jobs
+            FOR EACH ROW EXECUTE FUNCTION refuse_poison();
+        """
+    )
+    try:
+        queue = pgqueue.Queue(pool, queue_name)
+        calls = [
+            queue.enqueue("poison" if n == 7 else "t", {"n": n}) for n in range(20)
+        ]
+        results = await _outcomes(calls)
+    finally:
+        await pool.execute(
+            "DROP TRIGGER refuse_poison ON pgqueue_jobs; DROP FUNCTION refuse_poison()"
+        )
+    assert isinstance(results[7], asyncpg.RaiseError)
+    ids = [r for n, r in enumerate(results) if n != 7]
+    assert all(isinstance(i, int) for i in ids)
+    count = await pool.fetchval(
+        "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1", queue_name
+    )
+    assert count == 19
+
+
+async def test_nothing_is_acknowledged_before_its_commit_when_connections_drop(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    name = f"gather-{queue_name}"[:60]
+    acknowledged: list[int] = []
+    failed = 0
+    async with asyncpg.create_pool(
+        dsn, min_size=4, max_size=4, server_settings={"application_name": name}
+    ) as producers:
+        queue = pgqueue.Queue(producers, queue_name)
+
+        async def produce(n: int) -> None:
+            nonlocal failed
+            for m in range(40):
+                try:
+                    acknowledged.append(await queue.enqueue("t", {"n": n, "m": m}))
+                except Exception:
+                    failed += 1
+
+        async def drop_connections() -> None:
+            while len(acknowledged) < 200:
+                await asyncio.sleep(0.001)
+            for _ in range(3):
+                await pool.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = $1",
+                    name,
+                )
+                await asyncio.sleep(0.01)
+
+        await asyncio.gather(*(produce(n) for n in range(32)), drop_connections())
+    assert failed > 0  # the drops hit statements in flight
+    found = await pool.fetchval(
+        "SELECT count(*) FROM pgqueue_jobs WHERE id = ANY($1::bigint[])", acknowledged
+    )
+    assert found == len(acknowledged)
+
+
+async def test_enqueues_with_parents_replaces_or_a_trace_go_alone(
+    pool: asyncpg.Pool, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = pgqueue.Queue(pool, queue_name)
+    parent = await queue.enqueue("t")
+    calls: list[Awaitable[Any]] = [
+        queue.enqueue("t", {"n": n}, after=[parent]) for n in range(10)
+    ]
+    calls += [
+        queue.enqueue("t", {"n": n}, unique_key="same", on_conflict="replace")
+        for n in range(10)
+    ]
+    with caplog.at_level(logging.DEBUG, logger="pgqueue"):
+        results = await _outcomes(calls)
+    assert all(isinstance(r, int) for r in results), results
+    assert not [r for r in caplog.records if r.getMessage() == "enqueues gathered"]
+    waiting = await pool.fetchval(
+        "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1 AND status = 'waiting'",
+        queue_name,
+    )
+    assert waiting == 10
+    assert len(set(results[10:])) == 1
