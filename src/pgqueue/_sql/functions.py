@@ -2,7 +2,13 @@
 
 Each is created with the planner settings of pgqueue's own connections
 (`pgqueue._sql.settings.FUNCTION_SETTINGS`) and its search_path pinned
-(PINNED); every built-in is called as pg_catalog's.
+(PINNED); every built-in is called as pg_catalog's. Those a producer calls
+to write what its grants do not let it write itself (pgqueue.grants: a
+producer may insert the columns of a plain job, nothing else) are SECURITY
+DEFINER: they run with their owner's rights, check every argument as the
+Python side does, and write only what a producer's enqueue may (its own new
+rows; the live job of its own key, by the replace rules; edges from its new
+jobs to their parents).
 """
 
 from __future__ import annotations
@@ -21,21 +27,12 @@ __all__ = [
     "TAKE_TURN",
 ]
 
-# The functions of the schema. Those a producer calls to write what its
-# grants do not let it write itself (pgqueue.grants: a producer may insert
-# the columns of a plain job, nothing else) are SECURITY DEFINER: they run
-# with their owner's rights, check every argument as the Python side does,
-# and write only what a producer's enqueue may (its own new rows; the live
-# job of its own key, by the replace rules; edges from its new jobs to their
-# parents). Every function's search_path is pinned when the schema is
-# applied (PINNED), and every built-in is called as pg_catalog's.
-
-# pgqueue_check_job(function, ...): raise unless the fields of one job are
-# what a producer may write: a queue of at most 1024 bytes, a job type and a
-# group of at most 255 characters, a key of at most 1024 that does not start
-# 'periodic:', none empty or holding a C0 or C1 control character; a
-# payload, at least one attempt, a priority from -5 to 5, a tracking flag.
-# The messages start with the function's name; SQLSTATE 22023.
+# pgqueue_check_job(function, ...): raise (SQLSTATE 22023, the message
+# starting with the function's name) unless one job's fields are what a
+# producer may write: a queue of at most 1024 bytes, a job type and a group
+# of at most 255 characters, a key of at most 1024 not starting 'periodic:',
+# none empty or holding a C0 or C1 control character; a payload, at least
+# one attempt, a priority from -5 to 5, a tracking flag.
 CHECK_JOB = f"""
 CREATE OR REPLACE FUNCTION pgqueue_check_name(
     p_function text, p_what text, p_value text, p_max_chars int
@@ -154,14 +151,12 @@ $pgqueue_take_turn$;
 #   the live job's end (on_parent_failure 'run'): the dependencies' trigger
 #   makes it pending in the transaction of that end, by any writer (a Go
 #   worker's too). Until then no claim sees it.
-# A claim skips the locked live job (SKIP LOCKED) and takes it after the
-# replace commits; a claim that locked it first makes the replace wait, and
-# see it running.
+# A claim skips the locked live job (SKIP LOCKED) until the replace commits;
+# one that locked it first makes the replace wait, and see it running.
 # outcome: 'inserted', 'existed' (without p_replace), 'replaced' (the live
-# job), 'replaced_next' (the next job) or 'queued_next' (a new next job).
-# wake: whether the queue's workers have something to claim now (a new
-# pending job, or a replaced one due now); with p_notify the function sends
-# that wakeup itself. A key is a queue's: only that queue's jobs are seen.
+# job), 'replaced_next' (the next job) or 'queued_next' (a new next job);
+# wake: whether the queue has a job to claim now (sent with p_notify). A key
+# is a queue's: only that queue's jobs are seen.
 ENQUEUE_REPLACE = f"""
 DROP FUNCTION IF EXISTS pgqueue_enqueue_replace(text, text, jsonb, int, timestamptz, int, boolean, text, text, boolean, boolean);
 CREATE OR REPLACE FUNCTION pgqueue_enqueue_replace(
@@ -259,12 +254,14 @@ $pgqueue_enqueue_replace$;
 # caller's transaction: the jobs' columns as enqueue_many's (arrays, in
 # input order; the payloads one JSON array), and the edges: each an index
 # of a child (from 1) and its parent, a job id, or minus the index of an
-# earlier job of the call. First the outside parents are locked FOR SHARE,
-# in id order, and their statuses read (a parent ending meanwhile waits for
-# the enqueue's commit, and its trigger then sees the new edges; a parent
-# that ended first counts at once; the enqueues of one parent's children
-# wait for each other only while the first marks it a parent); then the jobs are inserted; then the edges,
-# each settled if its parent has ended, and each child's state: cancelled
+# earlier job of the call. An outside parent not yet one is marked first,
+# in id order (the enqueues of its first children take turns: holding it
+# shared, each would wait for the other to mark it). Then the outside
+# parents are locked FOR SHARE, in id order, and their statuses read (a
+# parent ending meanwhile waits for the enqueue's commit, and its trigger
+# then sees the new edges; one that ended first counts at once); then the
+# jobs are inserted; then the edges, each
+# settled if its parent has ended, and each child's state: cancelled
 # (on_parent_failure 'cancel') when a parent is dead or cancelled (a job of
 # the call, cancelled so, is such a parent in turn), its last_error naming
 # the first such parent; else waiting while a parent has not ended. Returns
@@ -323,12 +320,15 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    -- Not FOR SHARE: two enqueues of one parent's children would each
-    -- hold it shared, then wait for the other to mark it a parent.
+    UPDATE pgqueue_jobs AS j SET has_children = true
+    WHERE j.id IN (SELECT o.id FROM pgqueue_jobs AS o
+                   WHERE o.id = ANY (ARRAY(SELECT DISTINCT p FROM pg_catalog.unnest(p_parents) AS p WHERE p > 0))
+                     AND NOT o.has_children
+                   ORDER BY o.id FOR NO KEY UPDATE);
     PERFORM FROM pgqueue_jobs AS j
     WHERE j.id = ANY (ARRAY(SELECT DISTINCT p FROM pg_catalog.unnest(p_parents) AS p WHERE p > 0))
     ORDER BY j.id
-    FOR NO KEY UPDATE;
+    FOR SHARE;
     SELECT p INTO missing FROM pg_catalog.unnest(p_parents) WITH ORDINALITY AS u(p, n)
     WHERE p > 0 AND NOT EXISTS (SELECT FROM pgqueue_jobs AS j WHERE j.id = p)
     ORDER BY n LIMIT 1;
@@ -423,13 +423,12 @@ END
 $pgqueue_enqueue_after$;
 """
 
-# pgqueue_enqueue(...): an enqueue in SQL, in the caller's transaction, from
-# any driver, a trigger or psql; the same defaults, checks and row as
-# Queue.enqueue, and the wakeup rides the transaction. Parameters are read
-# as pgqueue_enqueue.<name> (they share names with the columns). A job with
-# a key goes through pgqueue_enqueue_replace, one with parents through
-# pgqueue_enqueue_after (SECURITY DEFINER both); a plain job is inserted
-# with the caller's rights.
+# pgqueue_enqueue(...): an enqueue in SQL, in the caller's transaction (any
+# driver, a trigger, psql): Queue.enqueue's defaults, checks and row, the
+# wakeup riding the transaction. Parameters are read as pgqueue_enqueue.<name>
+# (the columns' names). A job with a key goes through pgqueue_enqueue_replace,
+# one with parents pgqueue_enqueue_after (SECURITY DEFINER both); a plain job
+# is inserted with the caller's rights.
 ENQUEUE = f"""
 DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text);
 DROP FUNCTION IF EXISTS pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text, text, bigint[], text);
@@ -478,7 +477,6 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF pgqueue_enqueue.debounce IS NOT NULL THEN
-        -- As Queue.enqueue's: replace the key's pending job, due that long after this enqueue.
         IF pgqueue_enqueue.debounce <= interval '0' OR pgqueue_enqueue.unique_key IS NULL
            OR pgqueue_enqueue.run_at IS NOT NULL OR pgqueue_enqueue.delay IS NOT NULL
            OR pgqueue_enqueue.on_conflict = 'raise' THEN
@@ -563,8 +561,6 @@ END
 $pgqueue_enqueue$;
 """
 
-# The signatures of the functions above (and the trigger's), for grants and
-# pinning: the definer ones a producer is granted, the rest any role may run.
 FUNCTIONS = {
     "pgqueue_check_name(text, text, text, int)": "invoker",
     "pgqueue_check_job(text, text, text, jsonb, int, int, boolean, text, text)": "invoker",
@@ -576,23 +572,19 @@ FUNCTIONS = {
     "pgqueue_group_heads(text, text[])": "invoker",
     "pgqueue_take_turn(text)": "invoker",
 }
-"""Every function of the schema, by signature: ``definer`` (SECURITY DEFINER:
-it runs with its owner's rights, for the roles granted it), ``invoker`` or
-``trigger``."""
+"""Every function of the schema (the triggers' too) by signature, for grants and
+pinning: ``definer`` (SECURITY DEFINER: it runs with its owner's rights, for
+the roles granted it), ``invoker`` or ``trigger``."""
 
-# Every function runs with a fixed search_path: pg_catalog first, then the
-# schema it was installed into (this one), then pg_temp, so that no function
-# or table planted in another schema, or a session's temporary schema, is
-# taken for one of its own or a built-in; the definer ones are for the
-# roles that are granted them (pgqueue.grants), not PUBLIC.
+# Every function runs with a fixed search_path (pg_catalog, the schema it
+# was installed into, pg_temp): no function or table planted in another
+# schema, or a temporary one, is taken for its own or a built-in. The
+# definer ones are for the roles granted them (pgqueue.grants), not PUBLIC.
 _FUNCTION_ARRAY = "{" + ",".join(f'"{f}"' for f in FUNCTIONS) + "}"
-_DEFINER_ARRAY = (
-    "{" + ",".join(f'"{f}"' for f, kind in FUNCTIONS.items() if kind == "definer") + "}"
-)
+_DEFINERS = [f for f, kind in FUNCTIONS.items() if kind == "definer"]
+_DEFINER_ARRAY = "{" + ",".join(f'"{f}"' for f in _DEFINERS) + "}"
 PINNED = f"""
-DO $$
-DECLARE
-    f text;
+DO $$ DECLARE f text;
 BEGIN
     FOREACH f IN ARRAY '{_FUNCTION_ARRAY}'::text[] LOOP
         CONTINUE WHEN pg_catalog.to_regprocedure(f) IS NULL;  -- not in a distributed schema
