@@ -311,7 +311,24 @@ class TopQueues(_JSONShape):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobInfo(_WithStatus):
+class _JobHead(_WithStatus):
+    """The fields every view of a job starts with, in this order."""
+
+    id: int
+    queue: str
+    job_type: str
+    status: Status
+    attempts: int
+    max_attempts: int
+    priority: int
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobInfo(_JobHead):
     """A job's row, from `Admin.jobs` and `Admin.job`.
 
     ``payload`` and ``result`` are the decoded JSON values (``result`` is
@@ -329,17 +346,6 @@ class JobInfo(_WithStatus):
             from; None when there is none. Completion clears it.
     """
 
-    id: int
-    queue: str
-    job_type: str
-    status: Status
-    attempts: int
-    max_attempts: int
-    priority: int
-    run_at: datetime
-    created_at: datetime
-    updated_at: datetime
-    completed_at: datetime | None
     last_error: str | None
     unique_key: str | None
     snoozes: int
@@ -352,7 +358,7 @@ class JobInfo(_WithStatus):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobSummary(_WithStatus):
+class JobSummary(_JobHead):
     """A job without its payload and result, from `Admin.job_summaries`.
 
     What a listing shows, at a cost that does not grow with the job's
@@ -370,17 +376,6 @@ class JobSummary(_WithStatus):
     .. versionadded:: 0.1
     """
 
-    id: int
-    queue: str
-    job_type: str
-    status: Status
-    attempts: int
-    max_attempts: int
-    priority: int
-    run_at: datetime
-    created_at: datetime
-    updated_at: datetime
-    completed_at: datetime | None
     unique_key: str | None
     snoozes: int
     cancel_requested: bool
@@ -388,7 +383,7 @@ class JobSummary(_WithStatus):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class JobPreview(_WithStatus):
+class JobPreview(_JobHead):
     """A job with its payload, result and last error cut short, from `Admin.job_preview`.
 
     The fields of `JobInfo`, but ``payload`` and ``result`` are JSON text
@@ -415,17 +410,6 @@ class JobPreview(_WithStatus):
 
     .. versionadded:: 0.1"""
 
-    id: int
-    queue: str
-    job_type: str
-    status: Status
-    attempts: int
-    max_attempts: int
-    priority: int
-    run_at: datetime
-    created_at: datetime
-    updated_at: datetime
-    completed_at: datetime | None
     unique_key: str | None
     snoozes: int
     cancel_requested: bool

@@ -141,7 +141,10 @@ class WorkerMetrics:
         buckets: Sequence[float] = DURATION_BUCKETS,
         job_types: Iterable[str] = (),
     ) -> None:
-        registry = REGISTRY if registry is None else registry
+        where: dict[str, Any] = {
+            "namespace": namespace,
+            "registry": REGISTRY if registry is None else registry,
+        }
         self.job_types: set[str] = set(job_types)
         """The job types labelled by name (see ``job_types``); add to it freely."""
         job = ("queue", "job_type")
@@ -150,38 +153,28 @@ class WorkerMetrics:
             "Job runs whose outcome the worker wrote, by outcome "
             "(stale: fenced off, the run had been rescued).",
             [*job, "outcome"],
-            namespace=namespace,
-            registry=registry,
+            **where,
         )
         self.duration = Histogram(
             "job_duration_seconds",
             "How long handlers ran.",
             job,
-            namespace=namespace,
-            registry=registry,
+            **where,
             buckets=buckets,
         )
         self.wait = Histogram(
             "job_wait_seconds",
             "From a job's run_at to its handler's start.",
             job,
-            namespace=namespace,
-            registry=registry,
+            **where,
             buckets=buckets,
         )
-        self.in_flight = Gauge(
-            "jobs_in_flight",
-            "Handlers running now.",
-            job,
-            namespace=namespace,
-            registry=registry,
-        )
+        self.in_flight = Gauge("jobs_in_flight", "Handlers running now.", job, **where)
         self.rescued = Counter(
             "jobs_rescued",
             "Orphaned running jobs the rescue sweep found, by what they became.",
             ["queue", "status"],
-            namespace=namespace,
-            registry=registry,
+            **where,
         )
         self.observer: Observer = _WorkerObserver(
             self.finished, self.rescued, self.job_types
@@ -253,27 +246,24 @@ class ProducerMetrics(EnqueueHook):
     def __init__(
         self, registry: CollectorRegistry | None = None, *, namespace: str = "pgqueue"
     ) -> None:
-        registry = REGISTRY if registry is None else registry
+        where: dict[str, Any] = {
+            "namespace": namespace,
+            "registry": REGISTRY if registry is None else registry,
+        }
         self.enqueued = Counter(
-            "jobs_enqueued",
-            "Jobs enqueued (new rows).",
-            ["queue", "job_type"],
-            namespace=namespace,
-            registry=registry,
+            "jobs_enqueued", "Jobs enqueued (new rows).", ["queue", "job_type"], **where
         )
         self.duplicates = Counter(
             "enqueue_duplicates",
             "Enqueues whose unique key gave an existing job's id instead of a new row.",
             ["queue", "job_type"],
-            namespace=namespace,
-            registry=registry,
+            **where,
         )
         self.failures = Counter(
             "enqueue_failures",
             "Enqueue calls that raised before the database answered.",
             ["queue"],
-            namespace=namespace,
-            registry=registry,
+            **where,
         )
 
     def after_enqueue(

@@ -62,11 +62,11 @@ def seconds_of(text: str) -> float | None:
     return seconds if math.isfinite(seconds) else None
 
 
-def duration(text: str) -> float:
-    """An argparse type: a duration (`seconds_of`), as float seconds."""
+def duration(text: str, what: str = "duration") -> float:
+    """An argparse type: a duration (`seconds_of`), as float seconds; its error calls it ``what``."""
     seconds = seconds_of(text)
     if seconds is None:
-        msg = f"not a duration: {text!r} (use e.g. {DURATION_EXAMPLES})"
+        msg = f"not a {what}: {text!r} (use e.g. {DURATION_EXAMPLES})"
         raise argparse.ArgumentTypeError(msg)
     return seconds
 

@@ -17,7 +17,6 @@ import asyncpg
 from pgqueue._extension import (
     CONTROL_CHARACTERS,
     DATABASE_ERRORS,
-    DURATION_EXAMPLES,
     check_dsn,
     describe,
     duration,
@@ -360,46 +359,34 @@ def print_table(
 
 def delay(text: str) -> float:
     """An argparse type: how long from now (``enqueue --in``), a duration as `duration` reads it."""
-    seconds = seconds_of(text)
-    if seconds is None:
-        msg = f"not a delay: {text!r} (use e.g. {DURATION_EXAMPLES})"
-        raise argparse.ArgumentTypeError(msg)
-    return seconds
+    return duration(text, "delay")
 
 
 def job_id(text: str) -> int:
     """An argparse type: a job id, a positive 64-bit integer."""
-    try:
-        value = int(text, 10)
-    except ValueError:
-        value = 0
-    if not 0 < value < 2**63:
-        msg = f"not a job id: {text!r} (a positive integer)"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    return _counted(text, 2**63, f"not a job id: {text!r} (a positive integer)")
 
 
 def positive_int(text: str) -> int:
     """An argparse type: a count, from 1 to 2**31 - 1 (a PostgreSQL int)."""
-    try:
-        value = int(text, 10)
-    except ValueError:
-        value = 0
-    if not 0 < value < 2**31:
-        msg = f"not a positive integer (up to {2**31 - 1}): {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    return _counted(
+        text, 2**31, f"not a positive integer (up to {2**31 - 1}): {text!r}"
+    )
 
 
 def port(text: str) -> int:
     """An argparse type: a TCP port, from 1 to 65535."""
+    return _counted(text, 65536, f"not a port: {text!r}")
+
+
+def _counted(text: str, below: int, error: str) -> int:
+    """``text`` as a whole number from 1 to ``below - 1``; else ``error``."""
     try:
         value = int(text, 10)
     except ValueError:
         value = 0
-    if not 0 < value < 65536:
-        msg = f"not a port: {text!r}"
-        raise argparse.ArgumentTypeError(msg)
+    if not 0 < value < below:
+        raise argparse.ArgumentTypeError(error)
     return value
 
 

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskStatus
     from rich.console import RenderableType
+    from rich.table import Table
 
 __all__ = ["Frame", "Sampler", "add_to", "render"]
 
@@ -186,10 +187,7 @@ def render(
         )
         queues.caption_justify = "left"
 
-    running = Table(title="Longest running", title_justify="left", box=box.SIMPLE_HEAD)
-    running.add_column("id", justify="right")
-    running.add_column("queue", overflow="fold")
-    running.add_column("type", overflow="fold")
+    running = _jobs_table("Longest running")
     running.add_column("running for", justify="right")
     running.add_column("heartbeat", justify="right")
     running.add_column("progress", overflow="ellipsis", no_wrap=True, ratio=1)
@@ -205,10 +203,7 @@ def render(
     if not frame.longest_running:
         running.add_row("", Text("none", style="dim"), "", "", "", "")
 
-    dead = Table(title="Latest dead", title_justify="left", box=box.SIMPLE_HEAD)
-    dead.add_column("id", justify="right")
-    dead.add_column("queue", overflow="fold")
-    dead.add_column("type", overflow="fold")
+    dead = _jobs_table("Latest dead")
     dead.add_column("died", justify="right")
     dead.add_column("last error", overflow="ellipsis", no_wrap=True, ratio=1)
     for d in frame.latest_dead:
@@ -220,6 +215,18 @@ def render(
         dead.add_row("", Text("none", style="dim"), "", "", "")
 
     return Group(Text(heading, style="bold"), queues, running, dead)
+
+
+def _jobs_table(title: str) -> Table:
+    """A table of jobs, its first columns their id, queue and type."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("id", justify="right")
+    table.add_column("queue", overflow="fold")
+    table.add_column("type", overflow="fold")
+    return table
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -29,7 +29,6 @@ The fixtures:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import os
 import uuid
@@ -167,9 +166,9 @@ def pgqueue_template_database(pgqueue_admin_dsn: str) -> Iterator[str]:
         _run(pgqueue_admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@contextlib.contextmanager
-def _clone(admin_dsn: str, template: str, name: str) -> Iterator[str]:
-    """Yield the DSN of ``name``, a copy of ``template``; drop it afterwards."""
+def _clone(admin_dsn: str, template: str, suffix: object) -> Iterator[str]:
+    """Yield the DSN of a copy of ``template`` (its name ends ``_suffix``); drop it afterwards."""
+    name = f"{template}_{suffix}"
     _run(admin_dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     try:
         yield with_database(admin_dsn, name)
@@ -182,9 +181,7 @@ def pgqueue_dsn(
     pgqueue_admin_dsn: str, pgqueue_template_database: str
 ) -> Iterator[str]:
     """The DSN of this run's own database, with the schema applied."""
-    name = f"{pgqueue_template_database}_run"
-    with _clone(pgqueue_admin_dsn, pgqueue_template_database, name) as dsn:
-        yield dsn
+    yield from _clone(pgqueue_admin_dsn, pgqueue_template_database, "run")
 
 
 @pytest.fixture
@@ -192,6 +189,4 @@ def pgqueue_fresh_dsn(
     pgqueue_admin_dsn: str, pgqueue_template_database: str
 ) -> Iterator[str]:
     """The DSN of a database of the test's own, with the schema applied."""
-    name = f"{pgqueue_template_database}_{next(_clones)}"
-    with _clone(pgqueue_admin_dsn, pgqueue_template_database, name) as dsn:
-        yield dsn
+    yield from _clone(pgqueue_admin_dsn, pgqueue_template_database, next(_clones))

@@ -52,7 +52,7 @@ from pgqueue.web._guard import (
 from pgqueue.web._html import Value
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -651,63 +651,66 @@ class _Dashboard:
         )
 
     async def retry(self, request: Request) -> Response:
-        asks = self._guard.asks(request)
-        admin, job = await self._job_or_404(request.path_params["job_id"])
-        base = _base(request)
-        action = f"/jobs/{job.id}/retry"
-        if asks:
-            more = job.max_attempts
-            return self._confirm(
-                request,
-                f"Retry job {job.id}",
-                action=base + action,
-                token=self._guard.token(action),
-                question=(
-                    f"Retry job {job.id} (",
-                    Value(job.job_type),
-                    f", {job.status})?",
-                ),
-                explanation=(
-                    f"It goes back to pending, due now, with {more} more attempts: its "
-                    f"attempts stay at {job.attempts} and its max attempts become "
-                    f"{job.attempts + more}."
-                ),
-                verb="Retry",
-                fields={},
-                back=f"{base}/jobs/{job.id}",
-                back_label=f"Back to job {job.id}",
-            )
-        await self._guard.form(request, action)
-        return _acted(base, job.id, (await admin.retry(job.id))[job.id])
+        return await self._job_action(
+            request,
+            "Retry",
+            lambda job: (
+                f"It goes back to pending, due now, with {job.max_attempts} more "
+                f"attempts: its attempts stay at {job.attempts} and its max attempts "
+                f"become {job.attempts + job.max_attempts}."
+            ),
+            Admin.retry,
+            back_label="Back to job",
+        )
 
     async def cancel(self, request: Request) -> Response:
+        return await self._job_action(
+            request,
+            "Cancel",
+            lambda _: (
+                "A pending job is cancelled at once; a running one is asked to "
+                "stop: its worker cancels the handler and the job ends cancelled."
+            ),
+            Admin.cancel,
+            back_label="Keep job",
+            danger=True,
+        )
+
+    async def _job_action(
+        self,
+        request: Request,
+        verb: str,
+        explanation: Callable[[JobSummary], str],
+        act: Callable[[Admin, int], Awaitable[dict[int, str]]],
+        *,
+        back_label: str,
+        danger: bool = False,
+    ) -> Response:
+        """Ask to confirm ``verb`` on the path's job (GET), or do it (POST)."""
         asks = self._guard.asks(request)
         admin, job = await self._job_or_404(request.path_params["job_id"])
         base = _base(request)
-        action = f"/jobs/{job.id}/cancel"
+        action = f"/jobs/{job.id}/{verb.lower()}"
         if asks:
             return self._confirm(
                 request,
-                f"Cancel job {job.id}",
+                f"{verb} job {job.id}",
                 action=base + action,
                 token=self._guard.token(action),
                 question=(
-                    f"Cancel job {job.id} (",
+                    f"{verb} job {job.id} (",
                     Value(job.job_type),
                     f", {job.status})?",
                 ),
-                explanation=(
-                    "A pending job is cancelled at once; a running one is asked to "
-                    "stop: its worker cancels the handler and the job ends cancelled."
-                ),
-                verb="Cancel",
+                explanation=explanation(job),
+                verb=verb,
                 fields={},
                 back=f"{base}/jobs/{job.id}",
-                back_label=f"Keep job {job.id}",
-                danger=True,
+                back_label=f"{back_label} {job.id}",
+                danger=danger,
             )
         await self._guard.form(request, action)
-        return _acted(base, job.id, (await admin.cancel(job.id))[job.id])
+        return _acted(base, job.id, (await act(admin, job.id))[job.id])
 
     async def retry_all(self, request: Request) -> Response:
         asks = self._guard.asks(request)
