@@ -9,6 +9,8 @@ pgqueue's children never load it.
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.util
 import json
 import multiprocessing
 import threading
@@ -47,11 +49,14 @@ INSERT_NOTIFY = (
 )
 
 VARIANTS = {
-    "enqueue": "pgqueue `Queue.enqueue` (commits by itself)",
+    "enqueue": "pgqueue `Queue.enqueue` (commits by itself; gathered while others are in flight)",
+    "enqueue_alone": "pgqueue `Queue.enqueue`, never gathered (each call its own statement)",
+    "autocommit": "pgqueue `enqueue(connection=c)`, `c` held by its producer, autocommit",
     "in_tx": "pgqueue `enqueue(connection=c)` in `c.transaction()`",
     "tx_wake": "pgqueue `enqueue(connection=c)` in `queue.transaction(c)`",
     "pgqueuer": "pgqueuer `Queries.enqueue`",
     "insert": "floor: `INSERT ... RETURNING id`, no NOTIFY",
+    "insert_held": "floor: `INSERT ... RETURNING id` on a connection each producer holds",
     "insert_notify": "`INSERT` + `pg_notify` in one statement",
 }
 FLOOR = "insert"
@@ -65,6 +70,57 @@ HAS_TX_WAKE = hasattr(pgqueue.Queue, "transaction")
 def _enqueue(pool: asyncpg.Pool[Any]) -> Call:
     queue = pgqueue.Queue(pool)
     return lambda i: queue.enqueue(JOB_TYPE, {"i": i})
+
+
+def _enqueue_alone(pool: asyncpg.Pool[Any]) -> Call:
+    gather = importlib.import_module("pgqueue._gather") if _GATHERS else None
+    queue = pgqueue.Queue(pool)
+
+    async def call(i: int) -> None:
+        if gather is not None:
+            gather.MAX_IN_FLIGHT = 1 << 30  # room for every call: none waits in line
+        await queue.enqueue(JOB_TYPE, {"i": i})
+
+    return call
+
+
+_GATHERS = importlib.util.find_spec("pgqueue._gather") is not None
+"""Does this tree gather concurrent enqueues (issue 43)?"""
+
+
+class _Held:
+    """Calls on a connection each producer holds (producer ``k`` makes calls ``i`` with ``i % n == k``)."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool[Any],
+        run: Callable[[Any, int], Awaitable[object]],
+    ) -> None:
+        self._pool = pool
+        self._run = run
+        self._held: dict[int, Any] = {}
+
+    async def __call__(self, i: int) -> None:
+        k = i % self._pool.get_max_size()
+        connection = self._held.get(k)
+        if connection is None:
+            connection = self._held[k] = await self._pool.acquire()
+        await self._run(connection, i)
+
+    async def aclose(self) -> None:
+        for connection in self._held.values():
+            await self._pool.release(connection)
+
+
+def _autocommit(pool: asyncpg.Pool[Any]) -> Call:
+    queue = pgqueue.Queue(pool)
+    return _Held(pool, lambda c, i: queue.enqueue(JOB_TYPE, {"i": i}, connection=c))
+
+
+def _insert_held(pool: asyncpg.Pool[Any]) -> Call:
+    return _Held(
+        pool, lambda c, i: c.fetchval(INSERT, QUEUE, JOB_TYPE, json.dumps({"i": i}))
+    )
 
 
 def _in_tx(pool: asyncpg.Pool[Any]) -> Call:
@@ -108,6 +164,9 @@ def _statement(sql: str) -> Callable[[asyncpg.Pool[Any]], Call]:
 
 CALLS: dict[str, Callable[[asyncpg.Pool[Any]], Call]] = {
     "enqueue": _enqueue,
+    "enqueue_alone": _enqueue_alone,
+    "autocommit": _autocommit,
+    "insert_held": _insert_held,
     "in_tx": _in_tx,
     "tx_wake": _tx_wake,
     "pgqueuer": _pgqueuer,
@@ -184,6 +243,8 @@ async def _producers(
         await link.ready()
         cpu0 = process_cpu()
         result = await hammer(call, producers, seconds, warmup)
+        if isinstance(call, _Held):
+            await call.aclose()
         await link.done({**result, "producer_cpu_s": process_cpu() - cpu0})
 
 

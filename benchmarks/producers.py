@@ -238,23 +238,28 @@ def report_producers(values: Values, args: Any) -> Report:
     rows, ratios = [], {}
     for p in args.producers:
         floor = values[f"producers.{p}.{prod.FLOOR}"]
+        held = values.get(f"producers.{p}.insert_held")
         theirs = values[f"producers.{p}.pgqueuer"]
         for v, label in prod.VARIANTS.items():
             key = f"producers.{p}.{v}"
             if key not in values:
-                rows.append([str(p), label, *["n/a"] * 7])
+                rows.append([str(p), label, *["n/a"] * 8])
                 continue
             of_floor = paired(values[key], floor)
             vs = paired(values[key], theirs)
             ratios[f"{key}/floor"] = of_floor
             ratios[f"{key}/pgqueuer"] = vs
-            mine = v in ("enqueue", "in_tx", "tx_wake")
+            of_held = paired(values[key], held) if held else None
+            if of_held is not None:
+                ratios[f"{key}/held_floor"] = of_held
+            mine = not v.startswith("insert") and v != "pgqueuer"
             rows.append(
                 [
                     str(p),
                     label,
                     cell(values[key]),
                     ratio_cell(of_floor),
+                    ratio_cell(of_held) if of_held is not None else "n/a",
                     ratio_cell(vs) if mine else "",
                     fmt(statistics.median(values[f"{key}.pg_us"])),
                     fmt(statistics.median(values[f"{key}.client_us"])),
@@ -267,6 +272,7 @@ def report_producers(values: Values, args: Any) -> Report:
         "row",
         "jobs/s",
         "/ floor",
+        "/ held floor",
         "/ pgqueuer",
         "PG CPU µs/job",
         "producer CPU µs/job",
