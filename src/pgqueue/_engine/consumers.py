@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._core.outcome import shutdown_outcome
@@ -24,6 +25,7 @@ RUNNING_FOR: contextvars.ContextVar[object] = contextvars.ContextVar("pgqueue_wo
 """The worker whose handler the current task runs (or a task a handler started)."""
 
 
+@dataclass(eq=False)
 class Consumers:
     """Run ready jobs on long-lived tasks, one job at a time each.
 
@@ -42,26 +44,17 @@ class Consumers:
             handler raised (its job's outcome is put first).
     """
 
-    def __init__(
-        self,
-        claims: Claims,
-        runner: JobRunner,
-        *,
-        owner: object,
-        cut_off: Callable[[], bool],
-        put: Callable[[Outcome], None],
-        on_ended: Callable[[], None],
-        on_exit: Callable[[BaseException], None],
-        logger: Logger,
-    ) -> None:
-        self._claims = claims
-        self._runner = runner
-        self._owner = owner
-        self._cut_off = cut_off
-        self._put = put
-        self._on_ended = on_ended
-        self._on_exit = on_exit
-        self._logger = logger
+    claims: Claims
+    runner: JobRunner
+    _: KW_ONLY
+    owner: object
+    cut_off: Callable[[], bool]
+    put: Callable[[Outcome], None]
+    on_ended: Callable[[], None]
+    on_exit: Callable[[BaseException], None]
+    logger: Logger
+
+    def __post_init__(self) -> None:
         self._idle: list[asyncio.Future[None]] = []
         self._waking = 0  # consumers woken that have not resumed yet
         self._open = True
@@ -85,10 +78,10 @@ class Consumers:
 
     async def run(self) -> None:
         """One consumer: run ready jobs until closed (or told to stop taking them)."""
-        RUNNING_FOR.set(self._owner)
+        RUNNING_FOR.set(self.owner)
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
-        claims = self._claims
+        claims = self.claims
         ready = claims.ready
         while True:
             while ready and self._taking:
@@ -113,16 +106,16 @@ class Consumers:
 
     async def _execute(self, job: Job, task: asyncio.Task[Any] | None) -> None:
         try:
-            outcome = await self._runner.run(job, self._cut_off, task)
+            outcome = await self.runner.run(job, self.cut_off, task)
         except (KeyboardInterrupt, SystemExit) as exc:
             # Raised out of a task, these would stop the event loop itself,
             # before any outcome is written: stop the worker instead.
             self._end(shutdown_outcome(job))
-            self._on_exit(exc)
+            self.on_exit(exc)
             return
         except BaseException:
             outcome = shutdown_outcome(job)
-            self._logger.warning(
+            self.logger.warning(
                 "%s cut off by shutdown",
                 job_label(job),
                 extra={**job_fields(job), "outcome": outcome.status},
@@ -132,6 +125,6 @@ class Consumers:
         self._end(outcome)
 
     def _end(self, outcome: Outcome) -> None:
-        self._claims.ended()
-        self._put(outcome)
-        self._on_ended()
+        self.claims.ended()
+        self.put(outcome)
+        self.on_ended()
