@@ -27,13 +27,12 @@ if TYPE_CHECKING:
 
     import asyncpg
 
-    from pgqueue._core.log import Logger
     from pgqueue._core.options import LaneSettings, WorkerOptions
     from pgqueue._engine.lease import Lease
-    from pgqueue._engine.ledger import Budget, Claims
+    from pgqueue._engine.ledger import Claims
     from pgqueue._engine.policy import Bounds, ClaimPolicy
+    from pgqueue._engine.services import LaneServices
     from pgqueue._store.postgres import Turn
-    from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["Claimed", "Claimer", "jobs_from_rows"]
 
@@ -53,6 +52,13 @@ class Claimer:
     connection (their claims take turns on it).
 
     Args:
+        services: the worker's: claims run on its ``connection`` and take
+            only its ``types``; ``put`` takes the outcome of each claimed
+            job that cannot run (dead: a payload or time Python cannot
+            represent; or released when its parents' results could not be
+            read); its ``budget``, the overall cap
+            shared with the other queues' claimers, if any: a claim takes
+            no more than it allows, and holds its slots while in flight.
         settings: the queue to claim from, and its limits: with a group
             limit, every job that ends calls for a claim (it may have freed
             its group); with a rate limit, each claim first counts the
@@ -63,12 +69,6 @@ class Claimer:
             delay; with a ``global_limit`` on any queue the schema check
             requires the fleet-wide limits' tables).
         on_claimed: called with the jobs ready to run after each claim.
-        on_dead: called with the outcome of each claimed job that cannot run
-            (dead, or released when its parents' results could not be read)
-            (a payload or time Python cannot represent).
-        budget: the overall cap shared with the other queues' claimers, if
-            any: a claim takes no more than it allows, and holds its slots
-            while in flight.
         on_spare: called after a claim that took fewer jobs than the budget
             held for it (the other queues may claim them).
         schema_checked: set once another claimer has checked the schema;
@@ -76,26 +76,21 @@ class Claimer:
         lease: the worker's lease of the queue's slots, if the queue has a
             fleet-wide limit: taken before the first claim, and claims take
             no more than it leaves.
-        types: claim only jobs of these types; ``None`` claims every type.
 
     The claims themselves are the store's (`pgqueue._store`): under a group
     or a rate limit, claims of the queue take turns across the fleet.
     """
 
-    connection: DedicatedConnection
+    services: LaneServices
     policy: ClaimPolicy
     claims: Claims
     settings: LaneSettings
     options: WorkerOptions
     _: KW_ONLY
-    logger: Logger
     on_claimed: Callable[[], None]
-    on_dead: Callable[[Outcome], None]
-    budget: Budget | None = None
     on_spare: Callable[[], None] | None = None
     schema_checked: anyio.Event | None = None
     lease: Lease | None = None
-    types: list[str] | None = None
 
     def __post_init__(self) -> None:
         # The schema check then requires the fleet-wide limits' tables.
@@ -131,8 +126,8 @@ class Claimer:
         Under a fleet-wide limit, no more than the worker's lease leaves.
         """
         free = self.claims.free
-        if self.budget is not None:
-            free = min(free, self.budget.free)
+        if self.services.budget is not None:
+            free = min(free, self.services.budget.free)
         if self.lease is not None:
             free = min(free, self.lease.free(anyio.current_time()))
         return free
@@ -171,7 +166,7 @@ class Claimer:
         policy, claims = self.policy, self.claims
         empty_since: int | None = None  # settled_count when an empty claim began
         failures = Failures(
-            self.logger,
+            self.services.logger,
             "claim failed; retrying",
             cap=self._retry_cap,
             fields={"queue": self.settings.name},
@@ -206,7 +201,7 @@ class Claimer:
                     *(Outcome(job, OutcomeKind.RELEASED) for job in unrun.jobs),
                 ]:
                     claims.add([outcome.job], ready=False)
-                    self.on_dead(outcome)
+                    self.services.put(outcome)
                 wait = failures.failed(unread.error)
                 policy.failed()
                 await anyio.sleep(wait)
@@ -214,7 +209,7 @@ class Claimer:
             except SCHEMA_ERRORS as exc:
                 # Says what is missing.
                 raise await schema_failure(
-                    self.connection, describe(exc), limits=self._needs_limits
+                    self.services.connection, describe(exc), limits=self._needs_limits
                 ) from exc
             except Exception as exc:
                 wait = failures.failed(exc)
@@ -226,14 +221,14 @@ class Claimer:
             failures.succeeded()
             claimed = jobs_from_rows(rows, parents)
             for outcome in claimed.dead:
-                self.logger.error(
+                self.services.logger.error(
                     "%s dead: %s",
                     job_label(outcome.job),
                     outcome.error,
                     extra={**job_fields(outcome.job), "error": outcome.error},
                 )
                 claims.add([outcome.job], ready=False)
-                self.on_dead(outcome)
+                self.services.put(outcome)
             if claimed.jobs:
                 claims.add(claimed.jobs)
                 self.on_claimed()
@@ -258,26 +253,26 @@ class Claimer:
         self, limit: int, bounds: Bounds
     ) -> tuple[Sequence[asyncpg.Record | tuple[Any, ...]], dict[int, str]]:
         """Claim up to ``limit`` jobs; the results of their parents, for those with parents."""
-        budget, lease = self.budget, self.lease
+        budget, lease = self.services.budget, self.lease
         if budget is not None:
             budget.reserved += limit
         if lease is not None:
             lease.claiming = limit
         try:
             with anyio.CancelScope(shield=True):
-                store = self.connection.store
+                store = self.services.connection.store
                 rows: Sequence[asyncpg.Record | tuple[Any, ...]]
                 if (
                     self._group_claim is not None
                     or self.settings.rate_limit is not None
                 ):
-                    turn = await self.connection.run_in_transaction(
+                    turn = await self.services.connection.run_in_transaction(
                         lambda connection: store.claim_in_turn(
                             connection,
                             self.settings.name,
                             limit,
                             bounds,
-                            types=self.types,
+                            types=self.services.types,
                             group_limit=self._group_claim,
                             rate=self.settings.rate_limit,
                         )
@@ -286,15 +281,15 @@ class Claimer:
                     rows = turn.rows
                 else:
                     rows = await store.claim(
-                        self.connection,
+                        self.services.connection,
                         self.settings.name,
                         limit,
                         bounds,
-                        self.types,
+                        self.services.types,
                     )
                 try:
                     parents = await store.parent_results(
-                        self.connection,
+                        self.services.connection,
                         [row[0] for row in rows if row[_HAS_PARENTS]],
                     )
                 except Exception as exc:
@@ -311,7 +306,7 @@ class Claimer:
     def _took_turn(self, turn: Turn) -> None:
         """Say a long wait for the queue's turn; remember a window the rate filled."""
         if turn.waited >= TURN_WAIT_WARNING:
-            self.logger.warning(
+            self.services.logger.warning(
                 "waited %.1fs for the queue's turn to claim (another worker's claim held it)",
                 turn.waited,
                 extra={"queue": self.settings.name, "waited": turn.waited},
@@ -320,22 +315,22 @@ class Claimer:
             self._rate_wait = turn.rate_wait
 
     async def _check_schema(self) -> None:
-        if not await check_schema(self.connection, limits=self._needs_limits):
-            self.logger.debug(
+        if not await check_schema(self.services.connection, limits=self._needs_limits):
+            self.services.logger.debug(
                 "the table pgqueue_jobs has never been analyzed: the planner guesses its "
                 "size (the worker's statements plan by index regardless)",
                 extra={"queue": self.settings.name},
             )
-        await self.connection.detect_store()
+        await self.services.connection.detect_store()
 
     async def _take_lease(self) -> None:
         assert self.lease is not None
-        await take(self.connection, self.lease)
+        await take(self.services.connection, self.lease)
 
     async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` until it succeeds, retrying transient failures."""
         failures = Failures(
-            self.logger,
+            self.services.logger,
             f"{what} failed; retrying",
             cap=self._retry_cap,
             fields={"queue": self.settings.name},

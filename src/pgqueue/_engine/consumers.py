@@ -14,10 +14,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pgqueue._core.job import Job
-    from pgqueue._core.log import Logger
     from pgqueue._core.outcome import Outcome
     from pgqueue._engine.ledger import Claims
-    from pgqueue._engine.runner import JobRunner
+    from pgqueue._engine.services import LaneServices
 
 __all__ = ["RUNNING_FOR", "Consumers"]
 
@@ -35,24 +34,17 @@ class Consumers:
     per job.
 
     Args:
-        owner: the worker (handlers run with `RUNNING_FOR` set to it).
-        cut_off: whether the worker has cut running handlers off (their
-            cancellation is then the worker's own).
-        put: takes each outcome (to the writer).
+        services: the worker's: handlers run with `RUNNING_FOR` set to its
+            ``owner``; each outcome goes to ``put``; ``on_exit`` is called
+            with the ``SystemExit`` or ``KeyboardInterrupt`` a handler
+            raised (its job's outcome is put first).
         on_ended: called after each job's outcome is put.
-        on_exit: called with the ``SystemExit`` or ``KeyboardInterrupt`` a
-            handler raised (its job's outcome is put first).
     """
 
+    services: LaneServices
     claims: Claims
-    runner: JobRunner
     _: KW_ONLY
-    owner: object
-    cut_off: Callable[[], bool]
-    put: Callable[[Outcome], None]
     on_ended: Callable[[], None]
-    on_exit: Callable[[BaseException], None]
-    logger: Logger
 
     def __post_init__(self) -> None:
         self._idle: list[asyncio.Future[None]] = []
@@ -78,7 +70,7 @@ class Consumers:
 
     async def run(self) -> None:
         """One consumer: run ready jobs until closed (or told to stop taking them)."""
-        RUNNING_FOR.set(self.owner)
+        RUNNING_FOR.set(self.services.owner)
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         claims = self.claims
@@ -106,16 +98,16 @@ class Consumers:
 
     async def _execute(self, job: Job, task: asyncio.Task[Any] | None) -> None:
         try:
-            outcome = await self.runner.run(job, self.cut_off, task)
+            outcome = await self.services.runner.run(job, self.services.cut_off, task)
         except (KeyboardInterrupt, SystemExit) as exc:
             # Raised out of a task, these would stop the event loop itself,
             # before any outcome is written: stop the worker instead.
             self._end(shutdown_outcome(job))
-            self.on_exit(exc)
+            self.services.on_exit(exc)
             return
         except BaseException:
             outcome = shutdown_outcome(job)
-            self.logger.warning(
+            self.services.logger.warning(
                 "%s cut off by shutdown",
                 job_label(job),
                 extra={**job_fields(job), "outcome": outcome.status},
@@ -126,5 +118,5 @@ class Consumers:
 
     def _end(self, outcome: Outcome) -> None:
         self.claims.ended()
-        self.put(outcome)
+        self.services.put(outcome)
         self.on_ended()
