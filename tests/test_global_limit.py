@@ -451,7 +451,7 @@ async def test_a_lease_not_renewed_stops_the_claims(
     await pool.execute(SAMPLES)
     async with running(worker):
         [lane] = worker._lanes
-        lease = lane.claimer._lease
+        lease = lane.claimer.lease
         assert lease is not None
         assert lease.free(anyio.current_time()) == 2
         assert lease.free(anyio.current_time() + 0.5) == 0

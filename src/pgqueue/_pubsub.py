@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
@@ -354,30 +355,29 @@ class Subscriber:
                 continue
             channel, payload = item
             for callback in callbacks.get(channel, ()):
-                try:
-                    await callback(payload)
-                except BaseException as exc:
-                    if not self._failed(exc):
-                        raise
-                    self._logger.error(
-                        "subscriber callback failed",
-                        exc_info=exc,
-                        extra={"channel": channel, "callback": _name(callback)},
-                    )
+                await self._call(
+                    functools.partial(callback, payload),
+                    "subscriber callback failed",
+                    channel=channel,
+                    callback=_name(callback),
+                )
 
     async def _call_on_reconnect(self, channels: list[str]) -> None:
-        if self._on_reconnect is None:
-            return
+        if self._on_reconnect is not None:
+            await self._call(
+                self._on_reconnect, "subscriber on_reconnect failed", channels=channels
+            )
+
+    async def _call(
+        self, call: Callable[[], Awaitable[None]], msg: str, **fields: object
+    ) -> None:
+        """Await ``call()``; log its failure as ``msg`` (the end of `run` propagates)."""
         try:
-            await self._on_reconnect()
+            await call()
         except BaseException as exc:
             if not self._failed(exc):
                 raise
-            self._logger.error(
-                "subscriber on_reconnect failed",
-                exc_info=exc,
-                extra={"channels": channels},
-            )
+            self._logger.error(msg, exc_info=exc, extra=fields)
 
     def _failed(self, exc: BaseException) -> bool:
         """Whether ``exc``, raised by a callback, is its failure rather than the end of `run`."""

@@ -81,11 +81,12 @@ from pgqueue._core.typed import is_async, typed_handler
 from pgqueue._engine.checkpoints import Checkpoints
 from pgqueue._engine.consumers import RUNNING_FOR
 from pgqueue._engine.control import CancelHints, read_cancel_requested
-from pgqueue._engine.lanes import Lane, LaneServices, Routes
+from pgqueue._engine.lanes import Lane, Routes
 from pgqueue._engine.lease import LeaseKeeper, worker_id
 from pgqueue._engine.ledger import Budget
 from pgqueue._engine.periodic import Schedules, check_schedule
 from pgqueue._engine.runner import JobRunner, in_thread
+from pgqueue._engine.services import LaneServices
 from pgqueue._engine.upkeep import Upkeep
 from pgqueue._engine.watch import LoopWatch
 from pgqueue._engine.writer import OutcomeWriter

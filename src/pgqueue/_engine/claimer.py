@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import operator
+from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -26,17 +27,17 @@ if TYPE_CHECKING:
 
     import asyncpg
 
-    from pgqueue._core.log import Logger
     from pgqueue._core.options import LaneSettings, WorkerOptions
     from pgqueue._engine.lease import Lease
-    from pgqueue._engine.ledger import Budget, Claims
+    from pgqueue._engine.ledger import Claims
     from pgqueue._engine.policy import Bounds, ClaimPolicy
+    from pgqueue._engine.services import LaneServices
     from pgqueue._store.postgres import Turn
-    from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = ["Claimed", "Claimer", "jobs_from_rows"]
 
 
+@dataclass(eq=False)
 class Claimer:
     """Claim jobs into ``claims`` when ``policy`` says so, until cancelled.
 
@@ -51,6 +52,13 @@ class Claimer:
     connection (their claims take turns on it).
 
     Args:
+        services: the worker's: claims run on its ``connection`` and take
+            only its ``types``; ``put`` takes the outcome of each claimed
+            job that cannot run (dead: a payload or time Python cannot
+            represent; or released when its parents' results could not be
+            read); its ``budget``, the overall cap
+            shared with the other queues' claimers, if any: a claim takes
+            no more than it allows, and holds its slots while in flight.
         settings: the queue to claim from, and its limits: with a group
             limit, every job that ends calls for a claim (it may have freed
             its group); with a rate limit, each claim first counts the
@@ -61,12 +69,6 @@ class Claimer:
             delay; with a ``global_limit`` on any queue the schema check
             requires the fleet-wide limits' tables).
         on_claimed: called with the jobs ready to run after each claim.
-        on_dead: called with the outcome of each claimed job that cannot run
-            (dead, or released when its parents' results could not be read)
-            (a payload or time Python cannot represent).
-        budget: the overall cap shared with the other queues' claimers, if
-            any: a claim takes no more than it allows, and holds its slots
-            while in flight.
         on_spare: called after a claim that took fewer jobs than the budget
             held for it (the other queues may claim them).
         schema_checked: set once another claimer has checked the schema;
@@ -74,45 +76,27 @@ class Claimer:
         lease: the worker's lease of the queue's slots, if the queue has a
             fleet-wide limit: taken before the first claim, and claims take
             no more than it leaves.
-        types: claim only jobs of these types; ``None`` claims every type.
 
     The claims themselves are the store's (`pgqueue._store`): under a group
     or a rate limit, claims of the queue take turns across the fleet.
     """
 
-    def __init__(
-        self,
-        connection: DedicatedConnection,
-        policy: ClaimPolicy,
-        claims: Claims,
-        settings: LaneSettings,
-        options: WorkerOptions,
-        *,
-        logger: Logger,
-        on_claimed: Callable[[], None],
-        on_dead: Callable[[Outcome], None],
-        budget: Budget | None = None,
-        on_spare: Callable[[], None] | None = None,
-        schema_checked: anyio.Event | None = None,
-        lease: Lease | None = None,
-        types: Sequence[str] | None = None,
-    ) -> None:
-        self._connection = connection
-        self._policy = policy
-        self._claims = claims
-        self._settings = settings
-        self._options = options
-        self._logger = logger
-        self._on_claimed = on_claimed
-        self._on_dead = on_dead
-        self._budget = budget
-        self._on_spare = on_spare
-        self._schema_checked = schema_checked
-        self._lease = lease
-        self._types = None if types is None else list(types)
+    services: LaneServices
+    policy: ClaimPolicy
+    claims: Claims
+    settings: LaneSettings
+    options: WorkerOptions
+    _: KW_ONLY
+    on_claimed: Callable[[], None]
+    on_spare: Callable[[], None] | None = None
+    schema_checked: anyio.Event | None = None
+    lease: Lease | None = None
+
+    def __post_init__(self) -> None:
         # The schema check then requires the fleet-wide limits' tables.
-        self._needs_limits = lease is not None or bool(options.limits())
+        self._needs_limits = self.lease is not None or bool(self.options.limits())
         # Per-group rates need the group claim (no limit of running jobs).
+        settings = self.settings
         rate_limit = settings.rate_limit
         self._group_claim = (
             NO_GROUP_LIMIT
@@ -129,7 +113,7 @@ class Claimer:
 
     def wake(self) -> None:
         """Jobs may be ready: claim as soon as there is room."""
-        self._policy.wake()
+        self.policy.wake()
         self._event.set()
 
     def nudge(self) -> None:
@@ -141,20 +125,20 @@ class Claimer:
 
         Under a fleet-wide limit, no more than the worker's lease leaves.
         """
-        free = self._claims.free
-        if self._budget is not None:
-            free = min(free, self._budget.free)
-        if self._lease is not None:
-            free = min(free, self._lease.free(anyio.current_time()))
+        free = self.claims.free
+        if self.services.budget is not None:
+            free = min(free, self.services.budget.free)
+        if self.lease is not None:
+            free = min(free, self.lease.free(anyio.current_time()))
         return free
 
     def room(self) -> None:
         """Claims ended or settled: claim if jobs may be ready and a claim is worth it."""
         if self._group_claim is not None:
-            self._policy.wake()  # an ended job may have made room in its group
+            self.policy.wake()  # an ended job may have made room in its group
         free = self._free()
-        if (self._policy.more and free >= self._policy.claim_at) or (
-            self._until_empty and self._claims.held == 0
+        if (self.policy.more and free >= self.policy.claim_at) or (
+            self._until_empty and self.claims.held == 0
         ):
             self._event.set()
 
@@ -169,23 +153,23 @@ class Claimer:
             SchemaError: the table or a column is missing.
         """
         self._until_empty = until_empty
-        if self._schema_checked is None:
+        if self.schema_checked is None:
             await self._retrying("schema check", self._check_schema)
         else:
-            await self._schema_checked.wait()
-        if self._lease is not None:
+            await self.schema_checked.wait()
+        if self.lease is not None:
             await self._retrying(
                 "taking a lease of the queue's slots", self._take_lease
             )
         self.checked.set()
         clock = asyncio.get_running_loop().time
-        policy, claims = self._policy, self._claims
+        policy, claims = self.policy, self.claims
         empty_since: int | None = None  # settled_count when an empty claim began
         failures = Failures(
-            self._logger,
+            self.services.logger,
             "claim failed; retrying",
             cap=self._retry_cap,
-            fields={"queue": self._settings.name},
+            fields={"queue": self.settings.name},
             quiet=True,
         )
         while True:
@@ -217,7 +201,7 @@ class Claimer:
                     *(Outcome(job, OutcomeKind.RELEASED) for job in unrun.jobs),
                 ]:
                     claims.add([outcome.job], ready=False)
-                    self._on_dead(outcome)
+                    self.services.put(outcome)
                 wait = failures.failed(unread.error)
                 policy.failed()
                 await anyio.sleep(wait)
@@ -225,31 +209,31 @@ class Claimer:
             except SCHEMA_ERRORS as exc:
                 # Says what is missing.
                 raise await schema_failure(
-                    self._connection, describe(exc), limits=self._needs_limits
+                    self.services.connection, describe(exc), limits=self._needs_limits
                 ) from exc
             except Exception as exc:
                 wait = failures.failed(exc)
                 policy.failed()
-                if self._on_spare is not None:
-                    self._on_spare()
+                if self.on_spare is not None:
+                    self.on_spare()
                 await anyio.sleep(wait)
                 continue
             failures.succeeded()
             claimed = jobs_from_rows(rows, parents)
             for outcome in claimed.dead:
-                self._logger.error(
+                self.services.logger.error(
                     "%s dead: %s",
                     job_label(outcome.job),
                     outcome.error,
                     extra={**job_fields(outcome.job), "error": outcome.error},
                 )
                 claims.add([outcome.job], ready=False)
-                self._on_dead(outcome)
+                self.services.put(outcome)
             if claimed.jobs:
                 claims.add(claimed.jobs)
-                self._on_claimed()
-            if len(rows) < limit and self._on_spare is not None:
-                self._on_spare()
+                self.on_claimed()
+            if len(rows) < limit and self.on_spare is not None:
+                self.on_spare()
             policy.claimed(
                 limit, bounds, len(rows), claimed.last, clock(), claimed.claimed_at
             )
@@ -263,49 +247,49 @@ class Claimer:
 
     @property
     def _retry_cap(self) -> float:
-        return min(self._options.poll_interval, MAX_RETRY_WAIT)
+        return min(self.options.poll_interval, MAX_RETRY_WAIT)
 
     async def _claim(
         self, limit: int, bounds: Bounds
     ) -> tuple[Sequence[asyncpg.Record | tuple[Any, ...]], dict[int, str]]:
         """Claim up to ``limit`` jobs; the results of their parents, for those with parents."""
-        budget, lease = self._budget, self._lease
+        budget, lease = self.services.budget, self.lease
         if budget is not None:
             budget.reserved += limit
         if lease is not None:
             lease.claiming = limit
         try:
             with anyio.CancelScope(shield=True):
-                store = self._connection.store
+                store = self.services.connection.store
                 rows: Sequence[asyncpg.Record | tuple[Any, ...]]
                 if (
                     self._group_claim is not None
-                    or self._settings.rate_limit is not None
+                    or self.settings.rate_limit is not None
                 ):
-                    turn = await self._connection.run_in_transaction(
+                    turn = await self.services.connection.run_in_transaction(
                         lambda connection: store.claim_in_turn(
                             connection,
-                            self._settings.name,
+                            self.settings.name,
                             limit,
                             bounds,
-                            types=self._types,
+                            types=self.services.types,
                             group_limit=self._group_claim,
-                            rate=self._settings.rate_limit,
+                            rate=self.settings.rate_limit,
                         )
                     )
                     self._took_turn(turn)
                     rows = turn.rows
                 else:
                     rows = await store.claim(
-                        self._connection,
-                        self._settings.name,
+                        self.services.connection,
+                        self.settings.name,
                         limit,
                         bounds,
-                        self._types,
+                        self.services.types,
                     )
                 try:
                     parents = await store.parent_results(
-                        self._connection,
+                        self.services.connection,
                         [row[0] for row in rows if row[_HAS_PARENTS]],
                     )
                 except Exception as exc:
@@ -322,34 +306,34 @@ class Claimer:
     def _took_turn(self, turn: Turn) -> None:
         """Say a long wait for the queue's turn; remember a window the rate filled."""
         if turn.waited >= TURN_WAIT_WARNING:
-            self._logger.warning(
+            self.services.logger.warning(
                 "waited %.1fs for the queue's turn to claim (another worker's claim held it)",
                 turn.waited,
-                extra={"queue": self._settings.name, "waited": turn.waited},
+                extra={"queue": self.settings.name, "waited": turn.waited},
             )
         if turn.rate_wait is not None:
             self._rate_wait = turn.rate_wait
 
     async def _check_schema(self) -> None:
-        if not await check_schema(self._connection, limits=self._needs_limits):
-            self._logger.debug(
+        if not await check_schema(self.services.connection, limits=self._needs_limits):
+            self.services.logger.debug(
                 "the table pgqueue_jobs has never been analyzed: the planner guesses its "
                 "size (the worker's statements plan by index regardless)",
-                extra={"queue": self._settings.name},
+                extra={"queue": self.settings.name},
             )
-        await self._connection.detect_store()
+        await self.services.connection.detect_store()
 
     async def _take_lease(self) -> None:
-        assert self._lease is not None
-        await take(self._connection, self._lease)
+        assert self.lease is not None
+        await take(self.services.connection, self.lease)
 
     async def _retrying(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
         """Run ``step`` until it succeeds, retrying transient failures."""
         failures = Failures(
-            self._logger,
+            self.services.logger,
             f"{what} failed; retrying",
             cap=self._retry_cap,
-            fields={"queue": self._settings.name},
+            fields={"queue": self.settings.name},
             quiet=True,
         )
         while True:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._core.outcome import shutdown_outcome
@@ -13,10 +14,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pgqueue._core.job import Job
-    from pgqueue._core.log import Logger
     from pgqueue._core.outcome import Outcome
     from pgqueue._engine.ledger import Claims
-    from pgqueue._engine.runner import JobRunner
+    from pgqueue._engine.services import LaneServices
 
 __all__ = ["RUNNING_FOR", "Consumers"]
 
@@ -24,6 +24,7 @@ RUNNING_FOR: contextvars.ContextVar[object] = contextvars.ContextVar("pgqueue_wo
 """The worker whose handler the current task runs (or a task a handler started)."""
 
 
+@dataclass(eq=False)
 class Consumers:
     """Run ready jobs on long-lived tasks, one job at a time each.
 
@@ -33,35 +34,19 @@ class Consumers:
     per job.
 
     Args:
-        owner: the worker (handlers run with `RUNNING_FOR` set to it).
-        cut_off: whether the worker has cut running handlers off (their
-            cancellation is then the worker's own).
-        put: takes each outcome (to the writer).
+        services: the worker's: handlers run with `RUNNING_FOR` set to its
+            ``owner``; each outcome goes to ``put``; ``on_exit`` is called
+            with the ``SystemExit`` or ``KeyboardInterrupt`` a handler
+            raised (its job's outcome is put first).
         on_ended: called after each job's outcome is put.
-        on_exit: called with the ``SystemExit`` or ``KeyboardInterrupt`` a
-            handler raised (its job's outcome is put first).
     """
 
-    def __init__(
-        self,
-        claims: Claims,
-        runner: JobRunner,
-        *,
-        owner: object,
-        cut_off: Callable[[], bool],
-        put: Callable[[Outcome], None],
-        on_ended: Callable[[], None],
-        on_exit: Callable[[BaseException], None],
-        logger: Logger,
-    ) -> None:
-        self._claims = claims
-        self._runner = runner
-        self._owner = owner
-        self._cut_off = cut_off
-        self._put = put
-        self._on_ended = on_ended
-        self._on_exit = on_exit
-        self._logger = logger
+    services: LaneServices
+    claims: Claims
+    _: KW_ONLY
+    on_ended: Callable[[], None]
+
+    def __post_init__(self) -> None:
         self._idle: list[asyncio.Future[None]] = []
         self._waking = 0  # consumers woken that have not resumed yet
         self._open = True
@@ -85,10 +70,10 @@ class Consumers:
 
     async def run(self) -> None:
         """One consumer: run ready jobs until closed (or told to stop taking them)."""
-        RUNNING_FOR.set(self._owner)
+        RUNNING_FOR.set(self.services.owner)
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
-        claims = self._claims
+        claims = self.claims
         ready = claims.ready
         while True:
             while ready and self._taking:
@@ -113,16 +98,16 @@ class Consumers:
 
     async def _execute(self, job: Job, task: asyncio.Task[Any] | None) -> None:
         try:
-            outcome = await self._runner.run(job, self._cut_off, task)
+            outcome = await self.services.runner.run(job, self.services.cut_off, task)
         except (KeyboardInterrupt, SystemExit) as exc:
             # Raised out of a task, these would stop the event loop itself,
             # before any outcome is written: stop the worker instead.
             self._end(shutdown_outcome(job))
-            self._on_exit(exc)
+            self.services.on_exit(exc)
             return
         except BaseException:
             outcome = shutdown_outcome(job)
-            self._logger.warning(
+            self.services.logger.warning(
                 "%s cut off by shutdown",
                 job_label(job),
                 extra={**job_fields(job), "outcome": outcome.status},
@@ -132,6 +117,6 @@ class Consumers:
         self._end(outcome)
 
     def _end(self, outcome: Outcome) -> None:
-        self._claims.ended()
-        self._put(outcome)
-        self._on_ended()
+        self.claims.ended()
+        self.services.put(outcome)
+        self.on_ended()

@@ -11,6 +11,7 @@ cost no SQL and no log line.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -53,6 +54,7 @@ def read_cancel_requested(
     return read
 
 
+@dataclass(eq=False)
 class CancelHints:
     """Turn control notifications into cancels of the jobs whose rows ask for it.
 
@@ -65,22 +67,15 @@ class CancelHints:
         interval: the least seconds between two reads.
     """
 
-    def __init__(
-        self,
-        read: Callable[[list[int]], Awaitable[Collection[int]]],
-        *,
-        holds: Callable[[int], bool],
-        cancel: Callable[[int], None],
-        logger: Logger,
-        fields: Mapping[str, object],
-        interval: float = READ_INTERVAL,
-    ) -> None:
-        self._read = read
-        self._holds = holds
-        self._cancel = cancel
-        self._logger = logger
-        self._fields = fields
-        self._interval = interval
+    read: Callable[[list[int]], Awaitable[Collection[int]]]
+    _: KW_ONLY
+    holds: Callable[[int], bool]
+    cancel: Callable[[int], None]
+    logger: Logger
+    fields: Mapping[str, object]
+    interval: float = READ_INTERVAL
+
+    def __post_init__(self) -> None:
         self._named: set[int] = set()
         self._hinted = anyio.Event()
 
@@ -90,7 +85,7 @@ class CancelHints:
         Never raises and does no I/O; anything else is ignored.
         """
         job_id = job_id_of(payload)
-        if job_id is None or job_id in self._named or not self._holds(job_id):
+        if job_id is None or job_id in self._named or not self.holds(job_id):
             return
         self._named.add(job_id)
         self._hinted.set()
@@ -98,21 +93,21 @@ class CancelHints:
     async def run(self) -> None:
         """Read the named jobs' rows when hinted, at most every ``interval``; cancel those asked to."""
         failures = Failures(
-            self._logger,
+            self.logger,
             "reading cancel requests failed",
-            fields=self._fields,
+            fields=self.fields,
             quiet=True,
         )
         while True:
             await self._hinted.wait()
             self._hinted = anyio.Event()
             # Jobs that ended meanwhile need no look.
-            named = sorted(i for i in self._named if self._holds(i))
+            named = sorted(i for i in self._named if self.holds(i))
             self._named.clear()
             if not named:
                 continue
             try:
-                requested = await self._read(named)
+                requested = await self.read(named)
             except Exception as exc:
                 pause = failures.failed(exc)
                 # Look again after the pause (the heartbeat is the safety net).
@@ -120,7 +115,7 @@ class CancelHints:
                 self._hinted.set()
             else:
                 failures.succeeded()
-                pause = self._interval
+                pause = self.interval
                 for job_id in requested:
-                    self._cancel(job_id)
+                    self.cancel(job_id)
             await anyio.sleep(pause)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -19,47 +18,12 @@ from pgqueue._engine.policy import ClaimPolicy
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-    from pgqueue._core.log import Logger
     from pgqueue._core.options import LaneSettings, WorkerOptions
     from pgqueue._core.outcome import Key
-    from pgqueue._engine.ledger import Budget
     from pgqueue._engine.runner import JobRunner
-    from pgqueue._wire.dedicated import DedicatedConnection
+    from pgqueue._engine.services import LaneServices
 
-__all__ = [
-    "Lane",
-    "LaneServices",
-    "Routes",
-]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LaneServices:
-    """What the lanes of a running worker share.
-
-    Args:
-        connection: the claim connection (the lanes' claims take turns on it).
-        put: hands an outcome to the outcome writer.
-        runner: runs the handlers.
-        logger: where to log.
-        worker: the worker's id, naming its leases.
-        owner: the worker (what a handler's ``stop()`` call is checked against).
-        cut_off: whether running handlers are being cancelled by the worker.
-        on_exit: a handler raised ``SystemExit`` or ``KeyboardInterrupt``.
-        budget: the overall cap over every lane, if any.
-        types: claim only jobs of these types; ``None`` claims every type.
-    """
-
-    connection: DedicatedConnection
-    put: Callable[[Outcome], None]
-    runner: JobRunner
-    logger: Logger
-    worker: str
-    owner: object
-    cut_off: Callable[[], bool]
-    on_exit: Callable[[BaseException], None]
-    budget: Budget | None
-    types: list[str] | None
+__all__ = ["Lane", "Routes"]
 
 
 class Lane:
@@ -121,29 +85,20 @@ class Lane:
             poll_interval=options.poll_interval,
         )
         self.claimer = Claimer(
-            services.connection,
+            services,
             self.policy,
             self.claims,
             settings,
             options,
-            logger=services.logger,
             on_claimed=self.claimed,
-            on_dead=services.put,
-            budget=budget,
             on_spare=on_spare,
             schema_checked=schema_checked,
             lease=self.lease,
-            types=services.types,
         )
         self.consumers = Consumers(
+            services,
             self.claims,
-            services.runner,
-            owner=services.owner,
-            cut_off=services.cut_off,
-            put=services.put,
             on_ended=self.claimer.room if on_ended is None else on_ended,
-            on_exit=services.on_exit,
-            logger=services.logger,
         )
 
     def claimed(self) -> None:

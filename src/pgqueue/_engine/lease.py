@@ -6,6 +6,7 @@ import math
 import os
 import socket
 import uuid
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, cast
 
 import anyio
@@ -130,6 +131,7 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
+@dataclass(eq=False)
 class LeaseKeeper:
     """Renew a worker's leases every ``interval``, and give them back as it stops.
 
@@ -146,40 +148,30 @@ class LeaseKeeper:
         on_room: called with a queue's name when its lease grew.
     """
 
-    def __init__(
-        self,
-        connection: DedicatedConnection,
-        leases: Sequence[Lease],
-        options: WorkerOptions,
-        *,
-        worker: str,
-        logger: Logger,
-        fields: Mapping[str, object],
-        on_room: Callable[[str], None],
-    ) -> None:
-        self._connection = connection
-        self._leases = tuple(leases)
-        self._options = options
-        self.worker = worker
-        self._logger = logger
-        self._fields = fields
-        self._on_room = on_room
+    connection: DedicatedConnection
+    leases: Sequence[Lease]
+    options: WorkerOptions
+    _: KW_ONLY
+    worker: str
+    logger: Logger
+    fields: Mapping[str, object]
+    on_room: Callable[[str], None]
 
     async def run(self) -> None:
         """Renew every lease each interval, until cancelled."""
         failures = Failures(
-            self._logger, "lease renewal failed", fields=self._fields, quiet=True
+            self.logger, "lease renewal failed", fields=self.fields, quiet=True
         )
-        options = self._options
+        options = self.options
         interval = min(
             options.poll_interval, options.rescue_after / HEARTBEATS_PER_RESCUE
         )
         while True:
             await anyio.sleep(interval)
             try:
-                for lease in self._leases:
-                    if lease.taken and await take(self._connection, lease):
-                        self._on_room(lease.settings.name)
+                for lease in self.leases:
+                    if lease.taken and await take(self.connection, lease):
+                        self.on_room(lease.settings.name)
             except Exception as exc:
                 failures.failed(exc)
             else:
@@ -188,13 +180,11 @@ class LeaseKeeper:
     async def release(self) -> None:
         """Give every lease back (the worker has stopped: none of its jobs runs)."""
         try:
-            await self._connection.store.release(
-                self._connection,
+            await self.connection.store.release(
+                self.connection,
                 self.worker,
-                [lease.settings.name for lease in self._leases],
+                [lease.settings.name for lease in self.leases],
             )
         except Exception as exc:
             # Its leases run out on their own.
-            log_failure(
-                self._logger, "giving leases back failed", exc, 1, **self._fields
-            )
+            log_failure(self.logger, "giving leases back failed", exc, 1, **self.fields)

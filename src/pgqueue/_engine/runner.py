@@ -7,6 +7,7 @@ import functools
 import inspect
 import logging
 import time
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
@@ -73,6 +74,7 @@ def in_thread(
     return threaded
 
 
+@dataclass(eq=False)
 class JobRunner:
     """Run jobs' handlers; every way a run can end becomes its outcome.
 
@@ -94,20 +96,14 @@ class JobRunner:
     logs its traceback.
     """
 
-    def __init__(
-        self,
-        handlers: Mapping[str, Handler],
-        *,
-        job_timeout: float | None,
-        backoff: SafeBackoff,
-        logger: Logger,
-        checkpoints: CheckpointWriter | None = None,
-    ) -> None:
-        self._handlers = handlers
-        self._checkpoints = checkpoints
-        self._timeout = job_timeout
-        self._backoff = backoff
-        self._logger = logger
+    handlers: Mapping[str, Handler]
+    _: KW_ONLY
+    job_timeout: float | None
+    backoff: SafeBackoff
+    logger: Logger
+    checkpoints: CheckpointWriter | None = None
+
+    def __post_init__(self) -> None:
         self._running: dict[int, asyncio.Task[Any]] = {}
         self._cancelled: set[int] = set()
         self._traceback_at: dict[str, float] = {}  # job type: when last logged
@@ -144,22 +140,22 @@ class JobRunner:
         if job.id in self._cancelled:
             self._cancelled.discard(job.id)
             return self._cancelled_outcome(job)
-        handler = self._handlers.get(job.type)
+        handler = self.handlers.get(job.type)
         if handler is None:
             return self.dead(
                 job,
                 "no handler registered for job type"
                 f" {clip(job.type, LOGGED_NAME_CHARS)!r}",
             )
-        debug = debug_enabled(self._logger)
+        debug = debug_enabled(self.logger)
         if debug:
-            self._logger.debug("%s started", job_label(job), extra=job_fields(job))
+            self.logger.debug("%s started", job_label(job), extra=job_fields(job))
         failure: BaseException | str | None = None
         value: Any = None
-        timeout = self._timeout
+        timeout = self.job_timeout
         running = self._running
         running[job.id] = task or asyncio.current_task()  # type: ignore[assignment]
-        checkpoints_through(self._checkpoints)
+        checkpoints_through(self.checkpoints)
         try:
             if timeout is None:
                 value = await handler(job)
@@ -188,7 +184,7 @@ class JobRunner:
         if failure is not None:
             return self.failed(job, failure)
         if debug:
-            self._logger.debug("%s completed", job_label(job), extra=job_fields(job))
+            self.logger.debug("%s completed", job_label(job), extra=job_fields(job))
         if value is None:
             return Outcome(job, OutcomeKind.COMPLETED)
         try:
@@ -202,7 +198,7 @@ class JobRunner:
 
     def dead(self, job: Job, error: str) -> Outcome:
         """Dead-letter ``job`` at once, for ``error``."""
-        self._logger.error(
+        self.logger.error(
             "%s dead: %s",
             job_label(job),
             error,
@@ -214,7 +210,7 @@ class JobRunner:
         """The outcome of a failed attempt: a retry, a snooze, or dead."""
         fields = job_fields(job)
         if isinstance(failure, Snooze):
-            self._logger.info(
+            self.logger.info(
                 "%s snoozed for %ss",
                 job_label(job),
                 _seconds(failure.seconds),
@@ -230,7 +226,7 @@ class JobRunner:
             except Exception:
                 permanent = False
         if permanent or job.attempts >= job.max_attempts:
-            self._logger.error(
+            self.logger.error(
                 "%s dead: %s",
                 job_label(job),
                 error,
@@ -241,10 +237,10 @@ class JobRunner:
         if isinstance(failure, RetryAfter):
             delay = min(failure.seconds, MAX_BACKOFF)
         else:
-            delay = self._backoff(job.attempts)
+            delay = self.backoff(job.attempts)
         if exc_info is not None and not self._traceback_due(job.type):
             exc_info = None
-        self._logger.warning(
+        self.logger.warning(
             "%s failed; will retry in %ss: %s",
             job_label(job),
             _seconds(delay),
@@ -256,7 +252,7 @@ class JobRunner:
 
     def _traceback_due(self, job_type: str) -> bool:
         """Whether a retried attempt of ``job_type`` logs its traceback now."""
-        if debug_enabled(self._logger):
+        if debug_enabled(self.logger):
             return True
         now = time.monotonic()
         last = self._traceback_at.get(job_type)
@@ -266,7 +262,7 @@ class JobRunner:
         return True
 
     def _cancelled_outcome(self, job: Job) -> Outcome:
-        self._logger.info(
+        self.logger.info(
             "%s cancelled by request", job_label(job), extra=job_fields(job)
         )
         return Outcome(job, OutcomeKind.CANCELLED, error=CANCELLED_ERROR)

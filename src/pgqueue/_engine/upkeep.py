@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -29,6 +30,7 @@ SWEEP_BATCH = 1000
 """The most rows one rescue or prune statement touches."""
 
 
+@dataclass(eq=False)
 class Upkeep:
     """Keep the worker's claims alive, rescue orphans, prune old rows.
 
@@ -48,26 +50,15 @@ class Upkeep:
             with how many became each status.
     """
 
-    def __init__(
-        self,
-        connection: DedicatedConnection,
-        keys: Callable[[], Mapping[str, list[Key]]],
-        options: WorkerOptions,
-        *,
-        fields: Mapping[str, object],
-        logger: Logger,
-        on_rescued: Callable[[Sequence[str]], None],
-        on_cancel_requested: Callable[[int], None],
-        on_swept: Callable[[str, Mapping[str, int]], None] | None = None,
-    ) -> None:
-        self._connection = connection
-        self._keys = keys
-        self._options = options
-        self._fields = fields
-        self._logger = logger
-        self._on_rescued = on_rescued
-        self._on_cancel_requested = on_cancel_requested
-        self._on_swept = on_swept
+    connection: DedicatedConnection
+    keys: Callable[[], Mapping[str, list[Key]]]
+    options: WorkerOptions
+    _: KW_ONLY
+    fields: Mapping[str, object]
+    logger: Logger
+    on_rescued: Callable[[Sequence[str]], None]
+    on_cancel_requested: Callable[[int], None]
+    on_swept: Callable[[str, Mapping[str, int]], None] | None = None
 
     async def heartbeats(self) -> None:
         """Refresh ``updated_at`` of every claim not yet durable, every ``rescue_after / 3``.
@@ -79,28 +70,28 @@ class Upkeep:
         heartbeat also finds the jobs whose cancel was requested (in case
         the NOTIFY was missed).
         """
-        interval = self._options.rescue_after / HEARTBEATS_PER_RESCUE
+        interval = self.options.rescue_after / HEARTBEATS_PER_RESCUE
         failures = Failures(
-            self._logger, "heartbeat failed", fields=self._fields, quiet=True
+            self.logger, "heartbeat failed", fields=self.fields, quiet=True
         )
         while True:
             await anyio.sleep(failures.pause(interval))
-            keys = self._keys()
+            keys = self.keys()
             if not any(keys.values()):
                 continue
             try:
-                cancelled = await self._connection.store.touch(self._connection, keys)
+                cancelled = await self.connection.store.touch(self.connection, keys)
             except Exception as exc:
                 failures.failed(exc)
             else:
                 failures.succeeded()
                 for job_id in cancelled:
-                    self._on_cancel_requested(job_id)
+                    self.on_cancel_requested(job_id)
 
     async def rescue(self) -> None:
         """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
         failures = Failures(
-            self._logger, "rescue sweep failed", fields=self._fields, quiet=True
+            self.logger, "rescue sweep failed", fields=self.fields, quiet=True
         )
         while True:
             try:
@@ -118,40 +109,40 @@ class Upkeep:
             ended = statuses.total() - back
             if back:
                 rescued.append(queue)
-                self._logger.warning(
+                self.logger.warning(
                     "rescued stuck jobs", extra={"count": back, "queue": queue}
                 )
             if ended:
-                self._logger.error(
+                self.logger.error(
                     "ended stuck jobs: dead (attempts used up) or cancelled (by request)",
                     extra={"count": ended, "queue": queue},
                 )
         if rescued:
-            self._on_rescued(rescued)
+            self.on_rescued(rescued)
 
     async def _rescue_all(self) -> dict[str, Counter[str]]:
         """Rescue every orphan of the worker's queues; how many became each status, by queue."""
         swept: dict[str, Counter[str]] = {}
-        batches = self._connection.store.rescue(
-            self._connection,
+        batches = self.connection.store.rescue(
+            self.connection,
             self._queues(),
-            self._options.rescue_after,
+            self.options.rescue_after,
             SWEEP_BATCH,
         )
         async for batch in batches:
             for queue, statuses in batch.items():
                 swept.setdefault(queue, Counter()).update(statuses)
-                if self._on_swept is not None:
-                    self._on_swept(queue, statuses)
+                if self.on_swept is not None:
+                    self.on_swept(queue, statuses)
         return swept
 
     async def retention(self) -> None:
         """Delete the worker's queues' finished (completed, dead, cancelled) rows older than ``retain`` s, every interval."""
-        retain = self._options.retain
+        retain = self.options.retain
         if retain is None:
             return
         failures = Failures(
-            self._logger, "retention sweep failed", fields=self._fields, quiet=True
+            self.logger, "retention sweep failed", fields=self.fields, quiet=True
         )
         while True:
             try:
@@ -161,22 +152,22 @@ class Upkeep:
             else:
                 failures.succeeded()
                 if removed:
-                    self._logger.info(
+                    self.logger.info(
                         "pruned finished jobs",
-                        extra={"count": removed, **self._fields},
+                        extra={"count": removed, **self.fields},
                     )
             await anyio.sleep(failures.pause(self._interval()))
 
     async def _prune_all(self, retain: float) -> int:
-        return await self._connection.store.sweep(
-            self._connection, self._queues(), retain, SWEEP_BATCH
+        return await self.connection.store.sweep(
+            self.connection, self._queues(), retain, SWEEP_BATCH
         )
 
     def _queues(self) -> list[str]:
         """The worker's queues, which the sweeps cover."""
-        return list(queue_specs(self._options))
+        return list(queue_specs(self.options))
 
     def _interval(self) -> float:
         """Seconds between two sweeps."""
-        options = self._options
+        options = self.options
         return max(options.poll_interval, options.rescue_after / 2)

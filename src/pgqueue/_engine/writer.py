@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["OutcomeWriter"]
 
 
+@dataclass(eq=False)
 class OutcomeWriter:
     """Collect outcomes and write everything collected in one statement.
 
@@ -45,20 +47,14 @@ class OutcomeWriter:
     writer serves every queue of a worker.
     """
 
-    def __init__(
-        self,
-        connection: DedicatedConnection,
-        settle: Callable[[Sequence[Outcome], list[Key]], None],
-        *,
-        logger: Logger,
-        fields: Mapping[str, object],
-        on_written: Callable[[Sequence[Outcome], Sequence[Outcome]], None],
-    ) -> None:
-        self._connection = connection
-        self._settle = settle
-        self._on_written = on_written
-        self._logger = logger
-        self._fields = fields
+    connection: DedicatedConnection
+    settle: Callable[[Sequence[Outcome], list[Key]], None]
+    _: KW_ONLY
+    logger: Logger
+    fields: Mapping[str, object]
+    on_written: Callable[[Sequence[Outcome], Sequence[Outcome]], None]
+
+    def __post_init__(self) -> None:
         self._buffer: list[Outcome] = []
         # asyncio's event: anyio's looks up the running library on creation.
         self._arrived = asyncio.Event()
@@ -71,9 +67,9 @@ class OutcomeWriter:
     async def run(self) -> None:
         """Flush until cancelled."""
         failures = Failures(
-            self._logger,
+            self.logger,
             "writing job outcomes failed; retrying",
-            fields=self._fields,
+            fields=self.fields,
             quiet=True,
         )
         while True:
@@ -90,7 +86,7 @@ class OutcomeWriter:
 
     async def _write(self, batch: list[Outcome]) -> None:
         """Write ``batch``; on a transient failure, put back what is unwritten and raise."""
-        parts = self._connection.store.parts(batch)
+        parts = self.connection.store.parts(batch)
         while parts:
             part = parts.pop()
             try:
@@ -108,14 +104,14 @@ class OutcomeWriter:
                     parts += self._instead_of(part[0], exc)
 
     async def _finish(self, part: list[Outcome]) -> None:
-        rows = await self._connection.store.finish(self._connection, part)
+        rows = await self.connection.store.finish(self.connection, part)
         stale: Sequence[Outcome] = ()
         if len(rows) < len(part):
             stale = self._log_stale(
                 part, {(row["id"], row["attempts"]) for row in rows}
             )
-        self._settle(part, [o.key for o in part])
-        self._on_written(part, stale)
+        self.settle(part, [o.key for o in part])
+        self.on_written(part, stale)
 
     def _instead_of(self, outcome: Outcome, exc: Exception) -> list[list[Outcome]]:
         """What to write instead of ``outcome``, which the server refused; [] to give up."""
@@ -127,18 +123,18 @@ class OutcomeWriter:
         )
         if outcome.error != placeholder:
             status = outcome.status if outcome.error is not None else OutcomeKind.DEAD
-            self._logger.error(
+            self.logger.error(
                 "database refused a job outcome; writing a placeholder error",
                 extra={**job_fields(job), "outcome": outcome.status, "error": reason},
             )
             return [[Outcome(job, status, outcome.delay, placeholder)]]
         if outcome.status != OutcomeKind.DEAD:
             return [[Outcome(job, OutcomeKind.DEAD, error=placeholder)]]
-        self._logger.error(
+        self.logger.error(
             "database refused a job outcome; giving up (the rescue sweep will find the job)",
             extra={**job_fields(job), "error": reason},
         )
-        self._settle([outcome], [outcome.key])
+        self.settle([outcome], [outcome.key])
         return []
 
     def _log_stale(
@@ -147,7 +143,7 @@ class OutcomeWriter:
         """Log the outcomes of ``part`` the write did not match (fenced off); return them."""
         stale = [outcome for outcome in part if outcome.key not in matched]
         for outcome in stale:
-            self._logger.warning(
+            self.logger.warning(
                 "%s: stale run superseded by rescue; result dropped",
                 job_label(outcome.job),
                 extra={**job_fields(outcome.job), "outcome": outcome.status},
