@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pgqueue._core.errors import describe, is_outage
 from pgqueue._core.log import log_failure, safe_repr
@@ -27,6 +27,7 @@ __all__ = [
     "MAX_RETRY_WAIT",
     "Failures",
     "Outage",
+    "Part",
     "retry_delay",
 ]
 
@@ -48,6 +49,16 @@ def retry_delay(failures: int, cap: float = MAX_RETRY_WAIT) -> float:
     )  # jitter, not cryptography
 
 
+class Part(Protocol):
+    """What `Failures.of` reads of an engine part."""
+
+    @property
+    def logger(self) -> Logger: ...
+
+    @property
+    def fields(self) -> Mapping[str, object]: ...
+
+
 class Failures:
     """The failures in a row of one loop: logs each, and says how long to wait.
 
@@ -60,6 +71,11 @@ class Failures:
     """
 
     __slots__ = ("_cap", "_fields", "_logger", "_msg", "_quiet", "count")
+
+    @classmethod
+    def of(cls, part: Part, msg: str) -> Failures:
+        """An engine part's loop's failures: quiet, logged with the part's logger and fields."""
+        return cls(part.logger, msg, fields=part.fields, quiet=True)
 
     def __init__(
         self,

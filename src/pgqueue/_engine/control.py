@@ -92,12 +92,7 @@ class CancelHints:
 
     async def run(self) -> None:
         """Read the named jobs' rows when hinted, at most every ``interval``; cancel those asked to."""
-        failures = Failures(
-            self.logger,
-            "reading cancel requests failed",
-            fields=self.fields,
-            quiet=True,
-        )
+        failures = Failures.of(self, "reading cancel requests failed")
         while True:
             await self._hinted.wait()
             self._hinted = anyio.Event()

@@ -159,9 +159,7 @@ class LeaseKeeper:
 
     async def run(self) -> None:
         """Renew every lease each interval, until cancelled."""
-        failures = Failures(
-            self.logger, "lease renewal failed", fields=self.fields, quiet=True
-        )
+        failures = Failures.of(self, "lease renewal failed")
         options = self.options
         interval = min(
             options.poll_interval, options.rescue_after / HEARTBEATS_PER_RESCUE

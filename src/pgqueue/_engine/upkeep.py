@@ -71,9 +71,7 @@ class Upkeep:
         the NOTIFY was missed).
         """
         interval = self.options.rescue_after / HEARTBEATS_PER_RESCUE
-        failures = Failures(
-            self.logger, "heartbeat failed", fields=self.fields, quiet=True
-        )
+        failures = Failures.of(self, "heartbeat failed")
         while True:
             await anyio.sleep(failures.pause(interval))
             keys = self.keys()
@@ -90,9 +88,7 @@ class Upkeep:
 
     async def rescue(self) -> None:
         """Put orphaned jobs back (or dead-letter them), at once and then every interval."""
-        failures = Failures(
-            self.logger, "rescue sweep failed", fields=self.fields, quiet=True
-        )
+        failures = Failures.of(self, "rescue sweep failed")
         while True:
             try:
                 self._report(await self._rescue_all())
@@ -141,9 +137,7 @@ class Upkeep:
         retain = self.options.retain
         if retain is None:
             return
-        failures = Failures(
-            self.logger, "retention sweep failed", fields=self.fields, quiet=True
-        )
+        failures = Failures.of(self, "retention sweep failed")
         while True:
             try:
                 removed = await self._prune_all(retain)

@@ -66,12 +66,7 @@ class OutcomeWriter:
 
     async def run(self) -> None:
         """Flush until cancelled."""
-        failures = Failures(
-            self.logger,
-            "writing job outcomes failed; retrying",
-            fields=self.fields,
-            quiet=True,
-        )
+        failures = Failures.of(self, "writing job outcomes failed; retrying")
         while True:
             if not self._buffer:
                 self._arrived.clear()

@@ -102,20 +102,21 @@ _ON_UNIQUE_CONFLICT = f"""
 # Citus's statement: a batch with keys goes through pgqueue_enqueue_replace
 # on plain PostgreSQL (a producer may not insert unique_key itself), and one
 # without names no such column.
-_ENQUEUE_ROWS = """
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked,{key} trace_context, group_key)
-    SELECT $1, t.job_type, t.payload, t.max_attempts, {run_at},
-           COALESCE(t.priority, 0), COALESCE(t.tracked, false),{key_value} $9::text, t.group_key
-    FROM ROWS FROM (
-        pg_catalog.unnest($2::text[]),
-        pg_catalog.jsonb_array_elements($3::text::jsonb),
-        pg_catalog.unnest($4::text::int[]),
-        pg_catalog.unnest($5::text::timestamptz[]),
-        pg_catalog.unnest($6::text::smallint[]),
-        pg_catalog.unnest($7::text::boolean[]),
-        pg_catalog.unnest($8::text[]),
-        pg_catalog.unnest($10::text[]){delays}
-    ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{delay} ord)
+_ROWS_FROM = """ROWS FROM (
+    pg_catalog.unnest($2::text[]),
+    pg_catalog.jsonb_array_elements($3::text::jsonb),
+    pg_catalog.unnest($4::text::int[]),
+    pg_catalog.unnest($5::text::timestamptz[]),
+    pg_catalog.unnest($6::text::smallint[]),
+    pg_catalog.unnest($7::text::boolean[]),
+    pg_catalog.unnest($8::text[]),
+    pg_catalog.unnest($10::text[]){delays}
+) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{delay} ord)"""
+_ENQUEUE_ROWS = f"""
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked,{{key}} trace_context, group_key)
+    SELECT $1, t.job_type, t.payload, t.max_attempts, {{run_at}},
+           COALESCE(t.priority, 0), COALESCE(t.tracked, false),{{key_value}} $9::text, t.group_key
+    FROM {_ROWS_FROM}
     ORDER BY t.ord
 """
 # A batch without delays is the common one: its statement has no delay
@@ -154,22 +155,13 @@ ENQUEUE_MANY_DELAYED_SILENT = _ENQUEUE_MANY.format(
 # in input order (the columns as ENQUEUE_MANY's; a job without a key is
 # inserted): each row's id, type and key, and whether it existed. Identical
 # wakeups of one transaction are sent once.
-_ENQUEUE_MANY_UNIQUE = """
+_ENQUEUE_MANY_UNIQUE = f"""
 SELECT r.job_id AS id, t.job_type, t.unique_key, r.outcome = 'existed' AS existed
-FROM ROWS FROM (
-    pg_catalog.unnest($2::text[]),
-    pg_catalog.jsonb_array_elements($3::text::jsonb),
-    pg_catalog.unnest($4::text::int[]),
-    pg_catalog.unnest($5::text::timestamptz[]),
-    pg_catalog.unnest($6::text::smallint[]),
-    pg_catalog.unnest($7::text::boolean[]),
-    pg_catalog.unnest($8::text[]),
-    pg_catalog.unnest($10::text[]){delays}
-) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{delay} ord)
+FROM {_ROWS_FROM}
 CROSS JOIN LATERAL pgqueue_enqueue_replace(
-    $1, t.job_type, t.payload, t.max_attempts, {run_at},
+    $1, t.job_type, t.payload, t.max_attempts, {{run_at}},
     COALESCE(t.priority, 0)::int, COALESCE(t.tracked, false), $9::text, t.unique_key,
-    false, {notify}, t.group_key) AS r
+    false, {{notify}}, t.group_key) AS r
 ORDER BY t.ord
 """
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Literal, TypeAlias
 
 from pgqueue._core.checks import check_name
+from pgqueue._sql.enqueue import COPY_COLUMNS
 from pgqueue._sql.functions import FUNCTIONS
 
 __all__ = ["KINDS", "Kind", "grants"]
@@ -45,18 +46,9 @@ TABLES = (
 )
 """The schema's tables."""
 
-PRODUCER_COLUMNS = (
-    "queue",
-    "job_type",
-    "payload",
-    "max_attempts",
-    "run_at",
-    "priority",
-    "tracked",
-    "trace_context",
-    "group_key",
-)
-"""The columns a producer inserts itself (a plain job's: no id, status or key)."""
+PRODUCER_COLUMNS = (*(c for c in COPY_COLUMNS if c != "id"), "group_key")
+"""The columns a producer inserts itself (a plain job's, as enqueue_many copies
+them, and its group: no id, status or key)."""
 
 # Per kind: each table's privileges (beyond a producer's, for the others).
 _TABLE_PRIVILEGES: dict[Kind, dict[str, str]] = {
