@@ -145,6 +145,16 @@ async def test_queues_page_counts_each_status_and_lag(
         fragment = await c.get("/fragments/queues", params={"queue": queue_name})
         assert fragment.status_code == 200
         assert cells(fragment.text, queue_name)["ready"] == "3"
+        # The job tables: each job's link, queue and type, then its own columns.
+        running, dead = fragment.text.split("<h2>Latest dead</h2>")
+        assert "<h2>Longest running</h2>" in running
+        for job_id in ids["running"]:
+            assert f'<a href="/jobs/{job_id}">{job_id}</a>' in running
+        assert "Running for</th>" in running
+        assert " ago</td>" in running
+        assert f'<a href="/jobs/{ids["dead"][-1]}">' in dead
+        assert "Last error</th>" in dead
+        assert '<td class="error">' in dead
         frame = (await c.get("/api/frame", params={"queue": queue_name})).json()
         [ours] = [q for q in frame["queues"] if q["queue"] == queue_name]
         assert (ours["ready"], ours["dead"], ours["global_limit"]) == (3, 2, None)

@@ -184,37 +184,38 @@ SET LOCAL citus.multi_shard_modify_mode TO 'sequential';
 """
 
 
-_DISTRIBUTE = """
+def _distributed(table: str, how: str) -> str:
+    """``table`` distributed by ``how`` (a call of Citus's), unless it is already."""
+    return f"""
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = '{table}'::regclass) THEN
+        PERFORM {how};
+    END IF;"""
+
+
+_COLOCATED = ("limits", "leases", "paused", "starts", "turns")
+_REFERENCE = ("periodic", "dependencies")
+_DISTRIBUTE = (
+    """
 -- Jobs, limits and leases by queue, co-located (a queue's rows of all
 -- three on one node); schedules and dependencies copied to every node.
 DO $$
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_jobs'::regclass) THEN
-        PERFORM create_distributed_table('pgqueue_jobs', 'queue');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_limits'::regclass) THEN
-        PERFORM create_distributed_table('pgqueue_limits', 'queue', colocate_with => 'pgqueue_jobs');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_leases'::regclass) THEN
-        PERFORM create_distributed_table('pgqueue_leases', 'queue', colocate_with => 'pgqueue_jobs');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_paused'::regclass) THEN
-        PERFORM create_distributed_table('pgqueue_paused', 'queue', colocate_with => 'pgqueue_jobs');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_starts'::regclass) THEN
-        PERFORM create_distributed_table('pgqueue_starts', 'queue', colocate_with => 'pgqueue_jobs');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_turns'::regclass) THEN
-        PERFORM create_distributed_table('pgqueue_turns', 'queue', colocate_with => 'pgqueue_jobs');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_periodic'::regclass) THEN
-        PERFORM create_reference_table('pgqueue_periodic');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'pgqueue_dependencies'::regclass) THEN
-        PERFORM create_reference_table('pgqueue_dependencies');
-    END IF;
+BEGIN"""
+    + _distributed("pgqueue_jobs", "create_distributed_table('pgqueue_jobs', 'queue')")
+    + "".join(
+        _distributed(
+            f"pgqueue_{name}",
+            f"create_distributed_table('pgqueue_{name}', 'queue', colocate_with => 'pgqueue_jobs')",
+        )
+        for name in _COLOCATED
+    )
+    + "".join(
+        _distributed(f"pgqueue_{name}", f"create_reference_table('pgqueue_{name}')")
+        for name in _REFERENCE
+    )
+    + """
 END $$;
 """
+)
 
 SCHEMA_DISTRIBUTED = "\n".join(
     [
