@@ -75,3 +75,10 @@ SET status = CASE WHEN attempts < max_attempts THEN 'pending' ELSE 'dead' END,
     updated_at = now()
 WHERE status = 'running' AND updated_at < now() - make_interval(secs => $1)
 """
+# Its Queue.Prune (WorkerConfig.Retain runs the same): the queue's ($1)
+# completed and dead rows last updated over $2 seconds ago, nothing else.
+GO_PRUNE = """
+DELETE FROM pgqueue_jobs
+WHERE queue = $1 AND status IN ('completed', 'dead')
+  AND updated_at < now() - make_interval(secs => $2)
+"""

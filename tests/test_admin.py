@@ -37,14 +37,14 @@ class _Recording:
 
 
 class _Counting:
-    """A connection that counts the deletions run through it."""
+    """A connection that counts the deletions of jobs run through it (not of edges)."""
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection
         self.calls = 0
 
     async def fetchrow(self, query: str, *args: Any) -> Any:
-        if "DELETE FROM" in query:
+        if "DELETE FROM pgqueue_jobs" in query:
             self.calls += 1
         return await self.connection.fetchrow(query, *args)
 

@@ -6,18 +6,32 @@ descendants (or lets a ``"run"`` child go); a parent already ended counts
 at once; an unknown parent writes nothing; cancelling a waiting job
 cancels its waiting descendants; ``Admin.retry(children=True)`` brings
 them back; retention keeps a parent while a child of it has not finished.
+A Go worker's Prune on the same table, which knows nothing of the edges:
+the child of a parent it deleted still runs, reading None for that parent
+(said in the worker's log), and the edges it leaves behind go with the
+Python worker's retention sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
 import pgqueue
-from tests.helpers import no_backoff, queue_count, row, running, wait_for_row
+from pgqueue._store.postgres import Store
+from tests.go_module import GO_PRUNE
+from tests.helpers import (
+    no_backoff,
+    queue_count,
+    row,
+    running,
+    wait_for_row,
+    wait_until,
+)
 
 if TYPE_CHECKING:
     import asyncpg
@@ -320,3 +334,123 @@ async def test_children_of_one_parent_enqueued_at_once_do_not_deadlock(
             )
             == 8
         )
+
+
+async def _finish(
+    pool: asyncpg.Pool, job_id: int, result: str | None, *, age: str = "0"
+) -> None:
+    """End ``job_id`` completed with ``result`` (JSON text), as last updated ``age`` ago."""
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'completed', result = $2::jsonb,"
+        " completed_at = now(), updated_at = now() - $3::text::interval WHERE id = $1",
+        job_id,
+        result,
+        age,
+    )
+
+
+async def _edges(pool: asyncpg.Pool, *children: int) -> set[tuple[int, int]]:
+    found = await pool.fetch(
+        "SELECT parent_id, child_id FROM pgqueue_dependencies"
+        " WHERE child_id = ANY($1::bigint[])",
+        list(children),
+    )
+    return {(r["parent_id"], r["child_id"]) for r in found}
+
+
+async def test_the_child_of_a_parent_a_go_prune_deleted_runs_and_reads_none_for_it(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pgqueue")
+    old, slow = await queue.enqueue_many([("a", {}), ("a", {})])
+    child = await queue.enqueue("b", {}, after=[old, slow])
+    await _finish(pool, old, '"old result"', age="2 days")
+    # The Go worker's retention (Retain: 1 hour) deletes the parent while
+    # its child still waits for the other one.
+    assert await pool.execute(GO_PRUNE, queue.name, 3600.0) == "DELETE 1"
+    with pytest.raises(AssertionError, match="has no row"):
+        await row(pool, old)
+    assert (await row(pool, child))["status"] == "waiting"
+    await _finish(pool, slow, "8")
+    assert (await row(pool, child))["status"] == "pending"
+    seen: list[dict[int, Any]] = []
+    worker = worker_for(pool, queue)
+
+    @worker.handler("b")
+    async def b(job: pgqueue.Job) -> None:
+        seen.append(dict(job.parent_results))
+
+    async with running(worker):
+        await pool.execute("SELECT pg_notify('pgqueue_jobs', $1)", queue.name)
+        await wait_for_row(pool, child, within=4, status="completed")
+    # Every parent is listed: the pruned one with None, as its result is gone.
+    assert seen == [{old: None, slow: 8}]
+    (warning,) = [
+        r for r in caplog.records if "deleted before it ran" in r.getMessage()
+    ]
+    assert warning.levelno == logging.WARNING
+    assert getattr(warning, "job_id", None) == child
+    assert getattr(warning, "parents", None) == [old]
+
+
+async def test_the_retention_sweep_removes_the_edges_a_go_prune_left_behind(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    parent, other = await queue.enqueue_many([("a", {}), ("a", {})])
+    first, second = await queue.enqueue_many(
+        [
+            pgqueue.NewJob("b", after=[parent, other]),
+            pgqueue.NewJob("b", after=[parent]),
+        ]
+    )
+    waiting = await queue.enqueue("b", {}, after=[parent, other], delay=3600)
+    for job_id in (parent, other, first, second):
+        await _finish(pool, job_id, "1", age="2 days")
+    # Pending past its parents, but not due: it outlives the Go Prune.
+    assert (await row(pool, waiting))["status"] == "pending"
+    assert await pool.execute(GO_PRUNE, queue.name, 3600.0) == "DELETE 4"
+    # The Go Prune deleted the rows and left every edge.
+    assert len(await _edges(pool, first, second, waiting)) == 5
+    # Walked one edge at a time: a child's edges past the window go with it.
+    async with pool.acquire() as connection:
+        assert await Store().prune_orphan_edges(connection, 1) == 3
+        assert await Store().prune_orphan_edges(connection, 1000) == 0
+    # The edges of a child that is still there stay (its parent_results
+    # lists those parents).
+    assert await _edges(pool, first, second, waiting) == {
+        (parent, waiting),
+        (other, waiting),
+    }
+
+
+async def test_a_python_worker_with_retention_sweeps_orphan_edges(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    parent = await queue.enqueue("a", {})
+    child = await queue.enqueue("b", {}, after=[parent])
+    for job_id in (parent, child):
+        await _finish(pool, job_id, None, age="2 days")
+    assert await pool.execute(GO_PRUNE, queue.name, 3600.0) == "DELETE 2"
+    assert await _edges(pool, child) == {(parent, child)}
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, retain=7 * 86400, rescue_after=1e6, poll_interval=5
+    )
+    worker.handler("a")(lambda job: None)
+
+    async def swept() -> bool:
+        return not await _edges(pool, child)
+
+    async with running(worker):
+        await wait_until(swept, within=5)
+
+
+async def test_admin_prune_removes_orphan_edges_too(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    parent = await queue.enqueue("a", {})
+    child = await queue.enqueue("b", {}, after=[parent])
+    for job_id in (parent, child):
+        await _finish(pool, job_id, None, age="2 days")
+    assert await pool.execute(GO_PRUNE, queue.name, 3600.0) == "DELETE 2"
+    assert await pgqueue.Admin(pool).prune(older_than=60, queue=queue.name) == 0
+    assert await _edges(pool, child) == set()

@@ -1119,7 +1119,9 @@ class Admin:
         never touched. Each batch runs with ``jit`` off (on a big table the
         planner would compile it for longer than it takes); inside the
         caller's transaction the setting is put back after each batch.
-        Returns how many rows were deleted.
+        Then the dependency edges whose child row is gone (a Go worker's
+        Prune deletes rows and leaves their edges) are deleted, walked
+        ``batch_size`` at a time. Returns how many rows were deleted.
 
         Raises:
             TypeError, ValueError: ``older_than`` negative or not a finite
@@ -1142,6 +1144,8 @@ class Admin:
                 removed += count
                 if count < size:
                     break
+        async with self._schema_checked():
+            await store.prune_orphan_edges(self._executor, size)
         if removed:
             self._logger.debug(
                 "pruned finished jobs", extra={"count": removed, "queue": name}

@@ -355,29 +355,33 @@ class Subscriber:
                 continue
             channel, payload = item
             for callback in callbacks.get(channel, ()):
-                await self._call(
-                    functools.partial(callback, payload),
-                    "subscriber callback failed",
-                    channel=channel,
-                    callback=_name(callback),
-                )
+                failed = await self._call(functools.partial(callback, payload))
+                if failed is not None:
+                    self._logger.error(
+                        "subscriber callback failed",
+                        exc_info=failed,
+                        extra={"channel": channel, "callback": _name(callback)},
+                    )
 
     async def _call_on_reconnect(self, channels: list[str]) -> None:
         if self._on_reconnect is not None:
-            await self._call(
-                self._on_reconnect, "subscriber on_reconnect failed", channels=channels
-            )
+            failed = await self._call(self._on_reconnect)
+            if failed is not None:
+                self._logger.error(
+                    "subscriber on_reconnect failed",
+                    exc_info=failed,
+                    extra={"channels": channels},
+                )
 
-    async def _call(
-        self, call: Callable[[], Awaitable[None]], msg: str, **fields: object
-    ) -> None:
-        """Await ``call()``; log its failure as ``msg`` (the end of `run` propagates)."""
+    async def _call(self, call: Callable[[], Awaitable[None]]) -> BaseException | None:
+        """Await ``call()``; its failure, to be logged (the end of `run` propagates)."""
         try:
             await call()
         except BaseException as exc:
             if not self._failed(exc):
                 raise
-            self._logger.error(msg, exc_info=exc, extra=fields)
+            return exc
+        return None
 
     def _failed(self, exc: BaseException) -> bool:
         """Whether ``exc``, raised by a callback, is its failure rather than the end of `run`."""

@@ -246,6 +246,20 @@ def _calls(
                     keys.of(_keyword(node, "extra"), module),
                     _shown(message, node.args[1:]),
                 )
+        elif name.endswith("Failures.of") and len(node.args) >= 2:
+            # An engine part's failures: its logger, its fields.
+            message = _text(node.args[1])
+            if message is not None:
+                part = ast.unparse(node.args[0])
+                yield (
+                    module.logger_of(ast.parse(f"{part}.logger", mode="eval").body),
+                    FAILURE_LEVEL,
+                    message,
+                    {"error", "failures"}
+                    | keys.of(ast.parse(f"{part}.fields", mode="eval").body, module)
+                    | _failed_keywords(module, node),
+                    _shown(message, []),
+                )
         elif short in ("Failures", "log_failure") and len(node.args) >= 2:
             message = _text(node.args[1])
             if message is not None:

@@ -117,8 +117,9 @@ class Job(Generic[PayloadT]):
 
     ``parent_results`` maps the id of each job this one was enqueued
     ``after`` to that job's stored result (decoded JSON; ``None`` for a
-    parent that ended dead or cancelled, or returned nothing): empty for a
-    job without parents.
+    parent that ended dead or cancelled, or returned nothing, and for one
+    whose row a Go worker's Prune deleted before this job ran, which the
+    worker's log says): empty for a job without parents.
     """
 
     id: int

@@ -288,7 +288,7 @@ class Claimer:
                         self.services.types,
                     )
                 try:
-                    parents = await store.parent_results(
+                    parents, pruned = await store.parent_results(
                         self.services.connection,
                         [row[0] for row in rows if row[_HAS_PARENTS]],
                     )
@@ -301,6 +301,17 @@ class Claimer:
                 budget.reserved -= limit
             if lease is not None:
                 lease.claiming = 0
+        for child, gone in pruned.items():
+            # Only a Go worker's Prune deletes a parent whose child has not
+            # run (pgqueue's retention keeps it): the child runs, and its
+            # parent_results holds None for that parent, said here.
+            self.services.logger.warning(
+                "job %s: parent jobs %s were deleted before it ran (a Go worker's"
+                " Prune?): their results read as None",
+                child,
+                gone,
+                extra={"job_id": child, "parents": gone, "queue": self.settings.name},
+            )
         return rows, parents
 
     def _took_turn(self, turn: Turn) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "PRUNE",
     "PRUNE_BATCH",
     "PRUNE_BATCH_ANY",
+    "PRUNE_ORPHAN_EDGES",
     "QUEUES_OF",
     "RESUME",
     "RETRY",
@@ -306,6 +307,41 @@ PRUNE_BATCH = _prune_batch("queue = ANY($1::text[])")
 PRUNE_BATCH_ANY = _prune_batch("($1::text IS NULL OR queue = $1)")
 # Retention of one queue ($1, text) on Citus.
 DISTRIBUTED_PRUNE_BATCH = _prune_batch("queue = $1", distributed=True)
+
+# Edges whose child row is gone: a Go worker's Prune (Queue.Prune,
+# WorkerConfig.Retain) deletes completed and dead rows and knows nothing of
+# the edges, which pgqueue's retention deletes with their child. The next
+# $2 edges past child id $1, in child id order (the index on child_id), are
+# walked; those of them whose child row is gone are deleted, with any other
+# edge of those children past the window. Edges other sessions hold (a
+# parent's end settling them) are skipped, never waited for: the next sweep
+# gets them. An edge whose parent is gone but whose child is not stays: the
+# child's parent_results lists that parent (see PARENT_RESULTS). Returns how
+# many edges went, how many were walked, and the last child id walked, for
+# the next window. A sweep walks every edge once, $2 at a time: with
+# pgqueue's retention, the edges of the jobs it keeps.
+PRUNE_ORPHAN_EDGES = """
+WITH walked AS MATERIALIZED (
+    SELECT child_id FROM pgqueue_dependencies
+    WHERE child_id > $1
+    ORDER BY child_id
+    LIMIT $2
+), orphans AS MATERIALIZED (
+    SELECT d.parent_id, d.child_id
+    FROM pgqueue_dependencies AS d
+    WHERE d.child_id IN (SELECT DISTINCT w.child_id FROM walked AS w)
+      AND NOT EXISTS (SELECT FROM pgqueue_jobs AS j WHERE j.id = d.child_id)
+    FOR UPDATE OF d SKIP LOCKED
+), gone AS (
+    DELETE FROM pgqueue_dependencies AS d
+    USING orphans AS o
+    WHERE d.parent_id = o.parent_id AND d.child_id = o.child_id
+    RETURNING d.child_id
+)
+SELECT (SELECT pg_catalog.count(*) FROM gone)::int AS removed,
+       (SELECT pg_catalog.count(*) FROM walked)::int AS walked,
+       coalesce((SELECT pg_catalog.max(child_id) FROM walked), $1) AS last_id
+"""
 
 # The queues with finished jobs (Admin.prune of every queue on Citus, which
 # then prunes queue by queue).

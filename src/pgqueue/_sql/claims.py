@@ -443,10 +443,22 @@ FROM w
 """
 
 # The results of the parents of the claimed jobs $1 that have parents
-# (`Job.parent_results`): per child, {parent id: result} as JSON text.
+# (`Job.parent_results`): per child, {parent id: result} as JSON text, and
+# the ids of the parents whose rows are gone (a JSON array, or NULL). Only
+# a Go worker's Prune (or a hand-written DELETE) removes a parent whose
+# child has not run: it knows nothing of the edges, while pgqueue's own
+# retention keeps such a parent. The edge stays (settled when the parent
+# ended), so the child still lists that parent, with a null result, and the
+# worker says so in its log. The result is not copied onto the edges when a
+# parent ends, which would keep it: that write would cost every parent's end
+# its result once per child (each edge its own TOASTed copy: a 10 kB result
+# of a parent of 10,000 children, 100 MB written) to guard against a
+# retention that a deployment sharing a table with Go workers can leave to
+# pgqueue on its queues with dependencies.
 PARENT_RESULTS = """
-SELECT d.child_id, pg_catalog.jsonb_object_agg(d.parent_id::text, p.result)::text
-FROM pgqueue_dependencies AS d JOIN pgqueue_jobs AS p ON p.id = d.parent_id
+SELECT d.child_id, pg_catalog.jsonb_object_agg(d.parent_id::text, p.result)::text,
+       (pg_catalog.jsonb_agg(d.parent_id ORDER BY d.parent_id) FILTER (WHERE p.id IS NULL))::text
+FROM pgqueue_dependencies AS d LEFT JOIN pgqueue_jobs AS p ON p.id = d.parent_id
 WHERE d.child_id = ANY($1::text::bigint[])
 GROUP BY d.child_id
 """

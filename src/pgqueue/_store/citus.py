@@ -245,6 +245,10 @@ class CitusStore(Store):
                     break
         return removed
 
+    async def prune_orphan_edges(self, db: Dedicated | Executor, batch: int) -> int:
+        """Nothing: no dependencies on Citus."""
+        return 0
+
     async def lease(
         self,
         db: Dedicated,

@@ -7,6 +7,7 @@ operations take what they run on: the worker's own connections
 
 from __future__ import annotations
 
+import json
 import operator
 import time
 from collections import Counter
@@ -20,6 +21,7 @@ from pgqueue._sql.admin import (
     PRUNE,
     PRUNE_BATCH,
     PRUNE_BATCH_ANY,
+    PRUNE_ORPHAN_EDGES,
     RETRY,
 )
 from pgqueue._sql.claims import (
@@ -240,12 +242,17 @@ class Store:
 
     async def parent_results(
         self, db: Dedicated, children: list[int]
-    ) -> dict[int, str]:
-        """Each of the claimed jobs ``children``: its parents' results, ``{parent id: result}`` as JSON text."""
+    ) -> tuple[dict[int, str], dict[int, list[int]]]:
+        """Each of the claimed jobs ``children``: its parents' results, ``{parent id: result}`` as JSON text.
+
+        And, for each child with some, the ids of its parents whose rows are
+        gone (deleted by a Go worker's Prune): their results read as null.
+        """
         if not children:
-            return {}
+            return {}, {}
         found = await db.fetch(PARENT_RESULTS, array(children))
-        return {row[0]: row[1] for row in found}
+        pruned = {row[0]: json.loads(row[2]) for row in found if row[2] is not None}
+        return {row[0]: row[1] for row in found}, pruned
 
     # What a worker writes of its runs ------------------------------------------
 
@@ -305,6 +312,20 @@ class Store:
             after = row["last_id"]
             removed += count
             if count < batch:
+                break
+        await self.prune_orphan_edges(db, batch)
+        return removed
+
+    async def prune_orphan_edges(self, db: Dedicated | Executor, batch: int) -> int:
+        """Delete the edges whose child row is gone (a Go worker's Prune), ``batch`` edges walked at a time; how many went."""
+        removed, after = 0, 0
+        while True:
+            row = await db.fetchrow(PRUNE_ORPHAN_EDGES, after, batch)
+            assert row is not None
+            count: int = row["removed"]
+            removed += count
+            after = row["last_id"]
+            if row["walked"] < batch:
                 return removed
 
     # Fleet-wide limits ---------------------------------------------------------
