@@ -229,34 +229,41 @@ _KEEPS_NO_CHILD = f"""NOT (has_children AND coalesce((
 _FINISHED_BEFORE = f"""status IN {ENDED}
           AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)"""
 
+
 # A parent stays while a child of it has not finished (see _KEEPS_NO_CHILD);
-# a child's edges go with it. Returns how many rows went. On Citus, which
-# has no dependencies, no parent is kept for its children and no edge is
-# deleted.
-PRUNE = f"""
-WITH gone AS (
-    DELETE FROM pgqueue_jobs
-    WHERE queue = $1
-      AND status IN {ENDED}
-      AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)
-      AND {_KEEPS_NO_CHILD}
-    RETURNING id, parents_left
-), edges AS (
+# a child's edges go with it. Returns how many rows went.
+def _prune(*, distributed: bool = False) -> str:
+    """Retention of queue $1: its rows finished over $2 seconds ago.
+
+    ``distributed``: on Citus, which has no dependencies, no parent is kept
+    for its children and no edge is deleted.
+    """
+    kept, returning, edges = (
+        ("", "id", "")
+        if distributed
+        else (
+            f"\n      AND {_KEEPS_NO_CHILD}",
+            "id, parents_left",
+            """, edges AS (
     DELETE FROM pgqueue_dependencies
     WHERE child_id IN (SELECT id FROM gone WHERE parents_left IS NOT NULL)
-)
-SELECT pg_catalog.count(*)::int FROM gone
-"""
-DISTRIBUTED_PRUNE = f"""
+)""",
+        )
+    )
+    return f"""
 WITH gone AS (
     DELETE FROM pgqueue_jobs
     WHERE queue = $1
       AND status IN {ENDED}
-      AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)
-    RETURNING id
-)
+      AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2){kept}
+    RETURNING {returning}
+){edges}
 SELECT pg_catalog.count(*)::int FROM gone
 """
+
+
+PRUNE = _prune()
+DISTRIBUTED_PRUNE = _prune(distributed=True)
 
 
 def _prune_batch(queue_matches: str, *, distributed: bool = False) -> str:
