@@ -102,16 +102,17 @@ _ON_UNIQUE_CONFLICT = f"""
 # Citus's statement: a batch with keys goes through pgqueue_enqueue_replace
 # on plain PostgreSQL (a producer may not insert unique_key itself), and one
 # without names no such column.
-_ROWS_FROM = """ROWS FROM (
+_COLUMNS = """
     pg_catalog.unnest($2::text[]),
     pg_catalog.jsonb_array_elements($3::text::jsonb),
     pg_catalog.unnest($4::text::int[]),
     pg_catalog.unnest($5::text::timestamptz[]),
     pg_catalog.unnest($6::text::smallint[]),
     pg_catalog.unnest($7::text::boolean[]),
-    pg_catalog.unnest($8::text[]),
-    pg_catalog.unnest($10::text[]){delays}
-) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{delay} ord)"""
+    pg_catalog.unnest($8::text[]),"""
+_ROWS_FROM = f"""ROWS FROM ({_COLUMNS}
+    pg_catalog.unnest($10::text[]){{delays}}
+) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{{delay}} ord)"""
 _ENQUEUE_ROWS = f"""
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked,{{key}} trace_context, group_key)
     SELECT $1, t.job_type, t.payload, t.max_attempts, {{run_at}},
@@ -189,16 +190,9 @@ FROM pgqueue_enqueue_replace($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay=
 # enqueue_many with jobs that replace ($11, per job) or a key's jobs of
 # both kinds: each job through pgqueue_enqueue_replace, in input order (the
 # columns as ENQUEUE_MANY's; $10 the delays, $12 whether to NOTIFY).
-ENQUEUE_MANY_REPLACE = """
+ENQUEUE_MANY_REPLACE = f"""
 SELECT r.job_id AS id, r.outcome, r.wake
-FROM ROWS FROM (
-    pg_catalog.unnest($2::text[]),
-    pg_catalog.jsonb_array_elements($3::text::jsonb),
-    pg_catalog.unnest($4::text::int[]),
-    pg_catalog.unnest($5::text::timestamptz[]),
-    pg_catalog.unnest($6::text::smallint[]),
-    pg_catalog.unnest($7::text::boolean[]),
-    pg_catalog.unnest($8::text[]),
+FROM ROWS FROM ({_COLUMNS}
     pg_catalog.unnest($10::text::float8[]),
     pg_catalog.unnest($11::text::boolean[])
 ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked,
