@@ -285,17 +285,9 @@ DISTRIBUTED_MANY_UNIQUE_DELAYED = _DISTRIBUTED_MANY_UNIQUE.format(
 )
 
 # Each statement's parameters by name, $1 first: `pgqueue._store.plan` fills
-# them by name, whatever their places.
-_ONE = (
-    "queue",
-    "job_type",
-    "payload",
-    "max_attempts",
-    "run_at",
-    "priority",
-    "track",
-    "trace_context",
-)
+# them by name, whatever their places. A single job's first ones are the
+# columns of a plain job (COPY's, but the id).
+_ONE = tuple(column for column in COPY_COLUMNS if column != "id")
 _MANY = (
     "queue",
     "job_types",

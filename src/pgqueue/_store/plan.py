@@ -166,7 +166,7 @@ def plan_one(
         "max_attempts": request.max_attempts,
         "run_at": request.run_at,
         "priority": request.priority,
-        "track": request.track,
+        "tracked": request.track,
         "trace_context": trace_context,
         "delay": request.delay,
         "group": request.group,
