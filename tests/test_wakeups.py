@@ -197,6 +197,25 @@ async def test_an_enqueue_beside_another_in_flight_is_woken_by_the_waker(
     assert heard.of(queue.name) == [sender]
 
 
+@pytest.mark.parametrize("beside", [False, True], ids=["alone", "beside_another"])
+async def test_an_autocommit_connection_takes_the_pool_path(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue, beside: bool
+) -> None:
+    """``connection=`` outside a transaction commits by itself: alone, its own
+    statement wakes; beside another enqueue in flight, the waker does."""
+    other = f"{queue.name}-other"
+    async with go_listener(dsn) as heard, pool.acquire() as connection:
+        own = await connection.fetchval("SELECT pg_backend_pid()")
+        if beside:
+            async with an_enqueue_in_flight(dsn, pool, other):
+                await queue.enqueue("t", {}, connection=connection)
+                sender = await heard.wait_for(queue.name)
+            assert sender == waker_for(pool).connection_pid
+        else:
+            await queue.enqueue("t", {}, connection=connection)
+            assert await heard.wait_for(queue.name) == own
+
+
 async def _pool_pids(pool: asyncpg.Pool) -> set[int]:
     size = pool.get_size()
     async with contextlib.AsyncExitStack() as stack:
