@@ -598,3 +598,84 @@ async def test_an_outage_is_one_warning_naming_the_server_then_one_line_when_bac
     assert back[0]["database"] == where
     assert back[0]["seconds"] >= down_for
     assert "hunter2-secret" not in repr(logger.records)
+
+
+UNAVAILABLE = "database %s unavailable (%s); retrying until it is back"
+BACK = "database %s available again after %.1f s"
+
+
+def loud(records: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
+    """The (level, message) of the records at INFO and above."""
+    return [(lv, m) for lv, m, _ in records if lv != "debug"]
+
+
+async def test_the_end_of_an_outage_of_a_dropped_listen_connection_is_one_line(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    """Its LISTEN backend terminated: one WARNING, then one INFO line when LISTEN is back."""
+    logger = RecordingLogger()
+    done = anyio.Event()
+    # poll_interval=60: within this test only a wakeup (LISTEN back) runs the job.
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60, logger=logger)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        done.set()
+
+    async with running(worker):
+        old_pid = worker.listener_pid
+        assert old_pid is not None
+        before = len(logger.records)
+        assert await pool.fetchval("SELECT pg_terminate_backend($1)", old_pid)
+        await logger.wait_for("available again", within=20)
+        await queue.enqueue("t", {})
+        with anyio.fail_after(10):
+            await done.wait()
+        since = logger.records[before:]
+    assert loud(since) == [("warning", UNAVAILABLE), ("info", BACK)]
+    # The reconnect is part of the outage: said at DEBUG.
+    assert [lv for lv, m, _ in since if "re-established" in m] == ["debug"]
+
+
+async def test_every_outage_of_a_worker_whose_backends_are_terminated_ends_in_one_line(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    """Every backend of the worker terminated: each outage starts and ends in one line."""
+    logger = RecordingLogger()
+    done = anyio.Event()
+    app = f"pgqueue-outage-{uuid.uuid4().hex[:8]}"
+    async with asyncpg.create_pool(
+        dsn, min_size=1, server_settings={"application_name": app}
+    ) as own:
+        worker = pgqueue.Worker(
+            own, queue=queue.name, poll_interval=0.05, logger=logger
+        )
+
+        @worker.handler("t")
+        async def handle(_job: pgqueue.Job) -> None:
+            done.set()
+
+        async with running(worker):
+            await queue.enqueue("t", {})  # every connection of the worker in use
+            with anyio.fail_after(10):
+                await done.wait()
+            done = anyio.Event()
+            before = len(logger.records)
+            terminated = await pool.fetchval(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))"
+                " FROM pg_stat_activity WHERE application_name = $1",
+                app,
+            )
+            assert terminated >= 4  # claims, writes, upkeep, LISTEN (and the pool's)
+            await logger.wait_for("available again", within=20)
+            await queue.enqueue("t", {})
+            with anyio.fail_after(10):
+                await done.wait()
+            await anyio.sleep(0.5)  # a part that finds its loss later says so now
+            since = logger.records[before:]
+    said = loud(since)
+    assert ("warning", UNAVAILABLE) in said
+    # Nothing but outages' starts and ends, each start followed by one end.
+    pairs = [("warning", UNAVAILABLE), ("info", BACK)] * (len(said) // 2)
+    assert said in (pairs, [*pairs, ("warning", UNAVAILABLE)]), said
+    assert not [lv for lv, m, _ in since if "re-established" in m and lv != "debug"]

@@ -54,8 +54,11 @@ class Listener:
 
     Each `Outage` in ``outages`` is told when connecting fails or the
     connection is lost with an outage, and when LISTEN is back; while
-    there is one, the retries and the reconnect are logged at DEBUG and
-    INFO (the outage says it), else at WARNING.
+    there is one, the retries and the reconnect are logged at DEBUG (the
+    outage says its start and its end, one line each). A reconnect after
+    any other loss is logged at INFO when there are outages to tell (a
+    worker's: it claims at once, so nothing is missed), else at WARNING
+    (a subscriber's: the notifications sent meanwhile are lost).
     """
 
     def __init__(
@@ -102,11 +105,12 @@ class Listener:
             quiet=lambda: bool(self.outages),
         )
         reconnect = False
+        said = False  # an `Outage` was told of this loss: it says the end
         while True:
             try:
                 connection = await self._connect()
             except Exception as exc:
-                self._down(exc)
+                said = self._down(exc) or said
                 await anyio.sleep(failures.failed(exc, channels=list(self._channels)))
                 reconnect = True
                 continue
@@ -120,7 +124,13 @@ class Listener:
                 failures.succeeded()
                 for outage in self.outages:
                     outage.up(self, self.where)
-                if reconnect and self.outages:  # part of an outage said once
+                if reconnect and said:  # the outage's own line says it is over
+                    self._logger.debug(
+                        "LISTEN connection re-established; "
+                        "notifications sent while it was down were missed",
+                        extra={"channels": list(self._channels)},
+                    )
+                elif reconnect and self.outages:  # a worker's: its claim catches up
                     self._logger.info(
                         "LISTEN connection re-established; "
                         "notifications sent while it was down were missed",
@@ -132,13 +142,14 @@ class Listener:
                         "notifications sent while it was down were missed",
                         extra={"channels": list(self._channels)},
                     )
+                said = False
                 if self._on_connect is not None:
                     await self._on_connect(reconnect)
                 task_status.started()
                 task_status = anyio.TASK_STATUS_IGNORED
                 await self._watch(connection, lost)
             except Exception as exc:
-                self._down(exc)
+                said = self._down(exc) or said
                 wait = failures.failed(
                     exc,
                     "LISTEN connection lost; reconnecting",
@@ -152,10 +163,13 @@ class Listener:
             reconnect = True
             await anyio.sleep(wait)  # _watch ends only by raising
 
-    def _down(self, exc: Exception) -> None:
-        if is_outage(exc):
-            for outage in self.outages:
-                outage.down(self, exc, self.where)
+    def _down(self, exc: Exception) -> bool:
+        """Tell the outages of ``exc`` if it is one; whether any was told."""
+        if not is_outage(exc) or not self.outages:
+            return False
+        for outage in self.outages:
+            outage.down(self, exc, self.where)
+        return True
 
     async def listen(self, channels: Sequence[str]) -> None:
         """Add ``channels``; LISTEN at once on each new one if the connection is up."""
