@@ -10,6 +10,8 @@ redesign.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -21,6 +23,8 @@ import pytest
 
 import pgqueue
 from pgqueue._core.dsn import target as pgqueue_target
+from pgqueue._core.errors import is_outage
+from pgqueue._core.retry import Outage
 from pgqueue._sql.outcomes import COMPLETE, FINISH
 from tests.helpers import (
     RecordingLogger,
@@ -679,3 +683,54 @@ async def test_every_outage_of_a_worker_whose_backends_are_terminated_ends_in_on
     pairs = [("warning", UNAVAILABLE), ("info", BACK)] * (len(said) // 2)
     assert said in (pairs, [*pairs, ("warning", UNAVAILABLE)]), said
     assert not [lv for lv, m, _ in since if "re-established" in m and lv != "debug"]
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (connecting to it is refused)."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port: int = free.getsockname()[1]
+    return port
+
+
+async def test_an_outage_names_the_server_used_not_every_host_of_the_dsn(
+    dsn: str,
+) -> None:
+    """A multi-host DSN: the outage names the server the connections were on.
+
+    The write connection never opened: it fails its first connect, and is
+    named after the server its sibling opened on, not after the DSN's list.
+    """
+    logger = RecordingLogger()
+    outage = Outage(logger)
+    async with proxy_to(dsn) as proxy:
+        used = via(dsn, proxy.port)
+        parts = urlsplit(used)
+        hosts = f"127.0.0.1:{closed_port()},127.0.0.1:{proxy.port}"
+        user = parts.netloc.rpartition("@")[0]
+        multi = urlunsplit(parts._replace(netloc=f"{user}@{hosts}" if user else hosts))
+        assert "," in pgqueue_target(multi)
+        async with pgqueue.Connections(multi) as connections:
+            connections._watch(outage)
+            assert connections.writes.where == pgqueue_target(multi)
+            await connections.claims.fetch("SELECT 1")
+            assert connections.writes.where == pgqueue_target(used)
+            proxy.refuse()
+            failed: Exception | None = None
+            try:
+                await connections.writes.fetch("SELECT 1")
+            except Exception as exc:  # whatever the connect raised
+                failed = exc
+            assert failed is not None
+            assert is_outage(failed)
+            proxy.accept()
+            with anyio.fail_after(10):
+                while outage.ongoing:  # until the proxy listens again
+                    with contextlib.suppress(Exception):
+                        await connections.writes.fetch("SELECT 1")
+                    await anyio.sleep(0.05)
+    named = [(m, e["database"]) for _, m, e in logger.records]
+    assert named == [
+        (UNAVAILABLE, pgqueue_target(used)),
+        (BACK, pgqueue_target(used)),
+    ]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from pgqueue._core.dsn import target_of
+from pgqueue._core.dsn import Server
 from pgqueue._core.errors import is_outage
 from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
 
@@ -51,6 +51,9 @@ class Listener:
         max_delay: the longest pause between reconnect attempts (see
             `pgqueue._core.retry.retry_delay`).
         where: the server, ``user@host:port/database``, until connected.
+        server: names the server until connected instead of ``where`` (one
+            shared with the worker's other connections: the server they
+            connected to).
 
     Each `Outage` in ``outages`` is told when connecting fails or the
     connection is lost with an outage, and when LISTEN is back; while
@@ -73,9 +76,11 @@ class Listener:
         probe_timeout: float = LISTEN_PROBE_TIMEOUT,
         max_delay: float = MAX_RETRY_WAIT,
         where: str = "the database",
+        server: Server | None = None,
     ) -> None:
         self._connect = connect
-        self.where = where
+        self._server = Server(where) if server is None else server
+        self._opened_on: str | None = None
         self.outages: list[Outage] = []
         self._channels = list(channels)
         self._connection: asyncpg.Connection[Any] | None = None
@@ -118,7 +123,7 @@ class Listener:
                 lost = anyio.Event()
                 connection.add_termination_listener(_setter(lost))
                 self._connection = connection
-                self.where = target_of(connection) or self.where
+                self._opened_on = self._server.opened(connection) or self._opened_on
                 await self.listen([])
                 self.pid = connection.get_server_pid()
                 failures.succeeded()
@@ -162,6 +167,11 @@ class Listener:
                 connection.terminate()
             reconnect = True
             await anyio.sleep(wait)  # _watch ends only by raising
+
+    @property
+    def where(self) -> str:
+        """``user@host:port/database`` of the server last connected to, or else ``server``'s."""
+        return self._opened_on or self._server.name
 
     def _down(self, exc: Exception) -> bool:
         """Tell the outages of ``exc`` if it is one; whether any was told."""
@@ -229,6 +239,7 @@ class SharedListener:
         keepalive: float = LISTEN_KEEPALIVE,
         probe_timeout: float = LISTEN_PROBE_TIMEOUT,
         where: str = "the database",
+        server: Server | None = None,
     ) -> None:
         self._listener = Listener(
             connect,
@@ -239,6 +250,7 @@ class SharedListener:
             keepalive=keepalive,
             probe_timeout=probe_timeout,
             where=where,
+            server=server,
         )
         self.outages = self._listener.outages
         """The `Outage` objects told of the shared connection's outages."""
