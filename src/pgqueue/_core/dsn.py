@@ -1,9 +1,10 @@
 """What an error may say about a connection, and DSNs pgqueue refuses.
 
 `target` and `target_of` name ``user@host:port/database`` and never a
-password, `Server` names the one a set of connections uses, `holds_password` tells whether a DSN holds one, and `check_dsn`
-refuses a DSN asyncpg would misread (a password with an unescaped ``@``,
-``/``, ``?`` or ``#``), with a message that repeats nothing of it. Opening
+password, `Server` names the one a set of connections uses,
+`holds_password` tells whether a DSN holds one, and `check_dsn` refuses a
+DSN asyncpg would misread (a password with an unescaped ``@``, ``/``,
+``?`` or ``#``), with a message that repeats nothing of it. Opening
 connections is the wire's (`pgqueue._wire.opening`).
 """
 
