@@ -264,17 +264,24 @@ async def test_an_idle_worker_is_woken_on_the_new_primary_and_says_the_outage_on
         woke.set()
 
     async with running(worker):
+        before = len(logger.records)
         await fail_over(cluster)
         # LISTEN is back on the new primary before this line is logged.
         await logger.wait_for("available again", within=20)
         await pgqueue.Queue(pool, name="idle").enqueue("t", {})
         with anyio.fail_after(2):
             await woke.wait()
+        since = logger.records[before:]
 
     loud = [(lv, m) for lv, m, _ in logger.records if lv in ("warning", "error")]
     assert loud == [("warning", UNAVAILABLE)]
+    # Its start and its end, one line each (LISTEN's reconnect is at DEBUG).
+    said = [(lv, m) for lv, m, _ in since if lv != "debug"]
+    assert said == [("warning", UNAVAILABLE), ("info", BACK)]
     down = [e for _, m, e in logger.records if m == UNAVAILABLE]
     back = [e for _, m, e in logger.records if m == BACK]
+    # Named after the server the worker used, whichever of its connections
+    # failed first (one not opened yet too), never the DSN's list of hosts.
     assert [e["database"] for e in down] == [server(cluster.primary.port)]
     assert [e["database"] for e in back] == [server(cluster.standby.port)]
     assert back[0]["seconds"] > 0

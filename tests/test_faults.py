@@ -371,8 +371,9 @@ async def test_server_restart_mid_drain_recovers_without_help(
                 )
             for worker in workers:
                 await wait_until(listening(worker, other_than=old_listeners))
-            await logger.wait_for("LISTEN connection re-established")
             await logger.wait_for("available again")
+            # The outage's line says LISTEN is back: its reconnect is at DEBUG.
+            assert not any("re-established" in m for m in logger.messages())
         finals = [await probe.statuses(name) for name in names]
         seen = await invocations(probe)
         if shape != "one-queue":
@@ -532,13 +533,16 @@ async def test_terminated_backends_mid_drain_lose_nothing_and_wakeups_resume(
 
     assert final == {"completed": total + 1}
     assert len(handled) == total
-    assert (
-        logger.messages("info").count(
-            "LISTEN connection re-established; "
-            "notifications sent while it was down were missed"
-        )
-        == kills
+    # Each kill is an outage of the worker (its LISTEN connection at least):
+    # a WARNING when it starts, one INFO line when it ends (the reconnect of
+    # LISTEN is at DEBUG, part of it); one may still be under way as the
+    # worker stops.
+    assert not any("re-established" in m for m in logger.messages())
+    starts = logger.messages("warning").count(
+        "database %s unavailable (%s); retrying until it is back"
     )
+    ends = logger.messages("info").count("database %s available again after %.1f s")
+    assert 1 <= ends <= starts <= ends + 1
 
 
 # --------------------------------------------------------------------------

@@ -10,6 +10,8 @@ redesign.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -21,6 +23,8 @@ import pytest
 
 import pgqueue
 from pgqueue._core.dsn import target as pgqueue_target
+from pgqueue._core.errors import is_outage
+from pgqueue._core.retry import Outage
 from pgqueue._sql.outcomes import COMPLETE, FINISH
 from tests.helpers import (
     RecordingLogger,
@@ -598,3 +602,135 @@ async def test_an_outage_is_one_warning_naming_the_server_then_one_line_when_bac
     assert back[0]["database"] == where
     assert back[0]["seconds"] >= down_for
     assert "hunter2-secret" not in repr(logger.records)
+
+
+UNAVAILABLE = "database %s unavailable (%s); retrying until it is back"
+BACK = "database %s available again after %.1f s"
+
+
+def loud(records: list[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, str]]:
+    """The (level, message) of the records at INFO and above."""
+    return [(lv, m) for lv, m, _ in records if lv != "debug"]
+
+
+async def test_the_end_of_an_outage_of_a_dropped_listen_connection_is_one_line(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    """Its LISTEN backend terminated: one WARNING, then one INFO line when LISTEN is back."""
+    logger = RecordingLogger()
+    done = anyio.Event()
+    # poll_interval=60: within this test only a wakeup (LISTEN back) runs the job.
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60, logger=logger)
+
+    @worker.handler("t")
+    async def handle(_job: pgqueue.Job) -> None:
+        done.set()
+
+    async with running(worker):
+        old_pid = worker.listener_pid
+        assert old_pid is not None
+        before = len(logger.records)
+        assert await pool.fetchval("SELECT pg_terminate_backend($1)", old_pid)
+        await logger.wait_for("available again", within=20)
+        await queue.enqueue("t", {})
+        with anyio.fail_after(10):
+            await done.wait()
+        since = logger.records[before:]
+    assert loud(since) == [("warning", UNAVAILABLE), ("info", BACK)]
+    # The reconnect is part of the outage: said at DEBUG.
+    assert [lv for lv, m, _ in since if "re-established" in m] == ["debug"]
+
+
+async def test_every_outage_of_a_worker_whose_backends_are_terminated_ends_in_one_line(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    """Every backend of the worker terminated: each outage starts and ends in one line."""
+    logger = RecordingLogger()
+    done = anyio.Event()
+    app = f"pgqueue-outage-{uuid.uuid4().hex[:8]}"
+    async with asyncpg.create_pool(
+        dsn, min_size=1, server_settings={"application_name": app}
+    ) as own:
+        worker = pgqueue.Worker(
+            own, queue=queue.name, poll_interval=0.05, logger=logger
+        )
+
+        @worker.handler("t")
+        async def handle(_job: pgqueue.Job) -> None:
+            done.set()
+
+        async with running(worker):
+            await queue.enqueue("t", {})  # every connection of the worker in use
+            with anyio.fail_after(10):
+                await done.wait()
+            done = anyio.Event()
+            before = len(logger.records)
+            terminated = await pool.fetchval(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))"
+                " FROM pg_stat_activity WHERE application_name = $1",
+                app,
+            )
+            assert terminated >= 4  # claims, writes, upkeep, LISTEN (and the pool's)
+            await logger.wait_for("available again", within=20)
+            await queue.enqueue("t", {})
+            with anyio.fail_after(10):
+                await done.wait()
+            await anyio.sleep(0.5)  # a part that finds its loss later says so now
+            since = logger.records[before:]
+    said = loud(since)
+    assert ("warning", UNAVAILABLE) in said
+    # Nothing but outages' starts and ends, each start followed by one end.
+    pairs = [("warning", UNAVAILABLE), ("info", BACK)] * (len(said) // 2)
+    assert said in (pairs, [*pairs, ("warning", UNAVAILABLE)]), said
+    assert not [lv for lv, m, _ in since if "re-established" in m and lv != "debug"]
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (connecting to it is refused)."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port: int = free.getsockname()[1]
+    return port
+
+
+async def test_an_outage_names_the_server_used_not_every_host_of_the_dsn(
+    dsn: str,
+) -> None:
+    """A multi-host DSN: the outage names the server the connections were on.
+
+    The write connection never opened: it fails its first connect, and is
+    named after the server its sibling opened on, not after the DSN's list.
+    """
+    logger = RecordingLogger()
+    outage = Outage(logger)
+    async with proxy_to(dsn) as proxy:
+        used = via(dsn, proxy.port)
+        parts = urlsplit(used)
+        hosts = f"127.0.0.1:{closed_port()},127.0.0.1:{proxy.port}"
+        user = parts.netloc.rpartition("@")[0]
+        multi = urlunsplit(parts._replace(netloc=f"{user}@{hosts}" if user else hosts))
+        assert "," in pgqueue_target(multi)
+        async with pgqueue.Connections(multi) as connections:
+            connections._watch(outage)
+            assert connections.writes.where == pgqueue_target(multi)
+            await connections.claims.fetch("SELECT 1")
+            assert connections.writes.where == pgqueue_target(used)
+            proxy.refuse()
+            failed: Exception | None = None
+            try:
+                await connections.writes.fetch("SELECT 1")
+            except Exception as exc:  # whatever the connect raised
+                failed = exc
+            assert failed is not None
+            assert is_outage(failed)
+            proxy.accept()
+            with anyio.fail_after(10):
+                while outage.ongoing:  # until the proxy listens again
+                    with contextlib.suppress(Exception):
+                        await connections.writes.fetch("SELECT 1")
+                    await anyio.sleep(0.05)
+    named = [(m, e["database"]) for _, m, e in logger.records]
+    assert named == [
+        (UNAVAILABLE, pgqueue_target(used)),
+        (BACK, pgqueue_target(used)),
+    ]

@@ -346,6 +346,7 @@ async def test_reconnects_after_the_backend_is_terminated(
         await publish(pool, channel, "before")
         await inbox.wait_for("before")
         old_pid = sub.listener_pid
+        before = len(logger.records)
         assert await pool.fetchval("SELECT pg_terminate_backend($1)", old_pid)
         with anyio.fail_after(10):
             await reconnected.wait()
@@ -355,7 +356,18 @@ async def test_reconnects_after_the_backend_is_terminated(
         assert extra["channels"] == [channel]
         await publish(pool, channel, "after")
         await inbox.wait_for("after")
+        since = logger.records[before:]
     assert events == ["before", "reconnect", "after"]
+    # No outage line of a worker's here: the loss and the reconnect say it,
+    # one WARNING each (what was published meanwhile is lost to the subscriber).
+    missed = (
+        "LISTEN connection re-established; "
+        "notifications sent while it was down were missed"
+    )
+    assert [(lv, m) for lv, m, _ in since if lv != "debug"] == [
+        ("warning", "LISTEN connection lost; reconnecting"),
+        ("warning", missed),
+    ]
 
 
 async def test_a_failing_on_reconnect_is_logged_and_delivery_goes_on(

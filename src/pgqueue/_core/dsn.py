@@ -1,9 +1,10 @@
 """What an error may say about a connection, and DSNs pgqueue refuses.
 
 `target` and `target_of` name ``user@host:port/database`` and never a
-password, `holds_password` tells whether a DSN holds one, and `check_dsn`
-refuses a DSN asyncpg would misread (a password with an unescaped ``@``,
-``/``, ``?`` or ``#``), with a message that repeats nothing of it. Opening
+password, `Server` names the one a set of connections uses,
+`holds_password` tells whether a DSN holds one, and `check_dsn` refuses a
+DSN asyncpg would misread (a password with an unescaped ``@``, ``/``,
+``?`` or ``#``), with a message that repeats nothing of it. Opening
 connections is the wire's (`pgqueue._wire.opening`).
 """
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DSN_HINT",
+    "Server",
     "check_dsn",
     "holds_password",
     "target",
@@ -122,6 +124,29 @@ def target_of(executor: object) -> str | None:
         kwargs = dict(getattr(executor, "_connect_kwargs", {}))
         return target(args[0] if args else kwargs.pop("dsn", None), **kwargs)
     return None
+
+
+class Server:
+    """The server a set of connections uses, as its log lines name it.
+
+    ``name`` is the one configured (``target``: a multi-host DSN names each
+    host) until one of the connections opens; from then on, the server the
+    last one opened is on (``target_of`` the connection). A connection that
+    has not opened yet, or failed to, is named after its siblings: the server
+    it would have used, not a list of candidates. Never holds a password.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, configured: str = "the database") -> None:
+        self.name = configured
+
+    def opened(self, connection: object) -> str | None:
+        """Note that ``connection`` opened; the server it is on (None if unknown)."""
+        name = target_of(connection)
+        if name is not None:
+            self.name = name
+        return name
 
 
 def _asyncpg_target(dsn: str | None, kwargs: Mapping[str, Any]) -> str:

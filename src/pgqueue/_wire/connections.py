@@ -12,7 +12,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Self, cast
 
 from pgqueue._core.checks import check_dsn_or_pool
-from pgqueue._core.dsn import target_of
+from pgqueue._core.dsn import Server, target_of
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.taskgroup import BlockTaskGroup
 from pgqueue._wire.dedicated import STATEMENT_TIMEOUT, worker_connections
@@ -85,10 +85,14 @@ class Connections:
             msg = f"listen must be a DSN string, not {type(listen).__name__}"
             raise TypeError(msg)
         self._logger = default_logger(logger)
+        # The server each connection is named after until it opens: the one
+        # its siblings (on the same target) opened on, else the configured.
+        self._server = Server(target_of(dsn_or_pool) or "the database")
         self.claims, self.writes, self.upkeep = worker_connections(
-            dsn_or_pool, timeout=statement_timeout
+            dsn_or_pool, timeout=statement_timeout, server=self._server
         )
         self._listen_target = dsn_or_pool if listen is None else listen
+        self._listen_server = self._server if listen is None else None
         self._keepalive = LISTEN_KEEPALIVE
         self._probe_timeout = LISTEN_PROBE_TIMEOUT
         self._listener: SharedListener | None = None
@@ -148,6 +152,7 @@ class Connections:
                 keepalive=self._keepalive,
                 probe_timeout=self._probe_timeout,
                 where=target_of(self._listen_target) or "the database",
+                server=self._listen_server,
             )
             self._stack = stack.pop_all()
         return self

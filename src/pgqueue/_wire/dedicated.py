@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from pgqueue._core.dsn import target_of
+from pgqueue._core.dsn import Server, target_of
 from pgqueue._core.errors import ends_session, is_outage
 from pgqueue._store.postgres import Store
 from pgqueue._store.schema import detect
@@ -73,8 +73,9 @@ class DedicatedConnection:
 
     Each `Outage` in ``outages`` is told when a statement (or opening the
     connection) fails with an outage, and when one succeeds again after it;
-    ``where`` names the server last connected to (or else the one
-    configured): ``user@host:port/database``.
+    ``where`` names the server last connected to (or else ``server``'s: the
+    one its siblings connected to, or the one configured):
+    ``user@host:port/database``.
     """
 
     def __init__(
@@ -84,12 +85,14 @@ class DedicatedConnection:
         timeout: float,
         where: str = "the database",
         mode: Mode | None = None,
+        server: Server | None = None,
     ) -> None:
         self._connect = connect
         self.mode = Mode() if mode is None else mode
         self._connection: asyncpg.Connection[Any] | None = None
         self.timeout = timeout
-        self.where = where
+        self._server = Server(where) if server is None else server
+        self._opened_on: str | None = None
         self.outages: list[Outage] = []
         self._down = False
         # Not anyio's Lock: it yields to the event loop even when free, and a
@@ -159,7 +162,7 @@ class DedicatedConnection:
                 connection = self._connection
                 if connection is None or connection.is_closed():
                     connection = self._connection = await self._connect()
-                    self.where = target_of(connection) or self.where
+                    self._opened_on = self._server.opened(connection) or self._opened_on
                 try:
                     result = await call(connection)
                 except BaseException as exc:
@@ -178,6 +181,11 @@ class DedicatedConnection:
             for outage in self.outages:
                 outage.up(self, self.where)
         return result
+
+    @property
+    def where(self) -> str:
+        """``user@host:port/database`` of the server last connected to, or else ``server``'s."""
+        return self._opened_on or self._server.name
 
     @property
     def store(self) -> Store:
@@ -210,18 +218,27 @@ class DedicatedConnection:
 
 
 def worker_connections(
-    pool_or_dsn: asyncpg.Pool[Any] | str, *, timeout: float
+    pool_or_dsn: asyncpg.Pool[Any] | str,
+    *,
+    timeout: float,
+    server: Server | None = None,
 ) -> tuple[DedicatedConnection, DedicatedConnection, DedicatedConnection]:
-    """A worker's claim, outcome-write and upkeep connections (opened on first use)."""
+    """A worker's claim, outcome-write and upkeep connections (opened on first use).
+
+    They name ``server`` (shared with the LISTEN connection, say) until each
+    opens; by default one of their own, on ``pool_or_dsn``'s target.
+    """
 
     mode = Mode()
+    if server is None:
+        server = Server(target_of(pool_or_dsn) or "the database")
 
     def dedicated() -> DedicatedConnection:
         return DedicatedConnection(
             connect_like(pool_or_dsn, mode.settings, shared=True),
             timeout=timeout,
-            where=target_of(pool_or_dsn) or "the database",
             mode=mode,
+            server=server,
         )
 
     return dedicated(), dedicated(), dedicated()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from pgqueue._core.dsn import target_of
+from pgqueue._core.dsn import Server
 from pgqueue._core.errors import is_outage
 from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
 
@@ -51,11 +51,17 @@ class Listener:
         max_delay: the longest pause between reconnect attempts (see
             `pgqueue._core.retry.retry_delay`).
         where: the server, ``user@host:port/database``, until connected.
+        server: names the server until connected instead of ``where`` (one
+            shared with the worker's other connections: the server they
+            connected to).
 
     Each `Outage` in ``outages`` is told when connecting fails or the
     connection is lost with an outage, and when LISTEN is back; while
-    there is one, the retries and the reconnect are logged at DEBUG and
-    INFO (the outage says it), else at WARNING.
+    there is one, the retries and the reconnect are logged at DEBUG (the
+    outage says its start and its end, one line each). A reconnect after
+    any other loss is logged at INFO when there are outages to tell (a
+    worker's: it claims at once, so nothing is missed), else at WARNING
+    (a subscriber's: the notifications sent meanwhile are lost).
     """
 
     def __init__(
@@ -70,9 +76,11 @@ class Listener:
         probe_timeout: float = LISTEN_PROBE_TIMEOUT,
         max_delay: float = MAX_RETRY_WAIT,
         where: str = "the database",
+        server: Server | None = None,
     ) -> None:
         self._connect = connect
-        self.where = where
+        self._server = Server(where) if server is None else server
+        self._opened_on: str | None = None
         self.outages: list[Outage] = []
         self._channels = list(channels)
         self._connection: asyncpg.Connection[Any] | None = None
@@ -102,11 +110,12 @@ class Listener:
             quiet=lambda: bool(self.outages),
         )
         reconnect = False
+        said = False  # an `Outage` was told of this loss: it says the end
         while True:
             try:
                 connection = await self._connect()
             except Exception as exc:
-                self._down(exc)
+                said = self._down(exc) or said
                 await anyio.sleep(failures.failed(exc, channels=list(self._channels)))
                 reconnect = True
                 continue
@@ -114,13 +123,19 @@ class Listener:
                 lost = anyio.Event()
                 connection.add_termination_listener(_setter(lost))
                 self._connection = connection
-                self.where = target_of(connection) or self.where
+                self._opened_on = self._server.opened(connection) or self._opened_on
                 await self.listen([])
                 self.pid = connection.get_server_pid()
                 failures.succeeded()
                 for outage in self.outages:
                     outage.up(self, self.where)
-                if reconnect and self.outages:  # part of an outage said once
+                if reconnect and said:  # the outage's own line says it is over
+                    self._logger.debug(
+                        "LISTEN connection re-established; "
+                        "notifications sent while it was down were missed",
+                        extra={"channels": list(self._channels)},
+                    )
+                elif reconnect and self.outages:  # a worker's: its claim catches up
                     self._logger.info(
                         "LISTEN connection re-established; "
                         "notifications sent while it was down were missed",
@@ -132,13 +147,14 @@ class Listener:
                         "notifications sent while it was down were missed",
                         extra={"channels": list(self._channels)},
                     )
+                said = False
                 if self._on_connect is not None:
                     await self._on_connect(reconnect)
                 task_status.started()
                 task_status = anyio.TASK_STATUS_IGNORED
                 await self._watch(connection, lost)
             except Exception as exc:
-                self._down(exc)
+                said = self._down(exc) or said
                 wait = failures.failed(
                     exc,
                     "LISTEN connection lost; reconnecting",
@@ -152,10 +168,18 @@ class Listener:
             reconnect = True
             await anyio.sleep(wait)  # _watch ends only by raising
 
-    def _down(self, exc: Exception) -> None:
-        if is_outage(exc):
-            for outage in self.outages:
-                outage.down(self, exc, self.where)
+    @property
+    def where(self) -> str:
+        """``user@host:port/database`` of the server last connected to, or else ``server``'s."""
+        return self._opened_on or self._server.name
+
+    def _down(self, exc: Exception) -> bool:
+        """Tell the outages of ``exc`` if it is one; whether any was told."""
+        if not is_outage(exc) or not self.outages:
+            return False
+        for outage in self.outages:
+            outage.down(self, exc, self.where)
+        return True
 
     async def listen(self, channels: Sequence[str]) -> None:
         """Add ``channels``; LISTEN at once on each new one if the connection is up."""
@@ -215,6 +239,7 @@ class SharedListener:
         keepalive: float = LISTEN_KEEPALIVE,
         probe_timeout: float = LISTEN_PROBE_TIMEOUT,
         where: str = "the database",
+        server: Server | None = None,
     ) -> None:
         self._listener = Listener(
             connect,
@@ -225,6 +250,7 @@ class SharedListener:
             keepalive=keepalive,
             probe_timeout=probe_timeout,
             where=where,
+            server=server,
         )
         self.outages = self._listener.outages
         """The `Outage` objects told of the shared connection's outages."""
