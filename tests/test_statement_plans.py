@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 from pgqueue._sql import outcomes as outcomes_sql
-from pgqueue._sql.claims import CLAIM
+from pgqueue._sql.claims import CLAIM, NEXT_DUE
 from pgqueue._sql.literals import array, claim_places
 from pgqueue._sql.settings import WORKER_SETTINGS
 from tests.helpers import explain_analyze, plan_buffers, plan_nodes
@@ -160,6 +160,27 @@ async def test_claim_never_scans_the_table(
             assert "ROW(run_at, id) >" in scan["Index Cond"], (mode, scan)
             assert "run_at <= now()" in scan["Index Cond"], (mode, scan)
         assert _claimed(nodes) == 100, mode
+
+
+async def test_next_due_starts_past_the_due_jobs_in_the_claim_index(
+    small_table: asyncpg.Connection,
+) -> None:
+    """An idle worker's question walks none of the 20,000 due jobs before the answer."""
+    await small_table.execute(
+        "INSERT INTO pgqueue_jobs (queue, job_type, run_at)"
+        " SELECT $1, 'later', now() + make_interval(secs => n) FROM generate_series(1, 3) AS n",
+        QUEUE,
+    )
+    plans = await _plans(small_table, NEXT_DUE, QUEUE)
+    for mode, nodes in plans.items():
+        scans = [n for n in nodes if n.get("Relation Name") == "pgqueue_jobs"]
+        assert [n.get("Index Name") for n in scans] == ["idx_pgqueue_jobs_claim"], (
+            mode,
+            scans,
+        )
+        assert "run_at > now()" in scans[0]["Index Cond"], (mode, scans)
+        assert scans[0]["Actual Rows"] == 1, (mode, scans)
+        assert nodes[0]["Actual Rows"] == 1, mode
 
 
 @pytest.mark.parametrize("statement", ["FINISH", "COMPLETE", "TOUCH"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 
+import pytest
+
 from pgqueue._engine.policy import LAST_ID, RETRY_WAKE_MARGIN, ClaimPolicy
 
 POLL = 5.0
@@ -163,3 +165,32 @@ def test_a_wakeup_during_a_short_claim_is_not_lost() -> None:
     assert p.next_claim(free=10, now=0.1) == (10, HEADS)
     p.claimed(10, HEADS, got=0, last={}, now=0.1)
     assert p.next_claim(free=10, now=0.2) is None
+
+
+def test_the_queues_next_job_wakes_an_idle_lane_when_due() -> None:
+    p = policy()
+    p.next_claim(free=10, now=0.0)
+    p.claimed(10, HEADS, got=0, last={}, now=0.0)
+    # Asked after the short claim: due in 2 s, well before the poll.
+    p.due_in(2.0, now=0.1)
+    assert p.wait(now=0.1) == pytest.approx(2.0 + RETRY_WAKE_MARGIN)
+    assert p.next_claim(free=10, now=2.0) is None
+    assert p.next_claim(free=10, now=2.1 + RETRY_WAKE_MARGIN) == (10, HEADS)
+    # Fired once: the next short claim asks again.
+    p.claimed(10, HEADS, got=1, last={0: PLACE}, now=2.2)
+    assert p.wait(now=2.2) == POLL
+
+
+def test_the_latest_answer_about_the_next_job_replaces_the_one_before() -> None:
+    p = policy()
+    p.next_claim(free=10, now=0.0)
+    p.claimed(10, HEADS, got=0, last={}, now=0.0)
+    p.due_in(1.0, now=0.0)
+    p.due_in(None, now=0.5)  # claimed by another worker meanwhile: none left
+    assert p.wait(now=0.5) == POLL - 0.5
+    p.due_in(-0.5, now=0.6)  # fell due while the answer came back
+    assert p.wait(now=0.6) == pytest.approx(RETRY_WAKE_MARGIN)
+    p.due_in(3 * POLL, now=0.7)  # after the poll: the poll comes first
+    assert p.wait(now=0.7) == POLL - 0.7
+    p.due_in(math.inf, now=0.8)  # run_at 'infinity'
+    assert p.wait(now=0.8) == POLL - 0.8

@@ -244,6 +244,33 @@ class Claimer:
                 policy.retry_written(self._rate_wait, clock())
                 self._rate_wait = None
             empty_since = None if rows or rated_short else settled_before
+            if not policy.more and not until_empty:
+                await self._look_ahead(clock)
+
+    async def _look_ahead(self, clock: Callable[[], float]) -> None:
+        """The claim saw every due job: learn when the queue's next one falls due.
+
+        A job enqueued to run later (by any producer, in any process: its
+        wakeup came at its enqueue, and found nothing due), retried or
+        snoozed by another worker, then starts on time rather than at the
+        next poll. Never cancelled in flight, like a claim (it shares the
+        claim connection; its statement deadline bounds it). A failure only
+        costs the timer: the next poll claims as ever, and a claim that
+        fails says so.
+        """
+        try:
+            with anyio.CancelScope(shield=True):
+                delay = await self.services.connection.store.next_due(
+                    self.services.connection, self.settings.name
+                )
+        except Exception as exc:
+            self.services.logger.debug(
+                "could not learn when the next job falls due: %s",
+                describe(exc),
+                extra={"queue": self.settings.name},
+            )
+            return
+        self.policy.due_in(delay, clock())
 
     @property
     def _retry_cap(self) -> float:

@@ -35,11 +35,12 @@ class ClaimPolicy:
     """Decide each claim: whether to claim now, how many jobs, from which place.
 
     The worker claims while jobs *may be ready*: after a wakeup (a NOTIFY, a
-    reconnect, a rescue, one of its own retries falling due, a poll falling
-    due) and after every claim that could have left jobs behind (a full
-    claim, or one that started past the head of the line). It stops once a
-    claim from the head comes back short: that claim saw every job then
-    ready. A wakeup is never lost: it is remembered until a claim can be
+    reconnect, a rescue, one of its own retries falling due, the queue's
+    next job falling due, a poll falling due) and after every claim that
+    could have left jobs behind (a full claim, or one that started past the
+    head of the line). It stops once a claim from the head comes back
+    short: that claim saw every job then ready, and the worker then asks
+    when the queue's next job falls due (`due_in`). A wakeup is never lost: it is remembered until a claim can be
     made, which needs at least ``claim_at`` free slots, and one that comes
     while a claim runs calls for another claim after it.
 
@@ -71,6 +72,7 @@ class ClaimPolicy:
         self._head_due = 0.0
         self._poll_due = 0.0
         self._retries: list[float] = []  # a heap of local times
+        self._next_due = math.inf  # the queue's next job not yet due (local time)
 
     def wake(self) -> None:
         """Something may have become ready.
@@ -99,6 +101,19 @@ class ClaimPolicy:
         earliest = not self._retries or due < self._retries[0]
         heapq.heappush(self._retries, due)
         return earliest
+
+    def due_in(self, delay: float | None, now: float) -> None:
+        """The queue's first job not yet due falls due in ``delay`` s (None: it has none).
+
+        Learnt from the database after a claim came back short (the time
+        until that job's run_at, on the database clock, as the answer
+        left it): a claim after ``now + delay`` (plus a margin) finds it
+        due. The latest answer replaces the one before (which may be
+        claimed by now); a wakeup or a poll before then claims as ever.
+        """
+        self._next_due = (
+            math.inf if delay is None else now + max(delay, 0.0) + RETRY_WAKE_MARGIN
+        )
 
     def next_claim(self, free: int, now: float) -> tuple[int, Bounds] | None:
         """How many jobs to claim from which places now, or None to wait."""
@@ -172,12 +187,16 @@ class ClaimPolicy:
         due = self._poll_due
         if self._retries and self._retries[0] < due:
             due = self._retries[0]
+        due = min(due, self._next_due)
         return max(due - now, 0.0)
 
     def _fire_timers(self, now: float) -> None:
         retries = self._retries
         while retries and retries[0] <= now:
             heapq.heappop(retries)
+            self.more = True
+        if now >= self._next_due:
+            self._next_due = math.inf
             self.more = True
         if now >= self._poll_due:
             self.more = True

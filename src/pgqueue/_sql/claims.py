@@ -32,6 +32,7 @@ __all__ = [
     "DISTRIBUTED_RECORD_START",
     "GROUP_HEADS",
     "LOCK_CLAIMS",
+    "NEXT_DUE",
     "PARENT_RESULTS",
     "RATE_ROOM",
 ]
@@ -421,6 +422,24 @@ SELECT t.at,
        CASE WHEN $4::boolean THEN $2::int ELSE GREATEST($2::int - w.n, 0) END AS room,
        extract(epoch FROM w.oldest + pg_catalog.make_interval(secs => $3::float8) - t.at)::float8 AS wait
 FROM t, w
+"""
+
+# When the queue's ($1) first pending job not yet due falls due: seconds
+# from now on the database clock, NULL when there is none (infinity for a
+# run_at of 'infinity'). An idle worker asks after a claim from the heads
+# came back short, and wakes then, whatever its poll_interval (a delayed
+# job's own wakeup came at its enqueue, and found nothing due). The first
+# entry of the Go module's claim index past now(), every priority's pending
+# jobs being in it: the scan starts there and stops at once, however many
+# jobs are due (or their dead entries wait for vacuum) before it. Those due
+# but left behind (another application's types, a paused queue) are not
+# asked about: a worker wakes for each pending job once at most.
+NEXT_DUE = f"""
+SELECT pg_catalog.date_part('epoch', j.run_at) - pg_catalog.date_part('epoch', pg_catalog.clock_timestamp())
+FROM pgqueue_jobs AS j
+WHERE j.queue = $1 AND j.status = {PENDING} AND j.run_at > pg_catalog.now()
+ORDER BY j.run_at
+LIMIT 1
 """
 
 # RATE_ROOM on Citus, at the time $5 (CLOCK's, read after LOCK_CLAIMS): it

@@ -34,6 +34,7 @@ from pgqueue._sql.claims import (
     CLAIM_TYPES_RATED,
     GROUP_HEADS,
     LOCK_CLAIMS,
+    NEXT_DUE,
     PARENT_RESULTS,
     RATE_ROOM,
 )
@@ -239,6 +240,14 @@ class Store:
         claimed = sorted({row[_GROUP_KEY] for row in rows} - {None})
         await connection.execute(GROUP_HEADS, queue, claimed)
         return [row[:_GROUP_KEY] for row in rows]
+
+    async def next_due(self, db: Dedicated, queue: str) -> float | None:
+        """Seconds until the first pending job of ``queue`` not yet due falls due; None if none is.
+
+        On the database clock, from when the statement ran.
+        """
+        found = await db.fetchrow(NEXT_DUE, queue)
+        return None if found is None else float(found[0])
 
     async def parent_results(
         self, db: Dedicated, children: list[int]

@@ -1,0 +1,187 @@
+"""Delayed jobs start on time, whatever the worker's ``poll_interval``.
+
+An idle worker asks when its queue's next job falls due after each claim
+that found nothing more (see `pgqueue._sql.claims.NEXT_DUE`), and wakes
+then: a job enqueued with ``delay=`` or ``run_at=`` by another process (its
+wakeup came at its enqueue, and found nothing due), by SQL, or retried or
+snoozed, starts within `ON_TIME` of its ``run_at`` with a 60 s poll.
+
+Lateness is measured on the database clock, from the claimed row's
+``run_at`` to the handler's start; the tests wait on events, with deadlines.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import anyio
+import asyncpg
+import pytest
+
+import pgqueue
+from tests.helpers import running
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+POLL = 60.0
+DELAY = 2.0
+ON_TIME = timedelta(milliseconds=50)
+
+
+class Starts:
+    """Each run's lateness: the database clock at the handler's start minus the job's ``run_at``."""
+
+    def __init__(self, pool: asyncpg.Pool, runs: int = 1) -> None:
+        self._pool = pool
+        self._runs = runs
+        self.late: list[timedelta] = []
+        self.done = anyio.Event()
+
+    async def started(self, job: pgqueue.Job) -> None:
+        now = await self._pool.fetchval("SELECT clock_timestamp()")
+        self.late.append(now - job.run_at)
+        if len(self.late) >= self._runs:
+            self.done.set()
+
+    async def wait(self) -> list[timedelta]:
+        with anyio.fail_after(DELAY + 10):
+            await self.done.wait()
+        return self.late
+
+
+def _worker(
+    pool: asyncpg.Pool,
+    queue: str,
+    handle: Callable[[pgqueue.Job], object],
+    **options: object,
+) -> pgqueue.Worker:
+    worker = pgqueue.Worker(pool, queue=queue, poll_interval=POLL, **options)  # type: ignore[arg-type]
+    worker.register("t", handle)
+    return worker
+
+
+def _on_time(late: list[timedelta]) -> None:
+    assert late, late
+    assert all(timedelta(0) <= each < ON_TIME for each in late), late
+
+
+PRODUCER = textwrap.dedent(
+    """
+    import asyncio, sys
+    import asyncpg, pgqueue
+
+    async def main() -> None:
+        async with asyncpg.create_pool(sys.argv[1], min_size=1, max_size=1) as pool:
+            print(await pgqueue.Queue(pool, name=sys.argv[2]).enqueue(
+                "t", {}, delay=float(sys.argv[3])))
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_delayed_job_from_another_process_starts_on_time(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    starts = Starts(pool)
+    async with running(_worker(pool, queue_name, starts.started)):
+        with anyio.fail_after(30):
+            result = await anyio.run_process(
+                [sys.executable, "-W", "error", "-c", PRODUCER, dsn, queue_name, "2"],
+                check=False,
+            )
+        assert result.returncode == 0, result.stderr.decode()
+        _on_time(await starts.wait())
+
+
+@pytest.mark.parametrize("how", ["delay", "run_at", "many", "keyed"])
+async def test_a_delayed_job_from_another_pool_starts_on_time(
+    dsn: str, pool: asyncpg.Pool, queue_name: str, how: str
+) -> None:
+    starts = Starts(pool)
+    async with (
+        running(_worker(pool, queue_name, starts.started)),
+        asyncpg.create_pool(dsn, min_size=1, max_size=2) as other,
+    ):
+        queue = pgqueue.Queue(other, name=queue_name)
+        if how == "delay":
+            await queue.enqueue("t", {}, delay=DELAY)
+        elif how == "run_at":
+            now = await other.fetchval("SELECT now()")
+            await queue.enqueue("t", {}, run_at=now + timedelta(seconds=DELAY))
+        elif how == "many":
+            await queue.enqueue_many([pgqueue.NewJob("t", delay=DELAY)])
+        else:
+            await queue.enqueue("t", {}, delay=DELAY, unique_key=queue_name)
+        _on_time(await starts.wait())
+
+
+async def test_a_delayed_job_enqueued_by_sql_starts_on_time(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    starts = Starts(pool)
+    async with running(_worker(pool, queue_name, starts.started)):
+        connection = await asyncpg.connect(dsn)
+        try:
+            await connection.execute(
+                "SELECT pgqueue_enqueue('t', '{}', queue => $1, delay => $2)",
+                queue_name,
+                timedelta(seconds=DELAY),
+            )
+        finally:
+            await connection.close()
+        _on_time(await starts.wait())
+
+
+async def test_a_delayed_job_in_the_table_before_the_worker_starts_on_time(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await pgqueue.Queue(pool, name=queue_name).enqueue("t", {}, delay=DELAY)
+    starts = Starts(pool)
+    async with running(_worker(pool, queue_name, starts.started)):
+        _on_time(await starts.wait())
+
+
+async def test_a_retry_and_a_snooze_start_on_time(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    starts = Starts(pool, runs=3)
+
+    async def handle(job: pgqueue.Job) -> None:
+        if job.attempts > 1 or job.snoozes:
+            await starts.started(job)
+        if job.attempts == 1:
+            raise RuntimeError("once more")  # retried after DELAY
+        if job.snoozes < 2:
+            raise pgqueue.Snooze(DELAY / 2)
+
+    worker = _worker(pool, queue_name, handle, backoff=lambda _attempt: DELAY)
+    async with running(worker):
+        await pgqueue.Queue(pool, name=queue_name).enqueue("t", {})
+        _on_time(await starts.wait())
+
+
+async def test_a_retry_left_by_a_stopped_worker_starts_on_time_with_another(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    """The next worker learns the retry's time from the table at its first claim."""
+    failed = anyio.Event()
+
+    async def fail(_job: pgqueue.Job) -> None:
+        failed.set()
+        raise RuntimeError("retried by the other worker")
+
+    first = _worker(pool, queue_name, fail, backoff=lambda _attempt: DELAY)
+    async with running(first):
+        await pgqueue.Queue(pool, name=queue_name).enqueue("t", {})
+        with anyio.fail_after(10):
+            await failed.wait()
+    # The first worker has stopped (its retry written) before this one starts
+    # and claims from the heads: it learns the retry's time from the table.
+    starts = Starts(pool)
+    async with running(_worker(pool, queue_name, starts.started)):
+        _on_time(await starts.wait())
