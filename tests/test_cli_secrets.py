@@ -198,7 +198,9 @@ async def test_a_password_on_the_command_line_is_warned_of_once(dsn: str) -> Non
         (["--dsn", dsn, "stats"], {}),
     ):
         code, out = await pgqueue_cli(*args, **env)
-        assert (code, "pgqueue: warning" in out, SECRET in out) == (0, False, False), out
+        assert (code, "pgqueue: warning" in out, SECRET in out) == (0, False, False), (
+            out
+        )
 
 
 async def test_children_get_no_password_on_their_command_line(
