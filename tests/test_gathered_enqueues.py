@@ -6,6 +6,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import asyncpg
 
 import pgqueue
@@ -161,3 +162,59 @@ async def test_enqueues_with_parents_replaces_or_a_trace_go_alone(
     )
     assert waiting == 10
     assert len(set(results[10:])) == 1
+
+
+async def test_callers_cancelled_in_line_write_nothing_and_the_next_leads(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, queue_name)
+    blockers = [await asyncpg.connect(dsn) for _ in range(2)]
+    try:
+        # Two enqueues in flight, each waiting on a row another transaction holds.
+        held = []
+        for n, blocker in enumerate(blockers):
+            await blocker.execute("BEGIN")
+            await blocker.execute(
+                "INSERT INTO pgqueue_jobs (queue, job_type, payload, unique_key)"
+                " VALUES ($1, 'held', '{}', $2)",
+                queue_name,
+                f"held-{n}",
+            )
+            held.append(
+                asyncio.ensure_future(queue.enqueue("held", {}, unique_key=f"held-{n}"))
+            )
+        pids = [b.get_server_pid() for b in blockers]
+
+        async def both_blocked() -> bool:
+            waiting = await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE pg_blocking_pids(pid) && $1::int[]",
+                pids,
+            )
+            return bool(waiting == 2)
+
+        with anyio.fail_after(5):
+            while not await both_blocked():
+                await asyncio.sleep(0.01)
+        first = asyncio.ensure_future(queue.enqueue("t", {"n": "first"}))
+        second = asyncio.ensure_future(queue.enqueue("t", {"n": "second"}))
+        third = asyncio.ensure_future(queue.enqueue("t", {"n": "third"}))
+        await asyncio.sleep(0)  # all three in line; the first leads, waiting for room
+        first.cancel()
+        second.cancel()
+        for blocker in blockers:
+            await blocker.execute("ROLLBACK")
+        with anyio.fail_after(5):
+            kept = await third
+            await asyncio.gather(*held)
+        assert first.cancelled()
+        assert second.cancelled()
+    finally:
+        for blocker in blockers:
+            await blocker.close()
+    payloads = await pool.fetch(
+        "SELECT id, payload->>'n' AS n FROM pgqueue_jobs"
+        " WHERE queue = $1 AND job_type = 't'",
+        queue_name,
+    )
+    assert [(r["id"], r["n"]) for r in payloads] == [(kept, "third")]

@@ -48,11 +48,23 @@ def gatherer_for(pool: asyncpg.Pool[Any]) -> Gatherer[Any, Any]:
     return gatherer
 
 
+_LEAD: Any = object()
+"""What a caller in line is handed when it becomes the first: it writes the line."""
+
+
 @dataclass(eq=False)
 class _Entry(Generic[T, R]):
     item: T
-    done: asyncio.Future[R] = field(default_factory=lambda: _future())
-    lead: asyncio.Event = field(default_factory=asyncio.Event)
+    turn: asyncio.Future[R] = field(default_factory=lambda: _future())
+    """`_LEAD` once the caller leads; else its result or its error."""
+
+    @property
+    def leads(self) -> bool:
+        return (
+            self.turn.done()
+            and not self.turn.cancelled()
+            and self.turn.result() is _LEAD
+        )
 
 
 def _future() -> asyncio.Future[Any]:
@@ -93,16 +105,16 @@ class Gatherer(Generic[T, R]):
         entry: _Entry[T, R] = _Entry(item)
         if line is None:
             line = self._lines[queue] = []
-            entry.lead.set()
+            entry.turn.set_result(_LEAD)
         line.append(entry)
         try:
-            await _first(entry.done, entry.lead)
+            got = await entry.turn
         except BaseException:
             self._leave(queue, entry)
             raise
-        if not entry.done.done():
-            await self._lead(queue, entry, alone, together)
-        return await entry.done
+        if got is _LEAD:
+            return await self._lead(queue, entry, alone, together)
+        return got
 
     async def _lead(
         self,
@@ -110,8 +122,8 @@ class Gatherer(Generic[T, R]):
         entry: _Entry[T, R],
         alone: Callable[[T], Awaitable[R]],
         together: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
-    ) -> None:
-        """As the first in ``queue``'s line: wait for room, then write the whole line."""
+    ) -> R:
+        """As the first in ``queue``'s line: wait for room, write the whole line; its own result."""
         try:
             while self._in_flight >= MAX_IN_FLIGHT:
                 self._room.clear()
@@ -122,15 +134,19 @@ class Gatherer(Generic[T, R]):
         entries = self._lines.pop(queue)
         self._in_flight += 1
         # Shielded: the others in line wait for what it writes.
-        await asyncio.shield(self._write(entries, alone, together))
+        results = await asyncio.shield(self._write(entries, alone, together))
+        result = results[entries.index(entry)]
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     async def _write(
         self,
         entries: list[_Entry[T, R]],
         alone: Callable[[T], Awaitable[R]],
         together: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
-    ) -> None:
-        """Write ``entries`` (one in flight, counted) and hand each its result."""
+    ) -> list[R | BaseException]:
+        """Write ``entries`` (one in flight, counted); hand each in line its result."""
         try:
             items = [entry.item for entry in entries]
             if len(items) == 1:
@@ -146,10 +162,13 @@ class Gatherer(Generic[T, R]):
         finally:
             self._release()
         for entry, result in zip(entries, results, strict=True):
+            if entry.turn.done():  # the leader's, or a caller that left
+                continue
             if isinstance(result, BaseException):
-                entry.done.set_exception(result)
+                entry.turn.set_exception(result)
             else:
-                entry.done.set_result(result)
+                entry.turn.set_result(result)
+        return results
 
     def _leave(self, queue: str, entry: _Entry[T, R]) -> None:
         """A caller cancelled in line: out of it (its job is not written)."""
@@ -159,23 +178,16 @@ class Gatherer(Generic[T, R]):
         line.remove(entry)
         if not line:
             del self._lines[queue]
-        elif entry.lead.is_set():
-            line[0].lead.set()
+        elif not any(other.leads for other in line):
+            # The next caller still waiting leads (one cancelled too leaves
+            # by this way in its turn).
+            waiting = next((o for o in line if not o.turn.done()), None)
+            if waiting is not None:
+                waiting.turn.set_result(_LEAD)
 
     def _release(self) -> None:
         self._in_flight -= 1
         self._room.set()
-
-
-async def _first(done: asyncio.Future[Any], lead: asyncio.Event) -> None:
-    """Wait until ``done`` is resolved or ``lead`` is set."""
-    if done.done() or lead.is_set():
-        return
-    waiter = asyncio.ensure_future(lead.wait())
-    try:
-        await asyncio.wait((done, waiter), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        waiter.cancel()
 
 
 async def _result(call: Awaitable[R]) -> R | BaseException:

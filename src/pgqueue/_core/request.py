@@ -92,9 +92,24 @@ def check_request(
         TypeError, ValueError: a field no entry point would write, or an
             option that does not exist.
     """
-    unknown = options.keys() - OPTIONS
-    if unknown:
-        msg = f"unexpected enqueue option {min(unknown)!r} (the options: {', '.join(sorted(OPTIONS))})"
+    if not options:  # the common call: every option its default
+        return Request(
+            check_job_type(job_type),
+            payload,
+            default_attempts,
+            None,
+            None,
+            0,
+            None,
+            "return",
+            False,
+            (),
+            "cancel",
+            None,
+        )
+    if not options.keys() <= OPTIONS:
+        unknown = min(options.keys() - OPTIONS)
+        msg = f"unexpected enqueue option {unknown!r} (the options: {', '.join(sorted(OPTIONS))})"
         raise TypeError(msg)
     run_at = options.get("run_at")
     delay = options.get("delay")
