@@ -423,14 +423,20 @@ async def test_the_retention_sweep_removes_the_edges_a_go_prune_left_behind(
     }
 
 
-async def test_a_python_worker_with_retention_sweeps_orphan_edges(
-    pool: asyncpg.Pool, queue: pgqueue.Queue
-) -> None:
+async def _orphaned_edge(pool: asyncpg.Pool, queue: pgqueue.Queue) -> tuple[int, int]:
+    """A parent and its child, both finished two days ago, deleted by a Go Prune: their edge is left."""
     parent = await queue.enqueue("a", {})
     child = await queue.enqueue("b", {}, after=[parent])
     for job_id in (parent, child):
         await _finish(pool, job_id, None, age="2 days")
     assert await pool.execute(GO_PRUNE, queue.name, 3600.0) == "DELETE 2"
+    return parent, child
+
+
+async def test_a_python_worker_with_retention_sweeps_orphan_edges(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    parent, child = await _orphaned_edge(pool, queue)
     assert await _edges(pool, child) == {(parent, child)}
     worker = pgqueue.Worker(
         pool, queue=queue.name, retain=7 * 86400, rescue_after=1e6, poll_interval=5
@@ -447,10 +453,6 @@ async def test_a_python_worker_with_retention_sweeps_orphan_edges(
 async def test_admin_prune_removes_orphan_edges_too(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
-    parent = await queue.enqueue("a", {})
-    child = await queue.enqueue("b", {}, after=[parent])
-    for job_id in (parent, child):
-        await _finish(pool, job_id, None, age="2 days")
-    assert await pool.execute(GO_PRUNE, queue.name, 3600.0) == "DELETE 2"
+    parent, child = await _orphaned_edge(pool, queue)
     assert await pgqueue.Admin(pool).prune(older_than=60, queue=queue.name) == 0
     assert await _edges(pool, child) == set()
