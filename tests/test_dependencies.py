@@ -453,6 +453,6 @@ async def test_a_python_worker_with_retention_sweeps_orphan_edges(
 async def test_admin_prune_removes_orphan_edges_too(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
-    parent, child = await _orphaned_edge(pool, queue)
+    _, child = await _orphaned_edge(pool, queue)
     assert await pgqueue.Admin(pool).prune(older_than=60, queue=queue.name) == 0
     assert await _edges(pool, child) == set()
