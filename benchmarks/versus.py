@@ -8,7 +8,7 @@ back (the order flips every round), so both see the same noise; ratios are
 taken per round (paired) and their median is reported.
 
 Usage: python -m benchmarks.versus --baseline REF [--rounds 5] [--jobs 20000]
-       [--single 2000] [--bulk 50000] [--wake-jobs 200] [--only drain,...]
+       [--single 2000] [--bulk 50000] [--wake-jobs 200] [--only drain,floor,...]
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ kind, dsn, n, extra = json.loads(sys.argv[1])
 if kind == "drain":
     r = pgq.drain(dsn, n, extra)
     out = {"jobs_per_s": r["jobs_per_s"], "cpu_us": r["worker_cpu_s"] / n * 1e6}
+elif kind == "floor":
+    r = pgq.floor(dsn, n, extra)
+    out = {"jobs_per_s": r["jobs_per_s"]}
 elif kind == "single":
     out = {"jobs_per_s": pgq.enqueue_single(dsn, n)}
 elif kind == "bulk":
@@ -62,6 +65,13 @@ METRICS = (
     ("drain C=10, worker CPU µs/job", "drain", 10, "cpu_us", False),
     ("drain C=100, jobs/s", "drain", 100, "jobs_per_s", True),
     ("drain C=100, worker CPU µs/job", "drain", 100, "cpu_us", False),
+    (
+        "floor: bare SQL, claims of 100, pipelined, jobs/s",
+        "floor",
+        100,
+        "jobs_per_s",
+        True,
+    ),
     ("enqueue, jobs/s", "single", None, "jobs_per_s", True),
     ("enqueue_many, jobs/s", "bulk", 1000, "jobs_per_s", True),
     ("wake p50, ms", "wake", None, "p50_ms", False),
@@ -119,17 +129,18 @@ def main() -> None:
     parser.add_argument("--wake-jobs", type=int, default=200)
     parser.add_argument(
         "--only",
-        default="drain,single,bulk,wake",
+        default="drain,floor,single,bulk,wake",
         help="the measurements to run, comma-separated (default: all)",
     )
     args = parser.parse_args()
     only = set(args.only.split(","))
-    if unknown := only - {"drain", "single", "bulk", "wake"}:
+    if unknown := only - {"drain", "floor", "single", "bulk", "wake"}:
         parser.error(f"--only: unknown measurements {sorted(unknown)}")
     metrics = [metric for metric in METRICS if metric[1] in only]
     dsn = resolve_dsn(args.dsn)
     sizes = {
         "drain": args.jobs,
+        "floor": args.jobs,
         "single": args.single,
         "bulk": args.bulk,
         "wake": args.wake_jobs,
@@ -182,6 +193,26 @@ def main() -> None:
             rows,
         )
     )
+    floor_label = next((m[0] for m in metrics if m[1] == "floor"), None)
+    if floor_label is not None:
+        # Each side's drain over the bare-SQL floor, measured in the same round.
+        shares = []
+        for label, kind, _, key, _ in metrics:
+            if kind != "drain" or key != "jobs_per_s":
+                continue
+            row = [label.replace(", jobs/s", " / floor")]
+            for side in ("baseline", "current"):
+                ratios = [
+                    d / f
+                    for d, f in zip(
+                        values[side][label], values[side][floor_label], strict=True
+                    )
+                ]
+                out["metrics"][f"{label} / floor ({side})"] = summarize(ratios)
+                row.append(f"{statistics.median(ratios):.2f}")
+            shares.append(row)
+        print()
+        print(markdown_table(["drain / floor", commit, "now"], shares))
     write_json("versus", out, enabled=not args.no_json)
 
 
