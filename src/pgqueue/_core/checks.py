@@ -248,26 +248,6 @@ def check_replace(
     return True, seconds
 
 
-def check_conflict(
-    key: str | None,
-    on_conflict: object,
-    debounce: object,
-    run_at: object,
-    delay: object,
-    seconds: float | None,
-) -> tuple[str, float | None]:
-    """``on_conflict`` checked with ``debounce``: the rule for a duplicate key and the job's delay.
-
-    The rule is ``"replace"`` for a debounced job; the delay is the
-    debounce's, else ``seconds`` (the checked ``delay``).
-    """
-    conflict = check_on_conflict(on_conflict)
-    replace, debounced = check_replace(key, conflict, debounce, run_at, delay)
-    if replace:
-        return "replace", seconds if debounced is None else debounced
-    return conflict, seconds
-
-
 def check_origin(value: object) -> str:
     """Return ``value`` as a browser's ``Origin`` header would say it, if it is an origin.
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from pgqueue._extension import Enqueued, Plan, Store
 
-__all__ = ["fetch", "fetch_dicts", "fetch_one", "run", "store_of"]
+__all__ = ["fetch", "fetch_dicts", "run", "store_of"]
 
 _SCHEMA_ERRORS = (
     psycopg.errors.UndefinedTable,
@@ -63,17 +63,6 @@ def fetch_dicts(
     with connection.cursor(row_factory=dict_row) as cursor:
         _execute(cursor, statement, args)
         return cursor.fetchall()
-
-
-def fetch_one(
-    connection: psycopg.Connection[Any], statement: str, args: Sequence[object]
-) -> tuple[Any, ...]:
-    """As `fetch`, for a statement that answers one row."""
-    with connection.cursor(row_factory=tuple_row) as cursor:
-        _execute(cursor, statement, args)
-        row = cursor.fetchone()
-    assert row is not None
-    return row
 
 
 def run(connection: psycopg.Connection[Any], plan: Plan, queue: str) -> Enqueued:
