@@ -91,7 +91,7 @@ from pgqueue._sql import (
 )
 from pgqueue._sql.grants import KINDS as GRANT_KINDS
 from pgqueue._sql.listings import FOREIGN_JOBS_PYFORMAT, JOB_PYFORMAT, JOB_STATUSES
-from pgqueue._sql.literals import array
+from pgqueue._sql.literals import array, pyformat
 from pgqueue._sql.schema import SERVER_IDENTITY, TABLE_EXISTS
 from pgqueue._store.plan import Enqueued, Plan
 from pgqueue._store.postgres import Store
@@ -175,6 +175,7 @@ __all__ = [
     "payload_encoder",
     "printable",
     "public_names",
+    "pyformat",
     "queue_on",
     "queue_stats",
     "resolve",

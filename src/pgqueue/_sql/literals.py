@@ -9,6 +9,8 @@ those settings stay on server connections that other clients then get.
 
 from __future__ import annotations
 
+import functools
+import re
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -21,6 +23,7 @@ __all__ = [
     "array",
     "booleans",
     "claim_places",
+    "pyformat",
     "seconds",
     "timestamps",
 ]
@@ -88,3 +91,18 @@ _HEADS = (
     timestamps([HEAD_OF_LINE[0]] * len(PRIORITIES)),
     array([HEAD_OF_LINE[1]] * len(PRIORITIES)),
 )
+
+
+@functools.cache
+def pyformat(statement: str, names: tuple[str, ...]) -> str:
+    """``statement`` with each ``$n`` as ``%(name)s``, ``names[n - 1]``, and ``%`` escaped.
+
+    What psycopg and psycopg2 (Django's cursors too) take, with the
+    parameters as a mapping by those names.
+    """
+    return _PLACEHOLDER.sub(
+        lambda match: f"%({names[int(match[1]) - 1]})s", statement.replace("%", "%%")
+    )
+
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")

@@ -10,8 +10,6 @@ when `Plan.wake_after` says so (Citus: the coordinator notifies).
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,7 +37,7 @@ from pgqueue._sql.enqueue import (
     NOTIFY_JOBS,
     PARAMETERS,
 )
-from pgqueue._sql.literals import array, booleans, seconds, timestamps
+from pgqueue._sql.literals import array, booleans, pyformat, seconds, timestamps
 
 __all__ = ["Cursor", "Enqueued", "Plan", "plan_many", "plan_one"]
 
@@ -99,13 +97,15 @@ class Plan:
         The statement crosses with ``%(name)s`` placeholders, which psycopg
         and psycopg2 both take.
         """
-        cursor.execute(_pyformat(self.statement), self.params)
+        cursor.execute(
+            pyformat(self.statement, PARAMETERS[self.statement]), self.params
+        )
         names = [column[0] for column in cursor.description or ()]
         done = self.read(
             [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         )
         if self.wake_after and done.woke:
-            cursor.execute(_pyformat(NOTIFY_JOBS), {"queue": queue})
+            cursor.execute(pyformat(NOTIFY_JOBS, ("queue",)), {"queue": queue})
         return done
 
 
@@ -118,18 +118,6 @@ class Cursor(Protocol):
     def execute(self, query: str, params: Mapping[str, Any], /) -> object: ...
 
     def fetchall(self) -> Sequence[Sequence[Any]]: ...
-
-
-@functools.cache
-def _pyformat(statement: str) -> str:
-    """``statement`` with each ``$n`` as ``%(name)s``, its parameter's name (and ``%`` escaped)."""
-    names = PARAMETERS.get(statement, ("queue",))
-    return _PLACEHOLDER.sub(
-        lambda match: f"%({names[int(match[1]) - 1]})s", statement.replace("%", "%%")
-    )
-
-
-_PLACEHOLDER = re.compile(r"\$(\d+)")
 
 
 def plan_one(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import re
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -14,6 +12,7 @@ from pgqueue import JobNotFoundError, SchemaError
 from pgqueue._extension import (
     DEPENDENCIES_MISSING,
     REPLACE_MISSING,
+    pyformat,
     schema_error,
     schema_statements,
     store_on,
@@ -33,14 +32,8 @@ _SCHEMA_ERRORS = (
     psycopg.errors.InvalidColumnReference,
 )
 
-_PLACEHOLDER = re.compile(r"\$(\d+)")
 _NAMES = tuple(f"p{n}" for n in range(1, 33))
-
-
-@functools.cache
-def _psycopg_text(statement: str) -> str:
-    """``statement`` with its ``$n`` placeholders as psycopg's ``%(pn)s`` (and ``%`` escaped)."""
-    return _PLACEHOLDER.sub(r"%(p\1)s", statement.replace("%", "%%"))
+"""The names of a statement's ``$n`` parameters, as `pyformat` writes them."""
 
 
 def fetch(
@@ -111,7 +104,9 @@ def _execute(
     cursor: psycopg.Cursor[Any], statement: str, args: Sequence[object]
 ) -> None:
     try:
-        cursor.execute(_psycopg_text(statement), dict(zip(_NAMES, args, strict=False)))
+        cursor.execute(
+            pyformat(statement, _NAMES), dict(zip(_NAMES, args, strict=False))
+        )
     except _SCHEMA_ERRORS as exc:
         raise _schema_failure(cursor.connection, str(exc)) from exc
     except psycopg.errors.UndefinedFunction as exc:
