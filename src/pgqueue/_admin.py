@@ -132,7 +132,7 @@ _NOT_RUNNING = tuple(status for status in Status if status != Status.RUNNING)
 """What delete and move act on."""
 _CANCELLABLE = tuple(status for status in LIFECYCLE if not status.ended)
 """What a cancel acts on: pending and waiting jobs at once, running ones by request."""
-_CANCELLED = frozenset({"cancelled", "requested"})
+_CANCELLED = frozenset({"cancelled", "requested"})  # not a status: cancel results
 _UPDATABLE = frozenset({Status.PENDING, Status.WAITING})
 
 _GO_COLUMNS = REQUIRED_COLUMNS[: REQUIRED_COLUMNS.index("completed_at") + 1]
