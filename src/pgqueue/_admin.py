@@ -125,9 +125,6 @@ DEPENDENCIES_SHOWN = 50
 """The most ids one retry statement of `Admin.retry_all` carries."""
 
 
-_KEPT: Any = object()
-"""`Admin.update`'s default payload: the payload is kept."""
-
 _NOT_RUNNING = tuple(status for status in Status if status != Status.RUNNING)
 """What delete and move act on."""
 _CANCELLABLE = tuple(status for status in LIFECYCLE if not status.ended)
@@ -1312,7 +1309,7 @@ class Admin:
         self,
         job_id: int,
         *,
-        payload: Any = _KEPT,
+        payload: Any = None,
         priority: int | None = None,
         run_at: datetime | None = None,
         group: str | None = None,
@@ -1324,12 +1321,14 @@ class Admin:
         ``waiting`` job is changed, with every field given (the others
         kept); a job a worker claimed meanwhile is refused, and nothing is
         written. A pending job changed wakes its queue's workers (a sooner
-        ``run_at``). Returns the job as read just after.
+        ``run_at``). Returns the job as read just after. A field left at
+        None is kept.
 
         Args:
             job_id: the job.
-            payload: its new payload (any JSON value, ``None`` included:
-                leave it out to keep the payload).
+            payload: its new payload, checked and encoded as an enqueue's
+                (bytes as JSON text; a dataclass or pydantic model as its
+                fields).
             priority: from -5 to 5.
             run_at: when it is due (timezone-aware).
             group: its group; a job with parents (``after=``) takes none.
@@ -1347,13 +1346,13 @@ class Admin:
         """
         checked = check_job_id(job_id)
         values = (
-            None if payload is _KEPT else encode_payload(payload),
+            None if payload is None else encode_payload(payload),
             None if priority is None else check_priority(priority),
             check_run_at(run_at),
             None if group is None else check_group(group),
             None if max_attempts is None else check_max_attempts(max_attempts),
         )
-        if payload is _KEPT and all(value is None for value in values):
+        if all(value is None for value in values):
             msg = "update needs a field to change: payload, priority, run_at, group or max_attempts"
             raise ValueError(msg)
         async with self._schema_checked():
