@@ -125,7 +125,7 @@ DEPENDENCIES_SHOWN = 50
 """The most ids one retry statement of `Admin.retry_all` carries."""
 
 
-_NOT_RUNNING = tuple(status for status in Status if status != Status.RUNNING)
+_NOT_RUNNING = tuple(status for status in LIFECYCLE if status != Status.RUNNING)
 """What delete and move act on."""
 _CANCELLABLE = tuple(status for status in LIFECYCLE if not status.ended)
 """What a cancel acts on: pending and waiting jobs at once, running ones by request."""
