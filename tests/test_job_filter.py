@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -327,3 +328,8 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS idx_pgqueue_jobs_payload
     ON pgqueue_jobs USING gin (payload jsonb_path_ops)
 """
 """The index docs/howto/operate.md tells operators to make (test_docs checks it is there)."""
+
+
+def test_the_operate_guide_gives_the_index_the_plan_test_makes() -> None:
+    guide = (Path(__file__).parent.parent / "docs" / "howto" / "operate.md").read_text()
+    assert " ".join(GIN_INDEX.split()) + ";" in " ".join(guide.split())
