@@ -43,6 +43,8 @@ from pgqueue._extension import (
     describe,
 )
 from pgqueue.web import _html
+from pgqueue.web._bulk import VERBS, Bulk, acted_message, matching
+from pgqueue.web._edit import EDITABLE, Edit
 from pgqueue.web._guard import (
     ActionGuard,
     GuardedStarlette,
@@ -50,6 +52,8 @@ from pgqueue.web._guard import (
     check_allowed_hosts,
 )
 from pgqueue.web._html import Value
+from pgqueue.web._request import base_of, job_id_of
+from pgqueue.web._where import where_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -75,6 +79,8 @@ _DONE = {
     "cancelled": "Cancelled.",  # not a status: a cancel's result
     "requested": "Cancel requested: its worker cancels the handler.",
     "finished": "Not cancelled: the job had finished already.",
+    "updated": "Saved: the job holds the new values.",
+    "unchanged": "Nothing to save: no field differed from the job's.",
 }
 """What an action did, as the page it redirects to says it (``?done=``)."""
 
@@ -184,7 +190,9 @@ def create_app(
         Route("/jobs/{job_id}", dashboard.job),
         Route("/jobs/{job_id}/retry", dashboard.retry, methods=["GET", "POST"]),
         Route("/jobs/{job_id}/cancel", dashboard.cancel, methods=["GET", "POST"]),
+        Route("/jobs/{job_id}/edit", Edit(dashboard), methods=["GET", "POST"]),
         Route("/retry-all", dashboard.retry_all, methods=["GET", "POST"]),
+        Route("/bulk/{verb}", Bulk(dashboard), methods=["GET", "POST"]),
         Route("/pause", dashboard.pause, methods=["GET", "POST"]),
         Route("/resume", dashboard.resume, methods=["GET", "POST"]),
         Route("/periodic", dashboard.periodic),
@@ -215,22 +223,6 @@ def _check_source(value: object) -> None:
         check_name("dsn", value)
 
 
-def _base(request: Request) -> str:
-    """The mount's path: every link starts with it."""
-    root: str = request.scope.get("root_path", "")
-    return root.rstrip("/")
-
-
-def _job_id(text: str) -> int:
-    """A job id from a path; 404 for anything that cannot be one."""
-    if not (text.isascii() and text.isdigit()) or len(text) > 19:
-        raise HTTPException(404, f"no job has the id {text[:40]!r}")
-    value = int(text)
-    if not 0 < value < 2**63:
-        raise HTTPException(404, f"no job has the id {value}")
-    return value
-
-
 def _optional(params: Mapping[str, str], name: str) -> str | None:
     value = params.get(name, "")
     return value or None
@@ -242,7 +234,7 @@ def _cursor(params: Mapping[str, str], name: str) -> int | None:
     if text is None:
         return None
     try:
-        return _job_id(text)
+        return job_id_of(text)
     except HTTPException:
         raise HTTPException(400, f"{name} must be a job id") from None
 
@@ -301,7 +293,7 @@ class _Dashboard:
         self._reads = reads or source
         self.read_only = guard.read_only
         self.show_payloads = show_payloads
-        self._guard = guard
+        self.guard = self._guard = guard
         self._interval = poll_interval
         self._page_size = page_size
         self._framing = anyio.Lock()
@@ -353,7 +345,7 @@ class _Dashboard:
         """A whole page: ``template`` (which extends base.html) with ``context``."""
         html = _html.render(
             template,
-            base=_base(request),
+            base=base_of(request),
             title=title,
             current=current,
             read_only=self.read_only,
@@ -482,7 +474,7 @@ class _Dashboard:
         return HTMLResponse(
             _html.render(
                 "live.html",
-                base=_base(request),
+                base=base_of(request),
                 frame=frame,
                 contains=contains,
                 actions=not self.read_only,
@@ -501,15 +493,14 @@ class _Dashboard:
     async def jobs(self, request: Request) -> Response:
         params = request.query_params
         queue, status, job_type = self._filters(params)
+        where = where_of(params)
         before, after = _cursor(params, "before"), _cursor(params, "after")
         if before is not None and after is not None:
             raise HTTPException(400, "give before or after, not both")
         admin = await self.reader()
         size = self._page_size
         found = await admin.job_summaries(
-            queue=queue,
-            status=status,
-            job_type=job_type,
+            filter=where.filter,
             before_id=before,
             after_id=after,
             limit=size + 1,
@@ -537,7 +528,14 @@ class _Dashboard:
             newer=newer,
             older=older,
             actions=not self.read_only,
-            message=_DONE.get(params.get("done", "")) or _retried_all(params),
+            script=not self.read_only,
+            where=where,
+            where_given=[term for term in params.getlist("where") if term.strip()],
+            matching=await matching(admin, where) if not self.read_only else None,
+            verbs=VERBS.values(),
+            message=_DONE.get(params.get("done", ""))
+            or _retried_all(params)
+            or acted_message(params),
         )
 
     def _filters(
@@ -563,7 +561,7 @@ class _Dashboard:
     async def _job_or_404(self, text: str) -> tuple[Admin, JobSummary]:
         """The job of a path (no payload, result or whole error read); 404 if none."""
         admin = await self.admin()
-        job_id = _job_id(text)
+        job_id = job_id_of(text)
         job = await admin.job_summary(job_id)
         if job is None:
             raise HTTPException(404, f"no job has the id {job_id}")
@@ -571,7 +569,7 @@ class _Dashboard:
 
     async def job(self, request: Request) -> Response:
         admin = await self.reader()
-        job_id = _job_id(request.path_params["job_id"])
+        job_id = job_id_of(request.path_params["job_id"])
         # Payload, result and error are cut in the database: a page of any
         # job stays small.
         job = await admin.job_preview(job_id, max_chars=PREVIEW_CHARS)
@@ -600,6 +598,7 @@ class _Dashboard:
             tick=tick,
             show_payloads=self.show_payloads,
             actions=not self.read_only,
+            editable=job.status in EDITABLE,
             message=_DONE.get(request.query_params.get("done", "")),
         )
 
@@ -689,7 +688,7 @@ class _Dashboard:
         """Ask to confirm ``verb`` on the path's job (GET), or do it (POST)."""
         asks = self._guard.asks(request)
         admin, job = await self._job_or_404(request.path_params["job_id"])
-        base = _base(request)
+        base = base_of(request)
         action = f"/jobs/{job.id}/{verb.lower()}"
         if asks:
             return self._confirm(
@@ -721,7 +720,7 @@ class _Dashboard:
             else await self._guard.form(request, action, bound)
         )
         queue, _, job_type = self._filters(params)
-        base = _base(request)
+        base = base_of(request)
         filters = {"queue": queue, "status": Status.DEAD, "type": job_type}
         listing = _html.url(base, "/jobs", filters)
         admin = await self.admin()
@@ -771,7 +770,7 @@ class _Dashboard:
         queue, _, _ = self._filters(params)
         if queue is None:
             raise HTTPException(400, "give the queue to pause or resume")
-        base = _base(request)
+        base = base_of(request)
         if asks:
             verb = "Pause" if pause else "Resume"
             return self._confirm(

@@ -53,3 +53,20 @@
   });
   schedule();
 })();
+
+// The job listing: a box that selects (or clears) every row of the page.
+// Without JavaScript each row's box still works, and so does "All N matching".
+(function () {
+  "use strict";
+  var page = document.getElementById("bulk-page");
+  if (!page) {
+    return;
+  }
+  var rows = document.querySelectorAll('input[name="id"][form="bulk"]');
+  page.hidden = false;
+  page.addEventListener("change", function () {
+    for (var i = 0; i < rows.length; i++) {
+      rows[i].checked = page.checked;
+    }
+  });
+})();
