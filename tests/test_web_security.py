@@ -19,8 +19,8 @@ import signal
 import subprocess
 import sys
 import time
-from html import unescape
 from dataclasses import dataclass
+from html import unescape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
