@@ -282,6 +282,154 @@ async def test_read_only_has_no_action_buttons_and_refuses_a_forged_post(
         assert (await row(pool, pending))["status"] == "pending"
 
 
+# --- filter, bulk actions, edit --------------------------------------------------------
+
+
+async def seed_customers(pool: asyncpg.Pool) -> dict[int, list[int]]:
+    """Dead invoices of customers 7 (60 of them: more than a page) and 8 (10), and a pending one."""
+    invoices = pgqueue.Queue(pool, name="invoices")
+    ids = {
+        customer: await invoices.enqueue_many(
+            [("send_invoice", {"customer": customer, "n": n}) for n in range(count)]
+        )
+        for customer, count in ((7, 60), (8, 10))
+    }
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'dead', attempts = 3, max_attempts = 3,"
+        " last_error = 'httpx.ConnectTimeout: billing.internal timed out'"
+        " WHERE queue = 'invoices'"
+    )
+    ids[0] = [await invoices.enqueue("send_invoice", {"customer": 9, "n": 0})]
+    return ids
+
+
+async def test_select_rows_or_all_matching_then_confirm_in_the_browser(
+    fresh_dsn: str,
+) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
+        ids = await seed_customers(pool)
+        where = urlencode(
+            {"where": ["queue=invoices", "payload.customer=7"]}, doseq=True
+        )
+        async with (
+            serving(create_app(pool, read_only=False)) as url,
+            browser() as chromium,
+        ):
+            page = await chromium.new_page(viewport={"width": 1280, "height": 800})
+            await page.goto(f"{url}/jobs?{where}")
+            boxes = page.locator('#jobs input[name="id"]')
+            await expect(boxes).to_have_count(50)  # one page of 60
+            everything = page.get_by_label("All 60 jobs matching the filter")
+            await expect(everything).to_be_visible()
+
+            # Two rows, by their boxes.
+            await boxes.nth(0).check()
+            await boxes.nth(1).check()
+            await shot(page, "jobs-filter")
+            await page.get_by_role("button", name="Retry…").click()
+            await expect(page.locator("#bulk-question")).to_have_text(
+                "Retry 2 selected jobs?"
+            )
+            newest = sorted(ids[7], reverse=True)[:2]
+            await expect(page.locator("#bulk-ids")).to_have_text(
+                ", ".join(map(str, sorted(newest)))
+            )
+            await page.get_by_role("button", name="Retry 2 jobs").click()
+            await expect(page.get_by_role("status")).to_have_text("Retried 2 jobs.")
+            assert {(await row(pool, i))["status"] for i in newest} == {"pending"}
+
+            # The page's box selects its rows (JavaScript); "all" goes past the page.
+            await page.goto(f"{url}/jobs?{where}&status=dead")
+            await page.get_by_label("Select the jobs of this page").check()
+            await expect(page.locator('#jobs input[name="id"]:checked')).to_have_count(
+                50
+            )
+            await page.get_by_label("All 58 jobs matching the filter").check()
+            await page.get_by_role("button", name="Retry…").click()
+            await expect(page.locator("#bulk-question")).to_have_text(
+                "Retry 58 jobs matching the filter?"
+            )
+            await expect(page.locator("#bulk-filter li")).to_have_text(
+                ["queue=invoices", "status=dead", "payload.customer=7"]
+            )
+            await shot(page, "bulk-confirm")
+            confirm_url = page.url
+
+            # The form's filter changed in the page: refused, nothing done.
+            await page.locator('input[name="filter"]').evaluate(
+                "input => input.value = '[\"queue=invoices\"]'"
+            )
+            await page.get_by_role("button", name="Retry 58 jobs").click()
+            await expect(page.get_by_role("heading", name="Forbidden")).to_be_visible()
+            dead = await pool.fetchval(
+                "SELECT count(*) FROM pgqueue_jobs WHERE queue = 'invoices'"
+                " AND status = 'dead'"
+            )
+            assert dead == 68
+            # Its token gone: refused too.
+            await page.goto(confirm_url)
+            await page.locator('input[name="csrf"]').evaluate("input => input.remove()")
+            await page.get_by_role("button", name="Retry 58 jobs").click()
+            await expect(page.get_by_role("heading", name="Forbidden")).to_be_visible()
+
+            await page.goto(confirm_url)
+            await page.get_by_role("button", name="Retry 58 jobs").click()
+            await expect(page.get_by_role("status")).to_have_text("Retried 58 jobs.")
+        statuses = {
+            r["id"]: r["status"]
+            for r in await pool.fetch(
+                "SELECT id, status FROM pgqueue_jobs WHERE queue = 'invoices'"
+            )
+        }
+        assert {statuses[i] for i in ids[7]} == {"pending"}
+        assert {statuses[i] for i in ids[8]} == {"dead"}
+
+
+async def test_edit_a_pending_job_and_see_a_refusal_in_the_browser(
+    fresh_dsn: str,
+) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
+        ids = await seed_customers(pool)
+        [pending] = ids[0]
+        async with (
+            serving(create_app(pool, read_only=False)) as url,
+            browser() as chromium,
+        ):
+            page = await chromium.new_page(viewport={"width": 1280, "height": 800})
+            await page.goto(f"{url}/jobs/{pending}")
+            await page.get_by_role("button", name="Edit", exact=True).click()
+            await expect(
+                page.get_by_role("heading", name=f"Edit job {pending}")
+            ).to_be_visible()
+            await page.get_by_label("Payload (JSON)").fill(
+                '{"customer": 9, "n": 0, "resend": true}'
+            )
+            await page.get_by_label("Priority").fill("2")
+            await page.get_by_label("Group (empty: unchanged)").fill("customer-9")
+            await shot(page, "edit")
+            await page.get_by_role("button", name="Save").click()
+            await expect(page.get_by_role("status")).to_contain_text("Saved")
+            saved = await row(pool, pending)
+            assert json.loads(saved["payload"]) == {
+                "customer": 9,
+                "n": 0,
+                "resend": True,
+            }
+            assert (saved["priority"], saved["group_key"]) == (2, "customer-9")
+
+            # A worker claims it while the form is open: the save is refused.
+            await page.get_by_role("button", name="Edit", exact=True).click()
+            await page.get_by_label("Priority").fill("-1")
+            await pool.execute(
+                "UPDATE pgqueue_jobs SET status = 'running', attempts = 1 WHERE id = $1",
+                pending,
+            )
+            await page.get_by_role("button", name="Save").click()
+            await expect(page.get_by_role("alert")).to_contain_text("running")
+            await expect(page.get_by_label("Priority")).to_have_value("-1")
+            assert (await row(pool, pending))["priority"] == 2
+
+
 # --- hostile values --------------------------------------------------------------------
 
 HOSTILE_QUEUE = "q\"'><img src=x onerror=window.__pwned=1>"
