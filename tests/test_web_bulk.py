@@ -262,7 +262,7 @@ async def test_a_token_acts_only_for_its_filter_count_ids_and_queue(
         confirm = await c.get("/bulk/delete", params={"where": terms, "all": "1"})
         fields = hidden(confirm.text)
         by_id = hidden(
-            (await c.get("/bulk/delete", params={"id": str(ids["u1-dead"][0])})).text
+            (await c.get("/bulk/cancel", params={"id": str(ids["u1-pending"][0])})).text
         )
         move = hidden(
             (
@@ -273,19 +273,19 @@ async def test_a_token_acts_only_for_its_filter_count_ids_and_queue(
         )
         wider = json.dumps([f"queue={queue_name}"], separators=(",", ":"))
         reordered = json.dumps(terms[::-1], separators=(",", ":"))
+        delete = "/bulk/delete"
         refused = [
-            {**fields, "csrf": ""},  # no token
-            {k: v for k, v in fields.items() if k != "csrf"},
-            {**fields, "filter": wider},  # the filter changed
-            {**fields, "filter": reordered},
-            {**fields, "filter": ""},  # no filter: by ids, none
-            {**fields, "limit": "1000"},  # the count changed
-            {**by_id, "ids": ",".join(map(str, ids["u2-dead"]))},  # other rows
-            {**move, "to_queue": "b"},  # another queue
-            {**fields, "csrf": by_id["csrf"]},  # another selection's token
+            (delete, {**fields, "csrf": ""}),  # no token
+            (delete, {k: v for k, v in fields.items() if k != "csrf"}),
+            (delete, {**fields, "filter": wider}),  # the filter changed
+            (delete, {**fields, "filter": reordered}),
+            (delete, {**fields, "filter": ""}),  # no filter: by ids, none
+            (delete, {**fields, "limit": "1000"}),  # the count changed
+            (delete, {**fields, "csrf": by_id["csrf"]}),  # another selection's token
+            ("/bulk/cancel", {**by_id, "ids": ",".join(map(str, ids["u1-pending"]))}),
+            ("/bulk/move", {**move, "to_queue": "b"}),  # another queue
         ]
-        for form in refused:
-            path = "/bulk/move" if "to_queue" in form else "/bulk/delete"
+        for path, form in refused:
             answer = await c.post(path, data=form, headers=SAME_ORIGIN)
             assert 400 <= answer.status_code < 500, form
             assert await statuses(pool, queue_name) == before, form

@@ -538,15 +538,16 @@ async def by_id(pool: asyncpg.Pool, ids: list[int]) -> list[dict[str, Any]]:
 def new_actions(
     queue_name: str, dead: int, pending: int
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The bulk actions (by filter, by ids, with a queue) and the edit form, with their query."""
+    """The edit form and the bulk actions (by filter, by ids, with a queue), with their query."""
     return [
-        ("/bulk/retry", {"where": [f"queue={queue_name}-all"], "all": "1"}),
-        ("/bulk/delete", {"id": [str(dead)]}),
+        (f"/jobs/{pending}/edit", {}),
         (
             "/bulk/move",
             {"where": [f"queue={queue_name}-c"], "all": "1", "to_queue": "moved"},
         ),
-        (f"/jobs/{pending}/edit", {}),
+        ("/bulk/cancel", {"id": [str(pending)]}),
+        ("/bulk/retry", {"where": [f"queue={queue_name}-all"], "all": "1"}),
+        ("/bulk/delete", {"where": [f"queue={queue_name}-r"], "all": "1"}),
     ]
 
 
@@ -594,7 +595,11 @@ async def test_bulk_actions_and_edit_act_only_on_a_post_with_their_token(
         == 0
     )
     moved = await row(pool, pending)
-    assert (moved["queue"], moved["priority"]) == ("moved", 4)
+    assert (moved["queue"], moved["priority"], moved["status"]) == (
+        "moved",
+        4,
+        "cancelled",
+    )
 
 
 async def test_bulk_actions_and_edit_refuse_a_foreign_host_or_origin(
@@ -646,7 +651,9 @@ async def test_a_bulk_token_is_bound_to_its_filter_count_ids_and_queue(
         httpx.AsyncClient(base_url=web.url) as c,
     ):
         retry = form_of((await c.get("/bulk/retry", params=filtered)).text)
-        delete = form_of((await c.get("/bulk/delete", params={"id": str(dead)})).text)
+        cancel = form_of(
+            (await c.get("/bulk/cancel", params={"id": str(pending)})).text
+        )
         move = form_of(
             (await c.get("/bulk/move", params={**filtered, "to_queue": "a"})).text
         )
@@ -665,8 +672,9 @@ async def test_a_bulk_token_is_bound_to_its_filter_count_ids_and_queue(
             ("/bulk/retry", {**retry, "to_queue": "a"}),
             ("/bulk/retry", {**retry, "ids": str(dead)}),
             ("/bulk/delete", {**retry}),  # a retry's token
-            ("/bulk/delete", {**delete, "ids": str(every[0])}),
-            ("/bulk/delete", {**delete, "ids": f"{dead},{every[0]}"}),
+            ("/bulk/cancel", {**cancel, "ids": str(every[0])}),
+            ("/bulk/cancel", {**cancel, "ids": f"{pending},{every[0]}"}),
+            ("/bulk/cancel", {**cancel, "ids": ""}),
             ("/bulk/move", {**move, "to_queue": "b"}),
             ("/bulk/move", {**move, "filter": ""}),
             (f"/jobs/{every[0]}/edit", {**edit}),  # another job's edit

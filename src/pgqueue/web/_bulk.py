@@ -52,8 +52,9 @@ class Verb:
     explanation: str
     done: str
     changed: frozenset[str] = frozenset()
-    """The per-id answers that count as changed (retry and cancel by id)."""
+    """The per-id answers that count as changed."""
     by_id: bool = False
+    """Whether it also acts on rows by id (`pgqueue.Admin` has ``VERB(*ids)``)."""
     to_queue: bool = False
     queue_required: bool = False
     danger: bool = False
@@ -141,6 +142,20 @@ def _ids(values: list[str]) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
+def _by_id(verb: Verb, values: list[str]) -> tuple[int, ...]:
+    """The selected rows' ids, for a verb that acts by id; 400 otherwise or for none."""
+    if not verb.by_id:
+        raise HTTPException(
+            400,
+            f"{verb.label} acts on the jobs a filter matches: check "
+            "All ... matching (narrow the filter to the jobs you mean)",
+        )
+    ids = _ids(values)
+    if not ids:
+        raise HTTPException(400, "select some jobs, or all that match")
+    return ids
+
+
 def _to_queue(verb: Verb, text: str) -> str | None:
     if not verb.to_queue or not text:
         if verb.queue_required:
@@ -186,9 +201,7 @@ class Bulk:
         if params.get("all"):
             selection = Selection(where=where_of(params))
         else:
-            selection = Selection(ids=_ids(params.getlist("id")))
-            if not selection.ids:
-                raise HTTPException(400, "select some jobs, or all that match")
+            selection = Selection(ids=_by_id(verb, params.getlist("id")))
         admin = await self._dashboard.admin()
         base = base_of(request)
         if selection.where is not None:
@@ -238,10 +251,9 @@ class Bulk:
             where = parse_text(form["filter"])
             changed = await _run(admin, verb, where, int(limit_text), to_queue)
         else:
-            ids = _ids([form.get("ids", "")])
-            if not ids:
-                raise HTTPException(400, "select some jobs, or all that match")
-            changed = await _run_ids(admin, verb, ids, to_queue)
+            ids = _by_id(verb, [form.get("ids", "")])
+            done = await getattr(admin, verb.name)(*ids)
+            changed = sum(1 for answer in done.values() if answer in verb.changed)
         params: dict[str, Any] = {} if where is None else where.params
         target = _html.url(
             base_of(request),
@@ -281,21 +293,10 @@ async def _run(
         options["limit"] = limit
     if verb.to_queue:
         options["to_queue"] = to_queue
-    changed: int = await getattr(admin, verb.name)(**options)
-    return changed
-
-
-async def _run_ids(
-    admin: Admin, verb: Verb, ids: tuple[int, ...], to_queue: str | None
-) -> int:
-    """``Admin.VERB(*ids)``: how many of the jobs it changed."""
-    if verb.by_id:
-        done: dict[int, str] = await getattr(admin, verb.name)(*ids)
-        return sum(1 for answer in done.values() if answer in verb.changed)
-    options: dict[str, Any] = {"ids": ids}
-    if verb.to_queue:
-        options["to_queue"] = to_queue
-    changed: int = await getattr(admin, verb.name)(**options)
+    try:
+        changed: int = await getattr(admin, verb.name)(**options)
+    except (TypeError, ValueError) as exc:  # a filter on jobs it never acts on
+        raise HTTPException(400, str(exc)) from None
     return changed
 
 
