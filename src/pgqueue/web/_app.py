@@ -108,8 +108,9 @@ def create_app(
 ) -> Starlette:
     """Make the dashboard: an ASGI app (Starlette) to mount under a path of yours.
 
-    Pages: ``/`` (queues, live), ``/jobs`` (filters, keyset pages),
-    ``/jobs/ID``, ``/periodic``. It has no authentication of its own: mount
+    Pages: ``/`` (queues, live), ``/jobs`` (filters, ``?where=TERM`` as
+    `pgqueue.JobFilter.parse` reads it, keyset pages), ``/jobs/ID``,
+    ``/periodic``. It has no authentication of its own: mount
     it behind yours. The queues page (and its fragment and ``/api/frame``)
     shows the 50 queues with the most jobs to do, says how many more there
     are, and takes ``?queue=TEXT`` for those whose name holds ``TEXT``.
@@ -129,10 +130,14 @@ def create_app(
             With False, a dead or cancelled job can be retried (its attempts
             are kept and ``max_attempts`` raised, as `pgqueue.Admin.retry` does),
             every dead job of a listing retried, a pending or running job
-            cancelled, a queue paused or resumed (`pgqueue.Admin.pause`); each asks for confirmation (GET or HEAD, which change
-            nothing) and only a POST acts, carrying the confirmation page's
-            token, from the same origin (scheme, host and port) or a trusted
-            one.
+            cancelled, a queue paused or resumed (`pgqueue.Admin.pause`),
+            a listing's selected rows or all its matches retried,
+            cancelled, deleted, redriven or moved (``/bulk/VERB``), a
+            pending or waiting job edited (`pgqueue.Admin.update`); each
+            asks for confirmation (GET or HEAD, which change nothing) and
+            only a POST acts, carrying the confirmation page's token (a
+            bulk action's bound to its filter, ids, count and queue), from
+            the same origin (scheme, host and port) or a trusted one.
         show_payloads: False hides jobs' payloads, results and checkpoints
             (personal data): on a job's page, and in the live frames
             (``/api/frame``), which then read no checkpoint at all.
@@ -163,7 +168,8 @@ def create_app(
     .. versionchanged:: 0.1
        ``allowed_hosts`` (loopback names by default); tokens bound to their
        action and an hour; ``secret`` of at least 16 bytes; only a POST acts.
-       ``read``: listings and counts from a standby.
+       ``read``: listings and counts from a standby. ``/jobs?where=``,
+       bulk actions and a job's Edit form.
     """
     _check_source(dsn_or_pool)
     if read is not None:
