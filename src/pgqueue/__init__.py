@@ -25,6 +25,7 @@ from pgqueue._core.errors import (
     AlreadyStartedError,
     DuplicateJobError,
     JobNotFoundError,
+    JobStateError,
     PayloadTooLargeError,
     Permanent,
     PgQueueError,
@@ -34,6 +35,7 @@ from pgqueue._core.errors import (
     TrackerClosedError,
     is_permanent,
 )
+from pgqueue._core.filter import JobFilter
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._core.job import EnqueueOptions, Job, NewJob
@@ -72,10 +74,12 @@ __all__ = [
     "Handler",
     "Job",
     "JobDependencies",
+    "JobFilter",
     "JobInfo",
     "JobNotFoundError",
     "JobOutcome",
     "JobPreview",
+    "JobStateError",
     "JobSummary",
     "JobType",
     "Logger",
