@@ -100,8 +100,8 @@ async def test_where_lists_exactly_the_matching_jobs(
         )
         assert listed_ids((await c.get(f"/jobs?{query}")).text) == ids["u3-running"]
         # The form shows the terms given, and one more box for another.
-        page = (await c.get(f"/jobs?{query}")).text
-        assert re.findall(r'name="where" value="([^"]*)"', page) == [
+        shown = (await c.get(f"/jobs?{query}")).text
+        assert re.findall(r'name="where" value="([^"]*)"', shown) == [
             f"queue={queue_name}",
             "status=running",
             "",

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from pgqueue import Admin
-    from pgqueue.web._app import _Dashboard
+    from pgqueue.web._request import Dashboard
 
 __all__ = ["MAX_SELECTED", "VERBS", "Bulk", "acted_message", "matching"]
 
@@ -38,6 +38,9 @@ MAX_SELECTED = 500
 
 BOUND = ("filter", "ids", "limit", "to_queue")
 """The form's fields its token is bound to."""
+
+COUNT_SHOWN = 10_000
+"""The most matches a listing counts exactly."""
 
 FORM_BYTES = 32_768
 """The largest action form accepted: the filter's terms, or the ids, and a token."""
@@ -180,7 +183,7 @@ def acted_message(params: Mapping[str, str]) -> str | None:
 class Bulk:
     """The handler of ``/bulk/{verb}``: confirmation page (GET, HEAD), action (POST)."""
 
-    def __init__(self, dashboard: _Dashboard) -> None:
+    def __init__(self, dashboard: Dashboard) -> None:
         self._dashboard = dashboard
 
     async def __call__(self, request: Request) -> Response:
@@ -300,7 +303,11 @@ async def _run(
     return changed
 
 
-async def matching(admin: Admin, where: Where) -> int:
-    """How many jobs the listing's filter matches: the N of its "all N matching"."""
-    count: int = await admin.count(filter=where.filter)
-    return count
+async def matching(admin: Admin, where: Where) -> str:
+    """How many jobs the listing's filter matches, as its "All N matching" says it.
+
+    Counted up to `COUNT_SHOWN` (and one more, shown as ``10,000+``), so a
+    listing costs a bounded count however many jobs match.
+    """
+    count = await admin.count(filter=where.filter, limit=COUNT_SHOWN + 1)
+    return f"{COUNT_SHOWN:,}+" if count > COUNT_SHOWN else f"{count:,}"

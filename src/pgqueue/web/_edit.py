@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
 
     from pgqueue import JobPreview
-    from pgqueue.web._app import _Dashboard
+    from pgqueue.web._request import Dashboard
 
 __all__ = ["EDITABLE", "Edit"]
 
@@ -106,7 +106,7 @@ def _changes(
 class Edit:
     """The handler of ``/jobs/{job_id}/edit``: the form (GET, HEAD), the update (POST)."""
 
-    def __init__(self, dashboard: _Dashboard) -> None:
+    def __init__(self, dashboard: Dashboard) -> None:
         self._dashboard = dashboard
 
     async def __call__(self, request: Request) -> Response:

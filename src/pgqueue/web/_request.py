@@ -1,15 +1,42 @@
-"""What every handler reads from a request: the mount's path, a job id of a path."""
+"""What every handler needs: the mount's path, a job id of a path, the dashboard it serves."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.exceptions import HTTPException
 
 if TYPE_CHECKING:
     from starlette.requests import Request
+    from starlette.responses import HTMLResponse
 
-__all__ = ["base_of", "job_id_of"]
+    from pgqueue import Admin
+    from pgqueue.web._guard import ActionGuard
+
+__all__ = ["Dashboard", "base_of", "job_id_of"]
+
+
+class Dashboard(Protocol):
+    """What a handler of its own module uses of the app's dashboard (`pgqueue.web._app`)."""
+
+    guard: ActionGuard
+    show_payloads: bool
+
+    async def admin(self) -> Admin:
+        """An Admin on the main pool: actions."""
+
+    def page(
+        self,
+        request: Request,
+        template: str,
+        *,
+        title: str,
+        current: str = "",
+        status_code: int = 200,
+        script: bool = False,
+        **context: Any,
+    ) -> HTMLResponse:
+        """A whole page: ``template`` with ``context``."""
 
 
 def base_of(request: Request) -> str:
