@@ -186,7 +186,7 @@ class Bulk:
     def __init__(self, dashboard: Dashboard) -> None:
         self._dashboard = dashboard
 
-    async def __call__(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         verb = VERBS.get(request.path_params["verb"])
         if verb is None:
             raise HTTPException(404, "no such action")

@@ -109,7 +109,7 @@ class Edit:
     def __init__(self, dashboard: Dashboard) -> None:
         self._dashboard = dashboard
 
-    async def __call__(self, request: Request) -> Response:
+    async def handle(self, request: Request) -> Response:
         dashboard = self._dashboard
         asks = dashboard.guard.asks(request)
         job_id = job_id_of(request.path_params["job_id"])
@@ -173,7 +173,8 @@ class Edit:
             title=f"Edit job {job.id}",
             current="/jobs",
             job=job,
-            editable=job.status in EDITABLE,
+            # Refused, the form keeps what was typed, even for a job claimed meanwhile.
+            editable=job.status in EDITABLE or refused is not None,
             editable_payload=editable_payload,
             show_payloads=dashboard.show_payloads,
             payload_chars=PAYLOAD_CHARS,
