@@ -136,6 +136,35 @@ async def test_pages_of_a_filter_keep_its_terms(
         assert listed_ids((await c.get(older)).text) == acme[2:]
 
 
+async def test_all_matching_counts_on_demand_past_one_page(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    await seed(pool, queue_name)
+    terms = [f"queue={queue_name}", "payload.user_id=1"]
+    async with client(create_app(pool, read_only=False, page_size=4)) as c:
+        listing = (await c.get("/jobs", params={"where": terms})).text
+        # Six match, four shown: the count is asked for when the box is checked.
+        assert "All jobs matching the filter" in words(listing)
+        source = unescape(re.search(r'data-src="([^"]+)"', listing)[1])  # type: ignore[index]
+        assert parse_qs(urlsplit(source).query)["where"] == terms
+        counted = await c.get(source)
+        assert counted.json() == {"count": 6, "more": False, "text": "6 jobs"}
+        assert counted.headers["cache-control"] == "no-store"
+        one = await c.get(
+            "/api/count", params={"where": [*terms, "status=pending", "payload.n=0"]}
+        )
+        assert one.json()["text"] == "1 job"
+        assert (await c.get("/api/count", params={"where": "nokey"})).status_code == 400
+    await pool.execute(
+        "INSERT INTO pgqueue_jobs (queue, job_type, payload)"
+        " SELECT $1, 'bulk', '{}' FROM generate_series(1, 10001)",
+        f"{queue_name}-big",
+    )
+    async with client(create_app(pool)) as c:
+        big = await c.get("/api/count", params={"where": f"queue={queue_name}-big"})
+        assert big.json() == {"count": 10_000, "more": True, "text": "10,000+ jobs"}
+
+
 # --- bulk actions ----------------------------------------------------------------------
 
 

@@ -53,6 +53,7 @@ from pgqueue._sql.dashboard import (
     JOB_SUMMARY_SHOWN,
     STATS_TOP,
     STATS_TOP_COMPLETED,
+    listing_count,
     shown_summaries_query,
 )
 from pgqueue._sql.filters import condition
@@ -1261,11 +1262,16 @@ class Admin:
         """
         found = check_filter(filter)
         most, _ = check_pace(limit, None)
+        matched = condition(found, 2)
         async with self._schema_checked():
-            store = await self._store()
-            return await store.matching_count(
-                self._executor, condition(found, 2), most, SEARCH_TIMEOUT
+            rows = await bounded_fetch(
+                self._executor,
+                SEARCH_TIMEOUT,
+                listing_count(matched.text),
+                most,
+                *matched.args,
             )
+        return int(rows[0][0])
 
     @overload
     async def cancel(self, *job_ids: int) -> dict[int, str]: ...

@@ -43,7 +43,7 @@ from pgqueue._extension import (
     describe,
 )
 from pgqueue.web import _html
-from pgqueue.web._bulk import VERBS, Bulk, acted_message, matching
+from pgqueue.web._bulk import VERBS, Bulk, acted_message, jobs_text
 from pgqueue.web._edit import EDITABLE, Edit
 from pgqueue.web._guard import (
     ActionGuard,
@@ -188,6 +188,7 @@ def create_app(
         poll_interval=interval,
         page_size=page_size,
     )
+    bulk = Bulk(dashboard)
     routes = [
         Route("/", dashboard.queues),
         Route("/fragments/queues", dashboard.queues_fragment),
@@ -198,7 +199,8 @@ def create_app(
         Route("/jobs/{job_id}/cancel", dashboard.cancel, methods=["GET", "POST"]),
         Route("/jobs/{job_id}/edit", Edit(dashboard).handle, methods=["GET", "POST"]),
         Route("/retry-all", dashboard.retry_all, methods=["GET", "POST"]),
-        Route("/bulk/{verb}", Bulk(dashboard).handle, methods=["GET", "POST"]),
+        Route("/bulk/{verb}", bulk.handle, methods=["GET", "POST"]),
+        Route("/api/count", bulk.count),
         Route("/pause", dashboard.pause, methods=["GET", "POST"]),
         Route("/resume", dashboard.resume, methods=["GET", "POST"]),
         Route("/periodic", dashboard.periodic),
@@ -537,7 +539,12 @@ class _Dashboard:
             script=not self.read_only,
             where=where,
             where_given=[term for term in params.getlist("where") if term.strip()],
-            matching=await matching(admin, where) if not self.read_only else None,
+            # Every match is on this page: "All N matching" needs no count.
+            matching=(
+                jobs_text(len(shown))
+                if before is None and after is None and older is None
+                else None
+            ),
             verbs=VERBS.values(),
             message=_DONE.get(params.get("done", ""))
             or _retried_all(params)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from pgqueue._extension import check_queue_name
 from pgqueue.web import _html
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from pgqueue import Admin
     from pgqueue.web._request import Dashboard
 
-__all__ = ["MAX_SELECTED", "VERBS", "Bulk", "acted_message", "matching"]
+__all__ = ["MAX_SELECTED", "VERBS", "Bulk", "acted_message", "jobs_text"]
 
 MAX_SELECTED = 500
 """The most rows one action takes by id (a listing's page holds fewer)."""
@@ -40,7 +40,7 @@ BOUND = ("filter", "ids", "limit", "to_queue")
 """The form's fields its token is bound to."""
 
 COUNT_SHOWN = 10_000
-"""The most matches a listing counts exactly."""
+"""The most matches ``/api/count`` counts exactly."""
 
 FORM_BYTES = 32_768
 """The largest action form accepted: the filter's terms, or the ids, and a token."""
@@ -198,6 +198,23 @@ class Bulk:
         form = await guard.form(request, action, BOUND, max_bytes=FORM_BYTES)
         return await self._act(request, verb, form)
 
+    async def count(self, request: Request) -> Response:
+        """``/api/count?where=...``: how many jobs the filter matches, for "All N matching".
+
+        Asked by the listing's script when "All matching" is checked, not
+        with every page: a filter no index serves is counted by a scan.
+        Counted up to `COUNT_SHOWN` (and one more: ``10,000+``).
+        """
+        where = where_of(request.query_params)
+        admin = await self._dashboard.reader()
+        count = await admin.count(filter=where.filter, limit=COUNT_SHOWN + 1)
+        more = count > COUNT_SHOWN
+        shown = min(count, COUNT_SHOWN)
+        return JSONResponse(
+            {"count": shown, "more": more, "text": jobs_text(shown, more=more)},
+            headers={"cache-control": "no-store"},
+        )
+
     async def _ask(self, request: Request, verb: Verb, action: str) -> Response:
         params = request.query_params
         to_queue = _to_queue(verb, params.get("to_queue", "").strip())
@@ -303,11 +320,8 @@ async def _run(
     return changed
 
 
-async def matching(admin: Admin, where: Where) -> str:
-    """How many jobs the listing's filter matches, as its "All N matching" says it.
-
-    Counted up to `COUNT_SHOWN` (and one more, shown as ``10,000+``), so a
-    listing costs a bounded count however many jobs match.
-    """
-    count = await admin.count(filter=where.filter, limit=COUNT_SHOWN + 1)
-    return f"{COUNT_SHOWN:,}+" if count > COUNT_SHOWN else f"{count:,}"
+def jobs_text(count: int, *, more: bool = False) -> str:
+    """``1 job``, ``58 jobs``, ``10,000+ jobs``."""
+    return (
+        f"{count:,}{'+' if more else ''} {'job' if count == 1 and not more else 'jobs'}"
+    )

@@ -25,6 +25,9 @@ class Dashboard(Protocol):
     async def admin(self) -> Admin:
         """An Admin on the main pool: actions."""
 
+    async def reader(self) -> Admin:
+        """An Admin on the read pool: listings and counts."""
+
     def page(
         self,
         request: Request,
