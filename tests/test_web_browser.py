@@ -319,8 +319,10 @@ async def test_select_rows_or_all_matching_then_confirm_in_the_browser(
             await page.goto(f"{url}/jobs?{where}")
             boxes = page.locator('#jobs input[name="id"]')
             await expect(boxes).to_have_count(50)  # one page of 60
-            everything = page.get_by_label("All 60 jobs matching the filter")
-            await expect(everything).to_be_visible()
+            # Past one page, the count waits for the box to be checked.
+            await expect(page.locator("label.all")).to_have_text(
+                "All jobs matching the filter, past this page"
+            )
 
             # Two rows, by their boxes.
             await boxes.nth(0).check()
@@ -344,7 +346,10 @@ async def test_select_rows_or_all_matching_then_confirm_in_the_browser(
             await expect(page.locator('#jobs input[name="id"]:checked')).to_have_count(
                 50
             )
-            await page.get_by_label("All 58 jobs matching the filter").check()
+            await page.locator("#bulk-all").check()
+            await expect(page.locator("label.all")).to_have_text(
+                "All 58 jobs matching the filter, past this page"
+            )
             await page.get_by_role("button", name="Retry…").click()
             await expect(page.locator("#bulk-question")).to_have_text(
                 "Retry 58 jobs matching the filter?"
@@ -499,8 +504,30 @@ async def test_hostile_values_show_as_text_and_run_nothing(fresh_dsn: str) -> No
             HOSTILE_QUEUE,
             HOSTILE_TYPE,
         )
+        pending = await pool.fetchval(
+            "INSERT INTO pgqueue_jobs (queue, job_type, payload)"
+            " VALUES ($1, $2, $3::jsonb) RETURNING id",
+            HOSTILE_QUEUE,
+            HOSTILE_TYPE,
+            json.dumps(HOSTILE_PAYLOAD),
+        )
         filters = urlencode({"queue": HOSTILE_QUEUE, "type": HOSTILE_TYPE})
+        where = urlencode(
+            {
+                "where": [
+                    f"queue={HOSTILE_QUEUE}",
+                    f"payload.html={HOSTILE_PAYLOAD['html']}",
+                    f"error_contains={HOSTILE_ERROR[:40]}",
+                ]
+            },
+            doseq=True,
+        )
         paths = [
+            f"/jobs?{where}",
+            f"/bulk/retry?all=1&{where}",
+            f"/bulk/cancel?id={dead}&id={running}",
+            f"/jobs/{pending}",
+            f"/jobs/{pending}/edit",
             "/",
             "/jobs",
             f"/jobs?{filters}&status=dead",
@@ -548,13 +575,14 @@ async def test_hostile_values_show_as_text_and_run_nothing(fresh_dsn: str) -> No
 
             # The listing and the periodic schedules.
             await page.goto(f"{url}/jobs?{filters}&status=dead")
+            # With actions on, the first cell is the row's box.
             cells = page.locator(f'#jobs tr[data-id="{dead}"] td')
-            await expect(cells.nth(1)).to_have_text(HOSTILE_QUEUE)
-            await expect(cells.nth(2)).to_have_text(HOSTILE_TYPE)
-            await expect(cells.nth(6)).to_have_text(HOSTILE_ERROR.splitlines()[0])
-            await expect(page.get_by_role("textbox", name="Queue")).to_have_value(
-                HOSTILE_QUEUE
-            )
+            await expect(cells.nth(2)).to_have_text(HOSTILE_QUEUE)
+            await expect(cells.nth(3)).to_have_text(HOSTILE_TYPE)
+            await expect(cells.nth(7)).to_have_text(HOSTILE_ERROR.splitlines()[0])
+            await expect(
+                page.get_by_role("textbox", name="Queue", exact=True)
+            ).to_have_value(HOSTILE_QUEUE)
             await page.goto(f"{url}/periodic")
             await expect(page.locator("#periodic tbody th")).to_have_text(
                 HOSTILE_SCHEDULE
@@ -562,6 +590,14 @@ async def test_hostile_values_show_as_text_and_run_nothing(fresh_dsn: str) -> No
             await page.goto(f"{url}/retry-all?{filters}")
             await expect(page.locator("p.question")).to_have_text(
                 f"Retry all 1 dead jobs of queue {HOSTILE_QUEUE} and of type {HOSTILE_TYPE}?"
+            )
+            # The edit form holds the payload as text, and the filter's terms too.
+            await page.goto(f"{url}/jobs/{pending}/edit")
+            edited = await page.get_by_label("Payload (JSON)").input_value()
+            assert json.loads(edited) == HOSTILE_PAYLOAD
+            await page.goto(f"{url}/bulk/retry?all=1&{where}")
+            await expect(page.locator("#bulk-filter li").nth(0)).to_have_text(
+                f"queue={HOSTILE_QUEUE}"
             )
             assert await page.evaluate("window.__pwned") is None
         assert (await row(pool, dead))["status"] == "dead"
