@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 import pgqueue
 from pgqueue.web import create_app
@@ -466,3 +468,48 @@ async def test_edit_leaves_a_hidden_payload_alone(
     edited = await row(pool, job_id)
     assert json.loads(edited["payload"]) == {"secret": "s3"}
     assert edited["priority"] == 5
+
+
+async def test_edit_tells_json_values_apart(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    job_id = await queue.enqueue("t", {"flag": 1})
+    async with client(create_app(pool, read_only=False)) as c:
+        token = token_of((await c.get(f"/jobs/{job_id}/edit")).text)
+        current = await row(pool, job_id)
+        done = await c.post(
+            f"/jobs/{job_id}/edit",
+            data={
+                "csrf": token,
+                "payload": '{"flag": true}',  # equal to 1 in Python, not in JSON
+                "priority": str(current["priority"]),
+                "run_at": current["run_at"].isoformat(),
+                "max_attempts": str(current["max_attempts"]),
+            },
+            headers=SAME_ORIGIN,
+        )
+        assert done.headers["location"] == f"/jobs/{job_id}?done=updated"
+    assert json.loads((await row(pool, job_id))["payload"]) == {"flag": True}
+
+
+async def test_bulk_pages_keep_the_mount_prefix(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    ids = await seed(pool, queue_name)
+    app = Starlette(routes=[Mount("/ops/pgqueue", create_app(pool, read_only=False))])
+    terms = [f"queue={queue_name}", "status=dead"]
+    async with client(app) as c:
+        listing = (await c.get("/ops/pgqueue/jobs", params={"where": terms})).text
+        assert 'formaction="/ops/pgqueue/bulk/retry"' in listing
+        confirm = await c.get(
+            "/ops/pgqueue/bulk/retry", params={"where": terms, "all": "1"}
+        )
+        assert 'action="/ops/pgqueue/bulk/retry"' in confirm.text
+        done = await c.post(
+            "/ops/pgqueue/bulk/retry", data=hidden(confirm.text), headers=SAME_ORIGIN
+        )
+        assert done.headers["location"].startswith("/ops/pgqueue/jobs?")
+        pending = ids["u1-pending"][0]
+        edit = await c.get(f"/ops/pgqueue/jobs/{pending}/edit")
+        assert f'action="/ops/pgqueue/jobs/{pending}/edit"' in edit.text
+    assert {r["status"] for r in await rows(pool, queue_name)} == {"pending", "running"}

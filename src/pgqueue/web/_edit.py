@@ -36,10 +36,14 @@ EDITABLE = (Status.PENDING, Status.WAITING)
 PAYLOAD_CHARS = 65_536
 """The longest payload (JSON text) the form edits; a longer one is left as it is."""
 
-FORM_BYTES = 4 * PAYLOAD_CHARS
-"""The largest edit form accepted: the payload, escaped as a form escapes it, and the rest."""
+FORM_BYTES = 9 * PAYLOAD_CHARS + 4096
+"""The largest edit form accepted: the payload percent-encoded (up to 9 bytes a character), and the rest."""
 
 _FIELDS = ("payload", "priority", "run_at", "group", "max_attempts")
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def _moment_text(value: datetime) -> str:
@@ -51,7 +55,7 @@ def _shown(job: JobPreview, editable_payload: bool) -> dict[str, str]:
     shown = {
         "priority": str(job.priority),
         "run_at": _moment_text(job.run_at),
-        "group": getattr(job, "group", None) or "",
+        "group": "",  # a job's group is not read back: the box sets one
         "max_attempts": str(job.max_attempts),
     }
     if editable_payload:
@@ -76,8 +80,8 @@ def _changes(
         except ValueError:
             msg = "the payload is not JSON"
             raise ValueError(msg) from None
-        if payload != json.loads(job.payload):
-            changes["payload"] = payload
+        if _canonical(payload) != _canonical(json.loads(job.payload)):
+            changes["payload"] = payload  # compared as JSON: 1 is not true
     for name in ("priority", "max_attempts"):
         text = form.get(name, "").strip()
         try:
@@ -98,7 +102,7 @@ def _changes(
     if run_at != job.run_at:
         changes["run_at"] = run_at
     group = form.get("group", "")
-    if group and group != (getattr(job, "group", None) or ""):
+    if group:
         changes["group"] = group
     return changes
 
