@@ -15,14 +15,12 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import asyncpg
 
+from pgqueue._actions import FilterActions
 from pgqueue._bulk import (
     SEARCH_TIMEOUT,
     check_filter,
-    check_pace,
     eligible,
-    move_each,
     retry_each,
-    run,
 )
 from pgqueue._core.checks import (
     check_duration,
@@ -39,7 +37,6 @@ from pgqueue._core.codec import encode_payload
 from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import JobNotFoundError, JobStateError, SchemaError
 from pgqueue._core.lifecycle import FAILED, LIFECYCLE, Status
-from pgqueue._core.log import Logger, default_logger
 from pgqueue._sql.admin import (
     DEAD_COUNT,
     PAUSE,
@@ -74,17 +71,13 @@ from pgqueue._sql.schema import REQUIRED_COLUMNS, REQUIRED_INDEXES, SCHEMA_CHECK
 from pgqueue._sql.tables import HISTORY_KEPT
 from pgqueue._store.postgres import Store, bounded_fetch
 from pgqueue._store.schema import (
-    SCHEMA_ERRORS,
     Row,
     missing_pieces,
-    schema_failure,
-    store_for,
 )
 
 if TYPE_CHECKING:
     from collections.abc import (
         AsyncIterator,
-        Awaitable,
         Callable,
         Collection,
         Iterable,
@@ -93,7 +86,6 @@ if TYPE_CHECKING:
     )
 
     from pgqueue._core.filter import JobFilter
-    from pgqueue._queue import Executor
 
 __all__ = [
     "Admin",
@@ -126,14 +118,9 @@ DEPENDENCIES_SHOWN = 50
 """The most ids one retry statement of `Admin.retry_all` carries."""
 
 
-_KEPT: Any = object()
-"""`Admin.update`'s default payload: the payload is kept."""
-
-_NOT_RUNNING = tuple(status for status in Status if status != Status.RUNNING)
-"""What delete and move act on."""
 _CANCELLABLE = tuple(status for status in LIFECYCLE if not status.ended)
 """What a cancel acts on: pending and waiting jobs at once, running ones by request."""
-_CANCELLED = frozenset({"cancelled", "requested"})
+_CANCELLED = frozenset({"cancelled", "requested"})  # not a status: cancel results
 _UPDATABLE = frozenset({Status.PENDING, Status.WAITING})
 
 _GO_COLUMNS = REQUIRED_COLUMNS[: REQUIRED_COLUMNS.index("completed_at") + 1]
@@ -613,7 +600,7 @@ def _job_preview(row: asyncpg.Record, size: int) -> JobPreview:
     )
 
 
-class Admin:
+class Admin(FilterActions):
     """Look after the jobs of every queue: stats, listing, retry, cancel, prune.
 
     Works over an asyncpg pool (each call borrows a connection) or a
@@ -637,12 +624,7 @@ class Admin:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_executor", "_found", "_logger")
-
-    def __init__(self, executor: Executor, *, logger: Logger | None = None) -> None:
-        self._executor = executor
-        self._logger = default_logger(logger)
-        self._found: Store | None = None
+    __slots__ = ()
 
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         """Count each queue's jobs by state; sorted by queue name.
@@ -773,7 +755,7 @@ class Admin:
             filter: only the jobs this `JobFilter` matches (with the
                 keywords above, which must not contradict it). Its search
                 is cancelled by the server after 30 s
-                (`asyncpg.QueryCanceledError`): a payload or result
+                (asyncpg's ``QueryCanceledError``): a payload or result
                 containment reads the ``payload`` GIN index where the
                 operator made one (:doc:`/howto/operate`), else a window
                 (``created_after``, a queue's dead jobs...) bounds the scan.
@@ -1039,151 +1021,6 @@ class Admin:
         self._logger.debug("retry", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
 
-    async def redrive(
-        self,
-        *,
-        filter: JobFilter,
-        to_queue: str | None = None,
-        limit: int | None = None,
-        rate: float | None = None,
-        dry_run: bool = False,
-        attempts: int | None = None,
-    ) -> int:
-        """Put the dead and cancelled jobs ``filter`` matches back to pending, due now; how many were.
-
-        Each is retried as `retry` retries one (its attempts kept, its
-        ``max_attempts`` raised, its queue's workers woken), in its own
-        queue or moved into ``to_queue``, whose workers are then woken (a
-        NOTIFY on ``pgqueue_jobs``, as an enqueue sends). A job whose
-        unique key a live job holds in its queue is skipped. Other
-        matches (pending, running, completed) are left alone.
-
-        The matches are walked in id order, a batch at a time (at most
-        500 jobs, each batch a short transaction of its own over a pool);
-        each batch locks its rows and tests their status again, so a job
-        retried meanwhile is not retried twice. Interrupted, the call has
-        done its batches: called again, it finds the rest.
-
-        Args:
-            filter: which jobs; a ``status`` other than dead or cancelled
-                raises `ValueError`.
-            to_queue: the queue they go to; None: each stays in its own.
-            limit: at most this many matches are acted on.
-            rate: at most this many jobs a second (batches of a tenth of a
-                second's), so that workers are not flooded at once.
-            dry_run: count the matches (at most ``limit``) and change
-                nothing. A job skipped for its unique key is counted.
-            attempts: more attempts each job gets, as in `retry`.
-
-        Raises:
-            TypeError, ValueError: a bad argument (before any SQL runs).
-            asyncpg.QueryCanceledError: a batch's search ran 30 s.
-
-        .. versionadded:: 0.1
-        """
-        found = check_filter(filter)
-        target = None if to_queue is None else check_queue_name(to_queue)
-        extra = None if attempts is None else check_int("attempts", attempts)
-
-        async def act(store: Store, ids: list[int]) -> int:
-            done = await retry_each(self._executor, store, ids, extra, target)
-            return sum(result == "retried" for result in done.values())
-
-        statuses = eligible("redrive", FAILED, found)
-        return await self._bulk("redrive", found, statuses, act, dry_run, limit, rate)
-
-    async def delete(
-        self,
-        *,
-        filter: JobFilter,
-        dry_run: bool = False,
-        limit: int | None = None,
-        rate: float | None = None,
-    ) -> int:
-        """Delete the jobs ``filter`` matches, running ones never; how many went.
-
-        Batched, paced and resumable as `redrive`. A job that is the parent
-        of an unfinished child stays (its result is the child's
-        ``parent_results``); a deleted child's dependency rows go with it.
-
-        Raises:
-            TypeError, ValueError: a bad argument, a filter on running jobs.
-
-        .. versionadded:: 0.1
-        """
-
-        async def act(store: Store, ids: list[int]) -> int:
-            return await store.delete(self._executor, ids)
-
-        found = check_filter(filter)
-        statuses = eligible("delete", _NOT_RUNNING, found)
-        return await self._bulk("delete", found, statuses, act, dry_run, limit, rate)
-
-    async def move(
-        self,
-        *,
-        filter: JobFilter,
-        to_queue: str,
-        dry_run: bool = False,
-        limit: int | None = None,
-        rate: float | None = None,
-    ) -> int:
-        """Move the jobs ``filter`` matches into ``to_queue``, running ones never; how many moved.
-
-        Batched, paced and resumable as `redrive`; the jobs keep their
-        status, ``run_at`` and attempts, and ``to_queue``'s workers are
-        woken when a pending job came. A pending or waiting job whose
-        unique key ``to_queue`` already holds stays. Not on Citus (which
-        distributes the jobs by queue).
-
-        Raises:
-            TypeError, ValueError: a bad argument, a filter on running jobs.
-
-        .. versionadded:: 0.1
-        """
-        found = check_filter(filter)
-        target = check_queue_name(to_queue)
-
-        async def act(store: Store, ids: list[int]) -> int:
-            return await move_each(self._executor, store, ids, target)
-
-        statuses = eligible("move", _NOT_RUNNING, found)
-        return await self._bulk("move", found, statuses, act, dry_run, limit, rate)
-
-    async def _bulk(
-        self,
-        action: str,
-        found: JobFilter,
-        statuses: tuple[Status, ...],
-        act: Callable[[Store, list[int]], Awaitable[int]],
-        dry_run: object,
-        limit: object,
-        rate: object,
-    ) -> int:
-        """Run a bulk action (`pgqueue._bulk.run`) and log what it did."""
-        most, pace = check_pace(limit, rate)
-        if not isinstance(dry_run, bool):
-            msg = f"dry_run must be a bool, not {type(dry_run).__name__}"
-            raise TypeError(msg)
-        async with self._schema_checked():
-            store = await self._store()
-            count = await run(
-                self._executor,
-                store,
-                found,
-                statuses,
-                lambda ids: act(store, ids),
-                dry_run=dry_run,
-                limit=most,
-                rate=pace,
-            )
-        if not dry_run:
-            self._logger.info(
-                "bulk action",
-                extra={"action": action, "count": count, "filter": str(found)},
-            )
-        return count
-
     async def retry_all(
         self,
         *,
@@ -1261,7 +1098,7 @@ class Admin:
         .. versionadded:: 0.1
         """
         found = check_filter(filter)
-        most, _ = check_pace(limit, None)
+        most = None if limit is None else check_int("limit", limit)
         matched = condition(found, 2)
         async with self._schema_checked():
             rows = await bounded_fetch(
@@ -1339,7 +1176,7 @@ class Admin:
         self,
         job_id: int,
         *,
-        payload: Any = _KEPT,
+        payload: Any = None,
         priority: int | None = None,
         run_at: datetime | None = None,
         group: str | None = None,
@@ -1351,12 +1188,14 @@ class Admin:
         ``waiting`` job is changed, with every field given (the others
         kept); a job a worker claimed meanwhile is refused, and nothing is
         written. A pending job changed wakes its queue's workers (a sooner
-        ``run_at``). Returns the job as read just after.
+        ``run_at``). Returns the job as read just after. A field left at
+        None is kept.
 
         Args:
             job_id: the job.
-            payload: its new payload (any JSON value, ``None`` included:
-                leave it out to keep the payload).
+            payload: its new payload, checked and encoded as an enqueue's
+                (bytes as JSON text; a dataclass or pydantic model as its
+                fields).
             priority: from -5 to 5.
             run_at: when it is due (timezone-aware).
             group: its group; a job with parents (``after=``) takes none.
@@ -1374,13 +1213,13 @@ class Admin:
         """
         checked = check_job_id(job_id)
         values = (
-            None if payload is _KEPT else encode_payload(payload),
+            None if payload is None else encode_payload(payload),
             None if priority is None else check_priority(priority),
             check_run_at(run_at),
             None if group is None else check_group(group),
             None if max_attempts is None else check_max_attempts(max_attempts),
         )
-        if payload is _KEPT and all(value is None for value in values):
+        if all(value is None for value in values):
             msg = "update needs a field to change: payload, priority, run_at, group or max_attempts"
             raise ValueError(msg)
         async with self._schema_checked():
@@ -1506,15 +1345,6 @@ class Admin:
             )
         return removed
 
-    async def _store(self) -> Store:
-        """The store of the database: looked up once per Admin (and database)."""
-        if self._found is None:
-            found = await store_for(self._executor)
-            if found is None:
-                return Store()
-            self._found = found
-        return self._found
-
     async def schedules(self) -> list[ScheduleInfo]:
         """Every periodic schedule workers have registered, by name.
 
@@ -1584,14 +1414,6 @@ class Admin:
         if absent >= _V2_COLUMNS and not absent & set(_GO_COLUMNS):
             return SchemaState(kind="go", missing=missing, analyzed=analyzed)
         return SchemaState(kind="partial", missing=missing, analyzed=analyzed)
-
-    @asynccontextmanager
-    async def _schema_checked(self) -> AsyncIterator[None]:
-        """Turn a statement's missing table or column into a `SchemaError` naming what is missing."""
-        try:
-            yield
-        except SCHEMA_ERRORS as exc:
-            raise await schema_failure(self._executor, str(exc)) from exc
 
     def __repr__(self) -> str:
         return f"Admin({type(self._executor).__name__})"

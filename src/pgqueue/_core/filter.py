@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._core.checks import (
+    MAX_KEY_CHARS,
     check_group,
     check_job_type,
     check_label,
@@ -109,7 +110,9 @@ class JobFilter:
             "job_type": check_job_type,
             "status": _check_status,
             "group": check_group,
-            "unique_key": lambda v: check_label("unique_key", v, max_chars=1024),
+            "unique_key": lambda v: check_label(
+                "unique_key", v, max_chars=MAX_KEY_CHARS
+            ),
             "error_contains": _check_error_text,
         }
         for name, check in checks.items():
@@ -210,7 +213,7 @@ class JobFilter:
 
     @property
     def empty(self) -> bool:
-        """Whether no field is given: the filter matches every job."""
+        """True when no field is given (the filter matches every job)."""
         return all(getattr(self, field.name) is None for field in fields(self))
 
 

@@ -647,7 +647,7 @@ async def bounded_fetch(
 ) -> list[asyncpg.Record]:
     """``statement``'s rows, cancelled by the server after ``server_timeout`` seconds.
 
-    Raises `asyncpg.QueryCanceledError` when it runs longer. Over a pool or
+    Raises asyncpg's ``QueryCanceledError`` when it runs longer. Over a pool or
     a connection outside a transaction, in a transaction of its own; inside
     the caller's, the setting is put back after it (a statement cancelled
     fails that transaction, whose rollback puts it back).
