@@ -1093,7 +1093,9 @@ class Admin(FilterActions):
 
         Raises:
             TypeError, ValueError: a bad filter or limit (before any SQL runs).
-            asyncpg.QueryCanceledError: the count ran 30 s.
+
+        A count that runs 30 s is cancelled by the server (asyncpg's
+        ``QueryCanceledError``).
 
         .. versionadded:: 0.1
         """
