@@ -447,6 +447,13 @@ async def test_every_response_carries_the_security_headers(
             "/nowhere": 404,
             "/jobs/abc": 404,
             "/jobs?status=bogus": 400,
+            f"/jobs?where=queue={queue_name}-r": 200,
+            "/jobs?where=nokey": 400,
+            f"/bulk/retry?id={dead}": 200,
+            f"/bulk/retry?all=1&where=queue={queue_name}-r": 200,
+            "/bulk/nope?id=1": 404,
+            f"/jobs/{dead}/edit": 200,
+            "/api/count": 200,
         }
         for path, status in expected.items():
             answer = await c.get(path)
@@ -454,6 +461,8 @@ async def test_every_response_carries_the_security_headers(
             assert_guarded(answer)
         for method, path, status in (
             ("PUT", "/retry-all", 405),
+            ("PATCH", f"/jobs/{dead}/edit", 405),
+            ("POST", "/bulk/delete", 403),
             ("DELETE", "/", 405),
             ("POST", f"/jobs/{dead}/retry", 403),
         ):
