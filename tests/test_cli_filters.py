@@ -10,13 +10,48 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import anyio
+
 import pgqueue
 from pgqueue import Status
 from tests.helpers import row, rows
-from tests.test_cli import EXIT_ERROR, EXIT_OK, cli
+from tests.test_cli import EXIT_ERROR, EXIT_OK, _usage_error, cli
 
 if TYPE_CHECKING:
     import asyncpg
+
+
+BAD_INPUT = [
+    (["jobs", "list", "--where", "bogus=1"], "unknown filter key"),
+    (["jobs", "list", "--where", "queue"], "KEY=VALUE"),
+    (["retry", "1", "--where", "queue=q"], "one of them"),
+    (["retry", "1", "--dry-run"], "go with --where"),
+    (["cancel"], "one of them"),
+    (["cancel", "--where", "status=completed"], "only"),
+    (["redrive"], "--where"),
+    (["redrive", "--where", "queue=q", "--rate", "0"], "jobs a second"),
+    (["redrive", "--where", "status=running"], "only"),
+    (["jobs", "move", "--where", "queue=q"], "--to-queue"),
+    (["jobs", "delete", "--where", "status=running"], "only"),
+    (["jobs", "update", "1"], "a field to change"),
+    (["jobs", "update", "1", "--payload", "{bad"], "not valid JSON"),
+    (["jobs", "update", "1", "--run-at", "2026-01-01T00:00"], "timezone-aware"),
+]
+
+
+async def test_bad_input_is_one_line_and_exit_2(dsn: str) -> None:
+    results: dict[int, str] = {}
+    limiter = anyio.CapacityLimiter(4)
+
+    async def run(index: int, args: list[str]) -> None:
+        async with limiter:
+            results[index] = _usage_error(await cli(dsn, *args))
+
+    async with anyio.create_task_group() as tasks:
+        for index, (args, _) in enumerate(BAD_INPUT):
+            tasks.start_soon(run, index, args)
+    for index, (args, expected) in enumerate(BAD_INPUT):
+        assert expected in results[index], (args, results[index])
 
 
 async def _jobs(pool: asyncpg.Pool, queue: str) -> list[int]:

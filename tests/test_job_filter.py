@@ -214,6 +214,7 @@ async def test_each_field_finds_exactly_its_jobs(
     assert [job.id for job in listed] == sorted(
         (job.id for job in listed), reverse=True
     )
+    assert await admin.count(filter=found) == len(expected)
     summaries = await admin.job_summaries(filter=found)
     assert [s.id for s in summaries] == [job.id for job in listed]
     # The same filter, as terms (the CLI's and the dashboard's).
@@ -250,6 +251,7 @@ async def test_the_keywords_and_the_filter_combine_and_page(
         queue=queue_name, filter=user_1, limit=2, after_id=rest[0].id
     )
     assert [job.id for job in back] == [ids["old"], ids["dead"]]
+    assert await admin.count(filter=JobFilter(queue=queue_name), limit=4) == 4
     by_status = await admin.jobs(queue=queue_name, status="dead", filter=user_1)
     assert [job.id for job in by_status] == [ids["dead"]]
     with pytest.raises(ValueError, match="contradicts"):
@@ -275,6 +277,7 @@ async def test_a_filtered_listing_is_cancelled_at_its_timeout(
     """A search that cannot finish (here, the table locked by another session) is cancelled by the server."""
     monkeypatch.setattr("pgqueue._admin.SEARCH_TIMEOUT", 0.2)
     monkeypatch.setattr("pgqueue._bulk.SEARCH_TIMEOUT", 0.2)
+    monkeypatch.setattr("pgqueue._actions.SEARCH_TIMEOUT", 0.2)
     async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=2) as pool:
         admin = pgqueue.Admin(pool)
         found = JobFilter(payload={"user_id": 1})
@@ -287,6 +290,8 @@ async def test_a_filtered_listing_is_cancelled_at_its_timeout(
                         await admin.jobs(filter=found)
                     with pytest.raises(asyncpg.QueryCanceledError):
                         await admin.retry(filter=found, dry_run=True)
+                    with pytest.raises(asyncpg.QueryCanceledError):
+                        await admin.count(filter=found)
             assert await admin.jobs(filter=found) == []
         finally:
             await locker.close()

@@ -11,10 +11,19 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from pgqueue._bulk import check_filter, check_pace, eligible, move_each, retry_each, run
+from pgqueue._bulk import (
+    SEARCH_TIMEOUT,
+    check_filter,
+    check_pace,
+    eligible,
+    move_each,
+    retry_each,
+    run,
+)
 from pgqueue._core.checks import check_int, check_queue_name
 from pgqueue._core.lifecycle import FAILED, LIFECYCLE, Status
 from pgqueue._core.log import Logger, default_logger
+from pgqueue._sql.filters import condition
 from pgqueue._store.postgres import Store
 from pgqueue._store.schema import SCHEMA_ERRORS, schema_failure, store_for
 
@@ -62,6 +71,27 @@ class FilterActions(AdminBase):
     """The actions of `pgqueue.Admin` on the jobs a `pgqueue.JobFilter` matches."""
 
     __slots__ = ()
+
+    async def count(self, *, filter: JobFilter, limit: int | None = None) -> int:
+        """How many jobs ``filter`` matches, of any status, counting at most ``limit``.
+
+        What a confirmation states before a bulk action (whose own
+        ``dry_run`` counts only the statuses it acts on). One statement,
+        cancelled by the server after 30 s.
+
+        Raises:
+            TypeError, ValueError: a bad argument (before any SQL runs).
+
+        .. versionadded:: 0.1
+        """
+        found = check_filter(filter)
+        most, _ = check_pace(limit, None)
+        async with self._schema_checked():
+            store = await self._store()
+            matched = condition(found, 2)
+            return await store.matching_count(
+                self._executor, matched, most, SEARCH_TIMEOUT
+            )
 
     async def redrive(
         self,
