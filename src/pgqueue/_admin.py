@@ -50,7 +50,6 @@ from pgqueue._sql.dashboard import (
     JOB_SUMMARY_SHOWN,
     STATS_TOP,
     STATS_TOP_COMPLETED,
-    listing_count,
     shown_summaries_query,
 )
 from pgqueue._sql.filters import condition
@@ -1083,34 +1082,6 @@ class Admin(FilterActions):
         async with self._schema_checked():
             count: int = await self._executor.fetchval(DEAD_COUNT, name, kind)
         return count
-
-    async def count(self, *, filter: JobFilter, limit: int | None = None) -> int:
-        """Count the jobs ``filter`` matches, at most ``limit`` (None: all of them).
-
-        One statement, cancelled by the server after 30 s as a filtered
-        listing's search is; ``limit`` bounds its cost on a large table
-        (the dashboard counts up to 10,001 and shows "10,000+").
-
-        Raises:
-            TypeError, ValueError: a bad filter or limit (before any SQL runs).
-
-        A count that runs 30 s is cancelled by the server (asyncpg's
-        ``QueryCanceledError``).
-
-        .. versionadded:: 0.1
-        """
-        found = check_filter(filter)
-        most = None if limit is None else check_int("limit", limit)
-        matched = condition(found, 2)
-        async with self._schema_checked():
-            rows = await bounded_fetch(
-                self._executor,
-                SEARCH_TIMEOUT,
-                listing_count(matched.text),
-                most,
-                *matched.args,
-            )
-        return int(rows[0][0])
 
     @overload
     async def cancel(self, *job_ids: int) -> dict[int, str]: ...

@@ -39,7 +39,6 @@ __all__ = [
     "READ_QUEUE_CHARS",
     "STATS_TOP",
     "STATS_TOP_COMPLETED",
-    "listing_count",
     "shown_summaries_query",
 ]
 
@@ -206,17 +205,3 @@ DASHBOARD_DEAD_SHOWN = _names_cut(
     _SUMMARY_NAMES,
     " ORDER BY r.id DESC",
 )
-
-
-def listing_count(condition: str) -> str:
-    """How many rows match ``condition`` (its parameters from $2), counting at most $1.
-
-    Walked newest first, as the listing of the same filter is, so that the
-    planner takes the listing's index (the primary key, a status's partial
-    index) rather than a scan of the table; the same on Citus.
-    """
-    return f"""
-SELECT pg_catalog.count(*)::int8 FROM (
-    SELECT 1 FROM pgqueue_jobs WHERE {condition} ORDER BY id DESC LIMIT $1
-) AS matched
-"""
