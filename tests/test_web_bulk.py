@@ -276,6 +276,14 @@ async def test_no_match_offers_nothing_to_confirm(
         )
         assert "No job would change" in confirm.text
         assert buttons(confirm.text) == []
+        # A filter on a status the action never acts on: the page says why.
+        running = await c.get(
+            "/bulk/retry",
+            params={"where": [f"queue={queue_name}", "status=running"], "all": "1"},
+        )
+        assert running.status_code == 200
+        assert "acts on dead, cancelled jobs only" in unescape(running.text)
+        assert buttons(running.text) == []
         for params in ({}, {"id": "abc"}, {"id": "0"}, {"all": "1", "where": "bad"}):
             answer = await c.get("/bulk/retry", params=params)
             assert answer.status_code == 400, params

@@ -224,10 +224,14 @@ class Bulk:
             selection = Selection(ids=_by_id(verb, params.getlist("id")))
         admin = await self._dashboard.admin()
         base = base_of(request)
+        refused = None
         if selection.where is not None:
-            count = await _run(
-                admin, verb, selection.where, None, to_queue, dry_run=True
-            )
+            try:
+                count = await _run(
+                    admin, verb, selection.where, None, to_queue, dry_run=True
+                )
+            except HTTPException as exc:  # a status the action never acts on
+                count, refused = 0, exc.detail
         else:
             count = len(selection.ids)
         fields = {
@@ -252,6 +256,7 @@ class Bulk:
             ids=selection.ids,
             to_queue=to_queue,
             question=_question(verb, count, selection, to_queue),
+            refused=refused,
             action_url=base + action,
             token=self._dashboard.guard.token(action, fields),
             fields={k: v for k, v in fields.items() if v},
