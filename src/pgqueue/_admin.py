@@ -10,7 +10,7 @@ import dataclasses
 import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
@@ -63,6 +63,13 @@ from pgqueue._store.schema import (
     missing_pieces,
     schema_failure,
     store_for,
+)
+from pgqueue._trend import (
+    TREND_POINTS,
+    TrendPoint,
+    TrendRow,
+    read_points,
+    read_trend,
 )
 
 if TYPE_CHECKING:
@@ -1151,6 +1158,58 @@ class Admin:
                 "pruned finished jobs", extra={"count": removed, "queue": name}
             )
         return removed
+
+    async def trend(
+        self,
+        queue: str | None = None,
+        job_type: str | None = None,
+        since: timedelta | float = timedelta(hours=1),
+    ) -> list[TrendRow]:
+        """Each queue's and job type's completions, failures, dead jobs and run times over ``since``.
+
+        Read from ``pgqueue_trend``, which pgqueue's workers keep (a Go
+        worker's outcomes are not in it): a row a minute per queue and type,
+        so the call costs the window's minutes, never the jobs' rows. The
+        window is the last ``since`` to the minute (the minute it began in
+        included); the newest ten seconds or so may not be in yet (each
+        worker adds its counts every `pgqueue._engine.trend.TREND_FLUSH_EVERY`
+        seconds, and when it stops). Sorted by queue, then type; only pairs
+        with attempts in the window.
+
+        Args:
+            queue: one queue's rows only.
+            job_type: one job type's rows only.
+            since: the window, a timedelta or seconds.
+
+        Raises:
+            TypeError, ValueError: a bad name or window.
+            SchemaError: ``pgqueue_trend`` is missing (apply
+                `pgqueue.SCHEMA_UPGRADE`).
+
+        .. versionadded:: 0.1
+        """
+        async with self._schema_checked():
+            return await read_trend(self._executor, queue, job_type, since)
+
+    async def trend_points(
+        self,
+        queue: str | None = None,
+        job_type: str | None = None,
+        since: timedelta | float = timedelta(hours=1),
+        *,
+        points: int = TREND_POINTS,
+    ) -> list[TrendPoint]:
+        """The window of `trend` in about ``points`` steps, oldest first, summed over the rows asked for.
+
+        A step is a whole number of minutes (one at least, so an hour is 60
+        steps of a minute and a day 60 of 24 minutes). Only steps with
+        attempts are returned; the dashboard's charts draw them.
+
+        .. versionadded:: 0.1
+        """
+        size = check_int("points", points)
+        async with self._schema_checked():
+            return await read_points(self._executor, queue, job_type, since, size)
 
     async def _store(self) -> Store:
         """The store of the database: looked up once per Admin (and database)."""

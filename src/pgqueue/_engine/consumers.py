@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +98,7 @@ class Consumers:
                 return
 
     async def _execute(self, job: Job, task: asyncio.Task[Any] | None) -> None:
+        started = time.perf_counter()
         try:
             outcome = await self.services.runner.run(job, self.services.cut_off, task)
         except (KeyboardInterrupt, SystemExit) as exc:
@@ -114,7 +116,8 @@ class Consumers:
             )
             self._end(outcome)
             raise
-        self._end(outcome)
+        # How long it ran, for the trend (`pgqueue._engine.trend`).
+        self._end(outcome._replace(run_time=time.perf_counter() - started))
 
     def _end(self, outcome: Outcome) -> None:
         self.claims.ended()

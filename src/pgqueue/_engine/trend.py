@@ -1,0 +1,210 @@
+"""The worker's share of the trend: its written outcomes, counted in memory and added to ``pgqueue_trend`` every few seconds.
+
+Per job this costs a dictionary update in the worker's process (the
+outcome's queue and type, a count, the run time's histogram bucket);
+per flush, one statement for every queue and type the worker ran since
+the last one, into the minute of the database's clock; per
+`TREND_PRUNE_EVERY` flushes, one ``DELETE`` of the worker's queues'
+buckets older than `TREND_KEPT`. Counts of a worker killed between two
+flushes are lost (at most `TREND_FLUSH_EVERY` seconds of them); a stopping
+worker flushes last, after its outcomes are written. Only pgqueue's
+workers count: a Go worker's outcomes are not in the trend.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import KW_ONLY, dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+import asyncpg
+
+from pgqueue._core.lifecycle import OutcomeKind
+from pgqueue._core.retry import Failures
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from pgqueue._core.log import Logger
+    from pgqueue._core.outcome import Outcome
+    from pgqueue._wire.dedicated import DedicatedConnection
+
+__all__ = [
+    "BUCKETS_PER_DOUBLING",
+    "TREND_FLUSH_EVERY",
+    "TREND_KEPT",
+    "TREND_PRUNE_EVERY",
+    "TrendTally",
+    "bucket_of",
+    "bucket_value",
+]
+
+TREND_FLUSH_EVERY = 10.0
+"""Seconds between a worker's flushes of its counts into ``pgqueue_trend``."""
+
+TREND_KEPT = 8 * 86400.0
+"""Seconds ``pgqueue_trend``'s buckets are kept (a week and a day)."""
+
+TREND_PRUNE_EVERY = 60
+"""Flushes between two prunes of the worker's queues' old buckets (10 minutes)."""
+
+BUCKETS_PER_DOUBLING = 8
+"""The run-time histogram's resolution: bucket ``k`` holds [2^(k/8), 2^((k+1)/8)) ms, 9 % wide."""
+
+_LOWEST = -80  # 1 microsecond and less
+_HIGHEST = 8 * 27  # 2^27 ms, 37 hours and more
+
+
+def bucket_of(seconds: float) -> int:
+    """The histogram bucket of a run time."""
+    if seconds <= 0:
+        return _LOWEST
+    k = math.floor(BUCKETS_PER_DOUBLING * math.log2(seconds * 1000.0))
+    return min(max(k, _LOWEST), _HIGHEST)
+
+
+def bucket_value(k: int) -> float:
+    """The seconds a bucket stands for: its geometric middle (within 4.4 % of every time in it)."""
+    return float(2.0 ** ((k + 0.5) / BUCKETS_PER_DOUBLING) / 1000.0)
+
+
+@dataclass(slots=True)
+class _Counts:
+    completed: int = 0
+    failed: int = 0
+    dead: int = 0
+    runs: int = 0
+    run_time_sum: float = 0.0
+    histogram: dict[int, int] = field(default_factory=dict)
+
+    def merge(self, other: _Counts) -> None:
+        self.completed += other.completed
+        self.failed += other.failed
+        self.dead += other.dead
+        self.runs += other.runs
+        self.run_time_sum += other.run_time_sum
+        for k, n in other.histogram.items():
+            self.histogram[k] = self.histogram.get(k, 0) + n
+
+
+_COMPLETED, _RETRIED, _DEAD = (
+    OutcomeKind.COMPLETED,
+    OutcomeKind.PENDING,
+    OutcomeKind.DEAD,
+)
+
+
+@dataclass(eq=False)
+class TrendTally:
+    """Count the worker's written outcomes by queue and job type; flush them to ``pgqueue_trend``.
+
+    ``completed``: attempts that completed; ``failed``: attempts that
+    failed, retried or dead-lettered (a job that failed twice and then
+    completed counts 2 and 1); ``dead``: those dead-lettered. Run times of
+    every attempt a handler ran. Snoozes, releases and cancels are not
+    counted; nor are the outcomes the rescue sweep writes.
+    """
+
+    queues: Sequence[str]
+    _: KW_ONLY
+    logger: Logger
+    fields: Mapping[str, object]
+
+    def __post_init__(self) -> None:
+        self._counts: dict[tuple[str, str], _Counts] = {}
+        self._flushes = 0
+        self._off = False  # the table is missing or not ours to write
+
+    def add(self, outcomes: Sequence[Outcome], fenced: Sequence[Outcome]) -> None:
+        """Count ``outcomes`` (a written flush's), but those ``fenced`` off."""
+        stale = {o.key for o in fenced} if fenced else ()
+        counts = self._counts
+        for outcome in outcomes:
+            kind = outcome.status
+            if kind is not _COMPLETED and kind is not _RETRIED and kind is not _DEAD:
+                continue
+            if stale and outcome.key in stale:
+                continue
+            job = outcome.job
+            key = (job.queue, job.type)
+            entry = counts.get(key)
+            if entry is None:
+                entry = counts[key] = _Counts()
+            if kind is _COMPLETED:
+                entry.completed += 1
+            else:
+                entry.failed += 1
+                if kind is _DEAD:
+                    entry.dead += 1
+            run_time = outcome.run_time
+            if run_time is not None:
+                entry.runs += 1
+                entry.run_time_sum += run_time
+                k = bucket_of(run_time)
+                histogram = entry.histogram
+                histogram[k] = histogram.get(k, 0) + 1
+
+    @property
+    def pending(self) -> int:
+        """How many queue and type pairs wait for the next flush."""
+        return len(self._counts)
+
+    async def run(self, connection: DedicatedConnection) -> None:
+        """Flush every `TREND_FLUSH_EVERY` seconds, until cancelled or the table is found missing."""
+        failures = Failures.of(self, "writing the trend failed; retrying")
+        while not self._off:
+            await anyio.sleep(failures.pause(TREND_FLUSH_EVERY))
+            try:
+                await self.flush(connection)
+            except Exception as exc:
+                failures.failed(exc)
+            else:
+                failures.succeeded()
+
+    async def flush(self, connection: DedicatedConnection) -> None:
+        """Add the counts since the last flush to ``pgqueue_trend`` (kept for the next one if it fails)."""
+        if self._off:
+            self._counts.clear()
+            return
+        taken, self._counts = self._counts, {}
+        try:
+            if taken:
+                await connection.store.add_trend(connection, _flush_args(taken))
+            if self._flushes % TREND_PRUNE_EVERY == 0:
+                await connection.store.prune_trend(
+                    connection, list(self.queues), TREND_KEPT
+                )
+            self._flushes += 1
+        except (asyncpg.UndefinedTableError, asyncpg.InsufficientPrivilegeError) as exc:
+            self._off = True
+            self.logger.warning(
+                "the trend is not kept: %s (apply pgqueue.SCHEMA_UPGRADE, and grant"
+                " the worker's role its privileges on pgqueue_trend)",
+                exc,
+                extra=dict(self.fields),
+            )
+        except BaseException:
+            for key, counts in taken.items():
+                later = self._counts.get(key)
+                if later is not None:
+                    counts.merge(later)
+                self._counts[key] = counts
+            raise
+
+
+def _flush_args(taken: Mapping[tuple[str, str], _Counts]) -> tuple[object, ...]:
+    """The flush statement's arrays, one element a (queue, type), sorted (so flushes lock rows in one order)."""
+    keys = sorted(taken)
+    rows = [taken[key] for key in keys]
+    return (
+        [key[0] for key in keys],
+        [key[1] for key in keys],
+        [c.completed for c in rows],
+        [c.failed for c in rows],
+        [c.dead for c in rows],
+        [c.runs for c in rows],
+        [c.run_time_sum for c in rows],
+        [json.dumps({str(k): n for k, n in c.histogram.items()}) for c in rows],
+    )
