@@ -23,7 +23,9 @@ async def run_mix(pool: asyncpg.Pool, queue: pgqueue.Queue) -> None:
         await queue.enqueue("flaky", {"n": n})
     for n in range(3):
         await queue.enqueue(HOSTILE, {"n": n}, max_attempts=2)
-    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=4, backoff=lambda _: 0.0)
+    worker = pgqueue.Worker(
+        pool, queue=queue.name, concurrency=4, backoff=lambda _: 0.0
+    )
 
     @worker.handler("ok")
     async def ok(job: pgqueue.Job) -> None:
@@ -41,7 +43,9 @@ async def run_mix(pool: asyncpg.Pool, queue: pgqueue.Queue) -> None:
     await worker.run(until_empty=True)
 
 
-async def counts_from_rows(pool: asyncpg.Pool, queue: str) -> dict[str, tuple[int, int, int]]:
+async def counts_from_rows(
+    pool: asyncpg.Pool, queue: str
+) -> dict[str, tuple[int, int, int]]:
     """Per job type: (completed, failed attempts, dead), read from the jobs' rows (errors hold every failed attempt)."""
     records = await pool.fetch(
         """SELECT job_type,
@@ -69,7 +73,13 @@ async def test_trend_equals_the_rows(pool: asyncpg.Pool, queue: pgqueue.Queue) -
         assert r.p95_run_time is not None
         assert r.p95_run_time >= 0
         assert set(r.to_json()) == {
-            "queue", "job_type", "completed", "failed", "dead", "mean_run_time", "p95_run_time"
+            "queue",
+            "job_type",
+            "completed",
+            "failed",
+            "dead",
+            "mean_run_time",
+            "p95_run_time",
         }
     # One type, and the window's sums as points.
     (only,) = await admin.trend(queue=queue.name, job_type="flaky", since=3600)
@@ -98,7 +108,9 @@ async def test_flushes_add_up(pool: asyncpg.Pool, queue: pgqueue.Queue) -> None:
     assert sum(sum(json.loads(h["run_times"]).values()) for h in histogram) == 14
 
 
-async def test_old_buckets_are_outside_the_window(pool: asyncpg.Pool, queue: pgqueue.Queue) -> None:
+async def test_old_buckets_are_outside_the_window(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
     await run_mix(pool, queue)
     await pool.execute(
         "UPDATE pgqueue_trend SET bucket = bucket - interval '2 hours' WHERE queue = $1",

@@ -81,6 +81,9 @@ from pgqueue._sql import (
     admin as admin_statements,
 )
 from pgqueue._sql import (
+    clock as clock_statements,
+)
+from pgqueue._sql import (
     dashboard as dashboard_statements,
 )
 from pgqueue._sql import (
@@ -153,6 +156,7 @@ __all__ = [
     "check_schema",
     "check_unique_key",
     "clipped",
+    "clock_statements",
     "completed_estimated",
     "dashboard_statements",
     "default_logger",
