@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import anyio
-import asyncpg
 import pytest
 
 import pgqueue
 from pgqueue.testing import advance, run_due, wait_for
 from tests.helpers import listening, row
+
+if TYPE_CHECKING:
+    import asyncpg
 
 DAY = 86400.0
 
