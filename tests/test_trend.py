@@ -153,3 +153,39 @@ def test_histogram_buckets() -> None:
     assert step_of(3600, 60) == 60
     assert step_of(86400, 60) == 1440
     assert step_of(60, 60) == 60
+
+
+async def test_cli_stats_since(
+    pool: asyncpg.Pool, dsn: str, queue: pgqueue.Queue
+) -> None:
+    from tests.test_cli import EXIT_OK, EXIT_USAGE, cli
+
+    await run_mix(pool, queue)
+    expected = await counts_from_rows(pool, queue.name)
+    result = await cli(dsn, "stats", "--since", "1h", "--queue", queue.name, "--json")
+    assert result.code == EXIT_OK, result
+    found = result.json()
+    assert {
+        r["job_type"]: (r["completed"], r["failed"], r["dead"]) for r in found
+    } == expected
+    assert list(found[0]) == [
+        "queue",
+        "job_type",
+        "completed",
+        "failed",
+        "dead",
+        "mean_run_time",
+        "p95_run_time",
+    ]
+    text = await cli(
+        dsn, "stats", "--since", "1d", "--queue", queue.name, "--type", "flaky"
+    )
+    assert text.code == EXIT_OK, text
+    assert "flaky" in text.out
+    assert "p95 run" in text.out
+    assert "ok" not in text.out.split()
+    # A hostile type is printed as text, its controls made visible.
+    hostile = await cli(dsn, "stats", "--since", "1h", "--queue", queue.name)
+    assert "\u202e" not in hostile.out
+    for bad in (["--since", "0"], ["--since", "soon"], ["--type", "flaky"]):
+        assert (await cli(dsn, "stats", *bad)).code == EXIT_USAGE
