@@ -72,6 +72,7 @@ from pgqueue._core.text import (
     clipped,
     first_line,
     printable,
+    run_time_text,
     seconds_text,
     shown_name,
 )
@@ -106,6 +107,7 @@ from pgqueue._store.schema import (
     schema_error,
     store_on,
 )
+from pgqueue._trend import step_of as trend_step
 
 __all__ = [
     "CONTROL_CHARACTERS",
@@ -183,6 +185,7 @@ __all__ = [
     "queue_on",
     "queue_stats",
     "resolve",
+    "run_time_text",
     "schema_error",
     "schema_statements",
     "seconds_of",
@@ -191,5 +194,6 @@ __all__ = [
     "store_on",
     "target",
     "target_of",
+    "trend_step",
     "unencodable",
 ]

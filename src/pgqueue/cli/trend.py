@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 from pgqueue import Admin, TrendRow
-from pgqueue._extension import seconds_text
+from pgqueue._extension import run_time_text, seconds_text
 from pgqueue.cli._common import EXIT_OK, connect, duration, print_json, print_table
 
-__all__ = ["positive_duration", "print_trend", "run_time_text"]
+__all__ = ["positive_duration", "print_trend"]
 
 COLUMNS = ("queue", "type", "completed", "failed", "dead", "mean run", "p95 run")
 
@@ -50,14 +50,3 @@ def _cells(row: TrendRow) -> tuple[str, ...]:
         run_time_text(row.mean_run_time),
         run_time_text(row.p95_run_time),
     )
-
-
-def run_time_text(seconds: float | None) -> str:
-    """A run time: ``0.8ms``, ``12ms``, ``2.5s``, ``1h06m``; ``-`` for None."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return (
-            f"{seconds * 1000:.2g}ms" if seconds < 0.01 else f"{seconds * 1000:.0f}ms"
-        )
-    return seconds_text(seconds)

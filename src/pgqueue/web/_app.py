@@ -50,6 +50,7 @@ from pgqueue.web._guard import (
     check_allowed_hosts,
 )
 from pgqueue.web._html import Value
+from pgqueue.web._trend import graph_of, trend_context
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -103,7 +104,9 @@ def create_app(
     """Make the dashboard: an ASGI app (Starlette) to mount under a path of yours.
 
     Pages: ``/`` (queues, live), ``/jobs`` (filters, keyset pages),
-    ``/jobs/ID``, ``/periodic``. It has no authentication of its own: mount
+    ``/jobs/ID`` (with its workflow drawn), ``/periodic``, ``/trend``
+    (charts of the attempts over the last hour or day: every queue,
+    ``?queue=``, ``&type=``). It has no authentication of its own: mount
     it behind yours. The queues page (and its fragment and ``/api/frame``)
     shows the 50 queues with the most jobs to do, says how many more there
     are, and takes ``?queue=TEXT`` for those whose name holds ``TEXT``.
@@ -188,6 +191,7 @@ def create_app(
         Route("/pause", dashboard.pause, methods=["GET", "POST"]),
         Route("/resume", dashboard.resume, methods=["GET", "POST"]),
         Route("/periodic", dashboard.periodic),
+        Route("/trend", dashboard.trend),
         Route("/static/{name}", dashboard.static),
     ]
     return GuardedStarlette(
@@ -594,6 +598,7 @@ class _Dashboard:
             current="/jobs",
             job=job,
             dependencies=dependencies,
+            graph=graph_of(job.id, job.status, dependencies),
             limit=PREVIEW_CHARS,
             schedule=schedule,
             schedule_name=name,
@@ -601,6 +606,12 @@ class _Dashboard:
             show_payloads=self.show_payloads,
             actions=not self.read_only,
             message=_DONE.get(request.query_params.get("done", "")),
+        )
+
+    async def trend(self, request: Request) -> Response:
+        context = await trend_context(await self.reader(), request.query_params)
+        return self.page(
+            request, "trend.html", title="Trend", current="/trend", **context
         )
 
     async def periodic(self, request: Request) -> Response:
