@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import time
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +97,6 @@ class Consumers:
                 return
 
     async def _execute(self, job: Job, task: asyncio.Task[Any] | None) -> None:
-        started = time.perf_counter()
         try:
             outcome = await self.services.runner.run(job, self.services.cut_off, task)
         except (KeyboardInterrupt, SystemExit) as exc:
@@ -116,8 +114,7 @@ class Consumers:
             )
             self._end(outcome)
             raise
-        # How long it ran, for the trend (`pgqueue._engine.trend`).
-        self._end(outcome._replace(run_time=time.perf_counter() - started))
+        self._end(outcome)
 
     def _end(self, outcome: Outcome) -> None:
         self.claims.ended()

@@ -1,7 +1,8 @@
 """The worker's share of the trend: its written outcomes, counted in memory and added to ``pgqueue_trend`` every few seconds.
 
-Per job this costs a dictionary update in the worker's process (the
-outcome's queue and type, a count, the run time's histogram bucket);
+Per job this costs an append to an array in the worker's process (the
+run time, under the outcome's queue, type and kind) and, at the flush,
+its share of the bulk counting (its histogram bucket);
 per flush, one statement for every queue and type the worker ran since
 the last one, into the minute of the database's clock; per
 `TREND_PRUNE_EVERY` flushes, one ``DELETE`` of the worker's queues'
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -79,6 +81,22 @@ class _Counts:
     run_time_sum: float = 0.0
     histogram: dict[int, int] = field(default_factory=dict)
 
+    def count(self, kind: OutcomeKind, times: array[float]) -> None:
+        """Count ``times`` (an outcome each, -1 where no handler ran) of outcomes of ``kind``."""
+        if kind == _COMPLETED:
+            self.completed += len(times)
+        else:
+            self.failed += len(times)
+            if kind == _DEAD:
+                self.dead += len(times)
+        if times and min(times) < 0:
+            times = array("d", (t for t in times if t >= 0))
+        self.runs += len(times)
+        self.run_time_sum += math.fsum(times)
+        histogram = self.histogram
+        for k in map(bucket_of, times):
+            histogram[k] = histogram.get(k, 0) + 1
+
     def merge(self, other: _Counts) -> None:
         self.completed += other.completed
         self.failed += other.failed
@@ -94,6 +112,7 @@ _COMPLETED, _RETRIED, _DEAD = (
     OutcomeKind.PENDING,
     OutcomeKind.DEAD,
 )
+_COUNTED = frozenset((_COMPLETED, _RETRIED, _DEAD))
 
 
 @dataclass(eq=False)
@@ -105,6 +124,10 @@ class TrendTally:
     completed counts 2 and 1); ``dead``: those dead-lettered. Run times of
     every attempt a handler ran. Snoozes, releases and cancels are not
     counted; nor are the outcomes the rescue sweep writes.
+
+    The hot path (`add`, for every outcome written) only appends the run
+    time to an array of its queue, type and kind; the counting, the sums
+    and the histograms are done at the flush, in bulk.
     """
 
     queues: Sequence[str]
@@ -113,43 +136,43 @@ class TrendTally:
     fields: Mapping[str, object]
 
     def __post_init__(self) -> None:
-        self._counts: dict[tuple[str, str], _Counts] = {}
+        self._times: dict[tuple[str, str, OutcomeKind], array[float]] = {}
+        self._counts: dict[tuple[str, str], _Counts] = {}  # taken, not yet written
         self._flushes = 0
         self._off = False  # the table is missing or not ours to write
 
     def add(self, outcomes: Sequence[Outcome], fenced: Sequence[Outcome]) -> None:
-        """Count ``outcomes`` (a written flush's), but those ``fenced`` off."""
-        stale = {o.key for o in fenced} if fenced else ()
-        counts = self._counts
+        """Note ``outcomes`` (a written flush's), but those ``fenced`` off."""
+        if fenced:
+            stale = {o.key for o in fenced}
+            outcomes = [o for o in outcomes if o.key not in stale]
+        table = self._times
         for outcome in outcomes:
-            kind = outcome.status
-            if kind is not _COMPLETED and kind is not _RETRIED and kind is not _DEAD:
-                continue
-            if stale and outcome.key in stale:
-                continue
             job = outcome.job
-            key = (job.queue, job.type)
-            entry = counts.get(key)
-            if entry is None:
-                entry = counts[key] = _Counts()
-            if kind is _COMPLETED:
-                entry.completed += 1
-            else:
-                entry.failed += 1
-                if kind is _DEAD:
-                    entry.dead += 1
+            key = (job.queue, job.type, outcome.status)
+            times = table.get(key)
+            if times is None:
+                times = table[key] = array("d")
             run_time = outcome.run_time
-            if run_time is not None:
-                entry.runs += 1
-                entry.run_time_sum += run_time
-                k = bucket_of(run_time)
-                histogram = entry.histogram
-                histogram[k] = histogram.get(k, 0) + 1
+            times.append(-1.0 if run_time is None else run_time)
+
+    def _take(self) -> dict[tuple[str, str], _Counts]:
+        """The counts noted since the last flush (and those a failed flush left), by queue and type."""
+        table, self._times = self._times, {}
+        counts, self._counts = self._counts, {}
+        for (queue, job_type, kind), times in table.items():
+            if kind not in _COUNTED:
+                continue
+            entry = counts.get((queue, job_type))
+            if entry is None:
+                entry = counts[queue, job_type] = _Counts()
+            entry.count(kind, times)
+        return counts
 
     @property
     def pending(self) -> int:
-        """How many queue and type pairs wait for the next flush."""
-        return len(self._counts)
+        """How many queue, type and outcome kinds wait for the next flush."""
+        return len(self._times) + len(self._counts)
 
     async def run(self, connection: DedicatedConnection) -> None:
         """Flush every `TREND_FLUSH_EVERY` seconds, until cancelled or the table is found missing."""
@@ -166,9 +189,9 @@ class TrendTally:
     async def flush(self, connection: DedicatedConnection) -> None:
         """Add the counts since the last flush to ``pgqueue_trend`` (kept for the next one if it fails)."""
         if self._off:
-            self._counts.clear()
+            self._times.clear()
             return
-        taken, self._counts = self._counts, {}
+        taken = self._take()
         try:
             if taken:
                 await connection.store.add_trend(connection, _flush_args(taken))

@@ -45,9 +45,9 @@ class RunOutcome:
 
     Attributes:
         job_id: the job's id.
-        status: what the run ended as: ``completed``, ``pending`` (failed,
-            to be retried), ``dead``, ``cancelled``, ``snoozed`` (an
-            `pgqueue.OutcomeKind`, a str).
+        status: what the run ended as, an `pgqueue.OutcomeKind` (a str):
+            ``completed``, ``pending`` (failed, to be retried), ``dead``,
+            ``cancelled`` or ``snoozed``.
         job: the job as the handler saw it.
         error: the error of a failed run, else None.
     """
