@@ -189,3 +189,50 @@ async def test_cli_stats_since(
     assert "\u202e" not in hostile.out
     for bad in (["--since", "0"], ["--since", "soon"], ["--type", "flaky"]):
         assert (await cli(dsn, "stats", *bad)).code == EXIT_USAGE
+
+
+def test_the_histogram_samples_past_its_bound() -> None:
+    """Counts and sums are exact; past HISTOGRAM_SAMPLES runs a flush, the histogram is a sample of the same total."""
+    import logging
+    from datetime import UTC, datetime
+
+    from pgqueue._engine.trend import HISTOGRAM_SAMPLES, TrendTally
+
+    now = datetime.now(UTC)
+    job: pgqueue.Job[dict[str, object]] = pgqueue.Job(
+        id=1,
+        queue="q",
+        type="t",
+        payload={},
+        attempts=1,
+        max_attempts=5,
+        run_at=now,
+        created_at=now,
+    )
+    runs = HISTOGRAM_SAMPLES * 4
+    outcomes = [
+        pgqueue.Outcome(
+            job, pgqueue.OutcomeKind.COMPLETED, run_time=0.001 * (1 + n % 100)
+        )
+        for n in range(runs)
+    ]
+    outcomes.append(pgqueue.Outcome(job, pgqueue.OutcomeKind.DEAD))  # no handler ran
+    outcomes.append(
+        pgqueue.Outcome(job, pgqueue.OutcomeKind.SNOOZED, 5.0, run_time=0.1)
+    )
+    tally = TrendTally(["q"], logger=logging.getLogger("test"), fields={})
+    tally.add(outcomes, ())
+    (counts,) = tally._take().values()
+    assert (counts.completed, counts.failed, counts.dead, counts.runs) == (
+        runs,
+        1,
+        1,
+        runs,
+    )
+    assert counts.run_time_sum == pytest.approx(
+        sum(0.001 * (1 + n % 100) for n in range(runs))
+    )
+    assert sum(counts.histogram.values()) == runs
+    p95 = percentile(counts.histogram, 0.95)
+    assert p95 is not None
+    assert p95 == pytest.approx(0.096, rel=0.09)

@@ -1,8 +1,9 @@
 """The worker's share of the trend: its written outcomes, counted in memory and added to ``pgqueue_trend`` every few seconds.
 
-Per job this costs an append to an array in the worker's process (the
-run time, under the outcome's queue, type and kind) and, at the flush,
-its share of the bulk counting (its histogram bucket);
+Per job this costs an append to a list in the worker's process (the run
+time, under the outcome's queue, type and kind) and, at the flush, its
+share of a sum (its histogram bucket too, up to `HISTOGRAM_SAMPLES` runs
+of a queue, type and kind a flush: past them a sample);
 per flush, one statement for every queue and type the worker ran since
 the last one, into the minute of the database's clock; per
 `TREND_PRUNE_EVERY` flushes, one ``DELETE`` of the worker's queues'
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-from array import array
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUCKETS_PER_DOUBLING",
+    "HISTOGRAM_SAMPLES",
     "TREND_FLUSH_EVERY",
     "TREND_KEPT",
     "TREND_PRUNE_EVERY",
@@ -51,6 +52,11 @@ TREND_KEPT = 8 * 86400.0
 
 TREND_PRUNE_EVERY = 60
 """Flushes between two prunes of the worker's queues' old buckets (10 minutes)."""
+
+HISTOGRAM_SAMPLES = 256
+"""The most run times of a queue, type and kind a flush puts in the histogram: past
+them, a systematic sample (every k-th run, counted k times); the sum and
+the counts are always exact."""
 
 BUCKETS_PER_DOUBLING = 8
 """The run-time histogram's resolution: bucket ``k`` holds [2^(k/8), 2^((k+1)/8)) ms, 9 % wide."""
@@ -81,21 +87,22 @@ class _Counts:
     run_time_sum: float = 0.0
     histogram: dict[int, int] = field(default_factory=dict)
 
-    def count(self, kind: OutcomeKind, times: array[float]) -> None:
-        """Count ``times`` (an outcome each, -1 where no handler ran) of outcomes of ``kind``."""
+    def count(self, kind: OutcomeKind, times: list[float | None]) -> None:
+        """Count outcomes of ``kind``, one a run time in ``times`` (None where no handler ran)."""
         if kind == _COMPLETED:
             self.completed += len(times)
         else:
             self.failed += len(times)
             if kind == _DEAD:
                 self.dead += len(times)
-        if times and min(times) < 0:
-            times = array("d", (t for t in times if t >= 0))
-        self.runs += len(times)
-        self.run_time_sum += math.fsum(times)
+        timed = [t for t in times if t is not None] if None in times else times
+        self.runs += len(timed)
+        self.run_time_sum += math.fsum(timed)  # type: ignore[arg-type]
+        # Past HISTOGRAM_SAMPLES runs, every stride-th counts stride times.
+        stride = -(-len(timed) // HISTOGRAM_SAMPLES)
         histogram = self.histogram
-        for k in map(bucket_of, times):
-            histogram[k] = histogram.get(k, 0) + 1
+        for k in map(bucket_of, timed[::stride] if stride > 1 else timed):  # type: ignore[arg-type]
+            histogram[k] = histogram.get(k, 0) + stride
 
     def merge(self, other: _Counts) -> None:
         self.completed += other.completed
@@ -126,8 +133,9 @@ class TrendTally:
     counted; nor are the outcomes the rescue sweep writes.
 
     The hot path (`add`, for every outcome written) only appends the run
-    time to an array of its queue, type and kind; the counting, the sums
-    and the histograms are done at the flush, in bulk.
+    time to a list of its queue, type and kind; the counting, the sums
+    and the histograms are done at the flush, in bulk (the histogram of at
+    most `HISTOGRAM_SAMPLES` runs a flush of each).
     """
 
     queues: Sequence[str]
@@ -136,7 +144,7 @@ class TrendTally:
     fields: Mapping[str, object]
 
     def __post_init__(self) -> None:
-        self._times: dict[tuple[str, str, OutcomeKind], array[float]] = {}
+        self._times: dict[tuple[str, str, OutcomeKind], list[float | None]] = {}
         self._counts: dict[tuple[str, str], _Counts] = {}  # taken, not yet written
         self._flushes = 0
         self._off = False  # the table is missing or not ours to write
@@ -147,14 +155,13 @@ class TrendTally:
             stale = {o.key for o in fenced}
             outcomes = [o for o in outcomes if o.key not in stale]
         table = self._times
-        for outcome in outcomes:
-            job = outcome.job
-            key = (job.queue, job.type, outcome.status)
-            times = table.get(key)
-            if times is None:
-                times = table[key] = array("d")
-            run_time = outcome.run_time
-            times.append(-1.0 if run_time is None else run_time)
+        # Unpacked, not read by name: a named tuple's fields cost a call each.
+        for job, kind, _, _, _, run_time in outcomes:
+            key = (job.queue, job.type, kind)
+            try:
+                table[key].append(run_time)
+            except KeyError:
+                table[key] = [run_time]
 
     def _take(self) -> dict[tuple[str, str], _Counts]:
         """The counts noted since the last flush (and those a failed flush left), by queue and type."""
