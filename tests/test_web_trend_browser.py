@@ -72,7 +72,7 @@ async def test_a_workflow_in_a_browser(fresh_dsn: str) -> None:
     async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=6) as pool:
         queue = pgqueue.Queue(pool, name="reports")
         parts = [await queue.enqueue("build_part", {"part": n}) for n in range(14)]
-        statuses = ["completed"] * 9 + ["running"] * 2 + ["dead"] + ["pending"] * 2
+        statuses = ["completed"] * 10 + ["running"] * 2 + ["pending"] * 2
         for job_id, status in zip(parts, statuses, strict=True):
             await pool.execute(
                 "UPDATE pgqueue_jobs SET status = $2 WHERE id = $1", job_id, status

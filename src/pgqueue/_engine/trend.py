@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import math
+import operator
+from collections import Counter
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -120,6 +122,8 @@ _COMPLETED, _RETRIED, _DEAD = (
     OutcomeKind.DEAD,
 )
 _COUNTED = frozenset((_COMPLETED, _RETRIED, _DEAD))
+_KEY = operator.attrgetter("job.queue", "job.type", "status")
+_RUN_TIME = operator.attrgetter("run_time")
 
 
 @dataclass(eq=False)
@@ -155,6 +159,16 @@ class TrendTally:
             stale = {o.key for o in fenced}
             outcomes = [o for o in outcomes if o.key not in stale]
         table = self._times
+        kinds = Counter(map(_KEY, outcomes))
+        if len(kinds) == 1:
+            # A batch of one queue, type and kind (the usual one): in C.
+            (key,) = kinds
+            times = table.get(key)
+            if times is None:
+                table[key] = list(map(_RUN_TIME, outcomes))
+            else:
+                times += map(_RUN_TIME, outcomes)
+            return
         # Unpacked, not read by name: a named tuple's fields cost a call each.
         for job, kind, _, _, _, run_time in outcomes:
             key = (job.queue, job.type, kind)

@@ -32,7 +32,7 @@ __all__ = [
 
 CHART_WIDTH = 640
 CHART_HEIGHT = 160
-_LEFT, _BOTTOM, _TOP = 48, 20, 8  # room for the axes' labels
+_LEFT, _RIGHT, _BOTTOM, _TOP = 48, 20, 20, 8  # room for the axes' labels
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ def _layout(
     end = math.ceil(epoch / step) * step
     count = max(1, math.ceil(window / step))
     start = datetime.fromtimestamp(end - count * step, UTC)
-    plot_width = CHART_WIDTH - _LEFT - 4
+    plot_width = CHART_WIDTH - _LEFT - _RIGHT
     return start, count, plot_width / count, plot_width
 
 
