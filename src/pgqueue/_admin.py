@@ -56,6 +56,7 @@ from pgqueue._sql.literals import array
 from pgqueue._sql.periodic import PERIODIC_LIST, PERIODIC_REMOVE, PERIODIC_TABLE_EXISTS
 from pgqueue._sql.schema import REQUIRED_COLUMNS, REQUIRED_INDEXES, SCHEMA_CHECK
 from pgqueue._sql.tables import HISTORY_KEPT
+from pgqueue._sql.trend import TREND_TABLE_EXISTS
 from pgqueue._store.postgres import Store
 from pgqueue._store.schema import (
     SCHEMA_ERRORS,
@@ -1172,8 +1173,7 @@ class Admin:
         so the call costs the window's minutes, never the jobs' rows. The
         window is the last ``since`` to the minute (the minute it began in
         included); the newest ten seconds or so may not be in yet (each
-        worker adds its counts every `pgqueue._engine.trend.TREND_FLUSH_EVERY`
-        seconds, and when it stops). Sorted by queue, then type; only pairs
+        worker adds its counts every 10 seconds, and when it stops). Sorted by queue, then type; only pairs
         with attempts in the window.
 
         Args:
@@ -1264,8 +1264,8 @@ class Admin:
 
         Checks the columns and indexes pgqueue's statements use, the
         indexes of these operations (``idx_pgqueue_jobs_failed``), the
-        status check, the table of periodic schedules (``pgqueue_periodic``)
-        and the producers' functions, and whether the table has ever been
+        status check, the tables of periodic schedules (``pgqueue_periodic``)
+        and of the trend (``pgqueue_trend``) and the producers' functions, and whether the table has ever been
         analyzed; reads the catalog only.
         """
         row = await self._executor.fetchrow(
@@ -1278,6 +1278,8 @@ class Admin:
         missing = tuple(missing_pieces(row))
         if not await self._executor.fetchval(PERIODIC_TABLE_EXISTS):
             missing += ("table pgqueue_periodic",)
+        if not await self._executor.fetchval(TREND_TABLE_EXISTS):
+            missing += ("table pgqueue_trend",)
         missing += tuple(
             f"function {signature.partition('(')[0]}"
             for signature in row["missing_functions"]
