@@ -10,7 +10,15 @@ from pgqueue.cli._common import EXIT_OK, connect, duration, print_json, print_ta
 
 __all__ = ["positive_duration", "print_trend"]
 
-COLUMNS = ("queue", "type", "completed", "failed", "dead", "mean run", "p95 run")
+COLUMNS = (
+    "queue",
+    "type",
+    "completed",  # not a status: a heading (attempts that completed)
+    "failed",
+    "dead",  # not a status: a heading (jobs dead-lettered)
+    "mean run",
+    "p95 run",
+)
 
 
 async def print_trend(args: argparse.Namespace) -> int:
