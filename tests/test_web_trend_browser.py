@@ -88,9 +88,10 @@ async def test_a_workflow_in_a_browser(fresh_dsn: str) -> None:
             await expect(graph).to_be_visible(timeout=WAIT_MS)
             await expect(graph.locator("g[data-role=parent]")).to_have_count(14)
             await expect(graph.locator("g[data-role=child]")).to_have_count(3)
-            await expect(
-                graph.locator("g[data-role=parent][data-status=dead]")
-            ).to_have_count(1)
+            running = graph.locator("g[data-role=parent][data-status=running]")
+            await expect(running).to_have_count(2)
+            job = graph.locator("g[data-role=job][data-status=waiting]")
+            await expect(job).to_have_count(1)
             await graph.scroll_into_view_if_needed()
             await shot(page, "workflow")
             await graph.locator(f"g[data-job-id='{parts[11]}']").click()
