@@ -50,6 +50,7 @@ from pgqueue._sql.channels import JOBS_CHANNEL
 from pgqueue._sql.grants import grants
 from pgqueue._sql.schema import SCHEMA, SCHEMA_DISTRIBUTED, SCHEMA_DOWN, SCHEMA_UPGRADE
 from pgqueue._tracker import JobOutcome, Tracker
+from pgqueue._trend import TrendPoint, TrendRow
 from pgqueue._wire.connections import Connections
 from pgqueue._worker import Middleware, Worker
 
@@ -107,6 +108,8 @@ __all__ = [
     "TopQueues",
     "Tracker",
     "TrackerClosedError",
+    "TrendPoint",
+    "TrendRow",
     "Worker",
     "WorkerOptions",
     "default_backoff",

@@ -10,7 +10,7 @@ import dataclasses
 import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import asyncpg
@@ -68,10 +68,18 @@ from pgqueue._sql.literals import array
 from pgqueue._sql.periodic import PERIODIC_LIST, PERIODIC_REMOVE, PERIODIC_TABLE_EXISTS
 from pgqueue._sql.schema import REQUIRED_COLUMNS, REQUIRED_INDEXES, SCHEMA_CHECK
 from pgqueue._sql.tables import HISTORY_KEPT
+from pgqueue._sql.trend import TREND_TABLE_EXISTS
 from pgqueue._store.postgres import Store, bounded_fetch
 from pgqueue._store.schema import (
     Row,
     missing_pieces,
+)
+from pgqueue._trend import (
+    TREND_POINTS,
+    TrendPoint,
+    TrendRow,
+    read_points,
+    read_trend,
 )
 
 if TYPE_CHECKING:
@@ -1318,6 +1326,57 @@ class Admin(FilterActions):
             )
         return removed
 
+    async def trend(
+        self,
+        queue: str | None = None,
+        job_type: str | None = None,
+        since: timedelta | float = timedelta(hours=1),
+    ) -> list[TrendRow]:
+        """Each queue's and job type's completions, failures, dead jobs and run times over ``since``.
+
+        Read from ``pgqueue_trend``, which pgqueue's workers keep (a Go
+        worker's outcomes are not in it): a row a minute per queue and type,
+        so the call costs the window's minutes, never the jobs' rows. The
+        window is the last ``since`` to the minute (the minute it began in
+        included); the newest ten seconds or so may not be in yet (each
+        worker adds its counts every 10 seconds, and when it stops). Sorted by queue, then type; only pairs
+        with attempts in the window.
+
+        Args:
+            queue: one queue's rows only.
+            job_type: one job type's rows only.
+            since: the window, a timedelta or seconds.
+
+        Raises:
+            TypeError, ValueError: a bad name or window.
+            SchemaError: ``pgqueue_trend`` is missing (apply
+                `pgqueue.SCHEMA_UPGRADE`).
+
+        .. versionadded:: 0.1
+        """
+        async with self._schema_checked():
+            return await read_trend(self._executor, queue, job_type, since)
+
+    async def trend_points(
+        self,
+        queue: str | None = None,
+        job_type: str | None = None,
+        since: timedelta | float = timedelta(hours=1),
+        *,
+        points: int = TREND_POINTS,
+    ) -> list[TrendPoint]:
+        """The window of `trend` in about ``points`` steps, oldest first, summed over the rows asked for.
+
+        A step is a whole number of minutes (one at least, so an hour is 60
+        steps of a minute and a day 60 of 24 minutes). Only steps with
+        attempts are returned; the dashboard's charts draw them.
+
+        .. versionadded:: 0.1
+        """
+        size = check_int("points", points)
+        async with self._schema_checked():
+            return await read_points(self._executor, queue, job_type, since, size)
+
     async def schedules(self) -> list[ScheduleInfo]:
         """Every periodic schedule workers have registered, by name.
 
@@ -1362,8 +1421,8 @@ class Admin(FilterActions):
 
         Checks the columns and indexes pgqueue's statements use, the
         indexes of these operations (``idx_pgqueue_jobs_failed``), the
-        status check, the table of periodic schedules (``pgqueue_periodic``)
-        and the producers' functions, and whether the table has ever been
+        status check, the tables of periodic schedules (``pgqueue_periodic``)
+        and of the trend (``pgqueue_trend``) and the producers' functions, and whether the table has ever been
         analyzed; reads the catalog only.
         """
         row = await self._executor.fetchrow(
@@ -1376,6 +1435,8 @@ class Admin(FilterActions):
         missing = tuple(missing_pieces(row))
         if not await self._executor.fetchval(PERIODIC_TABLE_EXISTS):
             missing += ("table pgqueue_periodic",)
+        if not await self._executor.fetchval(TREND_TABLE_EXISTS):
+            missing += ("table pgqueue_trend",)
         missing += tuple(
             f"function {signature.partition('(')[0]}"
             for signature in row["missing_functions"]

@@ -72,6 +72,7 @@ from pgqueue._core.text import (
     clipped,
     first_line,
     printable,
+    run_time_text,
     seconds_text,
     shown_name,
 )
@@ -79,6 +80,9 @@ from pgqueue._dashboard import QUEUES_SHOWN, Frame, Sampler
 from pgqueue._queue import encode_batch, enqueue_batch, enqueue_request, queue_on
 from pgqueue._sql import (
     admin as admin_statements,
+)
+from pgqueue._sql import (
+    clock as clock_statements,
 )
 from pgqueue._sql import (
     dashboard as dashboard_statements,
@@ -103,6 +107,7 @@ from pgqueue._store.schema import (
     schema_error,
     store_on,
 )
+from pgqueue._trend import step_of as trend_step
 
 __all__ = [
     "CONTROL_CHARACTERS",
@@ -153,6 +158,7 @@ __all__ = [
     "check_schema",
     "check_unique_key",
     "clipped",
+    "clock_statements",
     "completed_estimated",
     "dashboard_statements",
     "default_logger",
@@ -179,6 +185,7 @@ __all__ = [
     "queue_on",
     "queue_stats",
     "resolve",
+    "run_time_text",
     "schema_error",
     "schema_statements",
     "seconds_of",
@@ -187,5 +194,6 @@ __all__ = [
     "store_on",
     "target",
     "target_of",
+    "trend_step",
     "unencodable",
 ]

@@ -16,6 +16,8 @@ Task tree (what runs where, and what stops what)::
         │   ├── heartbeats         refresh updated_at of every held claim
         │   ├── rescue sweep       at start, then every max(poll, rescue_after/2)
         │   ├── retention sweep    only with retain=
+        │   ├── trend              adds the outcomes counted to pgqueue_trend
+        │   │                      every few seconds (and once more at stop)
         │   └── scheduler          only with periodic(): enqueues due ticks
         └── jobs task group        leaving it is the drain; stop(timeout)
             │                      cancels it (the cut-off)
@@ -74,7 +76,7 @@ from pgqueue._core.errors import AlreadyStartedError, SchemaError
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import Observer, call_observers
 from pgqueue._core.log import Logger, default_logger
-from pgqueue._core.options import RateLimit, WorkerOptions, lane_settings
+from pgqueue._core.options import RateLimit, WorkerOptions, lane_settings, queue_specs
 from pgqueue._core.outcome import Outcome
 from pgqueue._core.retry import Outage
 from pgqueue._core.typed import is_async, typed_handler
@@ -87,6 +89,7 @@ from pgqueue._engine.ledger import Budget
 from pgqueue._engine.periodic import Schedules, check_schedule
 from pgqueue._engine.runner import JobRunner, in_thread
 from pgqueue._engine.services import LaneServices
+from pgqueue._engine.trend import TrendTally
 from pgqueue._engine.upkeep import Upkeep
 from pgqueue._engine.watch import LoopWatch
 from pgqueue._engine.writer import OutcomeWriter
@@ -721,6 +724,9 @@ class Worker:
             checkpoints=Checkpoints(upkeep_connection),
         )
         self._routes = routes = Routes(self._lanes, self._runner)
+        self._trend = TrendTally(
+            list(queue_specs(options)), logger=logger, fields=self._fields
+        )
         self._writer = OutcomeWriter(
             write_connection,
             routes.settled,
@@ -808,6 +814,9 @@ class Worker:
                             services.start_soon(
                                 self._after_check, self._upkeep.retention
                             )
+                        services.start_soon(
+                            self._after_check, self._trend.run, connections.upkeep
+                        )
                         if self._schedules:
                             services.start_soon(
                                 self._after_check,
@@ -820,6 +829,7 @@ class Worker:
                             await self._run_jobs(until_empty)
                         finally:
                             await self._settle()
+                            await self._flush_trend()
                             services.cancel_scope.cancel()
                     if self._keeper is not None:
                         await self._keeper.release()
@@ -869,6 +879,20 @@ class Worker:
                 **self._fields,
             },
         )
+
+    async def _flush_trend(self) -> None:
+        """Add the last counts to the trend, for at most FLUSH_TIMEOUT (lost if that fails)."""
+        if not self._routes.checked.is_set():
+            return
+        with anyio.move_on_after(FLUSH_TIMEOUT):
+            try:
+                await self._trend.flush(self._connections_used.upkeep)
+            except Exception as exc:
+                self._logger.warning(
+                    "could not write the trend's last counts",
+                    exc_info=exc,
+                    extra=self._fields,
+                )
 
     async def _after_check(self, loop: Callable[..., Any], *args: object) -> None:
         """Run an upkeep loop once the schema is known to be there."""
@@ -929,6 +953,7 @@ class Worker:
         self, outcomes: Sequence[Outcome], fenced: Sequence[Outcome]
     ) -> None:
         self._routes.written(outcomes)
+        self._trend.add(outcomes, fenced)
         if self._observe_written:
             if fenced:
                 stale = {outcome.key for outcome in fenced}

@@ -32,8 +32,9 @@ class Outcome(NamedTuple):
     for a retry after ``delay`` seconds, ``OutcomeKind.SNOOZED`` or
     ``OutcomeKind.RELEASED``; ``pgqueue._core.lifecycle.OUTCOMES`` says which
     status each writes. ``result`` is the JSON text
-    of a completed handler's return value, if it returned one. A named
-    tuple: one is built for every job run.
+    of a completed handler's return value, if it returned one.
+    ``run_time``: the seconds its handler ran, when one ran (the worker's
+    trend reads it). A named tuple: one is built for every job run.
     """
 
     job: Job
@@ -41,6 +42,7 @@ class Outcome(NamedTuple):
     delay: float = 0.0
     error: str | None = None
     result: str | None = None
+    run_time: float | None = None
 
     @property
     def key(self) -> Key:

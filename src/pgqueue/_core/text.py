@@ -9,6 +9,7 @@ __all__ = [
     "clipped",
     "first_line",
     "printable",
+    "run_time_text",
     "seconds_text",
     "shown_name",
 ]
@@ -53,6 +54,17 @@ def seconds_text(seconds: float | None) -> str:
     if whole < 86400:
         return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def run_time_text(seconds: float | None) -> str:
+    """A handler's run time: 0.84ms, 12ms, 2.5s, 1h06m; "-" for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.2g}ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    return seconds_text(seconds)
 
 
 def first_line(text: str | None) -> str | None:

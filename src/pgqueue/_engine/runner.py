@@ -8,6 +8,7 @@ import inspect
 import logging
 import time
 from dataclasses import KW_ONLY, dataclass
+from time import perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
@@ -156,6 +157,7 @@ class JobRunner:
         running = self._running
         running[job.id] = task or asyncio.current_task()  # type: ignore[assignment]
         checkpoints_through(self.checkpoints)
+        started = perf_counter()
         try:
             if timeout is None:
                 value = await handler(job)
@@ -172,6 +174,8 @@ class JobRunner:
             failure = exc
         finally:
             running.pop(job.id, None)
+        # How long the handler ran: the trend's (pgqueue._engine.trend).
+        ran = perf_counter() - started
         if self._cancelled and job.id in self._cancelled:
             self._cancelled.discard(job.id)
             _forget_own_cancel()
@@ -182,32 +186,35 @@ class JobRunner:
         ):
             failure = f"job timed out after {timeout:g} s"
         if failure is not None:
-            return self.failed(job, failure)
+            return self.failed(job, failure, ran)
         if debug:
             self.logger.debug("%s completed", job_label(job), extra=job_fields(job))
         if value is None:
-            return Outcome(job, OutcomeKind.COMPLETED)
+            return Outcome(job, OutcomeKind.COMPLETED, 0.0, None, None, ran)
         try:
             result = encode_payload(value)
         except (TypeError, ValueError) as exc:
             return self.dead(
                 job,
                 storable(f"the handler returned what cannot be stored as JSON: {exc}"),
+                ran,
             )
-        return Outcome(job, OutcomeKind.COMPLETED, result=result)
+        return Outcome(job, OutcomeKind.COMPLETED, 0.0, None, result, ran)
 
-    def dead(self, job: Job, error: str) -> Outcome:
-        """Dead-letter ``job`` at once, for ``error``."""
+    def dead(self, job: Job, error: str, ran: float | None = None) -> Outcome:
+        """Dead-letter ``job`` at once, for ``error`` (its handler ran ``ran`` seconds, if it ran)."""
         self.logger.error(
             "%s dead: %s",
             job_label(job),
             error,
             extra={**job_fields(job), "error": error},
         )
-        return Outcome(job, OutcomeKind.DEAD, error=error)
+        return Outcome(job, OutcomeKind.DEAD, error=error, run_time=ran)
 
-    def failed(self, job: Job, failure: BaseException | str) -> Outcome:
-        """The outcome of a failed attempt: a retry, a snooze, or dead."""
+    def failed(
+        self, job: Job, failure: BaseException | str, ran: float | None = None
+    ) -> Outcome:
+        """The outcome of a failed attempt (its handler ran ``ran`` seconds): a retry, a snooze, or dead."""
         fields = job_fields(job)
         if isinstance(failure, Snooze):
             self.logger.info(
@@ -233,7 +240,7 @@ class JobRunner:
                 extra={**fields, "error": error},
                 exc_info=exc_info,
             )
-            return Outcome(job, OutcomeKind.DEAD, error=error)
+            return Outcome(job, OutcomeKind.DEAD, error=error, run_time=ran)
         if isinstance(failure, RetryAfter):
             delay = min(failure.seconds, MAX_BACKOFF)
         else:
@@ -248,7 +255,7 @@ class JobRunner:
             extra={**fields, "error": error, "retry_in": delay},
             exc_info=exc_info,
         )
-        return Outcome(job, OutcomeKind.PENDING, delay=delay, error=error)
+        return Outcome(job, OutcomeKind.PENDING, delay, error, None, ran)
 
     def _traceback_due(self, job_type: str) -> bool:
         """Whether a retried attempt of ``job_type`` logs its traceback now."""

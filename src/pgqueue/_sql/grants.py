@@ -43,6 +43,7 @@ TABLES = (
     "pgqueue_starts",
     "pgqueue_turns",
     "pgqueue_groups",
+    "pgqueue_trend",
 )
 """The schema's tables."""
 

@@ -51,6 +51,7 @@ _ADDED = "\n".join(
         triggers.GROUP_HEADS_FUNCTION,
         tables.DEPENDENCIES + tables.WAITING_INDEX,
         triggers.PARENT_ENDED,
+        tables.TREND,
     ]
 )
 _FUNCTIONS = (
@@ -149,6 +150,7 @@ whole script in one transaction holds the first lock until the end.
 
 
 SCHEMA_DOWN = """
+DROP TABLE IF EXISTS pgqueue_trend;
 DROP TABLE IF EXISTS pgqueue_groups;
 DROP TABLE IF EXISTS pgqueue_turns;
 DROP TABLE IF EXISTS pgqueue_starts;
@@ -192,12 +194,12 @@ def _distributed(table: str, how: str) -> str:
     END IF;"""
 
 
-_COLOCATED = ("limits", "leases", "paused", "starts", "turns")
+_COLOCATED = ("limits", "leases", "paused", "starts", "turns", "trend")
 _REFERENCE = ("periodic", "dependencies")
 _DISTRIBUTE = (
     """
--- Jobs, limits and leases by queue, co-located (a queue's rows of all
--- three on one node); schedules and dependencies copied to every node.
+-- Jobs, limits, leases and the trend by queue, co-located (a queue's rows
+-- of each on one node); schedules and dependencies copied to every node.
 DO $$
 BEGIN"""
     + _distributed("pgqueue_jobs", "create_distributed_table('pgqueue_jobs', 'queue')")
@@ -234,6 +236,7 @@ SCHEMA_DISTRIBUTED = "\n".join(
         tables.TURNS,
         tables.GROUP_INDEX,
         tables.DEPENDENCIES,
+        tables.TREND,
         _DISTRIBUTE.strip("\n") + "\n",
     ]
 ) + (functions.TAKE_TURN + functions.CHECK_JOB + functions.ENQUEUE + functions.PINNED)

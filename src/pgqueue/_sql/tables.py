@@ -26,6 +26,7 @@ __all__ = [
     "PRIORITY_INDEX",
     "RESCUE_INDEX",
     "STARTS",
+    "TREND",
     "TURNS",
     "UNIQUE_INDEX",
     "UNIQUE_INDEX_UPGRADE",
@@ -266,4 +267,29 @@ WAITING_INDEX = f"""-- The listings of waiting jobs (pgqueue.Admin, pgqueue jobs
 -- only jobs with unfinished parents are in it.
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_waiting
     ON pgqueue_jobs (queue, id) WHERE status = {WAITING};
+"""
+TREND = """-- The trend (Admin.trend, pgqueue stats --since, the dashboard's charts):
+-- per minute (bucket, on the database clock), queue and job type, the
+-- attempts pgqueue workers ran that completed, failed (retried or dead)
+-- and ended dead, and their run times: a count, a sum and a histogram
+-- (run_times: {"k": count}, bucket k holding times in
+-- [2^(k/8), 2^((k+1)/8)) ms). Each worker counts its outcomes in memory
+-- and adds them here every few seconds (one statement per flush, never
+-- one per job); its upkeep deletes buckets older than the trend's
+-- retention. A Go worker's outcomes are not counted.
+CREATE TABLE IF NOT EXISTS pgqueue_trend
+(
+    queue        TEXT             NOT NULL,
+    bucket       TIMESTAMPTZ      NOT NULL,
+    job_type     TEXT             NOT NULL,
+    completed    BIGINT           NOT NULL DEFAULT 0,
+    failed       BIGINT           NOT NULL DEFAULT 0,
+    dead         BIGINT           NOT NULL DEFAULT 0,
+    runs         BIGINT           NOT NULL DEFAULT 0,
+    run_time_sum DOUBLE PRECISION NOT NULL DEFAULT 0,
+    run_times    JSONB            NOT NULL DEFAULT '{}'::jsonb,
+    PRIMARY KEY (queue, bucket, job_type)
+);
+CREATE INDEX IF NOT EXISTS idx_pgqueue_trend_bucket
+    ON pgqueue_trend (bucket);
 """

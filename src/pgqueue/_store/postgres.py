@@ -53,6 +53,7 @@ from pgqueue._sql.settings import (
     TIMEOUT_SET,
     WORKER_SETTINGS,
 )
+from pgqueue._sql.trend import TREND_FLUSH, TREND_PRUNE
 from pgqueue._store import plan
 
 if TYPE_CHECKING:
@@ -336,6 +337,14 @@ class Store:
                 break
         await self.prune_orphan_edges(db, batch)
         return removed
+
+    async def add_trend(self, db: Dedicated, columns: Sequence[object]) -> None:
+        """Add a worker's counts to ``pgqueue_trend`` (``columns``: TREND_FLUSH's arrays)."""
+        await db.fetch(TREND_FLUSH, *columns)
+
+    async def prune_trend(self, db: Dedicated, queues: list[str], kept: float) -> None:
+        """Delete ``queues``' trend buckets older than ``kept`` seconds."""
+        await db.fetch(TREND_PRUNE, queues, kept)
 
     async def prune_orphan_edges(self, db: Dedicated | Executor, batch: int) -> int:
         """Delete the edges whose child row is gone (a Go worker's Prune), ``batch`` edges walked at a time; how many went."""

@@ -56,6 +56,7 @@ from pgqueue.cli.bulk import (
     filter_of,
     run_bulk,
 )
+from pgqueue.cli.trend import positive_duration, print_trend
 
 if TYPE_CHECKING:
     import argparse
@@ -101,17 +102,32 @@ def _add_stats(commands: Commands) -> None:
             "estimate on a big table, marked ~), dead and cancelled; the lag (how "
             "long the oldest ready job has waited), the longest running job and, "
             "for a queue with a fleet-wide limit, the slots its workers lease. "
-            "A paused queue is marked (paused)."
+            "A paused queue is marked (paused). With --since: the trend instead, "
+            "per queue and job type over that window (attempts completed, failed "
+            "and dead, mean and 95th percentile run time), as pgqueue's workers "
+            "recorded it."
         ),
     )
     parser.add_argument("--queue", help="only this queue")
+    parser.add_argument(
+        "--since",
+        type=positive_duration,
+        help="the trend over this window instead (e.g. 1h, 1d)",
+    )
+    parser.add_argument(
+        "--type", dest="job_type", help="with --since: only this job type"
+    )
     add_read_dsn(parser)
     _json_flag(parser)
     parser.set_defaults(run=reports_database_errors(stats))
 
 
 async def stats(args: argparse.Namespace) -> int:
-    """Print each queue's stats."""
+    """Print each queue's stats (with ``--since``, the trend)."""
+    if args.since is not None:
+        return await _checked(print_trend(args))
+    if args.job_type is not None:
+        raise UsageError("--type goes with --since")
     async with connect(args, read=True) as connection:
         found = await _checked(Admin(connection).stats(args.queue))
     if args.json:

@@ -9,6 +9,9 @@
 - `with_database()` points a DSN at another database of the same server.
 - ``pytest_plugins = ["pgqueue.testing.pytest_plugin"]`` gives pytest
   fixtures with a throwaway database and the schema applied.
+- `advance()` makes pending jobs due sooner (delays, back-offs, snoozes),
+  `run_due()` runs what is due with a worker's handlers, and `wait_for()`
+  waits for a job's status: a job due tomorrow tested in milliseconds.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from pgqueue.testing._server import (
     postgres_server,
     with_database,
 )
+from pgqueue.testing._time import RunOutcome, advance, run_due, wait_for
 
 __all__ = [
+    "RunOutcome",
     "ServerUnavailableError",
+    "advance",
     "embedded_server",
     "postgres_server",
+    "run_due",
+    "wait_for",
     "with_database",
 ]
 

@@ -53,6 +53,7 @@ from pgqueue.web._guard import (
 )
 from pgqueue.web._html import Value
 from pgqueue.web._request import base_of, job_id_of
+from pgqueue.web._trend import graph_of, trend_context
 from pgqueue.web._where import where_of
 
 if TYPE_CHECKING:
@@ -109,8 +110,10 @@ def create_app(
     """Make the dashboard: an ASGI app (Starlette) to mount under a path of yours.
 
     Pages: ``/`` (queues, live), ``/jobs`` (filters, ``?where=TERM`` as
-    `pgqueue.JobFilter.parse` reads it, keyset pages), ``/jobs/ID``,
-    ``/periodic``. It has no authentication of its own: mount
+    `pgqueue.JobFilter.parse` reads it, keyset pages), ``/jobs/ID`` (with
+    its workflow drawn), ``/periodic``, ``/trend`` (charts of the attempts
+    over the last hour or day: every queue, ``?queue=``, ``&type=``). It
+    has no authentication of its own: mount
     it behind yours. The queues page (and its fragment and ``/api/frame``)
     shows the 50 queues with the most jobs to do, says how many more there
     are, and takes ``?queue=TEXT`` for those whose name holds ``TEXT``.
@@ -204,6 +207,7 @@ def create_app(
         Route("/pause", dashboard.pause, methods=["GET", "POST"]),
         Route("/resume", dashboard.resume, methods=["GET", "POST"]),
         Route("/periodic", dashboard.periodic),
+        Route("/trend", dashboard.trend),
         Route("/static/{name}", dashboard.static),
     ]
     return GuardedStarlette(
@@ -605,6 +609,7 @@ class _Dashboard:
             current="/jobs",
             job=job,
             dependencies=dependencies,
+            graph=graph_of(job.id, job.status, dependencies),
             limit=PREVIEW_CHARS,
             schedule=schedule,
             schedule_name=name,
@@ -613,6 +618,12 @@ class _Dashboard:
             actions=not self.read_only,
             editable=job.status in EDITABLE,
             message=_DONE.get(request.query_params.get("done", "")),
+        )
+
+    async def trend(self, request: Request) -> Response:
+        context = await trend_context(await self.reader(), request.query_params)
+        return self.page(
+            request, "trend.html", title="Trend", current="/trend", **context
         )
 
     async def periodic(self, request: Request) -> Response:

@@ -28,6 +28,7 @@ from pgqueue._extension import (
     SHOWN_NAME_CHARS,
     check_queue_name,
     clipped,
+    run_time_text,
     seconds_text,
 )
 
@@ -132,6 +133,7 @@ def _environment() -> jinja2.Environment:
         moment=_moment,
         pretty=_pretty,
         seconds=seconds_text,
+        run_time=run_time_text,
         rate=_rate,
         thousands="{:,}".format,
         short="{:g}".format,
