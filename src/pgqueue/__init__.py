@@ -23,20 +23,23 @@ from pgqueue._admin import (
 from pgqueue._core.backoff import Backoff, default_backoff
 from pgqueue._core.errors import (
     AlreadyStartedError,
+    ChildFailed,
     DuplicateJobError,
     JobNotFoundError,
     PayloadTooLargeError,
     Permanent,
     PgQueueError,
     RetryAfter,
+    RunSuperseded,
     SchemaError,
     Snooze,
     TrackerClosedError,
+    WaitTimeout,
     is_permanent,
 )
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
-from pgqueue._core.job import EnqueueOptions, Job, NewJob
+from pgqueue._core.job import EnqueueOptions, Job, NewJob, Step
 from pgqueue._core.lifecycle import OutcomeKind, Status
 from pgqueue._core.log import Logger
 from pgqueue._core.options import RateLimit, WorkerOptions
@@ -61,6 +64,7 @@ __all__ = [
     "AlreadyStartedError",
     "Backoff",
     "Callback",
+    "ChildFailed",
     "Connection",
     "Connections",
     "DuplicateJobError",
@@ -92,17 +96,20 @@ __all__ = [
     "RateLimit",
     "RelatedJob",
     "RetryAfter",
+    "RunSuperseded",
     "ScheduleInfo",
     "SchemaError",
     "SchemaState",
     "Snooze",
     "SnoozedAttempt",
     "Status",
+    "Step",
     "Subscriber",
     "SyncHandler",
     "TopQueues",
     "Tracker",
     "TrackerClosedError",
+    "WaitTimeout",
     "Worker",
     "WorkerOptions",
     "default_backoff",

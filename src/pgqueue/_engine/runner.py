@@ -6,6 +6,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import math
 import time
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -15,8 +16,16 @@ import anyio.to_thread
 
 from pgqueue._core.backoff import MAX_BACKOFF
 from pgqueue._core.codec import encode_payload
-from pgqueue._core.errors import RetryAfter, Snooze, describe, is_permanent, storable
-from pgqueue._core.job import checkpoints_through
+from pgqueue._core.errors import (
+    RetryAfter,
+    RunSuperseded,
+    Snooze,
+    Suspended,
+    describe,
+    is_permanent,
+    storable,
+)
+from pgqueue._core.job import checkpoints_through, durable_through
 from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.outcome import CANCELLED_ERROR, Outcome
 from pgqueue._core.text import clip
@@ -28,6 +37,7 @@ if TYPE_CHECKING:
     from pgqueue._core.handler import Handler, SyncHandler
     from pgqueue._core.job import CheckpointWriter, Job
     from pgqueue._core.log import Logger
+    from pgqueue._engine.durable import Durable
 
 __all__ = [
     "TRACEBACK_INTERVAL",
@@ -102,6 +112,7 @@ class JobRunner:
     backoff: SafeBackoff
     logger: Logger
     checkpoints: CheckpointWriter | None = None
+    durable: Durable | None = None
 
     def __post_init__(self) -> None:
         self._running: dict[int, asyncio.Task[Any]] = {}
@@ -156,6 +167,7 @@ class JobRunner:
         running = self._running
         running[job.id] = task or asyncio.current_task()  # type: ignore[assignment]
         checkpoints_through(self.checkpoints)
+        durable_through(self.durable)
         try:
             if timeout is None:
                 value = await handler(job)
@@ -163,6 +175,8 @@ class JobRunner:
                 deadline = anyio.current_time() + timeout
                 with anyio.CancelScope(deadline=deadline) as scope:
                     value = await handler(job)
+        except (Suspended, RunSuperseded) as exc:
+            return self._suspended(job, exc)
         except anyio.get_cancelled_exc_class() as exc:
             if cut_off():
                 raise
@@ -172,6 +186,8 @@ class JobRunner:
             failure = exc
         finally:
             running.pop(job.id, None)
+            if self.durable is not None:
+                self.durable.ended(job)
         if self._cancelled and job.id in self._cancelled:
             self._cancelled.discard(job.id)
             _forget_own_cancel()
@@ -195,6 +211,25 @@ class JobRunner:
                 storable(f"the handler returned what cannot be stored as JSON: {exc}"),
             )
         return Outcome(job, OutcomeKind.COMPLETED, result=result)
+
+    def _suspended(self, job: Job, exc: Suspended | RunSuperseded) -> Outcome:
+        """The outcome of a run a durable sleep or wait ended, or found superseded: nothing to write."""
+        self._cancelled.discard(job.id)
+        if isinstance(exc, RunSuperseded):
+            self.logger.warning(
+                "%s: stale run superseded by rescue; its writes were refused",
+                job_label(job),
+                extra=job_fields(job),
+            )
+            return Outcome(job, OutcomeKind.SUSPENDED, delay=math.inf)
+        self.logger.info(
+            "%s ended for now: %s",
+            job_label(job),
+            exc.what,
+            extra={**job_fields(job), "wait": exc.what, "delay": exc.seconds},
+        )
+        delay = math.inf if exc.seconds is None else exc.seconds
+        return Outcome(job, OutcomeKind.SUSPENDED, delay=delay)
 
     def dead(self, job: Job, error: str) -> Outcome:
         """Dead-letter ``job`` at once, for ``error``."""
