@@ -94,7 +94,7 @@ class Step(NamedTuple):
 
 
 def stored_steps(text: str) -> dict[str, Step]:
-    """The steps a job's ``steps`` column holds (JSON text), by name.
+    """The steps a job's ``steps`` column holds (JSON text), by name, in the order they were recorded.
 
     Raises ValueError for JSON that is not an object of recorded steps.
     """
@@ -113,7 +113,12 @@ def stored_steps(text: str) -> dict[str, Step]:
             entry.get("result"),
             datetime.fromisoformat(at) if isinstance(at, str) else None,
         )
-    return steps
+    # jsonb keeps an object's keys by length, then bytes.
+    return dict(sorted(steps.items(), key=_recorded_at))
+
+
+def _recorded_at(item: tuple[str, Step]) -> datetime:
+    return item[1].at or datetime.min.replace(tzinfo=UTC)
 
 
 class DurableRuns(Protocol):
