@@ -95,16 +95,10 @@ async def test_a_signal_from_sql_counts_and_one_in_a_rolled_back_transaction_nev
     async with running(worker):
         await wait_for_row(pool, job_id, status="parked")
         async with pool.acquire() as connection:
-
-            class RolledBack(Exception):
-                pass
-
-            with pytest.raises(RolledBack):
-                async with connection.transaction():
-                    assert await queue.signal(
-                        job_id, "approve", "never", connection=connection
-                    )
-                    raise RolledBack
+            transaction = connection.transaction()
+            await transaction.start()
+            assert await queue.signal(job_id, "approve", "never", connection=connection)
+            await transaction.rollback()
             # An unknown id inside a transaction leaves it usable.
             async with connection.transaction():
                 with pytest.raises(pgqueue.JobNotFoundError):
@@ -201,9 +195,9 @@ async def test_bad_waits_and_signals_raise_before_any_sql(
         await wait_for_row(pool, job_id, status="completed")
     assert refused == [ValueError, ValueError, ValueError, TypeError]
     for bad in ((0, "x"), (job_id, ""), (job_id, "a\nb")):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=r"job id|signal name"):
             await queue.signal(*bad)
-    with pytest.raises(ValueError, match="64|65536"):
+    with pytest.raises(ValueError, match=r"at most 65536"):
         await queue.signal(job_id, "big", "x" * 70000)
     with pytest.raises(TypeError):
         await queue.signal(job_id, "x", object())
