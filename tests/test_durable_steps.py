@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import json
+import signal
 import subprocess
 import sys
 import uuid
@@ -133,7 +134,7 @@ async def test_a_raising_step_is_not_stored_and_a_name_is_taken_once_per_run(
 
 
 async def test_step_outside_a_worker_raises() -> None:
-    job = pgqueue.Job(
+    job: pgqueue.Job[Any] = pgqueue.Job(
         id=1,
         queue="q",
         type="t",
@@ -251,7 +252,7 @@ async def test_a_handler_killed_after_step_two_resumes_in_another_process_with_s
         assert calls.read_text().split() == ["one", "two"]
         assert (await row(pool, job_id))["status"] == "running"
     finally:
-        first.send_signal(9)  # SIGKILL: no drain, no outcome
+        first.send_signal(signal.SIGKILL)  # no drain, no outcome
         await _kill(first)
     second = await _start(dsn, queue.name, calls, tmp_path / "second.log")
     try:
@@ -360,3 +361,44 @@ async def _has_waited(pool: asyncpg.Pool, job_id: int) -> bool:
 async def _steps_stored(pool: asyncpg.Pool, job_id: int, count: int) -> bool:
     stored = await pool.fetchval("SELECT steps FROM pgqueue_jobs WHERE id = $1", job_id)
     return stored is not None and len(json.loads(stored)) == count
+
+
+async def test_progress_is_stored_fenced_and_followed_by_a_tracker(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=0.2)
+    following, go_on = anyio.Event(), anyio.Event()
+    refused: list[type[BaseException]] = []
+
+    @worker.handler("report")
+    async def report(job: pgqueue.Job) -> None:
+        for bad in (-0.1, 1.5, float("nan"), "half", True):
+            try:
+                await job.progress(bad)  # type: ignore[arg-type]
+            except (TypeError, ValueError) as exc:
+                refused.append(type(exc))
+        await job.progress(0.1, "started")
+        await following.wait()
+        for n in (2, 3, 4):
+            await job.progress(n / 10, f"page {n}")
+            await go_on.wait()
+        await job.progress(1, "x" * 5000)
+
+    seen: list[pgqueue.JobProgress] = []
+    job_id = await queue.enqueue("report", {}, track=True)
+    async with running(worker), pgqueue.Tracker(pool) as tracker:
+        async for p in tracker.progress(job_id):
+            seen.append(p)
+            following.set()
+            if p.fraction >= 0.4:
+                go_on.set()
+            if p.fraction == 0.2:
+                go_on.set()
+    assert refused == [ValueError, ValueError, ValueError, TypeError, TypeError]
+    assert seen[0] == pgqueue.JobProgress(id=job_id, fraction=0.1, message="started")
+    assert [p.fraction for p in seen] == sorted(p.fraction for p in seen)
+    assert seen[-1].fraction == 1.0
+    assert seen[-1].message == "x" * 1000  # cut to 1000 characters
+    stored = await row(pool, job_id)
+    assert stored["status"] == "completed"
+    assert json.loads(stored["progress"])["fraction"] == 1.0

@@ -50,7 +50,7 @@ from pgqueue._queue import Connection, Executor, Queue, install, uninstall
 from pgqueue._sql.channels import JOBS_CHANNEL
 from pgqueue._sql.grants import grants
 from pgqueue._sql.schema import SCHEMA, SCHEMA_DISTRIBUTED, SCHEMA_DOWN, SCHEMA_UPGRADE
-from pgqueue._tracker import JobOutcome, Tracker
+from pgqueue._tracker import JobOutcome, JobProgress, Tracker
 from pgqueue._wire.connections import Connections
 from pgqueue._worker import Middleware, Worker
 
@@ -80,6 +80,7 @@ __all__ = [
     "JobNotFoundError",
     "JobOutcome",
     "JobPreview",
+    "JobProgress",
     "JobSummary",
     "JobType",
     "Logger",
