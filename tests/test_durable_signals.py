@@ -315,3 +315,26 @@ async def test_parked_and_sleeping_jobs_hold_no_global_or_group_slot_and_pause_h
         assert (await row(pool, other_id))["status"] == "cancelled"
     assert got == [(1, "go")]
     assert plain_ran == [plain_id]
+
+
+async def test_a_signal_wakes_a_wait_with_a_timeout_at_once(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    got: list[Any] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
+    _approvals(worker, got)
+    job_id = await queue.enqueue("approval", {"timeout": 3600})
+    async with running(worker):
+        await wait_until(lambda: _has_waited(pool, job_id))
+        waiting = await row(pool, job_id)
+        # Pending until the deadline (the Go claim's too), not parked.
+        assert (waiting["status"], waiting["attempts"]) == ("pending", 0)
+        assert (
+            3500 < (waiting["run_at"] - waiting["updated_at"]).total_seconds() <= 3600
+        )
+        async with pool.acquire() as connection:
+            assert await connection.fetch(GO_CLAIM, queue.name, 10) == []
+        assert await queue.signal(job_id, "approve", "now") is True
+        done = await wait_for_row(pool, job_id, status="completed", within=5)
+    assert got == [(1, "now")]
+    assert (done["completed_at"] - waiting["updated_at"]).total_seconds() < 60
