@@ -23,6 +23,7 @@ from pgqueue._admin import (
 from pgqueue._core.backoff import Backoff, default_backoff
 from pgqueue._core.errors import (
     AlreadyStartedError,
+    ChildFailed,
     DuplicateJobError,
     JobNotFoundError,
     JobStateError,
@@ -30,15 +31,17 @@ from pgqueue._core.errors import (
     Permanent,
     PgQueueError,
     RetryAfter,
+    RunSuperseded,
     SchemaError,
     Snooze,
     TrackerClosedError,
+    WaitTimeout,
     is_permanent,
 )
 from pgqueue._core.filter import JobFilter
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
-from pgqueue._core.job import EnqueueOptions, Job, NewJob
+from pgqueue._core.job import EnqueueOptions, Job, NewJob, Step
 from pgqueue._core.lifecycle import OutcomeKind, Status
 from pgqueue._core.log import Logger
 from pgqueue._core.options import RateLimit, WorkerOptions
@@ -49,7 +52,7 @@ from pgqueue._queue import Connection, Executor, Queue, install, uninstall
 from pgqueue._sql.channels import JOBS_CHANNEL
 from pgqueue._sql.grants import grants
 from pgqueue._sql.schema import SCHEMA, SCHEMA_DISTRIBUTED, SCHEMA_DOWN, SCHEMA_UPGRADE
-from pgqueue._tracker import JobOutcome, Tracker
+from pgqueue._tracker import JobOutcome, JobProgress, Tracker
 from pgqueue._trend import TrendPoint, TrendRow
 from pgqueue._wire.connections import Connections
 from pgqueue._worker import Middleware, Worker
@@ -64,6 +67,7 @@ __all__ = [
     "AlreadyStartedError",
     "Backoff",
     "Callback",
+    "ChildFailed",
     "Connection",
     "Connections",
     "DuplicateJobError",
@@ -80,6 +84,7 @@ __all__ = [
     "JobNotFoundError",
     "JobOutcome",
     "JobPreview",
+    "JobProgress",
     "JobStateError",
     "JobSummary",
     "JobType",
@@ -97,12 +102,14 @@ __all__ = [
     "RateLimit",
     "RelatedJob",
     "RetryAfter",
+    "RunSuperseded",
     "ScheduleInfo",
     "SchemaError",
     "SchemaState",
     "Snooze",
     "SnoozedAttempt",
     "Status",
+    "Step",
     "Subscriber",
     "SyncHandler",
     "TopQueues",
@@ -110,6 +117,7 @@ __all__ = [
     "TrackerClosedError",
     "TrendPoint",
     "TrendRow",
+    "WaitTimeout",
     "Worker",
     "WorkerOptions",
     "default_backoff",

@@ -39,6 +39,7 @@ from pgqueue._core.checks import (
     check_origin,
     check_priority,
     check_queue_name,
+    check_signal,
     check_unique_key,
 )
 from pgqueue._core.codec import (
@@ -86,6 +87,9 @@ from pgqueue._sql import (
 )
 from pgqueue._sql import (
     dashboard as dashboard_statements,
+)
+from pgqueue._sql import (
+    durable as durable_statements,
 )
 from pgqueue._sql import (
     listings as listing_statements,
@@ -156,6 +160,7 @@ __all__ = [
     "check_queue_name",
     "check_request",
     "check_schema",
+    "check_signal",
     "check_unique_key",
     "clipped",
     "clock_statements",
@@ -163,6 +168,7 @@ __all__ = [
     "dashboard_statements",
     "default_logger",
     "describe",
+    "durable_statements",
     "duration",
     "encode_batch",
     "encode_payload",

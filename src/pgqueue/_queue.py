@@ -14,6 +14,7 @@ from pgqueue._core.checks import (
     check_job_id,
     check_max_attempts,
     check_queue_name,
+    check_signal,
 )
 from pgqueue._core.codec import (
     encode_each,
@@ -624,6 +625,58 @@ class Queue:
         done = await store.cancel(executor, ids)
         self._logger.debug("cancel", extra={"results": done, "queue": self._name})
         return {job_id: done[job_id] for job_id in ids}
+
+    async def signal(
+        self,
+        job_id: int,
+        name: str,
+        payload: Any = None,
+        *,
+        connection: Connection | None = None,
+    ) -> bool:
+        """Send the signal ``name``, with ``payload``, to the durable handler of job ``job_id``.
+
+        The handler's `Job.wait_for` of ``name`` returns ``payload`` (the
+        first signal of a name; later ones are kept as history), whether it
+        waits already or not yet: a job parked for it is due at once, and an
+        idle worker is woken. Any job of any queue may be signalled. With
+        ``connection`` inside a transaction, the signal exists only if it
+        commits (and wakes nothing before). The same as
+        ``SELECT pgqueue_signal(job_id, name, payload)`` in SQL.
+
+        Returns:
+            True once stored; False if the job has ended (completed, dead
+            or cancelled): nothing is stored.
+
+        Raises:
+            JobNotFoundError: no job has that id.
+            TypeError, ValueError: a job id that is not a positive int, a
+                name that is empty, over 255 characters or holds a control
+                character, a payload that is not JSON or over 64 kB of it
+                (before any SQL).
+            SchemaError: the schema lacks ``pgqueue_signal`` (apply
+                `pgqueue.SCHEMA_UPGRADE`).
+
+        .. versionadded:: 0.1
+        """
+        text = "null" if payload is None else encode_payload(payload, self._encoder)
+        checked, name = check_signal(job_id, name, text)
+        executor: Executor = connection if connection is not None else self._executor
+        store = self._store or await self._store_of(executor)
+        try:
+            if connection is not None:
+                # An unknown id fails a savepoint: the caller's transaction stays usable.
+                async with connection.transaction():
+                    return await store.signal(executor, checked, name, text)
+            return await store.signal(executor, checked, name, text)
+        except asyncpg.NoDataFoundError as exc:
+            raise JobNotFoundError(checked) from exc
+        except asyncpg.UndefinedFunctionError as exc:
+            raise SchemaError(
+                "the function pgqueue_signal is missing",
+                where=target_of(executor),
+                apply="SCHEMA_UPGRADE",
+            ) from exc
 
     async def prune(
         self, older_than: float, *, connection: Connection | None = None

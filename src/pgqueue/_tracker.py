@@ -48,6 +48,7 @@ from pgqueue._core.log import Logger, default_logger
 from pgqueue._core.retry import Failures
 from pgqueue._core.taskgroup import BlockTaskGroup
 from pgqueue._sql.channels import OUTCOMES_CHANNEL
+from pgqueue._sql.durable import JOB_STATE, PROGRESS_CHANNEL
 from pgqueue._sql.literals import array
 from pgqueue._sql.outcomes import OUTCOMES
 from pgqueue._store.schema import SCHEMA_ERRORS
@@ -58,7 +59,7 @@ from pgqueue._wire.connections import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import AsyncIterator, Callable, Iterable
     from types import TracebackType
 
     import asyncpg
@@ -66,7 +67,7 @@ if TYPE_CHECKING:
     from pgqueue._wire.dedicated import DedicatedConnection
     from pgqueue._wire.listener import ListenerRoute
 
-__all__ = ["JobOutcome", "Tracker"]
+__all__ = ["JobOutcome", "JobProgress", "Tracker"]
 
 POLL_INTERVAL = 1.0
 """Seconds between two reads of every waited row, for outcomes sent without a notification."""
@@ -93,6 +94,21 @@ class JobOutcome:
     result: Any = None
     last_error: str | None = None
     attempts: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobProgress:
+    """How far a durable handler's run has come, as `Tracker.progress` yields it.
+
+    ``fraction`` is from 0 to 1; ``message`` what the handler said, if
+    anything (`pgqueue.Job.progress`).
+
+    .. versionadded:: 0.1
+    """
+
+    id: int
+    fraction: float
+    message: str | None = None
 
 
 class _Wait:
@@ -169,6 +185,7 @@ class Tracker:
         self._state: Literal["new", "open", "closed"] = "new"
         self._waits: dict[int, _Wait] = {}
         self._marked: set[int] = set()
+        self._followers: dict[int, set[Callable[[JobProgress | None], None]]] = {}
         self._listener: ListenerRoute | None = None
         self._connection: DedicatedConnection | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -204,7 +221,9 @@ class Tracker:
                     )
                 )
             self._listener = connections.route(
-                [OUTCOMES_CHANNEL], self._on_notify, on_connect=self._on_connect
+                [OUTCOMES_CHANNEL, PROGRESS_CHANNEL],
+                self._on_notify,
+                on_connect=self._on_connect,
             )
             if isinstance(self._target, str):  # else it reads from the pool
                 self._connection = connections.upkeep
@@ -300,8 +319,96 @@ class Tracker:
         self._marked.update(job_ids)
         self._read_needed.set()
 
-    def _on_notify(self, _channel: str, payload: str) -> None:
+    async def progress(
+        self, job_id: int, *, poll_interval: float | None = None
+    ) -> AsyncIterator[JobProgress]:
+        """Follow a durable handler's progress (`pgqueue.Job.progress`) until its job ends.
+
+        Yields the progress stored when the call begins (if any), then each
+        one announced, as it comes; a follower too slow to take them misses
+        some in between, never the last. Ends once the job has ended
+        (completed, dead or cancelled), after its last progress; its end
+        is seen by its outcome's notification (a tracked job) or a read
+        every ``poll_interval`` seconds (the tracker's by default).
+
+        Usage::
+
+            async for p in tracker.progress(job_id):
+                print(f"{p.fraction:.0%} {p.message or ''}")
+
+        Raises:
+            JobNotFoundError: no row has this id.
+            TrackerClosedError: the tracker is not open.
+            TypeError, ValueError: a bad ``job_id`` (before any SQL).
+
+        .. versionadded:: 0.1
+        """
+        job_id = check_job_id(job_id)
+        every = (
+            self._poll_interval
+            if poll_interval is None
+            else check_duration("poll_interval", poll_interval, positive=True)
+        )
+        if self._state != "open":
+            msg = (
+                "this tracker is not open: follow progress inside `async with tracker:`"
+            )
+            raise TrackerClosedError(msg)
+        send, receive = anyio.create_memory_object_stream[JobProgress | None](16)
+
+        def deliver(item: JobProgress | None) -> None:
+            with contextlib.suppress(anyio.WouldBlock, anyio.BrokenResourceError):
+                send.send_nowait(item)
+
+        followers = self._followers.setdefault(job_id, set())
+        followers.add(deliver)
+        last: JobProgress | None = None
+        try:
+            with send, receive:
+                while True:
+                    ended, stored = await self._progress_now(job_id)
+                    if stored is not None and stored != last:
+                        last = stored
+                        yield stored
+                    if ended:
+                        return
+                    item: JobProgress | None = None
+                    with anyio.move_on_after(every):
+                        item = await receive.receive()
+                    while item is not None:
+                        if item != last:
+                            last = item
+                            yield item
+                        try:
+                            item = receive.receive_nowait()
+                        except anyio.WouldBlock:
+                            item = None
+        finally:
+            followers.discard(deliver)
+            if not followers:
+                self._followers.pop(job_id, None)
+
+    async def _progress_now(self, job_id: int) -> tuple[bool, JobProgress | None]:
+        """Whether job ``job_id`` has ended, and its stored progress."""
+        if self._connection is not None:
+            row = await self._connection.fetchrow(JOB_STATE, job_id)
+        else:
+            pool = self._target
+            assert not isinstance(pool, str)
+            with anyio.fail_after(STATEMENT_TIMEOUT):
+                row = await pool.fetchrow(JOB_STATE, job_id)
+        if row is None:
+            raise JobNotFoundError(job_id)
+        stored = None
+        if row["progress"] is not None:
+            stored = _progress(job_id, json.loads(row["progress"]))
+        return row["status"] in _ENDED, stored
+
+    def _on_notify(self, channel: str, payload: str) -> None:
         # Called by asyncpg on the event loop for every notification.
+        if channel == PROGRESS_CHANNEL:
+            self._on_progress(payload)
+            return
         try:
             job_id = int(payload)
         except ValueError:
@@ -312,6 +419,22 @@ class Tracker:
             return
         if job_id in self._waits:
             self._mark((job_id,))
+        for deliver in self._followers.get(job_id, ()):
+            deliver(None)  # its end, maybe: read it again
+
+    def _on_progress(self, payload: str) -> None:
+        try:
+            announced = json.loads(payload)
+            job_id = int(announced["id"])
+            progress = _progress(job_id, announced)
+        except (ValueError, KeyError, TypeError, RecursionError):
+            self._logger.warning(
+                "progress notification that is not a job's progress; ignored",
+                extra={"channel": PROGRESS_CHANNEL},
+            )
+            return
+        for deliver in list(self._followers.get(job_id, ())):
+            deliver(progress)
 
     async def _on_connect(self, _reconnected: bool) -> None:
         # Awaited by the listener after every LISTEN: what was notified
@@ -408,6 +531,16 @@ def _outcome(row: asyncpg.Record) -> JobOutcome:
         result=None if text is None else json.loads(text),
         last_error=row["last_error"],
         attempts=row["attempts"],
+    )
+
+
+def _progress(job_id: int, stored: Any) -> JobProgress:
+    """A job's progress as stored or announced (``{"fraction", "message"}``)."""
+    message = stored.get("message")
+    return JobProgress(
+        id=job_id,
+        fraction=float(stored["fraction"]),
+        message=message if isinstance(message, str) else None,
     )
 
 

@@ -83,6 +83,7 @@ from pgqueue._core.typed import is_async, typed_handler
 from pgqueue._engine.checkpoints import Checkpoints
 from pgqueue._engine.consumers import RUNNING_FOR
 from pgqueue._engine.control import CancelHints, read_cancel_requested
+from pgqueue._engine.durable import Durable
 from pgqueue._engine.lanes import Lane, Routes
 from pgqueue._engine.lease import LeaseKeeper, worker_id
 from pgqueue._engine.ledger import Budget
@@ -94,6 +95,7 @@ from pgqueue._engine.upkeep import Upkeep
 from pgqueue._engine.watch import LoopWatch
 from pgqueue._engine.writer import OutcomeWriter
 from pgqueue._jobtype import JobType
+from pgqueue._queue import queue_on
 from pgqueue._sql.channels import CONTROL_CHANNEL, JOBS_CHANNEL
 from pgqueue._wire.connections import Connections, private_connections
 from pgqueue._wire.dedicated import STATEMENT_TIMEOUT
@@ -722,6 +724,7 @@ class Worker:
             backoff=SafeBackoff(options.backoff, logger),
             logger=logger,
             checkpoints=Checkpoints(upkeep_connection),
+            durable=Durable(upkeep_connection, _enqueue_child),
         )
         self._routes = routes = Routes(self._lanes, self._runner)
         self._trend = TrendTally(
@@ -981,6 +984,15 @@ class Worker:
         if options.queues is not None:
             return f"Worker(queues={options.queues!r}, max_concurrency={options.max_concurrency}, state={self._state!r})"
         return f"Worker(queue={options.queue!r}, concurrency={options.concurrency}, state={self._state!r})"
+
+
+async def _enqueue_child(
+    connection: Any, queue: str, job_type: str, payload: Any, options: dict[str, Any]
+) -> int:
+    """A durable handler's child job (`pgqueue.Job.spawn`), enqueued on ``connection``, in its transaction."""
+    return await queue_on(connection, queue).enqueue(
+        job_type, payload, connection=connection, **options
+    )
 
 
 def _methods(observers: Sequence[Observer], name: str) -> list[Callable[..., Any]]:

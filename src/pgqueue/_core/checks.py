@@ -402,3 +402,20 @@ def check_duration(what: str, value: object, *, positive: bool = False) -> float
         msg = f"{what} must be a finite, {bound} number of seconds, got {value!r}"
         raise ValueError(msg)
     return seconds
+
+
+MAX_SIGNAL_NAME = 255
+"""The most characters of a signal's name (as a job type's)."""
+MAX_SIGNAL_BYTES = 65536
+"""The most bytes of a signal's payload, as JSON text."""
+
+
+def check_signal(job_id: object, name: object, payload_text: str) -> tuple[int, str]:
+    """Return the job id and name of a signal if they, and its payload (JSON text), may be sent."""
+    checked = check_job_id(job_id)
+    text = check_label("signal name", name, max_chars=MAX_SIGNAL_NAME)
+    size = len(payload_text.encode("utf-8"))
+    if size > MAX_SIGNAL_BYTES:
+        msg = f"signal payload is {size} bytes of JSON; at most {MAX_SIGNAL_BYTES} are allowed"
+        raise ValueError(msg)
+    return checked, text

@@ -15,10 +15,17 @@ The tree::
     ServerUnavailableError (also a RuntimeError), pgqueue.django's
     TaskFailed and JobFailed.
 
+    ├── WaitTimeout           a durable handler's wait ran out of time
+    └── ChildFailed           a durable handler's child job ended dead or cancelled
+
     Raised by handlers, to say how their job ends:
     Permanent                 dead-letter the job at once
     RetryAfter                fail this attempt; retry after these seconds
     Snooze                    run again after these seconds; no attempt used
+
+    Raised to a durable handler (BaseExceptions: an ``except Exception``
+    does not swallow them):
+    RunSuperseded             this run no longer holds its attempt
 
 Bad input raises the built-in ``TypeError`` or ``ValueError`` before any SQL
 runs. Database failures surface as asyncpg's own exceptions.
@@ -31,6 +38,7 @@ import asyncpg
 __all__ = [
     "DATABASE_ERRORS",
     "AlreadyStartedError",
+    "ChildFailed",
     "DuplicateJobError",
     "JobNotFoundError",
     "JobStateError",
@@ -38,9 +46,12 @@ __all__ = [
     "Permanent",
     "PgQueueError",
     "RetryAfter",
+    "RunSuperseded",
     "SchemaError",
     "Snooze",
+    "Suspended",
     "TrackerClosedError",
+    "WaitTimeout",
     "describe",
     "ends_session",
     "is_outage",
@@ -151,6 +162,77 @@ def schema_fix(apply: str) -> str:
 
 class TrackerClosedError(PgQueueError):
     """`Tracker.wait` called on a tracker that is not open, or pending when it closed."""
+
+
+class WaitTimeout(PgQueueError):
+    """A durable handler's `Job.wait_for` or `Job.wait_child` ran out of time.
+
+    Raised in the run after the deadline (the job is woken at it), and again
+    in every later run at the same wait: the handler may catch it.
+
+    Attributes:
+        what: what was waited for: ``"signal <name>"`` or ``"child <id>"``.
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the wait for {what} timed out")
+        self.what = what
+
+
+class ChildFailed(PgQueueError):
+    """The child job a durable handler waited for (`Job.wait_child`) ended dead or cancelled.
+
+    Attributes:
+        child_id: the child's id.
+        status: how it ended, ``"dead"`` or ``"cancelled"``.
+        error: its last error (None if it has none).
+    """
+
+    def __init__(self, child_id: int, status: str, error: str | None) -> None:
+        super().__init__(
+            f"child job {child_id} is {status}: {error or 'no error recorded'}"
+        )
+        self.child_id = child_id
+        self.status = status
+        self.error = error
+
+
+class RunSuperseded(BaseException):
+    """This run of a durable handler no longer holds its attempt: nothing it writes lands.
+
+    Raised by `Job.step`, `Job.sleep`, `Job.wait_for`, `Job.spawn`,
+    `Job.wait_child` and `Job.progress` when their fenced write matched
+    nothing: the run was rescued while it looked orphaned (its job may run
+    again elsewhere), or has ended. A ``BaseException``, so that an
+    ``except Exception`` around a step does not swallow it by accident; let
+    it propagate (the worker ends the run quietly, writing nothing).
+
+    Attributes:
+        job_id: the job's id.
+        attempt: the attempt this run held.
+    """
+
+    def __init__(self, job_id: int, attempt: int) -> None:
+        super().__init__(
+            f"job {job_id}: the run of attempt {attempt} was superseded; its writes do not land"
+        )
+        self.job_id = job_id
+        self.attempt = attempt
+
+
+class Suspended(BaseException):
+    """A durable handler's run ends here, its job already written to wake later (internal).
+
+    Raised by `Job.sleep`, `Job.wait_for` and `Job.wait_child` after their
+    fenced write; the worker ends the run without an outcome write.
+    ``seconds``: until the job is due (None: parked until what it waits for
+    comes); ``what``: for the log.
+    """
+
+    def __init__(self, what: str, seconds: float | None) -> None:
+        super().__init__(what)
+        self.what = what
+        self.seconds = seconds
 
 
 class Permanent(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, fields
@@ -12,6 +13,8 @@ from typing import (
     Generic,
     Literal,
     NamedTuple,
+    NoReturn,
+    Protocol,
     TypeAlias,
     TypedDict,
     TypeVar,
@@ -38,22 +41,23 @@ __all__ = [
     "Job",
     "NewJob",
     "PeriodicKey",
+    "Step",
 ]
 
 PERIODIC_KEY_PREFIX = "periodic:"
 """How the unique keys of periodic jobs start: ``periodic:<name>@<tick>``."""
 
 
-class _NoParents(Mapping[int, Any]):
+class _NoParents(Mapping[Any, Any]):
     """The empty ``parent_results`` of a job without parents: immutable and
     hashable, so a frozen dataclass takes it as a plain default."""
 
     __slots__ = ()
 
-    def __getitem__(self, key: int) -> Any:
+    def __getitem__(self, key: Any) -> Any:
         raise KeyError(key)
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[Any]:
         return iter(())
 
     def __len__(self) -> int:
@@ -68,6 +72,111 @@ class _NoParents(Mapping[int, Any]):
 
 NO_PARENTS: Mapping[int, Any] = _NoParents()
 """The parent_results of a job without parents (shared: it cannot change)."""
+
+NO_STEPS: Mapping[str, Any] = _NoParents()
+"""The steps of a job that has recorded none (shared: it cannot change)."""
+
+
+class Step(NamedTuple):
+    """A step a durable handler recorded (`Job.step`), as ``job.steps`` lists it.
+
+    ``result`` is its stored JSON value (decoded); ``at`` when it was
+    recorded, on the database clock. Steps the library records for
+    `Job.spawn`, `Job.wait_child` and timed-out waits are named
+    ``pgqueue:...``.
+
+    .. versionadded:: 0.1
+    """
+
+    name: str
+    result: Any
+    at: datetime | None
+
+
+def stored_steps(text: str) -> dict[str, Step]:
+    """The steps a job's ``steps`` column holds (JSON text), by name, in the order they were recorded.
+
+    Raises ValueError for JSON that is not an object of recorded steps.
+    """
+    stored = json.loads(text)
+    if not isinstance(stored, dict):
+        msg = "steps is not a JSON object"
+        raise ValueError(msg)
+    steps = {}
+    for name, entry in stored.items():
+        if not isinstance(entry, dict):
+            msg = f"step {name!r:.100} is not a JSON object"
+            raise ValueError(msg)
+        at = entry.get("at")
+        steps[name] = Step(
+            name,
+            entry.get("result"),
+            datetime.fromisoformat(at) if isinstance(at, str) else None,
+        )
+    # jsonb keeps an object's keys by length, then bytes.
+    return dict(sorted(steps.items(), key=_recorded_at))
+
+
+def _recorded_at(item: tuple[str, Step]) -> datetime:
+    return item[1].at or datetime.min.replace(tzinfo=UTC)
+
+
+class DurableRuns(Protocol):
+    """What runs a durable handler's steps, sleeps and waits (`pgqueue._engine.durable`)."""
+
+    async def step(
+        self,
+        job: Job[Any],
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any: ...
+
+    async def sleep(
+        self, job: Job[Any], seconds: float | timedelta | None, until: datetime | None
+    ) -> NoReturn: ...
+
+    async def wait_for(self, job: Job[Any], name: str, limit: float | None) -> Any: ...
+
+    async def spawn(
+        self,
+        job: Job[Any],
+        name: str,
+        job_type: str,
+        payload: Any,
+        options: dict[str, Any],
+    ) -> int: ...
+
+    async def wait_child(
+        self, job: Job[Any], child_id: int, limit: float | None
+    ) -> Any: ...
+
+    async def progress(
+        self, job: Job[Any], fraction: float, message: str | None
+    ) -> None: ...
+
+
+_DURABLE: ContextVar[DurableRuns | None] = ContextVar("pgqueue_durable", default=None)
+"""The durable runs of the worker whose handler runs in this context (see `_CHECKPOINTS`)."""
+
+
+def durable_through(runs: DurableRuns | None) -> None:
+    """Let handlers run from here on use ``runs`` for their steps, sleeps and waits."""
+    if _DURABLE.get() is not runs:
+        _DURABLE.set(runs)
+
+
+def _durable(job: Job[Any], what: str) -> DurableRuns:
+    runs = _DURABLE.get()
+    if runs is None:
+        msg = (
+            f"job {job.id} is not run by a worker here: call {what} from the "
+            "handler a worker runs (or a task it started)"
+        )
+        raise PgQueueError(msg)
+    return runs
+
 
 CheckpointWriter: TypeAlias = "Callable[[Job[Any], Any], Awaitable[bool]]"
 """What writes the checkpoints of the jobs a worker runs."""
@@ -120,6 +229,12 @@ class Job(Generic[PayloadT]):
     parent that ended dead or cancelled, or returned nothing, and for one
     whose row a Go worker's Prune deleted before this job ran, which the
     worker's log says): empty for a job without parents.
+
+    ``steps`` maps the name of each step recorded for the job before this
+    run began (`step`, and the library's own ``pgqueue:`` records) to its
+    `Step`: empty for a job that has recorded none. Durable handlers:
+    `step`, `sleep`, `wait_for`, `spawn`, `wait_child` and `progress`
+    (:doc:`/howto/durable-handlers`).
     """
 
     id: int
@@ -137,6 +252,164 @@ class Job(Generic[PayloadT]):
     trace_context: str | None = None
     last_checkpoint: Any = None
     parent_results: Mapping[int, Any] = NO_PARENTS
+    steps: Mapping[str, Step] = NO_STEPS
+
+    async def step(
+        self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` once for this job, ever: its result is recorded as step ``name``.
+
+        The first run of the job that reaches the step calls ``fn`` (an
+        ``async def`` is awaited; a plain ``def`` runs in a worker thread,
+        as sync handlers do) and stores what it returns, as JSON (the
+        library's codec: what a payload may hold), fenced like every outcome
+        write. Every later run of the job (a retry, a rescue after a crash,
+        a wake from `sleep` or a wait) returns the stored value without
+        calling ``fn``. What a step returns is the stored JSON value, the
+        first time too (a ``Decimal`` comes back as its JSON number, a
+        dataclass as a dict), so every run sees the same value.
+
+        A step that raises is not stored: the exception propagates, and
+        fails the attempt as any (retried, then dead). ``fn`` runs again on
+        the next attempt: keep what it does idempotent (see
+        :doc:`/howto/durable-handlers`).
+
+        Args:
+            name: the step's name, unique within the job (1 to 255
+                characters, no control character, not starting
+                ``pgqueue:``).
+            fn: what the step runs; then its arguments.
+
+        Raises:
+            ValueError: ``name`` was used already in this run, or is not a
+                valid name; ``fn`` returned what cannot be stored as JSON
+                (a ``TypeError`` then).
+            RunSuperseded: this run no longer holds its attempt; the result
+                was not stored (a ``BaseException``: let it propagate).
+            PgQueueError: no worker's handler runs here.
+
+        .. versionadded:: 0.1
+        """
+        return await _durable(self, "step").step(self, name, fn, args, kwargs)
+
+    async def sleep(
+        self, seconds: float | timedelta | None = None, *, until: datetime | None = None
+    ) -> NoReturn:
+        """End this run, and run the job again after ``seconds`` (or at ``until``): a durable sleep.
+
+        The job goes back to pending, due then (on the database clock), its
+        attempt given back and its steps kept; the worker's slot is free at
+        once and nothing is logged as a failure. The next run replays the
+        handler from the top, its recorded steps returning their results
+        at once; a sleep of days is a row, not a task. Put a sleep after
+        the step it follows, and make it the step's business to be
+        recorded: a sleep is not a step itself (a replay that reaches it
+        again sleeps again), so guard it with a step's result or with
+        ``until`` fixed by a step (see :doc:`/howto/durable-handlers`).
+
+        Never returns: it raises what ends the run (a ``BaseException``
+        the worker catches; do not catch it).
+
+        Raises:
+            TypeError, ValueError: neither or both of ``seconds`` and
+                ``until``, a negative or non-finite ``seconds``, a naive
+                ``until`` (nothing is written).
+            RunSuperseded: this run no longer holds its attempt.
+
+        .. versionadded:: 0.1
+        """
+        await _durable(self, "sleep").sleep(self, seconds, until)
+
+    async def wait_for(self, name: str, *, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """Return the payload of the signal ``name`` sent to this job; until it comes, park the job.
+
+        A signal sent before the wait began counts (signals are kept on the
+        job's row); the first signal of a name is the one every wait for it
+        returns. While none has come, this run ends (its attempt given back,
+        the worker's slot freed) and the job is parked (with ``timeout``:
+        pending until then); the signal makes it due at once, and an idle
+        worker runs it again, replaying from the top to this wait, which
+        then returns the payload. Senders: `Queue.signal`, ``pgqueue_signal``
+        in SQL.
+
+        Args:
+            name: the signal's name (1 to 255 characters, no control character).
+            timeout: seconds to wait at most (from the wait's first run),
+                or None for no limit.
+
+        Raises:
+            WaitTimeout: the time ran out with no signal (in the run after
+                the deadline, and in every later run at this wait).
+            RunSuperseded: this run no longer holds its attempt.
+
+        .. versionadded:: 0.1
+        """
+        return await _durable(self, "wait_for").wait_for(self, name, timeout)
+
+    async def spawn(
+        self, name: str, job_type: str, payload: Any = None, **options: Any
+    ) -> int:
+        """Enqueue a child job once for this job, ever, and return its id.
+
+        Like a step named ``name``: the first run enqueues the child (with
+        `Queue.enqueue`'s options; on this job's queue unless ``queue=``
+        names another) and records its id in the same transaction; every
+        later run returns that id without enqueuing. Wait for it with
+        `wait_child`.
+
+        Raises:
+            TypeError, ValueError: what `Queue.enqueue` raises for its
+                arguments, or a ``name`` used already in this run.
+            RunSuperseded: this run no longer holds its attempt (nothing
+                was enqueued).
+
+        .. versionadded:: 0.1
+        """
+        return await _durable(self, "spawn").spawn(
+            self, name, job_type, payload, options
+        )
+
+    async def wait_child(
+        self,
+        child_id: int,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Any:
+        """Return the result of job ``child_id`` once it has ended; until then, park this job.
+
+        The job is parked (with ``timeout``: pending until then), its
+        attempt given back and the slot freed, until the child ends; then
+        it is due at once. How the child ended is recorded as a step, so
+        every later run decides alike (even after the child's row is pruned).
+
+        Returns:
+            The child's stored result (decoded JSON; None if it returned nothing).
+
+        Raises:
+            ChildFailed: the child ended dead or cancelled (naming it and
+                its last error).
+            WaitTimeout: the time ran out before the child ended.
+            JobNotFoundError: no job has that id.
+            RunSuperseded: this run no longer holds its attempt.
+
+        .. versionadded:: 0.1
+        """
+        return await _durable(self, "wait_child").wait_child(self, child_id, timeout)
+
+    async def progress(self, fraction: float, message: str | None = None) -> None:
+        """Store how far this run has come (0 to 1, and a message), and announce it.
+
+        Fenced like a step; a `Tracker` follows it
+        (`Tracker.progress`). The message is cut to 1000 characters.
+
+        Raises:
+            TypeError, ValueError: ``fraction`` not a number from 0 to 1,
+                ``message`` not a str (before any SQL).
+            RunSuperseded: this run no longer holds its attempt.
+
+        .. versionadded:: 0.1
+        """
+        await _durable(self, "progress").progress(self, fraction, message)
 
     async def checkpoint(self, value: Any) -> bool:
         """Store ``value`` on the job's row, for the job's next attempts to resume from.
@@ -264,6 +537,7 @@ _fix_frozen_slots(Job)
     _set_trace_context,
     _set_last_checkpoint,
     _set_parent_results,
+    _set_steps,
 ) = (getattr(Job, f.name).__set__ for f in fields(Job))
 
 
@@ -283,6 +557,7 @@ def claimed_job(
     trace_context: str | None,
     last_checkpoint: Any = None,
     parent_results: Mapping[int, Any] = NO_PARENTS,
+    steps: Mapping[str, Step] = NO_STEPS,
 ) -> Job[Any]:
     """The same `Job` as ``Job(...)`` with these fields, built for the claim loop."""
     job: Job[Any] = object.__new__(Job)
@@ -301,6 +576,7 @@ def claimed_job(
     _set_trace_context(job, trace_context)
     _set_last_checkpoint(job, last_checkpoint)
     _set_parent_results(job, parent_results)
+    _set_steps(job, steps)
     return job
 
 

@@ -49,6 +49,9 @@ class Status(enum.StrEnum):
     """Cancelled by request, or because a parent failed (``on_parent_failure="cancel"``)."""
     WAITING = "waiting"
     """Enqueued with ``after=``, some of its parents not finished: no claim takes it (a Go worker's neither)."""
+    PARKED = "parked"
+    """Its handler waits for a signal or a child job (`Job.wait_for`, `Job.wait_child`): no claim takes it
+    (a Go worker's neither) until what it waits for arrives; it holds its unique key."""
 
     @property
     def label(self) -> str:
@@ -103,6 +106,7 @@ LIFECYCLE: Final[dict[Status, StatusTraits]] = {
     Status.WAITING: StatusTraits("Waiting"),
     Status.PENDING: StatusTraits("Pending", claimable=True, live=True),
     Status.RUNNING: StatusTraits("Running", live=True),
+    Status.PARKED: StatusTraits("Parked", live=True),
     Status.COMPLETED: StatusTraits("Completed", ended=True, counted=False),
     Status.DEAD: StatusTraits("Dead", ended=True, failed=True),
     Status.CANCELLED: StatusTraits("Cancelled", ended=True, failed=True),
@@ -127,13 +131,13 @@ def traits(**wanted: bool) -> tuple[Status, ...]:
 CLAIMABLE: Final = traits(claimable=True)
 """(pending,): what a claim takes."""
 LIVE: Final = traits(live=True)
-"""(pending, running): the statuses that hold a unique key."""
+"""(pending, running, parked): the statuses that hold a unique key."""
 ENDED: Final = traits(ended=True)
 """(completed, dead, cancelled): final."""
 FAILED: Final = traits(failed=True)
 """(dead, cancelled): ended without completing."""
 UNFINISHED: Final = traits(ended=False)
-"""(pending, running, waiting): not yet final."""
+"""(pending, running, waiting, parked): not yet final."""
 
 
 class OutcomeKind(enum.StrEnum):
@@ -157,6 +161,10 @@ class OutcomeKind(enum.StrEnum):
     """Snoozed by its handler; pending after ``delay``, its attempt given back."""
     RELEASED = "released"
     """Claimed but never started; pending again at once, its attempt given back."""
+    SUSPENDED = "suspended"
+    """A durable handler's run ended for a sleep or a wait (or was found superseded):
+    the job's row is written already (pending later, or parked), its attempt given
+    back; the worker writes nothing more. Not in ``OUTCOMES``: no outcome write carries it."""
 
 
 @dataclass(frozen=True, slots=True)

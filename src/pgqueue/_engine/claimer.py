@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import anyio
 
 from pgqueue._core.errors import describe, is_transient
-from pgqueue._core.job import NO_PARENTS, Job, claimed_job
+from pgqueue._core.job import NO_PARENTS, NO_STEPS, Job, claimed_job, stored_steps
 from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.outcome import Outcome
 from pgqueue._core.retry import MAX_RETRY_WAIT, Failures
@@ -438,6 +438,7 @@ def jobs_from_rows(
         trace_context,
         checkpoint_text,
         has_parents,
+        steps_text,
     ) in rows:
         error = None
         try:
@@ -451,6 +452,12 @@ def jobs_from_rows(
                 checkpoint = json.loads(checkpoint_text)
             except (ValueError, RecursionError) as exc:
                 error = f"checkpoint could not be decoded: {describe(exc)}"[:1000]
+        steps = NO_STEPS
+        if steps_text is not None:
+            try:
+                steps = stored_steps(steps_text)
+            except (ValueError, RecursionError) as exc:
+                error = f"steps could not be decoded: {describe(exc)}"[:1000]
         parent_results = NO_PARENTS
         parents_text = parents.get(job_id) if has_parents and parents else None
         if parents_text is not None:
@@ -487,6 +494,7 @@ def jobs_from_rows(
             trace_context,
             checkpoint,
             parent_results,
+            steps,
         )
         if error is None:
             jobs.append(job)

@@ -278,5 +278,6 @@ class Routes:
             self._runner.cancel(job_id, ready=True)
 
 
-# Outcomes that put the job back to run after their delay.
-_DELAYED = frozenset({OutcomeKind.PENDING, OutcomeKind.SNOOZED})
+# Outcomes that put the job back to run after their delay (a durable
+# sleep's or timed wait's; a parked job's delay is infinite).
+_DELAYED = frozenset({OutcomeKind.PENDING, OutcomeKind.SNOOZED, OutcomeKind.SUSPENDED})

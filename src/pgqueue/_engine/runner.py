@@ -6,6 +6,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import math
 import time
 from dataclasses import KW_ONLY, dataclass
 from time import perf_counter
@@ -16,8 +17,16 @@ import anyio.to_thread
 
 from pgqueue._core.backoff import MAX_BACKOFF
 from pgqueue._core.codec import encode_payload
-from pgqueue._core.errors import RetryAfter, Snooze, describe, is_permanent, storable
-from pgqueue._core.job import checkpoints_through
+from pgqueue._core.errors import (
+    RetryAfter,
+    RunSuperseded,
+    Snooze,
+    Suspended,
+    describe,
+    is_permanent,
+    storable,
+)
+from pgqueue._core.job import checkpoints_through, durable_through
 from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.outcome import CANCELLED_ERROR, Outcome
 from pgqueue._core.text import clip
@@ -29,6 +38,7 @@ if TYPE_CHECKING:
     from pgqueue._core.handler import Handler, SyncHandler
     from pgqueue._core.job import CheckpointWriter, Job
     from pgqueue._core.log import Logger
+    from pgqueue._engine.durable import Durable
 
 __all__ = [
     "TRACEBACK_INTERVAL",
@@ -103,6 +113,7 @@ class JobRunner:
     backoff: SafeBackoff
     logger: Logger
     checkpoints: CheckpointWriter | None = None
+    durable: Durable | None = None
 
     def __post_init__(self) -> None:
         self._running: dict[int, asyncio.Task[Any]] = {}
@@ -158,6 +169,7 @@ class JobRunner:
         running[job.id] = task or asyncio.current_task()  # type: ignore[assignment]
         checkpoints_through(self.checkpoints)
         started = perf_counter()
+        durable_through(self.durable)
         try:
             if timeout is None:
                 value = await handler(job)
@@ -165,6 +177,18 @@ class JobRunner:
                 deadline = anyio.current_time() + timeout
                 with anyio.CancelScope(deadline=deadline) as scope:
                     value = await handler(job)
+        except (Suspended, RunSuperseded) as exc:
+            return self._suspended(job, exc)
+        except BaseExceptionGroup as group:
+            # A sleep or a wait in a task group the handler started ends the
+            # run; any other group fails it, as any exception (or, holding
+            # what is not an Exception, propagates, as before).
+            ended = _suspension(group)
+            if ended is not None:
+                return self._suspended(job, ended)
+            if not isinstance(group, Exception):
+                raise
+            failure = group
         except anyio.get_cancelled_exc_class() as exc:
             if cut_off():
                 raise
@@ -174,6 +198,8 @@ class JobRunner:
             failure = exc
         finally:
             running.pop(job.id, None)
+            if self.durable is not None:
+                self.durable.ended(job)
         # How long the handler ran: the trend's (pgqueue._engine.trend).
         ran = perf_counter() - started
         if self._cancelled and job.id in self._cancelled:
@@ -200,6 +226,25 @@ class JobRunner:
                 ran,
             )
         return Outcome(job, OutcomeKind.COMPLETED, 0.0, None, result, ran)
+
+    def _suspended(self, job: Job, exc: Suspended | RunSuperseded) -> Outcome:
+        """The outcome of a run a durable sleep or wait ended, or found superseded: nothing to write."""
+        self._cancelled.discard(job.id)
+        if isinstance(exc, RunSuperseded):
+            self.logger.warning(
+                "%s: stale run superseded by rescue; its writes were refused",
+                job_label(job),
+                extra=job_fields(job),
+            )
+            return Outcome(job, OutcomeKind.SUSPENDED, delay=math.inf)
+        self.logger.info(
+            "%s ended for now: %s",
+            job_label(job),
+            exc.what,
+            extra={**job_fields(job), "wait": exc.what, "delay": exc.seconds},
+        )
+        delay = math.inf if exc.seconds is None else exc.seconds
+        return Outcome(job, OutcomeKind.SUSPENDED, delay=delay)
 
     def dead(self, job: Job, error: str, ran: float | None = None) -> Outcome:
         """Dead-letter ``job`` at once, for ``error`` (its handler ran ``ran`` seconds, if it ran)."""
@@ -273,6 +318,17 @@ class JobRunner:
             "%s cancelled by request", job_label(job), extra=job_fields(job)
         )
         return Outcome(job, OutcomeKind.CANCELLED, error=CANCELLED_ERROR)
+
+
+def _suspension(group: BaseExceptionGroup[Any]) -> Suspended | RunSuperseded | None:
+    """The sleep, wait or superseded write a group holds, if that is all it holds."""
+    matched, rest = group.split((Suspended, RunSuperseded))
+    if matched is None or rest is not None:
+        return None
+    first: BaseException = matched
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return cast("Suspended | RunSuperseded", first)
 
 
 def _forget_own_cancel() -> None:

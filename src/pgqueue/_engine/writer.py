@@ -56,21 +56,35 @@ class OutcomeWriter:
 
     def __post_init__(self) -> None:
         self._buffer: list[Outcome] = []
+        self._suspended: list[Outcome] = []
         # asyncio's event: anyio's looks up the running library on creation.
         self._arrived = asyncio.Event()
 
     def put(self, outcome: Outcome) -> None:
-        """Queue ``outcome`` for the next flush; never waits."""
-        self._buffer.append(outcome)
+        """Queue ``outcome`` for the next flush; never waits.
+
+        A `SUSPENDED` outcome (a durable handler's sleep or wait: its row
+        is written already) is settled at the next flush without a write.
+        """
+        if outcome.status is _SUSPENDED:
+            self._suspended.append(outcome)
+        else:
+            self._buffer.append(outcome)
         self._arrived.set()
 
     async def run(self) -> None:
         """Flush until cancelled."""
         failures = Failures.of(self, "writing job outcomes failed; retrying")
         while True:
+            if self._suspended:
+                self._settle_suspended()
             if not self._buffer:
                 self._arrived.clear()
                 await self._arrived.wait()
+                if self._suspended:
+                    self._settle_suspended()
+                if not self._buffer:
+                    continue
             batch, self._buffer = self._buffer, []
             try:
                 await self._write(batch)
@@ -78,6 +92,11 @@ class OutcomeWriter:
                 await anyio.sleep(failures.failed(exc, count=len(self._buffer)))
             else:
                 failures.succeeded()
+
+    def _settle_suspended(self) -> None:
+        suspended, self._suspended = self._suspended, []
+        self.settle(suspended, [o.key for o in suspended])
+        self.on_written(suspended, ())
 
     async def _write(self, batch: list[Outcome]) -> None:
         """Write ``batch``; on a transient failure, put back what is unwritten and raise."""
@@ -147,3 +166,4 @@ class OutcomeWriter:
 
 
 _KEY = operator.attrgetter("key")
+_SUSPENDED = OutcomeKind.SUSPENDED

@@ -14,6 +14,7 @@ from pgqueue._sql.statuses import (
     ENDED,
     FAILED,
     LIVE,
+    PARKED,
     PENDING,
     RUNNING,
     UNFINISHED,
@@ -44,7 +45,7 @@ __all__ = [
 ]
 
 
-# Cancel the jobs $1: pending and waiting ones at once (no worker claims
+# Cancel the jobs $1: pending, waiting and parked ones at once (no worker claims
 # them, Go's included; a waiting job's own waiting children are cancelled
 # by the pgqueue_parent_ended trigger), running ones by request
 # (cancel_requested, and a control NOTIFY to the worker running them). Each
@@ -72,13 +73,13 @@ WITH wanted AS (
     SELECT DISTINCT pg_catalog.unnest($1::text::bigint[]) AS id
 ), found AS {found}, changed AS (
     UPDATE pgqueue_jobs AS j
-    SET status           = CASE WHEN f.status IN ({PENDING}, {WAITING}) THEN {CANCELLED} ELSE j.status END,
+    SET status           = CASE WHEN f.status IN ({PENDING}, {WAITING}, {PARKED}) THEN {CANCELLED} ELSE j.status END,
         cancel_requested = j.cancel_requested OR f.status = {RUNNING},
-        last_error       = CASE WHEN f.status IN ({PENDING}, {WAITING}) THEN 'cancelled by request' ELSE j.last_error END,
-        updated_at       = CASE WHEN f.status IN ({PENDING}, {WAITING}) THEN {now} ELSE j.updated_at END
+        last_error       = CASE WHEN f.status IN ({PENDING}, {WAITING}, {PARKED}) THEN 'cancelled by request' ELSE j.last_error END,
+        updated_at       = CASE WHEN f.status IN ({PENDING}, {WAITING}, {PARKED}) THEN {now} ELSE j.updated_at END
     FROM found AS f
-    WHERE {queue}j.id = f.id AND f.status IN ({PENDING}, {WAITING}, {RUNNING})
-    RETURNING j.id, CASE WHEN f.status = {WAITING} THEN {PENDING} ELSE f.status END AS was, j.tracked
+    WHERE {queue}j.id = f.id AND f.status IN ({PENDING}, {WAITING}, {PARKED}, {RUNNING})
+    RETURNING j.id, CASE WHEN f.status IN ({WAITING}, {PARKED}) THEN {PENDING} ELSE f.status END AS was, j.tracked
 )
 SELECT w.id,
        CASE WHEN c.was = {PENDING} THEN {CANCELLED}

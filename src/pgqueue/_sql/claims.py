@@ -94,6 +94,7 @@ CLAIM_COLUMNS = (
     "trace_context",
     "checkpoint",
     "has_parents",
+    "steps",
 )
 """The columns a claim returns, in this order (`pgqueue._engine.claimer.jobs_from_rows` unpacks them)."""
 
@@ -109,6 +110,8 @@ _EXPRESSIONS = {
     # Once per claim (an InitPlan), not per row: numeric arithmetic is dear.
     "claimed_at": "(SELECT (extract(epoch FROM pg_catalog.now()) * 1000000)::int8)",
     "checkpoint": "checkpoint::text",
+    # A durable handler's recorded steps (NULL for every other job).
+    "steps": "steps::text",
     # A job enqueued after others: the claimer reads their results with
     # PARENT_RESULTS (a subquery here would be set up by every claim).
     "has_parents": "parents_left IS NOT NULL",

@@ -13,6 +13,7 @@ jobs to their parents).
 
 from __future__ import annotations
 
+from pgqueue._sql import durable
 from pgqueue._sql.settings import FUNCTION_SETTINGS
 from pgqueue._sql.statuses import CANCELLED, ENDED, FAILED, PENDING, WAITING
 from pgqueue._sql.tables import LIVE_KEY
@@ -571,10 +572,10 @@ FUNCTIONS = {
     "pgqueue_group_pending()": "trigger",
     "pgqueue_group_heads(text, text[])": "invoker",
     "pgqueue_take_turn(text)": "invoker",
+    **durable.FUNCTIONS,
 }
-"""Every function of the schema (the triggers' too) by signature, for grants and
-pinning: ``definer`` (SECURITY DEFINER: it runs with its owner's rights, for
-the roles granted it), ``invoker`` or ``trigger``."""
+"""Every function of the schema (the triggers' and durable handlers' too) by signature, for
+grants and pinning: ``definer`` (SECURITY DEFINER: its owner's rights), ``invoker`` or ``trigger``."""
 
 # Every function runs with a fixed search_path (pg_catalog, the schema it
 # was installed into, pg_temp): no function or table planted in another

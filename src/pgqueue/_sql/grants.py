@@ -8,13 +8,14 @@ Four grant sets, each exactly one role's job on the schema's tables:
   ``pgqueue_enqueue()``). It may insert the columns of a plain job and read
   back their ids, nothing else: a job with a key or parents goes through
   the schema's SECURITY DEFINER functions, which check what they are given.
+  It may signal a durable handler's job (``pgqueue_signal``), by id.
   It cannot choose ids, statuses, results, attempts or edges, update or
   delete a row, or copy (a large ``enqueue_many`` takes the INSERT path).
 - ``worker``: everything a ``Worker`` does (claims, outcomes, heartbeats,
   the sweeps, leases, rate limits, periodic schedules) and what its
   handlers enqueue.
 - ``operator``: ``Admin``'s reads and actions (retry, cancel, pause,
-  resume, prune), the dashboards' included.
+  resume, prune, signals to durable handlers), the dashboards' included.
 - ``reader``: ``Admin``'s and the dashboards' reads only.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import Literal, TypeAlias
 
 from pgqueue._core.checks import check_name
+from pgqueue._sql import durable
 from pgqueue._sql.enqueue import COPY_COLUMNS
 from pgqueue._sql.functions import FUNCTIONS
 
@@ -121,5 +123,10 @@ def grants(kind: Kind, role: str) -> str:
             f"GRANT EXECUTE ON FUNCTION {signature} TO {quoted};"
             for signature, function in FUNCTIONS.items()
             if function != "trigger"
+        ]
+    if kind == "operator":
+        lines += [
+            f"GRANT EXECUTE ON FUNCTION {signature} TO {quoted};"
+            for signature in durable.FUNCTIONS
         ]
     return "\n".join(lines) + "\n"

@@ -9,7 +9,7 @@ database's ``pg_catalog.now()``, never the client's clock.
 from __future__ import annotations
 
 from pgqueue._core.lifecycle import Status
-from pgqueue._sql import functions, tables, triggers
+from pgqueue._sql import durable, functions, tables, triggers
 from pgqueue._sql.functions import FUNCTIONS
 from pgqueue._sql.statuses import CHECK_ARRAY
 
@@ -52,6 +52,7 @@ _ADDED = "\n".join(
         tables.DEPENDENCIES + tables.WAITING_INDEX,
         triggers.PARENT_ENDED,
         tables.TREND,
+        tables.PARKED_INDEX,
     ]
 )
 _FUNCTIONS = (
@@ -60,6 +61,7 @@ _FUNCTIONS = (
     + functions.ENQUEUE_REPLACE
     + functions.ENQUEUE_AFTER
     + functions.ENQUEUE
+    + durable.SIGNAL_FUNCTION
     + functions.PINNED
 )
 
@@ -98,14 +100,19 @@ ALTER TABLE pgqueue_jobs
     ADD COLUMN IF NOT EXISTS parents_left     INT,
     ADD COLUMN IF NOT EXISTS on_parent_failure TEXT,
     ADD COLUMN IF NOT EXISTS group_key        TEXT,
-    ADD COLUMN IF NOT EXISTS claimed_at       TIMESTAMPTZ;
+    ADD COLUMN IF NOT EXISTS claimed_at       TIMESTAMPTZ,
+    ADD COLUMN IF NOT EXISTS steps            JSONB,
+    ADD COLUMN IF NOT EXISTS signals          JSONB,
+    ADD COLUMN IF NOT EXISTS wait             JSONB,
+    ADD COLUMN IF NOT EXISTS progress         JSONB;
 
 DO $$
 DECLARE
     old record;
 BEGIN
     -- The Go module's status check does not allow cancelled jobs, nor
-    -- pgqueue's before dependencies waiting ones: replace it, and pgqueue's
+    -- pgqueue's before dependencies waiting ones, nor before durable
+    -- handlers parked ones: replace it, and pgqueue's
     -- written as an IN list (PostgreSQL prepares every check for each
     -- statement that writes the table: a constant array costs less).
     FOR old IN
@@ -136,12 +143,14 @@ ALTER TABLE pgqueue_jobs VALIDATE CONSTRAINT chk_pgqueue_jobs_priority;
 """Bring a ``pgqueue_jobs`` table created by the Go module (or an earlier pgqueue) up to date.
 
 Only adds: columns with constant defaults or none (no table rewrite), the status
-check widened to allow ``cancelled`` and ``waiting`` (added ``NOT VALID``,
-then validated, which does not block writes), four partial indexes, the
+check widened to allow ``cancelled``, ``waiting`` and ``parked`` (added ``NOT VALID``,
+then validated, which does not block writes), five partial indexes (the
+unique index of live keys rebuilt to count parked jobs live), the
 ``pgqueue_periodic`` table of periodic schedules, the ``pgqueue_limits``
 and ``pgqueue_leases`` tables of fleet-wide limits, and the
 ``pgqueue_dependencies`` table with the ``pgqueue_parent_ended`` trigger
-that releases a job's children when it ends. Idempotent. Go
+that releases a job's children when it ends, the columns and the
+``pgqueue_signal`` function of durable handlers. Idempotent. Go
 producers and workers keep working on the upgraded table. On a large table,
 run each ``VALIDATE`` and ``CREATE INDEX`` in a transaction of its own (or
 build the indexes ``CONCURRENTLY`` first): a migration tool that wraps the
@@ -227,7 +236,8 @@ SCHEMA_DISTRIBUTED = "\n".join(
         + tables.PRIORITY_INDEX
         + tables.UNIQUE_INDEX
         + tables.FAILED_INDEX
-        + tables.WAITING_INDEX,
+        + tables.WAITING_INDEX
+        + tables.PARKED_INDEX,
         tables.PERIODIC,
         tables.LIMITS,
         tables.LEASES,
@@ -281,6 +291,10 @@ REQUIRED_COLUMNS = (
     "on_parent_failure",
     "group_key",
     "claimed_at",
+    "steps",
+    "signals",
+    "wait",
+    "progress",
 )
 """The columns of ``pgqueue_jobs`` pgqueue reads or writes."""
 
@@ -294,8 +308,8 @@ REQUIRED_FUNCTIONS = tuple(FUNCTIONS)
 _REQUIRED_FUNCTION_ARRAY = "{" + ",".join(f'"{f}"' for f in REQUIRED_FUNCTIONS) + "}"
 
 # Whether pgqueue_jobs is visible on the search_path; which of the columns
-# $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'waiting'
-# (the Go module's refuses 'cancelled' too); whether its unique keys are
+# $1 and indexes $2 it lacks, in their order; whether a check on status refuses 'parked'
+# (earlier ones refuse 'waiting' too, the Go module's 'cancelled'); whether its unique keys are
 # still one across queues (before schema v3);
 # whether pgqueue_limits (fleet-wide limits) is visible; which of
 # REQUIRED_FUNCTIONS are missing; whether the table has ever been analyzed
@@ -325,7 +339,7 @@ SELECT t.oid IS NOT NULL AS table_exists,
            SELECT 1 FROM pg_constraint
            WHERE conrelid = t.oid AND contype = 'c'
              AND pg_catalog.pg_get_constraintdef(oid) LIKE '%status%'
-             AND pg_catalog.pg_get_constraintdef(oid) NOT LIKE '%{Status.WAITING}%'
+             AND pg_catalog.pg_get_constraintdef(oid) NOT LIKE '%{Status.PARKED}%'
        ) AS old_status_check,
        EXISTS (
            SELECT 1 FROM pg_index

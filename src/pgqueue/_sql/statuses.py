@@ -43,6 +43,7 @@ __all__ = [
     "KEEPS_ERROR",
     "LIVE",
     "NOT_RUNNING",
+    "PARKED",
     "PENDING",
     "PENDING_AGAIN",
     "REQUEUED",
@@ -71,6 +72,7 @@ COMPLETED = quoted(Status.COMPLETED)
 DEAD = quoted(Status.DEAD)
 CANCELLED = quoted(Status.CANCELLED)
 WAITING = quoted(Status.WAITING)
+PARKED = quoted(Status.PARKED)
 
 LIVE = in_list(_LIVE)
 """The statuses that hold a unique key: the unique index's predicate."""

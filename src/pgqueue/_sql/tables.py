@@ -7,7 +7,15 @@ an earlier form of a piece comes just before it, in the plain schema only.
 
 from __future__ import annotations
 
-from pgqueue._sql.statuses import CHECK_ARRAY, FAILED, LIVE, PENDING, RUNNING, WAITING
+from pgqueue._sql.statuses import (
+    CHECK_ARRAY,
+    FAILED,
+    LIVE,
+    PARKED,
+    PENDING,
+    RUNNING,
+    WAITING,
+)
 
 __all__ = [
     "CLAIM_INDEX",
@@ -20,6 +28,7 @@ __all__ = [
     "LEASES",
     "LIMITS",
     "LIVE_KEY",
+    "PARKED_INDEX",
     "PAUSED",
     "PERIODIC",
     "PERIODIC_UPGRADE",
@@ -79,7 +88,11 @@ def jobs_table(*, distributed: bool = False) -> str:
     parents_left     INT,
     on_parent_failure TEXT,
     group_key        TEXT,
-    claimed_at       TIMESTAMPTZ{end});
+    claimed_at       TIMESTAMPTZ,
+    steps            JSONB,
+    signals          JSONB,
+    wait             JSONB,
+    progress         JSONB{end});
 """
 
 
@@ -105,6 +118,9 @@ UNIQUE_INDEX_UPGRADE = f"""-- One live job per (queue, job_type, unique_key): un
 -- queue, so one tenant's queue never meets another's keys. The earlier
 -- form, on (job_type, unique_key) across queues, is replaced: the new one
 -- is built first (it allows all the old one allowed), then the old one goes.
+-- So is the form before parked jobs (durable handlers), whose live keys
+-- were those of pending and running jobs only: the new one is built first
+-- (an old table has no parked job), then the old one goes.
 DO $$
 DECLARE
     name text;
@@ -115,7 +131,9 @@ BEGIN
         ('idx_pgqueue_jobs_unique_next', $p$unique_key IS NOT NULL AND status = {WAITING}$p$)
     LOOP
         IF EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = pg_catalog.to_regclass(name)
-                   AND pg_catalog.pg_get_indexdef(indexrelid) NOT LIKE '%(queue, job_type, unique_key)%') THEN
+                   AND (pg_catalog.pg_get_indexdef(indexrelid) NOT LIKE '%(queue, job_type, unique_key)%'
+                        OR (name = 'idx_pgqueue_jobs_unique'
+                            AND pg_catalog.pg_get_indexdef(indexrelid) NOT LIKE '%parked%'))) THEN
             EXECUTE pg_catalog.format('CREATE UNIQUE INDEX %I ON pgqueue_jobs (queue, job_type, unique_key) WHERE %s',
                            name || '_per_queue', predicate);
             EXECUTE pg_catalog.format('DROP INDEX %I', name);
@@ -134,6 +152,11 @@ UNIQUE_NEXT_INDEX = f"""-- The next job of a key whose live job had started when
 CREATE UNIQUE INDEX IF NOT EXISTS idx_pgqueue_jobs_unique_next
     ON pgqueue_jobs (queue, job_type, unique_key)
     WHERE unique_key IS NOT NULL AND status = {WAITING};
+"""
+PARKED_INDEX = f"""-- Parked jobs (durable handlers waiting for a signal or a child): the
+-- listings and counts of them; only parked jobs are in it.
+CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_parked
+    ON pgqueue_jobs (queue, id) WHERE status = {PARKED};
 """
 FAILED_INDEX = f"""-- The operations' stats and listings of dead and cancelled jobs (pgqueue.Admin).
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed

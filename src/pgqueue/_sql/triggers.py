@@ -10,7 +10,14 @@ from __future__ import annotations
 import textwrap
 
 from pgqueue._sql.settings import FUNCTION_SETTINGS
-from pgqueue._sql.statuses import CANCELLED, COMPLETED, ENDED, PENDING, WAITING
+from pgqueue._sql.statuses import (
+    CANCELLED,
+    COMPLETED,
+    ENDED,
+    PARKED,
+    PENDING,
+    WAITING,
+)
 
 __all__ = ["GROUP_HEADS_FUNCTION", "GROUP_PENDING", "PARENT_ENDED", "SETTLE"]
 
@@ -21,7 +28,12 @@ __all__ = ["GROUP_HEADS_FUNCTION", "GROUP_PENDING", "PARENT_ENDED", "SETTLE"]
 # children are found by their edges, then by id: 'waiting' is spelled
 # COLLATE "C" (the same test) so that the index of every waiting job
 # (idx_pgqueue_jobs_waiting, whose predicate is in the default collation)
-# is never taken for it.
+# is never taken for it. A durable handler's job that waits for this one
+# (Job.wait_child: parked, or pending until a deadline, its wait naming
+# this job; its edge is from this job to it) is due now, whatever the end.
+_WAITS_FOR = f'c.status <> {WAITING} COLLATE "C"'
+
+
 def _settle(parent: str, status: str, into: str = "") -> str:
     return f"""
 WITH settled AS (
@@ -30,19 +42,23 @@ WITH settled AS (
     RETURNING child_id
 ), changed AS (
     UPDATE pgqueue_jobs AS c
-    SET parents_left = c.parents_left - 1,
-        status       = CASE WHEN {status} <> {COMPLETED} AND c.on_parent_failure = 'cancel'
+    SET parents_left = CASE WHEN {_WAITS_FOR} THEN c.parents_left ELSE c.parents_left - 1 END,
+        status       = CASE WHEN {_WAITS_FOR} THEN {PENDING}
+                            WHEN {status} <> {COMPLETED} AND c.on_parent_failure = 'cancel'
                             THEN {CANCELLED}
                             WHEN c.parents_left <= 1 THEN {PENDING}
                             ELSE {WAITING} END,
-        run_at       = CASE WHEN c.parents_left <= 1 THEN greatest(c.run_at, pg_catalog.now())
+        run_at       = CASE WHEN {_WAITS_FOR} THEN least(c.run_at, pg_catalog.now())
+                            WHEN c.parents_left <= 1 THEN greatest(c.run_at, pg_catalog.now())
                             ELSE c.run_at END,
-        last_error   = CASE WHEN {status} <> {COMPLETED} AND c.on_parent_failure = 'cancel'
+        last_error   = CASE WHEN NOT {_WAITS_FOR} AND {status} <> {COMPLETED} AND c.on_parent_failure = 'cancel'
                             THEN pg_catalog.format('parent job %s is %s', {parent}, {status})
                             ELSE c.last_error END,
         updated_at   = pg_catalog.now()
     FROM settled AS s
-    WHERE c.id = s.child_id AND c.status = {WAITING} COLLATE "C"
+    WHERE c.id = s.child_id
+      AND (c.status = {WAITING} COLLATE "C"
+           OR (c.status IN ({PARKED} COLLATE "C", {PENDING}) AND c.wait ->> 'child' = {parent}::text))
     RETURNING c.id, c.queue, c.status, c.tracked
 )
 SELECT pg_catalog.count(n.sent){into}

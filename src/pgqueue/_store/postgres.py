@@ -40,6 +40,17 @@ from pgqueue._sql.claims import (
     PARENT_RESULTS,
     RATE_ROOM,
 )
+from pgqueue._sql.durable import (
+    JOB_STATE,
+    PROGRESS,
+    SIGNAL,
+    SLEEP,
+    SPAWN_LOCK,
+    STEP,
+    STEPS,
+    WAIT_CHILD,
+    WAIT_SIGNAL,
+)
 from pgqueue._sql.leases import LEASE, LOCK_LIMIT, RELEASE_LEASES, SEED_LIMIT
 from pgqueue._sql.literals import array, claim_places
 from pgqueue._sql.outcomes import CHECKPOINT, COMPLETE, FINISH, RESCUE, TOUCH
@@ -57,7 +68,7 @@ from pgqueue._sql.trend import TREND_FLUSH, TREND_PRUNE
 from pgqueue._store import plan
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
     from datetime import datetime
 
     from pgqueue._core.options import RateLimit
@@ -292,6 +303,126 @@ class Store:
     ) -> bool:
         """Store ``text`` as the checkpoint of job ``job_id``; whether the run still held attempt ``attempts``."""
         return await db.fetchrow(CHECKPOINT, job_id, attempts, text) is not None
+
+    # Durable handlers (pgqueue._sql.durable): each write fenced on the run.
+
+    async def step(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        name: str,
+        text: str,
+    ) -> datetime | None:
+        """Record step ``name`` of the run; when, or None if the run no longer holds its attempt."""
+        row = await db.fetchrow(STEP, job_id, attempts, name, text)
+        return None if row is None else row["at"]
+
+    async def steps(
+        self, db: Dedicated, steps: Sequence[tuple[int, int, str, str, str]]
+    ) -> dict[tuple[int, int], datetime]:
+        """Record ``steps`` (job id, attempt, queue, name, result JSON) in one statement.
+
+        Returns when each run's steps were recorded, by (job id, attempt): a
+        run missing from it no longer holds its attempt.
+        """
+        rows = await db.fetch(
+            STEPS,
+            array(step[0] for step in steps),
+            array(step[1] for step in steps),
+            [step[3] for step in steps],
+            [step[4] for step in steps],
+        )
+        return {(row["id"], row["attempts"]): row["at"] for row in rows}
+
+    async def sleep(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        seconds: float | None,
+        until: datetime | None,
+    ) -> asyncpg.Record | None:
+        """End the run until ``until`` (or for ``seconds``); its status and seconds until due."""
+        return await db.fetchrow(SLEEP, job_id, attempts, seconds, until)
+
+    async def wait_signal(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        name: str,
+        limit: float | None,
+    ) -> asyncpg.Record | None:
+        """Take signal ``name``, or record that the wait timed out, or end the run until it comes (``limit`` s at most)."""
+        return await db.fetchrow(WAIT_SIGNAL, job_id, attempts, name, limit)
+
+    async def wait_child(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        child_id: int,
+        limit: float | None,
+    ) -> asyncpg.Record | None:
+        """Take how job ``child_id`` ended, or record that the wait timed out, or end the run until it ends."""
+        return await db.fetchrow(WAIT_CHILD, job_id, attempts, child_id, limit)
+
+    async def spawn(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        name: str,
+        enqueue: Callable[[Connection], Awaitable[int]],
+    ) -> int | None:
+        """The child recorded as step ``name``, else ``enqueue``'s, recorded with it in one transaction.
+
+        None if the run no longer holds its attempt (nothing enqueued).
+        """
+
+        async def spawn(connection: Connection) -> int | None:
+            row = await connection.fetchrow(SPAWN_LOCK, job_id, attempts, name)
+            if row is None:
+                return None
+            if row["child"] is not None:
+                return int(json.loads(row["child"]))
+            child = await enqueue(connection)
+            await connection.fetchrow(STEP, job_id, attempts, name, str(child))
+            return child
+
+        return await db.run_in_transaction(spawn)
+
+    async def progress(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        fraction: float,
+        message: str | None,
+    ) -> bool:
+        """Store and announce the run's progress; whether the run still held its attempt."""
+        return (
+            await db.fetchrow(PROGRESS, job_id, attempts, fraction, message) is not None
+        )
+
+    async def signal(
+        self, executor: Executor, job_id: int, name: str, payload: str
+    ) -> bool:
+        """Send signal ``name`` with ``payload`` (JSON text) to job ``job_id``; whether it was stored."""
+        return bool(await executor.fetchval(SIGNAL, job_id, name, payload))
+
+    async def durable_state(
+        self, executor: Executor | Dedicated, job_id: int
+    ) -> asyncpg.Record | None:
+        """Job ``job_id``'s status, steps, signals, wait and progress (JSON text), or None."""
+        return await executor.fetchrow(JOB_STATE, job_id)
 
     async def touch(
         self, db: Dedicated, keys_by_queue: Mapping[str, list[Key]]

@@ -196,7 +196,7 @@ def missing_pieces(row: Row, *, limits: bool = True) -> list[str]:
     missing = [f"column {name}" for name in row["missing_columns"]]
     missing += [f"index {name}" for name in row["missing_indexes"]]
     if row["old_status_check"]:
-        missing.append(f"a status check that allows '{Status.WAITING}'")
+        missing.append(f"a status check that allows '{Status.PARKED}'")
     if row["old_unique_index"]:
         missing.append(
             "unique keys per queue (index idx_pgqueue_jobs_unique on queue, job_type, unique_key)"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Unpack
 
-from pgqueue import DuplicateJobError
+import psycopg
+
+from pgqueue import DuplicateJobError, JobNotFoundError
 from pgqueue._extension import (
     Store,
     admin_statements,
@@ -14,6 +16,8 @@ from pgqueue._extension import (
     check_max_attempts,
     check_queue_name,
     check_request,
+    check_signal,
+    durable_statements,
     encode_payload,
     encode_payloads,
     payload_encoder,
@@ -22,8 +26,6 @@ from pgqueue.sync._statements import fetch, run, store_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-
-    import psycopg
 
     from pgqueue import EnqueueOptions, NewJob
     from pgqueue._extension import Enqueued, Plan
@@ -162,6 +164,31 @@ class Queue:
         rows = fetch(self._connection, admin_statements.CANCEL, (array(ids),))
         done: dict[int, str] = {job_id: result for job_id, result, _ in rows}
         return {job_id: done[job_id] for job_id in ids}
+
+    def signal(self, job_id: int, name: str, payload: Any = None) -> bool:
+        """Send the signal ``name``, with ``payload``, to the durable handler of job ``job_id``, as `pgqueue.Queue.signal` does.
+
+        In the connection's transaction: the signal exists only if it commits.
+
+        Returns:
+            True once stored; False if the job has ended (nothing is stored).
+
+        Raises:
+            JobNotFoundError: no job has that id (the transaction stays usable).
+            TypeError, ValueError: as `pgqueue.Queue.signal` (before any SQL).
+
+        .. versionadded:: 0.1
+        """
+        text = "null" if payload is None else encode_payload(payload, self._encoder)
+        checked, name = check_signal(job_id, name, text)
+        try:
+            with self._connection.transaction():
+                rows = fetch(
+                    self._connection, durable_statements.SIGNAL, (checked, name, text)
+                )
+        except psycopg.errors.NoDataFound as exc:
+            raise JobNotFoundError(checked) from exc
+        return bool(rows[0][0])
 
     def _store_of(self) -> Store:
         """The store of the connection's database, looked up once (plain PostgreSQL's while there is no table)."""
