@@ -53,6 +53,7 @@ def test_parse_reads_fields_paths_and_json_values() -> None:
     "value",
     [
         JobFilter(),
+        JobFilter(ids=(3, 1, 2), queue="q"),
         JobFilter(queue="42", job_type='"quoted"', group="g", unique_key="k=1"),
         JobFilter(status="scheduled", due_before=datetime(2026, 5, 1, 12, tzinfo=UTC)),
         JobFilter(payload={"a.b": 1, "c": {"d": [1, 2]}}),
@@ -83,6 +84,9 @@ def test_terms_parse_back_to_an_equal_filter(value: JobFilter) -> None:
         (["payload.a..b=1"], "empty step"),
         (["created_after=yesterday"], "ISO 8601"),
         (["queue=bad\x07name"], "control character"),
+        (["id=1,x"], "separated by commas"),
+        (["id="], "separated by commas"),
+        (["id=0"], "positive bigint"),
     ],
 )
 def test_a_bad_term_raises_value_error(terms: list[str], error: str) -> None:
@@ -101,6 +105,11 @@ def test_bad_fields_raise_when_the_filter_is_made() -> None:
         JobFilter(payload={"a": object()})
     with pytest.raises(ValueError, match="status"):
         JobFilter(status="bogus")
+    with pytest.raises(TypeError, match="ints"):
+        JobFilter(ids=["1"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="no job"):
+        JobFilter(ids=())
+    assert JobFilter(ids=[5, 3, 5]).ids == (3, 5)
 
 
 def test_the_payload_is_a_copy_of_its_own() -> None:
@@ -187,6 +196,8 @@ EXPECTED: list[tuple[dict[str, Any], set[str]]] = [
     ({"result": {"ok": True}}, {"done"}),
     ({"result": {"lines": [{"sku": "a"}]}}, {"done"}),
     ({"payload": {"user_id": 1}, "status": "pending", "job_type": "mail"}, {"old"}),
+    ({"ids": ("gold", "dead", "done")}, {"gold", "dead", "done"}),
+    ({"ids": ("gold", "dead"), "status": "dead"}, {"dead"}),
 ]
 
 
@@ -208,6 +219,8 @@ async def test_each_field_finds_exactly_its_jobs(
 ) -> None:
     ids = await _make(pool, queue_name)
     admin = pgqueue.Admin(pool)
+    if "ids" in fields:
+        fields = {**fields, "ids": [ids[name] for name in fields["ids"]]}
     found = JobFilter(queue=queue_name, **_resolved(fields))
     listed = await admin.jobs(filter=found)
     assert {job.id for job in listed} == {ids[name] for name in expected}

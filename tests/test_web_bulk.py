@@ -224,6 +224,47 @@ async def test_selected_rows_are_acted_on_by_id(
     assert (await row(pool, ids["u1-pending"][1]))["status"] == "pending"
 
 
+async def test_delete_move_and_redrive_act_on_selected_rows(
+    pool: asyncpg.Pool, queue_name: str
+) -> None:
+    # As the filter id=...: the count is a dry run's, running rows stay.
+    ids = await seed(pool, queue_name)
+    elsewhere = f"{queue_name}-to"
+
+    async def act(verb: str, chosen: list[int], **extra: str) -> str:
+        confirm = await c.get(
+            f"/bulk/{verb}", params={"id": [str(i) for i in chosen], **extra}
+        )
+        assert confirm.status_code == 200, (verb, confirm.text)
+        fields = hidden(confirm.text)
+        assert fields["filter"] == json.dumps(
+            [f"id={','.join(map(str, sorted(chosen)))}"], separators=(",", ":")
+        )
+        done = await c.post(f"/bulk/{verb}", data=fields, headers=SAME_ORIGIN)
+        assert done.status_code == 303, verb
+        assert done.headers["location"].startswith("/jobs?acted=")
+        return words(confirm.text)
+
+    async with client(create_app(pool, read_only=False)) as c:
+        said = await act(
+            "redrive", [ids["u2-dead"][0], ids["u1-pending"][0]], to_queue=elsewhere
+        )
+        assert "Redrive 1 selected job to queue" in said  # pending: not redriven
+        said = await act(
+            "move", [ids["u1-pending"][1], ids["u3-running"][0]], to_queue=elsewhere
+        )
+        assert "Move 1 selected job to queue" in said  # running: never moved
+        said = await act("delete", [*ids["u1-dead"][:2], ids["u3-running"][0]])
+        assert "Delete 2 selected jobs?" in said
+    moved = {r["id"] for r in await rows(pool, elsewhere)}
+    assert moved == {ids["u2-dead"][0], ids["u1-pending"][1]}
+    left = await statuses(pool, queue_name)
+    assert not set(ids["u1-dead"][:2]) & set(left)
+    assert left[ids["u3-running"][0]] == "running"
+    assert left[ids["u1-pending"][0]] == "pending"
+    assert set(ids["u1-dead"][2:]) <= set(left)
+
+
 async def test_delete_move_and_redrive_act_on_the_filter(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:

@@ -27,9 +27,14 @@ from pgqueue._core.checks import (
 from pgqueue._core.lifecycle import LIFECYCLE
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Collection, Iterable, Mapping
 
-__all__ = ["FILTER_STATUSES", "TIME_FIELDS", "JobFilter"]
+__all__ = ["FILTER_STATUSES", "MAX_IDS", "TIME_FIELDS", "JobFilter"]
+
+MAX_IDS = 10_000
+"""The most job ids one filter names (``ids=``)."""
+
+_MAX_ID = 2**63 - 1
 
 FILTER_STATUSES = tuple(
     name
@@ -66,6 +71,9 @@ class JobFilter:
     raises `TypeError` or `ValueError` before any SQL runs.
 
     Attributes:
+        ids: the jobs with these ids (the term ``id=3,5,8``; at most
+            `MAX_IDS`), kept as a sorted tuple: the rows an operator
+            selected, with the other fields narrowing them further.
         queue: the jobs of this queue.
         job_type: of this type.
         status: in this status, or ``ready`` (pending and due) or
@@ -89,6 +97,7 @@ class JobFilter:
     .. versionadded:: 0.1
     """
 
+    ids: Collection[int] | None = None
     queue: str | None = None
     job_type: str | None = None
     status: str | None = None
@@ -119,6 +128,8 @@ class JobFilter:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, check(value))
+        if self.ids is not None:
+            object.__setattr__(self, "ids", _check_ids(self.ids))
         for name in TIME_FIELDS:
             value = getattr(self, name)
             if value is not None:
@@ -176,13 +187,15 @@ class JobFilter:
             if key in given:
                 msg = f"filter key {key!r} is given twice"
                 raise ValueError(msg)
-            if key in TIME_FIELDS:
+            if key == "id":
+                given["ids"] = _parse_ids(text)
+            elif key in TIME_FIELDS:
                 given[key] = _parse_time(key, text)
             elif key in _TEXT_FIELDS:
                 given[key] = _name_text(text)
             else:
                 known = ", ".join(
-                    (*_TEXT_FIELDS, *TIME_FIELDS, "payload.PATH", "result.PATH")
+                    ("id", *_TEXT_FIELDS, *TIME_FIELDS, "payload.PATH", "result.PATH")
                 )
                 msg = f"unknown filter key {key!r:.80} (the keys: {known})"
                 raise ValueError(msg)
@@ -200,7 +213,9 @@ class JobFilter:
             value = getattr(self, field.name)
             if value is None:
                 continue
-            if field.name in _JSON_FIELDS:
+            if field.name == "ids":
+                found.append(f"id={','.join(map(str, value))}")
+            elif field.name in _JSON_FIELDS:
                 found.extend(_object_terms(field.name, value))
             elif isinstance(value, datetime):
                 found.append(f"{field.name}={value.isoformat()}")
@@ -215,6 +230,38 @@ class JobFilter:
     def empty(self) -> bool:
         """True when no field is given (the filter matches every job)."""
         return all(getattr(self, field.name) is None for field in fields(self))
+
+
+def _check_ids(value: object) -> tuple[int, ...]:
+    """Distinct job ids, sorted: 1 to `MAX_IDS` of them, each a positive bigint."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        msg = f"ids must be an iterable of job ids (ints), not {type(value).__name__}"
+        raise TypeError(msg)
+    found: set[int] = set()
+    for job_id in value:
+        if not isinstance(job_id, int) or isinstance(job_id, bool):
+            msg = f"ids must hold ints, not {type(job_id).__name__}"
+            raise TypeError(msg)
+        if not 1 <= job_id <= _MAX_ID:
+            msg = f"a job id is a positive bigint, not {job_id}"
+            raise ValueError(msg)
+        found.add(job_id)
+        if len(found) > MAX_IDS:
+            msg = f"ids names more than {MAX_IDS} jobs"
+            raise ValueError(msg)
+    if not found:
+        msg = "ids names no job (leave it None for every job)"
+        raise ValueError(msg)
+    return tuple(sorted(found))
+
+
+def _parse_ids(text: str) -> tuple[int, ...]:
+    """``id=3,5,8``'s ids (ValueError unless each is a decimal number)."""
+    parts = text.split(",")
+    if not all(part.strip().isascii() and part.strip().isdigit() for part in parts):
+        msg = f"id= takes job ids separated by commas (id=3,5,8), not {text!r:.80}"
+        raise ValueError(msg)
+    return _check_ids(int(part) for part in parts)
 
 
 def _check_status(value: object) -> str:

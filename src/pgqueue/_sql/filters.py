@@ -78,6 +78,8 @@ def condition(
         args.append(value)
         return f"${first + len(args) - 1}::{cast}"
 
+    if found.ids is not None:
+        parts.append(f"id = ANY({bind(list(found.ids), 'bigint[]')})")
     if "status" not in skip and found.status is not None:
         parts.append(STATUS_CONDITIONS[found.status])
     if statuses is not None:

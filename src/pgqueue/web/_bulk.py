@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from pgqueue import JobFilter
 from pgqueue._extension import check_queue_name
 from pgqueue.web import _html
 from pgqueue.web._html import Value
@@ -145,18 +146,21 @@ def _ids(values: list[str]) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def _by_id(verb: Verb, values: list[str]) -> tuple[int, ...]:
-    """The selected rows' ids, for a verb that acts by id; 400 otherwise or for none."""
-    if not verb.by_id:
-        raise HTTPException(
-            400,
-            f"{verb.label} acts on the jobs a filter matches: check "
-            "All ... matching (narrow the filter to the jobs you mean)",
-        )
+def _by_id(values: list[str]) -> tuple[int, ...]:
+    """The selected rows' ids; 400 for none."""
     ids = _ids(values)
     if not ids:
         raise HTTPException(400, "select some jobs, or all that match")
     return ids
+
+
+def _selected(verb: Verb, values: list[str]) -> Selection:
+    """The selected rows: by id for a verb `pgqueue.Admin` takes ids for, else as the filter ``id=...``."""
+    ids = _by_id(values)
+    if verb.by_id:
+        return Selection(ids=ids)
+    found = JobFilter(ids=ids)
+    return Selection(where=Where(found, tuple(found.terms())))
 
 
 def _to_queue(verb: Verb, text: str) -> str | None:
@@ -221,7 +225,7 @@ class Bulk:
         if params.get("all"):
             selection = Selection(where=where_of(params))
         else:
-            selection = Selection(ids=_by_id(verb, params.getlist("id")))
+            selection = _selected(verb, params.getlist("id"))
         admin = await self._dashboard.admin()
         base = base_of(request)
         refused = None
@@ -276,10 +280,12 @@ class Bulk:
             where = parse_text(form["filter"])
             changed = await _run(admin, verb, where, int(limit_text), to_queue)
         else:
-            ids = _by_id(verb, [form.get("ids", "")])
+            ids = _by_id([form.get("ids", "")])
             done = await getattr(admin, verb.name)(*ids)
             changed = sum(1 for answer in done.values() if answer in verb.changed)
-        params: dict[str, Any] = {} if where is None else where.params
+        params: dict[str, Any] = (
+            {} if where is None or where.filter.ids is not None else where.params
+        )
         target = _html.url(
             base_of(request),
             "/jobs",
@@ -292,9 +298,10 @@ def _question(
     verb: Verb, count: int, selection: Selection, to_queue: str | None
 ) -> list[str | Value]:
     noun = "job" if count == 1 else "jobs"
-    if selection.where is None:
+    where = selection.where
+    if where is None or (where.filter.ids is not None and len(where.terms) == 1):
         question: list[str | Value] = [f"{verb.label} {count:,} selected {noun}"]
-    elif selection.where.terms:
+    elif where.terms:
         question = [f"{verb.label} {count:,} {noun} matching the filter"]
     else:
         question = [f"{verb.label} {count:,} {noun}: every job, no filter"]
