@@ -250,6 +250,8 @@ class QueueStats(_JSONShape):
         dead: dead-lettered jobs.
         cancelled: cancelled jobs.
         waiting: jobs waiting for their parents (``after=``) to finish.
+        parked: durable handlers' jobs waiting for a signal or a child job
+            (`pgqueue.Job.wait_for`, `pgqueue.Job.wait_child`).
         lag: seconds the oldest ready job has waited since its ``run_at``,
             or None when no job is ready.
         longest_running: seconds since the longest running job was
@@ -289,6 +291,7 @@ class QueueStats(_JSONShape):
     slots_in_use: int | None = None
     global_limit: int | None = None
     waiting: int = 0
+    parked: int = 0
     paused: bool = False
 
 
@@ -1301,7 +1304,7 @@ def queue_stats(
     estimated = completed_rows is None
     counts = {row[0]: list(row[1:]) for row in rows}
     if name is not None:
-        counts.setdefault(name, [0, 0, 0, 0, 0, 0, None, None, None])
+        counts.setdefault(name, [0, 0, 0, 0, 0, 0, 0, None, None, None])
     if completed_rows is None:
         completed = _estimate_completed(counts, int(table["live"]), table, name)
     else:
@@ -1312,10 +1315,10 @@ def queue_stats(
     }
     for extra in completed.keys() - counts.keys():
         if completed[extra]:
-            counts[extra] = [0, 0, 0, 0, 0, 0, None, None, None]
+            counts[extra] = [0, 0, 0, 0, 0, 0, 0, None, None, None]
     paused = {row["queue"] for row in paused_rows}
     for extra in paused - counts.keys():
-        counts[extra] = [0, 0, 0, 0, 0, 0, None, None, None]
+        counts[extra] = [0, 0, 0, 0, 0, 0, 0, None, None, None]
     return [
         _queue_stat(queue_name, values, completed, estimated, slots, paused)
         for queue_name, values in sorted(counts.items())
@@ -1330,10 +1333,19 @@ def _queue_stat(
     slots: Mapping[str, tuple[int, int]],
     paused: Collection[str],
 ) -> QueueStats:
-    """One `QueueStats` from ``values``: ready, scheduled, running, dead, cancelled, waiting, lag, longest running, oldest heartbeat."""
-    ready, scheduled, running, dead, cancelled, waiting, lag, longest, heartbeat = (
-        values
-    )
+    """One `QueueStats` from ``values``: ready, scheduled, running, dead, cancelled, waiting, parked, lag, longest running, oldest heartbeat."""
+    (
+        ready,
+        scheduled,
+        running,
+        dead,
+        cancelled,
+        waiting,
+        parked,
+        lag,
+        longest,
+        heartbeat,
+    ) = values
     return QueueStats(
         queue=name,
         ready=ready,
@@ -1349,6 +1361,7 @@ def _queue_stat(
         slots_in_use=slots[name][0] if name in slots else None,
         global_limit=slots[name][1] if name in slots else None,
         waiting=waiting,
+        parked=parked,
         paused=name in paused,
     )
 
@@ -1383,7 +1396,7 @@ def top_queues(
     """
     matched = int(rows[0]["matched"]) if rows else 0
     estimated = completed_estimated(table)
-    counts = {row["queue"]: list(row[1:10]) for row in rows}
+    counts = {row["queue"]: list(row[1:11]) for row in rows}
     if estimated:
         completed = _estimate_completed(
             counts, int(table["live"]), table, None, spread=matched
@@ -1397,7 +1410,7 @@ def top_queues(
     paused = {row["queue"] for row in paused_rows}
     return TopQueues(
         queues=tuple(
-            _queue_stat(row["queue"], row[1:10], completed, estimated, slots, paused)
+            _queue_stat(row["queue"], row[1:11], completed, estimated, slots, paused)
             for row in rows
         ),
         more=matched - len(rows),

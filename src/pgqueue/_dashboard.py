@@ -87,6 +87,8 @@ class QueueLine:
     """The queue's slots, for a queue with a fleet-wide limit; else None."""
     waiting: int = 0
     """Jobs waiting for their parents to finish."""
+    parked: int = 0
+    """Durable handlers' jobs waiting for a signal or a child job."""
     paused: bool = False
     """Whether the queue is paused (`pgqueue.Admin.pause`)."""
 
@@ -252,6 +254,7 @@ class Sampler:
                     slots_in_use=s.slots_in_use,
                     global_limit=s.global_limit,
                     waiting=s.waiting,
+                    parked=s.parked,
                     paused=s.paused,
                 )
             )

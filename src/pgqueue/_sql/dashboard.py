@@ -137,17 +137,19 @@ def _stats_top(*, completed: bool) -> str:
            coalesce(p.ready, 0)::int8 AS ready, coalesce(p.scheduled, 0)::int8 AS scheduled,
            coalesce(r.running, 0)::int8 AS running, coalesce(f.dead, 0)::int8 AS dead,
            coalesce(f.cancelled, 0)::int8 AS cancelled, coalesce(w.waiting, 0)::int8 AS waiting,
+           coalesce(k.parked, 0)::int8 AS parked,
            p.lag, r.longest_running, r.oldest_heartbeat,
            {"coalesce(c.completed, 0)::int8" if completed else "NULL::int8"} AS completed
     FROM pending AS p
     FULL JOIN running AS r USING (queue)
     FULL JOIN failed AS f USING (queue)
     FULL JOIN waiting AS w USING (queue)
+    FULL JOIN parked AS k USING (queue)
     {"FULL JOIN completed AS c USING (queue)" if completed else ""}
     FULL JOIN listed AS l USING (queue)
 )
 SELECT pg_catalog.substr(queue, 1, {READ_QUEUE_CHARS}) AS queue,
-       ready, scheduled, running, dead, cancelled, waiting,
+       ready, scheduled, running, dead, cancelled, waiting, parked,
        lag, longest_running, oldest_heartbeat, completed,
        pg_catalog.count(*) OVER () AS matched
 FROM counted

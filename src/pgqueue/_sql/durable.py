@@ -29,8 +29,10 @@ Every write of a run (a step, a sleep, a wait, progress) is fenced like the
 outcome writes: on the job's id, the attempt the run claimed, and status
 running. A stale run's matches nothing, and the run is told so.
 
-Plain PostgreSQL only: ``pgqueue_signal`` and these statements name jobs by
-id, across queues (the distributed schema has no such function).
+On the distributed schema (Citus), steps and progress are written on their
+queue's shard (DISTRIBUTED_STEP, DISTRIBUTED_PROGRESS); sleeps, waits,
+children and signals are plain PostgreSQL's only (they name other jobs by
+id, and decide with ``now()`` in CASEs, which Citus refuses).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from pgqueue._sql.statuses import (
 )
 
 __all__ = [
+    "DISTRIBUTED_PROGRESS",
+    "DISTRIBUTED_STEP",
     "FUNCTIONS",
     "JOB_STATE",
     "PROGRESS",
@@ -83,13 +87,19 @@ def _recorded(name: str, result: str) -> str:
 
 # A step's result ($4, JSON text) recorded as step $3 of job $1's run $2.
 # It counts as a heartbeat of that run. Returns the time it was recorded.
-STEP = f"""
+# On Citus, of queue $5.
+def _step(queue: str = "") -> str:
+    return f"""
 UPDATE pgqueue_jobs AS j
 SET steps = {_recorded("$3::text", "$4::text::jsonb")},
     updated_at = pg_catalog.now()
-WHERE {_FENCE}
+WHERE {queue}{_FENCE}
 RETURNING pg_catalog.now() AS at
 """
+
+
+STEP = _step()
+DISTRIBUTED_STEP = _step("j.queue = $5 AND ")
 
 # A step recorded in a transaction that first locked the row with
 # SPAWN_LOCK (a child's enqueue and its id, committed together): as STEP.
@@ -248,16 +258,30 @@ WAIT_KEYS = {
     "spawn": "pgqueue:spawn:",
 }
 
+
 # Job $1's run $2 reports its progress: $3 (0 to 1) and message $4 (or
-# NULL), stored and announced on pgqueue_progress at commit. A heartbeat too.
-PROGRESS = f"""
+# NULL), stored and announced on pgqueue_progress at commit. A heartbeat
+# too. On Citus, of queue $5, and the announcement comes back (``announced``)
+# for the coordinator to send.
+def _progress(queue: str = "") -> str:
+    announced = """pg_catalog.jsonb_build_object(
+    'id', j.id, 'fraction', $3::float8, 'message', $4::text)::text"""
+    returned = (
+        f"{announced} AS announced"
+        if queue
+        else f"pg_catalog.pg_notify('{PROGRESS_CHANNEL}', {announced}) IS NULL AS sent"
+    )
+    return f"""
 UPDATE pgqueue_jobs AS j
 SET progress = pg_catalog.jsonb_build_object('fraction', $3::float8, 'message', $4::text, 'at', pg_catalog.now()),
     updated_at = pg_catalog.now()
-WHERE {_FENCE}
-RETURNING pg_catalog.pg_notify('{PROGRESS_CHANNEL}', pg_catalog.jsonb_build_object(
-    'id', j.id, 'fraction', $3::float8, 'message', $4::text)::text) IS NULL AS sent
+WHERE {queue}{_FENCE}
+RETURNING {returned}
 """
+
+
+PROGRESS = _progress()
+DISTRIBUTED_PROGRESS = _progress("j.queue = $5 AND ")
 
 # What a job's durable state is now (Admin, the CLI and the dashboards
 # show it; a Tracker reads the progress it missed): $1 a job id.

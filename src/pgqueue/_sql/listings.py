@@ -12,6 +12,7 @@ from pgqueue._core.lifecycle import LIFECYCLE, Status
 from pgqueue._sql.statuses import (
     COMPLETED,
     FAILED,
+    PARKED,
     PENDING,
     RUNNING,
     WAITING,
@@ -54,11 +55,12 @@ _FAILED_COUNTS = ",\n           ".join(
 # long the oldest due job has waited (through the claim index); running
 # jobs, the earliest claim among them and their stalest heartbeat (through
 # the rescue index); dead and cancelled jobs (through the failed index);
-# jobs waiting for their parents (through the waiting index).
+# jobs waiting for their parents (through the waiting index); parked jobs
+# (through the parked index).
 # $1: one queue, or NULL for every queue. Completed jobs are not counted
 # here (see STATS_COMPLETED and STATS_TABLE).
 def status_counts(matches: str) -> str:
-    """The CTEs of STATS's counts (pending, running, failed, waiting), of the queues ``matches`` lets through."""
+    """The CTEs of STATS's counts (pending, running, failed, waiting, parked), of the queues ``matches`` lets through."""
     return f"""WITH pending AS (
     SELECT queue,
            pg_catalog.count(*) FILTER (WHERE run_at <= pg_catalog.now()) AS ready,
@@ -85,6 +87,11 @@ def status_counts(matches: str) -> str:
     FROM pgqueue_jobs
     WHERE status = {WAITING} AND {matches}
     GROUP BY queue
+), parked AS (
+    SELECT queue, pg_catalog.count(*) AS parked
+    FROM pgqueue_jobs
+    WHERE status = {PARKED} AND {matches}
+    GROUP BY queue
 )"""
 
 
@@ -93,11 +100,13 @@ STATS = f"""
 SELECT queue,
        coalesce(p.ready, 0)::int8, coalesce(p.scheduled, 0)::int8, coalesce(r.running, 0)::int8,
        coalesce(f.dead, 0)::int8, coalesce(f.cancelled, 0)::int8, coalesce(w.waiting, 0)::int8,
+       coalesce(k.parked, 0)::int8,
        p.lag, r.longest_running, r.oldest_heartbeat
 FROM pending AS p
 FULL JOIN running AS r USING (queue)
 FULL JOIN failed AS f USING (queue)
 FULL JOIN waiting AS w USING (queue)
+FULL JOIN parked AS k USING (queue)
 ORDER BY queue
 """
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pgqueue._core.errors import PgQueueError
 from pgqueue._sql.admin import (
     DISTRIBUTED_CANCEL,
     DISTRIBUTED_PRUNE,
@@ -35,6 +36,11 @@ from pgqueue._sql.claims import (
     DISTRIBUTED_CLAIM_ZERO_TYPES,
     DISTRIBUTED_RATE_ROOM,
     DISTRIBUTED_RECORD_START,
+)
+from pgqueue._sql.durable import (
+    DISTRIBUTED_PROGRESS,
+    DISTRIBUTED_STEP,
+    PROGRESS_CHANNEL,
 )
 from pgqueue._sql.enqueue import NOTIFY_JOBS
 from pgqueue._sql.leases import (
@@ -195,6 +201,57 @@ class CitusStore(Store):
         """The checkpoint, on its queue's shard."""
         row = await db.fetchrow(DISTRIBUTED_CHECKPOINT, job_id, attempts, text, queue)
         return row is not None
+
+    async def step(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        name: str,
+        text: str,
+    ) -> datetime | None:
+        """The step, on its queue's shard."""
+        row = await db.fetchrow(DISTRIBUTED_STEP, job_id, attempts, name, text, queue)
+        return None if row is None else row["at"]
+
+    async def progress(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        fraction: float,
+        message: str | None,
+    ) -> bool:
+        """The progress, on its queue's shard; announced from the coordinator."""
+        row = await db.fetchrow(
+            DISTRIBUTED_PROGRESS, job_id, attempts, fraction, message, queue
+        )
+        if row is None:
+            return False
+        await db.fetch(NOTIFY, [PROGRESS_CHANNEL], [row["announced"]])
+        return True
+
+    async def sleep(self, *_args: Any) -> asyncpg.Record | None:
+        """Not on the distributed schema."""
+        raise _not_distributed("Job.sleep")
+
+    async def wait_signal(self, *_args: Any) -> asyncpg.Record | None:
+        """Not on the distributed schema."""
+        raise _not_distributed("Job.wait_for")
+
+    async def wait_child(self, *_args: Any) -> asyncpg.Record | None:
+        """Not on the distributed schema."""
+        raise _not_distributed("Job.wait_child")
+
+    async def spawn(self, *_args: Any) -> int | None:
+        """Not on the distributed schema."""
+        raise _not_distributed("Job.spawn")
+
+    async def signal(self, *_args: Any) -> bool:
+        """Not on the distributed schema."""
+        raise _not_distributed("Queue.signal")
 
     async def touch(
         self, db: Dedicated, keys_by_queue: Mapping[str, list[Key]]
@@ -436,3 +493,10 @@ async def _by_queue(executor: Executor, ids: list[int]) -> dict[str, list[int]]:
     for row in await executor.fetch(QUEUES_OF, array(ids)):
         by_queue.setdefault(row["queue"], []).append(row["id"])
     return by_queue
+
+
+def _not_distributed(what: str) -> PgQueueError:
+    return PgQueueError(
+        f"{what} is not supported on the distributed schema (Citus) yet: "
+        "durable handlers there may use steps and progress only"
+    )

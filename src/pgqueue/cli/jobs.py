@@ -121,6 +121,7 @@ def _print_stats(found: list[QueueStats]) -> None:
             str(s.ready),
             str(s.scheduled),
             str(s.running),
+            str(s.parked),
             f"~{s.completed}" if s.completed_estimated else str(s.completed),
             str(s.dead),
             str(s.cancelled),

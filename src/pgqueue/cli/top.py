@@ -156,9 +156,10 @@ def render(
     # The waiting column only while some queue has jobs waiting for
     # parents: without it, the table fits 80 columns.
     waiting = any(q.waiting for q in frame.queues)
+    parked = any(q.parked for q in frame.queues)  # alike: durable handlers' waits
     queues.add_column("queue", overflow="fold")
     for name in QUEUE_COUNTS:
-        if waiting or name != Status.WAITING:
+        if (waiting or name != Status.WAITING) and (parked or name != Status.PARKED):
             queues.add_column(name, justify="right")
     queues.add_column("lag", justify="right")
     queues.add_column("enq/s", justify="right")
@@ -172,6 +173,7 @@ def render(
             str(q.ready),
             str(q.scheduled),
             str(q.running),
+            *([str(q.parked)] if parked else []),
             f"~{q.completed}" if q.completed_estimated else str(q.completed),
             Text(str(q.dead), style="bold red" if q.dead else ""),
             str(q.cancelled),
