@@ -59,6 +59,8 @@ from benchmarks._common import (
     summarize,
     write_json,
 )
+from pgqueue._sql.durable import STEP
+from pgqueue._sql.settings import WORKER_SETTINGS
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -223,6 +225,149 @@ def pgqueue_latency(dsn: str, runs: int, steps: int) -> dict[str, Any]:
         return run_child(latency_child, db, runs, steps, database=f"pgq_bench_{name}")
 
 
+# --- the floor of a step write ------------------------------------------------------
+
+# Several runs' steps in one statement: what a batching step writer would
+# send (as the outcome writer batches completions). Fenced as STEP is.
+BATCHED_STEP = """
+UPDATE pgqueue_jobs AS j
+SET steps = CASE WHEN pg_catalog.jsonb_typeof(j.steps) = 'object' THEN j.steps
+                 ELSE '{}'::jsonb END
+            || pg_catalog.jsonb_build_object(w.name, pg_catalog.jsonb_build_object(
+                   'result', w.result::jsonb, 'at', pg_catalog.now())),
+    updated_at = pg_catalog.now()
+FROM unnest($1::bigint[], $2::int[], $3::text[], $4::text[]) AS w(id, attempts, name, result)
+WHERE j.id = w.id AND j.attempts = w.attempts AND j.status = 'running'
+RETURNING j.id
+"""
+
+FLOOR_MODES = ("one connection", "one connection per lane", "batched, one connection")
+
+
+def floor_child(
+    connection: Connection, dsn: str, n: int, steps: int, concurrency: int, mode: str
+) -> None:
+    """Bare asyncpg: ``concurrency`` lanes write ``steps`` steps for each of ``n`` running jobs."""
+    asyncio.run(_floor(ChildLink(connection), dsn, n, steps, concurrency, mode))
+
+
+async def _floor(
+    link: ChildLink, dsn: str, n: int, steps: int, concurrency: int, mode: str
+) -> None:
+    lanes = concurrency if mode == FLOOR_MODES[1] else 1
+    connections = [
+        await asyncpg.connect(dsn, server_settings=WORKER_SETTINGS)
+        for _ in range(lanes)
+    ]
+    lock = asyncio.Lock()
+    pending: list[tuple[int, str, asyncio.Future[None]]] = []
+    wanted = asyncio.Event()
+
+    async def write(lane: int, job_id: int, name: str) -> None:
+        if mode == FLOOR_MODES[0]:
+            async with lock:  # as the worker's upkeep connection serializes
+                row = await connections[0].fetchrow(STEP, job_id, 1, name, "null")
+        elif mode == FLOOR_MODES[1]:
+            row = await connections[lane].fetchrow(STEP, job_id, 1, name, "null")
+        else:
+            done = asyncio.get_running_loop().create_future()
+            pending.append((job_id, name, done))
+            wanted.set()
+            await done
+            return
+        assert row is not None
+
+    async def writer() -> None:
+        while True:
+            await wanted.wait()
+            wanted.clear()
+            batch = pending[:]
+            pending.clear()
+            rows = await connections[0].fetch(
+                BATCHED_STEP,
+                [b[0] for b in batch],
+                [1] * len(batch),
+                [b[1] for b in batch],
+                ["null"] * len(batch),
+            )
+            assert len(rows) == len(batch)
+            for _, _, done in batch:
+                done.set_result(None)
+
+    jobs = iter(
+        [r[0] for r in await connections[0].fetch("SELECT id FROM pgqueue_jobs")]
+    )
+
+    async def lane(index: int) -> None:
+        for job_id in jobs:
+            for k in range(steps):
+                await write(index, job_id, f"s{k}")
+
+    try:
+        await link.ready()
+        cpu0 = process_cpu()
+        start = time.perf_counter()
+        async with anyio.create_task_group() as group:
+            if mode == FLOOR_MODES[2]:
+                group.start_soon(writer)
+            async with anyio.create_task_group() as lanes_group:
+                for index in range(concurrency):
+                    lanes_group.start_soon(lane, index)
+            group.cancel_scope.cancel()
+        elapsed = time.perf_counter() - start
+        await link.done(
+            {
+                "seconds": elapsed,
+                "steps_per_s": n * steps / elapsed,
+                "worker_cpu_s": process_cpu() - cpu0,
+            }
+        )
+    finally:
+        for each in connections:
+            await each.close()
+
+
+async def _running(dsn: str) -> None:
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute(
+            "UPDATE pgqueue_jobs SET status = 'running', attempts = 1"
+        )
+    finally:
+        await connection.close()
+
+
+def step_floor(
+    dsn: str, n: int, steps: int, concurrency: int, mode: str
+) -> dict[str, Any]:
+    """Steps per second of the bare step statement, written as ``mode`` says."""
+    name = "durable_floor"
+    with bench_database(dsn, name) as db:
+        run(pgq.fill(db, n))
+        run(_running(db))
+        result = run_child(
+            floor_child, db, n, steps, concurrency, mode, database=f"pgq_bench_{name}"
+        )
+        run(verify_floor(db, n, steps))
+    return result
+
+
+async def verify_floor(dsn: str, n: int, steps: int) -> None:
+    """Fail unless every job holds its ``steps`` steps."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        good = await connection.fetchval(
+            "SELECT count(*) FROM pgqueue_jobs"
+            " WHERE (SELECT count(*) FROM jsonb_object_keys(steps)) = $1",
+            steps,
+        )
+    finally:
+        await connection.close()
+    if good != n:
+        msg = f"step floor: {good} jobs hold {steps} steps, expected {n}"
+        raise AssertionError(msg)
+
+
 # --- DBOS -------------------------------------------------------------------------
 
 
@@ -294,10 +439,14 @@ def main() -> None:
         "--latency-jobs", type=int, default=50, help="jobs per latency run"
     )
     parser.add_argument("--dbos-python", default=DEFAULT_DBOS_PYTHON)
-    parser.add_argument("--only", default="steps,latency")
+    parser.add_argument(
+        "--only",
+        default="steps,latency,floor",
+        help="the measurements to run, comma-separated (default: all)",
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
-    if unknown := only - {"steps", "latency"}:
+    if unknown := only - {"steps", "latency", "floor"}:
         parser.error(f"--only: unknown measurements {sorted(unknown)}")
     dsn = resolve_dsn(args.dsn)
     k, n = args.steps, args.jobs
@@ -327,9 +476,18 @@ def main() -> None:
     got: dict[str, dict[str, list[dict[str, Any]]]] = {
         kind: {"pgqueue": [], "dbos": []} for kind in measures if kind in only
     }
+    floors: dict[str, list[dict[str, Any]]] = {mode: [] for mode in FLOOR_MODES}
     loads = []
     for round_ in range(args.runs):
         loads.append(os.getloadavg()[0])
+        if "floor" in only:
+            for mode in FLOOR_MODES if round_ % 2 == 0 else FLOOR_MODES[::-1]:
+                result = step_floor(dsn, n, k, args.concurrency, mode)
+                floors[mode].append(result)
+                print(
+                    f"round {round_ + 1} floor, {mode}: {result['steps_per_s']:,.0f} steps/s",
+                    flush=True,
+                )
         for kind, sides in got.items():
             order = ["pgqueue", "dbos"] if round_ % 2 == 0 else ["dbos", "pgqueue"]
             for side in order:
