@@ -533,6 +533,19 @@ def main() -> None:
             rows,
         )
     )
+    if "floor" in only:
+        floor_rows = []
+        out["floor"] = {}
+        for mode, results in floors.items():
+            values = [r["steps_per_s"] for r in results]
+            out["floor"][mode] = {"steps_per_s": summarize(values), "runs": results}
+            floor_rows.append([mode, fmt(statistics.median(values))])
+        print()
+        print(
+            markdown_table(
+                ["the bare step statement, written from", "steps/s"], floor_rows
+            )
+        )
     print(
         f"\nload average (1 min) at each round: {', '.join(f'{x:.1f}' for x in loads)}"
     )
