@@ -196,6 +196,7 @@ async def test_stats_are_exact_on_a_small_table(fresh_dsn: str) -> None:
             "slots_in_use": None,
             "global_limit": None,
             "waiting": 0,
+            "parked": 0,
             "paused": False,
         }
 

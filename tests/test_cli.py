@@ -302,6 +302,7 @@ async def test_stats_json_matches_the_table(fresh_dsn: str) -> None:
             "slots_in_use",
             "global_limit",
             "waiting",
+            "parked",
             "paused",
         ]
         q = found[0]

@@ -162,9 +162,10 @@ async def test_once_json_matches_the_database(
             "slots_in_use",
             "global_limit",
             "waiting",
+            "parked",
             "paused",
         }
-        assert q["waiting"] == 0
+        assert q["waiting"] == q["parked"] == 0
         assert q["completed_estimated"] is False
         assert q["slots_in_use"] is q["global_limit"] is None
         assert {name: q[name] for name in COUNTED} == counts[q["queue"]]

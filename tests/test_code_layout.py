@@ -136,7 +136,9 @@ def test_each_concepts_statements_fit_one_module(module: Path) -> None:
 
 
 def test_each_outcome_writes_a_status_of_the_lifecycle() -> None:
-    assert set(OUTCOMES) == set(OutcomeKind)
+    # Every kind but a durable handler's suspended run, whose row is written
+    # before its run ends (no outcome write carries it).
+    assert set(OUTCOMES) == set(OutcomeKind) - {OutcomeKind.SUSPENDED}
     for kind, transition in OUTCOMES.items():
         assert transition.status in LIFECYCLE
         if transition.requeued:

@@ -4,7 +4,8 @@ Through the public API on a real server: a child is enqueued once however
 often its parent runs, the parent parks (no slot, no attempt) until the
 child ends and then gets its result, a dead child raises ``ChildFailed``
 naming it and its last error, a child that ended before the wait is seen at
-once, and a wait for a job that does not exist raises.
+once, a wait for a job that does not exist raises, and a durable handler
+behind PgBouncer in transaction mode leaves no session state.
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import pytest
 
 import pgqueue
 from tests.helpers import no_backoff, row, running, wait_for_row
+from tests.pgbouncer import PgBouncer, pgbouncer
+from tests.test_pgbouncer import assert_untouched, baseline, bounced_pool
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import asyncpg
 
 
@@ -110,3 +116,44 @@ async def test_a_child_ended_before_the_wait_and_an_unknown_child(
     assert seen == ["not found"]
     assert json.loads(done["result"]) == 7
     assert done["attempts"] == 1  # never parked
+
+
+@pytest.fixture
+def bouncer(dsn: str) -> Iterator[PgBouncer]:
+    """A PgBouncer of the test's own in front of this run's database."""
+    with pgbouncer(dsn, pool_size=2) as running_bouncer:
+        yield running_bouncer
+
+
+async def test_a_durable_handler_behind_pgbouncer_leaves_no_session_state(
+    bouncer: PgBouncer, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    before = await baseline(bouncer)
+    async with bounced_pool(bouncer) as bounced:
+        queue = pgqueue.Queue(bounced, name=queue_name)
+        worker = pgqueue.Worker(
+            bounced, queue=queue_name, listen=False, poll_interval=0.05
+        )
+
+        @worker.handler("order")
+        async def order(job: pgqueue.Job) -> Any:
+            paid = await job.step("pay", lambda: "paid")
+            await job.progress(0.5, paid)
+            if "napped" not in job.steps:
+                await job.step("napped", lambda: True)
+                await job.sleep(0.1)
+            approval = await job.wait_for("approve")
+            child = await job.spawn("label", "label", {})
+            return [paid, approval, await job.wait_child(child)]
+
+        @worker.handler("label")
+        async def label(_job: pgqueue.Job) -> str:
+            return "TRK-1"
+
+        job_id = await queue.enqueue("order", {})
+        async with running(worker):
+            await wait_for_row(pool, job_id, status="parked")
+            assert await queue.signal(job_id, "approve", "yes") is True
+            done = await wait_for_row(pool, job_id, status="completed")
+    assert json.loads(done["result"]) == ["paid", "yes", "TRK-1"]
+    await assert_untouched(bouncer, before)

@@ -257,3 +257,84 @@ async def _has_waited(pool: asyncpg.Pool, job_id: int) -> bool:
             "SELECT wait IS NOT NULL FROM pgqueue_jobs WHERE id = $1", job_id
         )
     )
+
+
+async def test_parked_and_sleeping_jobs_hold_no_global_or_group_slot_and_pause_holds_a_woken_one(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    got: list[Any] = []
+    worker = pgqueue.Worker(
+        pool,
+        queue=queue.name,
+        concurrency=2,
+        global_limit=1,
+        group_limit=1,
+        rate_limit=pgqueue.RateLimit(100, 1.0),
+        poll_interval=60,
+    )
+    _approvals(worker, got)
+    plain_ran: list[int] = []
+
+    @worker.handler("sleeper")
+    async def sleeper(job: pgqueue.Job) -> None:
+        if "slept" not in job.steps:
+            await job.step("slept", lambda: True)
+            await job.sleep(3600)
+
+    @worker.handler("plain")
+    async def plain(job: pgqueue.Job) -> None:
+        plain_ran.append(job.id)
+
+    admin = pgqueue.Admin(pool)
+    parked_id = await queue.enqueue("approval", {}, group="tenant")
+    sleeping_id = await queue.enqueue("sleeper", {}, group="tenant")
+    async with running(worker):
+        await wait_for_row(pool, parked_id, status="parked")
+        await wait_until(lambda: _has_waited(pool, sleeping_id))
+        # The one fleet-wide slot and the group's one turn are free.
+        plain_id = await queue.enqueue("plain", {}, group="tenant")
+        await wait_for_row(pool, plain_id, status="completed")
+        [stats] = await admin.stats(queue.name)
+        assert (stats.parked, stats.scheduled, stats.running) == (1, 1, 0)
+        # A signal while the queue is paused: due, but held until resumed.
+        assert await admin.pause(queue.name)
+        assert await queue.signal(parked_id, "approve", "go") is True
+        assert (await row(pool, parked_id))["status"] == "pending"
+        # The signal's wakeup makes the worker claim at once: it takes
+        # nothing while the queue is paused.
+        await anyio.sleep(0.5)
+        assert (await row(pool, parked_id))["status"] == "pending"
+        assert await admin.resume(queue.name)
+        await wait_for_row(pool, parked_id, status="completed")
+        # Cancelling a parked job cancels it at once; retention keeps it.
+        other_id = await queue.enqueue("approval", {})
+        await wait_for_row(pool, other_id, status="parked")
+        assert await queue.prune(0) == 2  # the completed ones
+        assert (await row(pool, other_id))["status"] == "parked"
+        assert await queue.cancel(other_id) == {other_id: "cancelled"}
+        assert (await row(pool, other_id))["status"] == "cancelled"
+    assert got == [(1, "go")]
+    assert plain_ran == [plain_id]
+
+
+async def test_a_signal_wakes_a_wait_with_a_timeout_at_once(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    got: list[Any] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
+    _approvals(worker, got)
+    job_id = await queue.enqueue("approval", {"timeout": 3600})
+    async with running(worker):
+        await wait_until(lambda: _has_waited(pool, job_id))
+        waiting = await row(pool, job_id)
+        # Pending until the deadline (the Go claim's too), not parked.
+        assert (waiting["status"], waiting["attempts"]) == ("pending", 0)
+        assert (
+            3500 < (waiting["run_at"] - waiting["updated_at"]).total_seconds() <= 3600
+        )
+        async with pool.acquire() as connection:
+            assert await connection.fetch(GO_CLAIM, queue.name, 10) == []
+        assert await queue.signal(job_id, "approve", "now") is True
+        done = await wait_for_row(pool, job_id, status="completed", within=5)
+    assert got == [(1, "now")]
+    assert (done["completed_at"] - waiting["updated_at"]).total_seconds() < 60

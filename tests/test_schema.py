@@ -44,6 +44,10 @@ V2_COLUMNS = {
     "on_parent_failure": ("text", "YES", None),
     "group_key": ("text", "YES", None),
     "claimed_at": ("timestamp with time zone", "YES", None),
+    "steps": ("jsonb", "YES", None),
+    "signals": ("jsonb", "YES", None),
+    "wait": ("jsonb", "YES", None),
+    "progress": ("jsonb", "YES", None),
 }
 
 
@@ -106,6 +110,7 @@ def test_status_values() -> None:
         "dead",
         "cancelled",
         "waiting",
+        "parked",
     ]
     assert str(pgqueue.Status.DEAD) == "dead"
 

@@ -102,9 +102,9 @@ async def test_a_worker_or_queue_on_a_go_table_fails_at_once_naming_what_is_miss
         "column result, column tracked, column trace_context, column errors, "
         "column snoozed, column checkpoint, column has_children, "
         "column parents_left, column on_parent_failure, column group_key, "
-        "column claimed_at, "
+        "column claimed_at, column steps, column signals, column wait, column progress, "
         "index idx_pgqueue_jobs_priority, "
-        "index idx_pgqueue_jobs_unique, a status check that allows 'waiting'"
+        "index idx_pgqueue_jobs_unique, a status check that allows 'parked'"
     )
     with anyio.fail_after(10), pytest.raises(pgqueue.SchemaError) as raised:
         await pgqueue.Worker(go_table, queue="q").run(until_empty=True)

@@ -657,7 +657,7 @@ class Queue:
             SchemaError: the schema lacks ``pgqueue_signal`` (apply
                 `pgqueue.SCHEMA_UPGRADE`).
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
         """
         text = "null" if payload is None else encode_payload(payload, self._encoder)
         checked, name = check_signal(job_id, name, text)

@@ -103,7 +103,7 @@ class JobProgress:
     ``fraction`` is from 0 to 1; ``message`` what the handler said, if
     anything (`pgqueue.Job.progress`).
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
 
     id: int
@@ -341,7 +341,7 @@ class Tracker:
             TrackerClosedError: the tracker is not open.
             TypeError, ValueError: a bad ``job_id`` (before any SQL).
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
         """
         job_id = check_job_id(job_id)
         every = (

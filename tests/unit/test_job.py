@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pgqueue._core.job import Job, PeriodicKey, claimed_job
+from pgqueue._core.job import Job, PeriodicKey, Step, claimed_job
 from pgqueue._engine.claimer import jobs_from_rows
 from pgqueue._sql.claims import CLAIM, CLAIM_COLUMNS
 
@@ -28,6 +28,9 @@ FIELDS: dict[str, Any] = {
     "trace_context": '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}',
     "last_checkpoint": {"step": [3]},
     "parent_results": {3: {"rows": 2}, 4: None},
+    "steps": {
+        "charge": Step("charge", {"id": "ch_1"}, datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
+    },
 }
 
 
@@ -89,6 +92,7 @@ def test_a_claimed_row_is_read_by_the_claim_columns() -> None:
         "trace_context": FIELDS["trace_context"],
         "checkpoint": '{"step": [3]}',
         "has_parents": True,
+        "steps": '{"charge": {"at": "2026-01-01T00:01:00+00:00", "result": {"id": "ch_1"}}}',
     }
     assert set(columns) == set(CLAIM_COLUMNS)
     row = tuple(columns[name] for name in CLAIM_COLUMNS)

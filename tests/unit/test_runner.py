@@ -315,6 +315,7 @@ async def test_outcome_kinds_are_named_and_compare_as_the_strings_observers_see(
         "cancelled",
         "snoozed",
         "released",
+        "suspended",
     }
     # Every job status an outcome can write is the kind of the same name.
     for status in ("completed", "dead", "cancelled", "pending"):

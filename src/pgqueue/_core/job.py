@@ -85,7 +85,7 @@ class Step(NamedTuple):
     `Job.spawn`, `Job.wait_child` and timed-out waits are named
     ``pgqueue:...``.
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.1
     """
 
     name: str
@@ -288,7 +288,7 @@ class Job(Generic[PayloadT]):
                 was not stored (a ``BaseException``: let it propagate).
             PgQueueError: no worker's handler runs here.
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
         """
         return await _durable(self, "step").step(self, name, fn, args, kwargs)
 
@@ -316,7 +316,7 @@ class Job(Generic[PayloadT]):
                 ``until`` (nothing is written).
             RunSuperseded: this run no longer holds its attempt.
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
         """
         await _durable(self, "sleep").sleep(self, seconds, until)
 
@@ -342,7 +342,7 @@ class Job(Generic[PayloadT]):
                 the deadline, and in every later run at this wait).
             RunSuperseded: this run no longer holds its attempt.
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
         """
         return await _durable(self, "wait_for").wait_for(self, name, timeout)
 
@@ -363,7 +363,7 @@ class Job(Generic[PayloadT]):
             RunSuperseded: this run no longer holds its attempt (nothing
                 was enqueued).
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
         """
         return await _durable(self, "spawn").spawn(
             self, name, job_type, payload, options
@@ -392,7 +392,7 @@ class Job(Generic[PayloadT]):
             JobNotFoundError: no job has that id.
             RunSuperseded: this run no longer holds its attempt.
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
         """
         return await _durable(self, "wait_child").wait_child(self, child_id, timeout)
 
@@ -407,7 +407,7 @@ class Job(Generic[PayloadT]):
                 ``message`` not a str (before any SQL).
             RunSuperseded: this run no longer holds its attempt.
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
         """
         await _durable(self, "progress").progress(self, fraction, message)
 

@@ -574,9 +574,8 @@ FUNCTIONS = {
     "pgqueue_take_turn(text)": "invoker",
     **durable.FUNCTIONS,
 }
-"""Every function of the schema (the triggers' too) by signature, for grants and
-pinning: ``definer`` (SECURITY DEFINER: it runs with its owner's rights, for
-the roles granted it), ``invoker`` or ``trigger``."""
+"""Every function of the schema (the triggers' and durable handlers' too) by signature, for
+grants and pinning: ``definer`` (SECURITY DEFINER: its owner's rights), ``invoker`` or ``trigger``."""
 
 # Every function runs with a fixed search_path (pg_catalog, the schema it
 # was installed into, pg_temp): no function or table planted in another

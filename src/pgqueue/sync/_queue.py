@@ -177,7 +177,7 @@ class Queue:
             JobNotFoundError: no job has that id (the transaction stays usable).
             TypeError, ValueError: as `pgqueue.Queue.signal` (before any SQL).
 
-        .. versionadded:: 0.2
+        .. versionadded:: 0.1
         """
         text = "null" if payload is None else encode_payload(payload, self._encoder)
         checked, name = check_signal(job_id, name, text)
