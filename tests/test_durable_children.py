@@ -5,7 +5,9 @@ often its parent runs, the parent parks (no slot, no attempt) until the
 child ends and then gets its result, a dead child raises ``ChildFailed``
 naming it and its last error, a child that ended before the wait is seen at
 once, a wait for a job that does not exist raises, and a durable handler
-behind PgBouncer in transaction mode leaves no session state.
+behind PgBouncer in transaction mode leaves no session state, and the
+grant sets suffice (a worker role runs it; producers and operators signal,
+readers cannot).
 """
 
 from __future__ import annotations
@@ -14,17 +16,19 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import asyncpg
 import pytest
 
 import pgqueue
 from tests.helpers import no_backoff, row, running, wait_for_row
 from tests.pgbouncer import PgBouncer, pgbouncer
 from tests.test_pgbouncer import assert_untouched, baseline, bounced_pool
+from tests.test_trust_boundary import roles  # noqa: F401  (the fixture)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    import asyncpg
+    from tests.test_trust_boundary import Roles
 
 
 async def test_spawn_and_wait_child_that_completes_and_one_that_dies(
@@ -157,3 +161,43 @@ async def test_a_durable_handler_behind_pgbouncer_leaves_no_session_state(
             done = await wait_for_row(pool, job_id, status="completed")
     assert json.loads(done["result"]) == ["paid", "yes", "TRK-1"]
     await assert_untouched(bouncer, before)
+
+
+async def test_the_grant_sets_run_durable_handlers_and_signal_them(
+    roles: Roles,  # noqa: F811  (the fixture: a role of each grant set)
+) -> None:
+    async with (
+        asyncpg.create_pool(roles.dsn["producer"], min_size=1, max_size=2) as producer,
+        asyncpg.create_pool(roles.dsn["worker"], min_size=1, max_size=4) as worker_pool,
+        asyncpg.create_pool(roles.dsn["reader"], min_size=1, max_size=2) as reader,
+        asyncpg.create_pool(roles.dsn["operator"], min_size=1, max_size=2) as operator,
+        asyncpg.create_pool(roles.owner, min_size=1, max_size=2) as owner,
+    ):
+        worker = pgqueue.Worker(worker_pool, queue="granted", poll_interval=0.1)
+
+        @worker.handler("order")
+        async def order(job: pgqueue.Job) -> Any:
+            paid = await job.step("pay", lambda: "paid")
+            await job.progress(0.5)
+            first = await job.wait_for("first")
+            second = await job.wait_for("second")
+            child = await job.spawn("label", "label", {})
+            return [paid, first, second, await job.wait_child(child)]
+
+        @worker.handler("label")
+        async def label(_job: pgqueue.Job) -> str:
+            return "TRK"
+
+        job_id = await pgqueue.Queue(producer, name="granted").enqueue("order", {})
+        async with running(worker):
+            await wait_for_row(owner, job_id, status="parked")
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await pgqueue.Queue(reader, name="granted").signal(job_id, "first")
+            assert await pgqueue.Queue(producer, name="granted").signal(
+                job_id, "first", 1
+            )
+            assert await pgqueue.Queue(operator, name="granted").signal(
+                job_id, "second", 2
+            )
+            done = await wait_for_row(owner, job_id, status="completed")
+    assert json.loads(done["result"]) == ["paid", 1, 2, "TRK"]

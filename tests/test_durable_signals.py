@@ -10,9 +10,10 @@ jobs hold no slot, and the Go module's claim never takes a parked row.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
+import asyncpg
 import psycopg
 import pytest
 
@@ -20,9 +21,6 @@ import pgqueue
 import pgqueue.sync
 from tests.go_module import GO_CLAIM
 from tests.helpers import RecordingLogger, row, running, wait_for_row, wait_until
-
-if TYPE_CHECKING:
-    import asyncpg
 
 
 def _approvals(worker: pgqueue.Worker, got: list[Any]) -> None:
@@ -338,3 +336,37 @@ async def test_a_signal_wakes_a_wait_with_a_timeout_at_once(
         done = await wait_for_row(pool, job_id, status="completed", within=5)
     assert got == [(1, "now")]
     assert (done["completed_at"] - waiting["updated_at"]).total_seconds() < 60
+
+
+async def test_a_parked_job_holds_its_unique_key_and_the_upgrade_rebuilds_the_old_index(
+    fresh_dsn: str,
+) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
+        # The unique index as pgqueue made it before parked jobs.
+        await pool.execute(
+            "DROP INDEX idx_pgqueue_jobs_unique;"
+            " CREATE UNIQUE INDEX idx_pgqueue_jobs_unique"
+            " ON pgqueue_jobs (queue, job_type, unique_key)"
+            " WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')"
+        )
+        await pool.execute(pgqueue.SCHEMA_UPGRADE)
+        definition = await pool.fetchval(
+            "SELECT pg_get_indexdef('idx_pgqueue_jobs_unique'::regclass)"
+        )
+        assert "parked" in definition
+        await pool.execute(pgqueue.SCHEMA_UPGRADE)  # idempotent
+        queue = pgqueue.Queue(pool, name="q")
+        got: list[Any] = []
+        worker = pgqueue.Worker(pool, queue="q", poll_interval=0.2)
+        _approvals(worker, got)
+        job_id = await queue.enqueue("approval", {}, unique_key="order-1")
+        async with running(worker):
+            await wait_for_row(pool, job_id, status="parked")
+            assert await queue.enqueue("approval", {}, unique_key="order-1") == job_id
+            with pytest.raises(pgqueue.DuplicateJobError):
+                await queue.enqueue(
+                    "approval", {}, unique_key="order-1", on_conflict="raise"
+                )
+            await queue.signal(job_id, "approve", 1)
+            await wait_for_row(pool, job_id, status="completed")
+        assert got == [(1, 1)]

@@ -402,3 +402,34 @@ async def test_progress_is_stored_fenced_and_followed_by_a_tracker(
     stored = await row(pool, job_id)
     assert stored["status"] == "completed"
     assert json.loads(stored["progress"])["fraction"] == 1.0
+
+
+async def test_a_sleep_inside_a_task_group_ends_the_run_and_other_groups_fail_it(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=0.2)
+
+    @worker.handler("grouped")
+    async def grouped(job: pgqueue.Job) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(job.sleep, 3600)
+
+    @worker.handler("failing")
+    async def failing(_job: pgqueue.Job) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_raise_value_error)
+
+    slept_id = await queue.enqueue("grouped", {})
+    failed_id = await queue.enqueue("failing", {}, max_attempts=1)
+    async with running(worker):
+        await wait_until(lambda: _has_waited(pool, slept_id))
+        failed = await wait_for_row(pool, failed_id, status="dead")
+    slept = await row(pool, slept_id)
+    assert (slept["status"], slept["attempts"]) == ("pending", 0)
+    assert (
+        "ValueError" in failed["last_error"] or "ExceptionGroup" in failed["last_error"]
+    )
+
+
+async def _raise_value_error() -> None:
+    raise ValueError("a failure in a task group")

@@ -1,7 +1,9 @@
 """Durable handlers: the steps, sleeps, waits, child jobs and progress of the runs a worker holds.
 
 Each write is one statement on the worker's upkeep connection (as a
-checkpoint is), fenced on the job's id and the attempt its run claimed
+checkpoint is; the steps of concurrent runs are gathered, one statement
+and one commit for those that arrive while one is written), fenced on the
+job's id and the attempt its run claimed
 (`pgqueue._sql.durable`), shielded from the handler's cancellation (bounded
 by the connection's statement deadline instead). A write that matches
 nothing raises `RunSuperseded` in the handler. A sleep or a wait that ends
@@ -12,6 +14,7 @@ write (the slot is free at once).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -54,6 +57,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_PROGRESS_MESSAGE", "Durable"]
 
+PendingStep = tuple[int, int, str, str, str]
+"""A step to record: job id, attempt, queue, name, result (JSON text)."""
+
 MAX_STEP_NAME = 255
 """The most characters of a step's or a signal's name."""
 MAX_PROGRESS_MESSAGE = 1000
@@ -78,6 +84,9 @@ class Durable:
         self._connection = connection
         self._enqueue = enqueue
         self._names: dict[Key, set[str]] = {}  # steps taken by each run, this run
+        # Steps waiting for the statement in flight to end, and what writes them.
+        self._gathered: list[tuple[PendingStep, asyncio.Future[datetime | None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     def ended(self, job: Job[Any]) -> None:
         """``job``'s run has ended: forget its step names."""
@@ -114,14 +123,54 @@ class Durable:
         except BaseException:
             taken.discard(name)  # not stored: the run may try it again
             raise
-        store = self._connection.store
         with anyio.CancelScope(shield=True):
-            at = await store.step(
-                self._connection, job.id, job.attempts, job.queue, name, text
-            )
+            at = await self._record(job, name, text)
         if at is None:
             raise RunSuperseded(job.id, job.attempts)
         return json.loads(text)
+
+    async def _record(self, job: Job[Any], name: str, text: str) -> datetime | None:
+        """Record step ``name`` of ``job``'s run: when, or None if the run no longer holds its attempt.
+
+        Steps of the worker's runs that arrive while one statement is in
+        flight are written together by the next one (one commit for all),
+        by a task of its own that no handler's cancellation reaches.
+        """
+        done: asyncio.Future[datetime | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._gathered.append(((job.id, job.attempts, job.queue, name, text), done))
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        return await done
+
+    async def _flush(self) -> None:
+        """Write the gathered steps, a statement at a time, until none is left."""
+        store = self._connection.store
+        try:
+            while self._gathered:
+                batch, self._gathered = self._gathered, []
+                batch.sort(key=_BY_ID)  # rows locked in id order
+                try:
+                    recorded = await store.steps(
+                        self._connection, [step for step, _ in batch]
+                    )
+                except BaseException as exc:
+                    for _, waiter in batch:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                else:
+                    for (job_id, attempts, *_), waiter in batch:
+                        if not waiter.done():
+                            waiter.set_result(recorded.get((job_id, attempts)))
+        finally:
+            self._flusher = None
+            for _, waiter in self._gathered:  # only if cancelled itself
+                if not waiter.done():
+                    waiter.set_exception(RuntimeError("step writes stopped"))
+            self._gathered = []
 
     async def sleep(
         self,
@@ -257,6 +306,13 @@ class Durable:
             )
         if not stored:
             raise RunSuperseded(job.id, job.attempts)
+
+
+def _by_id(item: tuple[PendingStep, Any]) -> int:
+    return item[0][0]
+
+
+_BY_ID = _by_id
 
 
 def _step_name(name: object) -> str:

@@ -177,6 +177,16 @@ class JobRunner:
                     value = await handler(job)
         except (Suspended, RunSuperseded) as exc:
             return self._suspended(job, exc)
+        except BaseExceptionGroup as group:
+            # A sleep or a wait in a task group the handler started ends the
+            # run; any other group fails it, as any exception (or, holding
+            # what is not an Exception, propagates, as before).
+            ended = _suspension(group)
+            if ended is not None:
+                return self._suspended(job, ended)
+            if not isinstance(group, Exception):
+                raise
+            failure = group
         except anyio.get_cancelled_exc_class() as exc:
             if cut_off():
                 raise
@@ -301,6 +311,17 @@ class JobRunner:
             "%s cancelled by request", job_label(job), extra=job_fields(job)
         )
         return Outcome(job, OutcomeKind.CANCELLED, error=CANCELLED_ERROR)
+
+
+def _suspension(group: BaseExceptionGroup[Any]) -> Suspended | RunSuperseded | None:
+    """The sleep, wait or superseded write a group holds, if that is all it holds."""
+    matched, rest = group.split((Suspended, RunSuperseded))
+    if matched is None or rest is not None:
+        return None
+    first: BaseException = matched
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return cast("Suspended | RunSuperseded", first)
 
 
 def _forget_own_cancel() -> None:

@@ -59,6 +59,7 @@ __all__ = [
     "SLEEP",
     "SPAWN_LOCK",
     "STEP",
+    "STEPS",
     "WAIT_CHILD",
     "WAIT_KEYS",
     "WAIT_SIGNAL",
@@ -100,6 +101,27 @@ RETURNING pg_catalog.now() AS at
 
 STEP = _step()
 DISTRIBUTED_STEP = _step("j.queue = $5 AND ")
+
+# The steps of many runs in one statement (the worker gathers those that
+# arrive while one is written): each run's job id ($1), attempt ($2), step
+# name ($3) and result ($4, JSON text), a job's several steps merged into
+# one update of its row. Rows that still hold their attempt come back with
+# when their steps were recorded; a stale run's match nothing.
+STEPS = f"""
+UPDATE pgqueue_jobs AS j
+SET steps = {_STEPS} || o.recorded, updated_at = pg_catalog.now()
+FROM (
+    SELECT u.id, u.attempts,
+           pg_catalog.jsonb_object_agg(u.name, pg_catalog.jsonb_build_object(
+               'result', u.result::jsonb, 'at', pg_catalog.now())) AS recorded
+    FROM ROWS FROM (pg_catalog.unnest($1::text::bigint[]), pg_catalog.unnest($2::text::int[]),
+                    pg_catalog.unnest($3::text[]), pg_catalog.unnest($4::text[]))
+        AS u(id, attempts, name, result)
+    GROUP BY u.id, u.attempts
+) AS o
+WHERE j.id = o.id AND j.attempts = o.attempts AND j.status NOT IN {NOT_RUNNING}
+RETURNING j.id, o.attempts, pg_catalog.now() AS at
+"""
 
 # A step recorded in a transaction that first locked the row with
 # SPAWN_LOCK (a child's enqueue and its id, committed together): as STEP.

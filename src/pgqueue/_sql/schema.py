@@ -234,7 +234,8 @@ SCHEMA_DISTRIBUTED = "\n".join(
         + tables.PRIORITY_INDEX
         + tables.UNIQUE_INDEX
         + tables.FAILED_INDEX
-        + tables.WAITING_INDEX,
+        + tables.WAITING_INDEX
+        + tables.PARKED_INDEX,
         tables.PERIODIC,
         tables.LIMITS,
         tables.LEASES,

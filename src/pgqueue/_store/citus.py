@@ -215,6 +215,17 @@ class CitusStore(Store):
         row = await db.fetchrow(DISTRIBUTED_STEP, job_id, attempts, name, text, queue)
         return None if row is None else row["at"]
 
+    async def steps(
+        self, db: Dedicated, steps: Sequence[tuple[int, int, str, str, str]]
+    ) -> dict[tuple[int, int], datetime]:
+        """Each step on its queue's shard, a statement each."""
+        recorded = {}
+        for job_id, attempts, queue, name, text in steps:
+            at = await self.step(db, job_id, attempts, queue, name, text)
+            if at is not None:
+                recorded[job_id, attempts] = at
+        return recorded
+
     async def progress(
         self,
         db: Dedicated,

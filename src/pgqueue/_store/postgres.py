@@ -45,6 +45,7 @@ from pgqueue._sql.durable import (
     SLEEP,
     SPAWN_LOCK,
     STEP,
+    STEPS,
     WAIT_CHILD,
     WAIT_SIGNAL,
 )
@@ -304,6 +305,23 @@ class Store:
         """Record step ``name`` of the run; when, or None if the run no longer holds its attempt."""
         row = await db.fetchrow(STEP, job_id, attempts, name, text)
         return None if row is None else row["at"]
+
+    async def steps(
+        self, db: Dedicated, steps: Sequence[tuple[int, int, str, str, str]]
+    ) -> dict[tuple[int, int], datetime]:
+        """Record ``steps`` (job id, attempt, queue, name, result JSON) in one statement.
+
+        Returns when each run's steps were recorded, by (job id, attempt): a
+        run missing from it no longer holds its attempt.
+        """
+        rows = await db.fetch(
+            STEPS,
+            array(step[0] for step in steps),
+            array(step[1] for step in steps),
+            [step[3] for step in steps],
+            [step[4] for step in steps],
+        )
+        return {(row["id"], row["attempts"]): row["at"] for row in rows}
 
     async def sleep(
         self,
