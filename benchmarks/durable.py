@@ -1,7 +1,8 @@
 """Durable steps, pgqueue vs DBOS Transact on the same server, rounds alternating.
 
 Two measurements, each run for both sides back to back in every round (the
-order flips every round), each side in a fresh database of its own:
+order flips every round), each side in a fresh database of its own, and
+pgqueue's floor:
 
 - steps: ``--jobs`` jobs of ``--steps`` no-op steps each, ``--concurrency``
   of them at a time. pgqueue: the jobs are enqueued first, then one worker
@@ -16,14 +17,20 @@ order flips every round), each side in a fresh database of its own:
   jobs of K steps and as many of none: the difference of the medians is
   what the K steps add. The time inside the handler (the workflow's body)
   is recorded too.
+- floor: the bare fenced step statement (``pgqueue._sql.durable.STEP``)
+  from a bare asyncpg loop of ``--concurrency`` lanes, for ``--jobs``
+  running jobs of ``--steps`` steps: from one connection, one statement at
+  a time (as the worker's upkeep connection sends them); from one
+  connection per lane; and batched on one connection (the steps waiting
+  while a write is in flight, in one statement).
 
 DBOS runs in a subprocess of the interpreter ``--dbos-python`` (a
 virtualenv with ``dbos``; see benchmarks/README.md), with its documented
 configuration (``name`` and ``system_database_url``, the default pool of 20).
 
-Usage: python -m benchmarks.durable [--rounds 3] [--jobs 1000] [--steps 10]
+Usage: python -m benchmarks.durable [--rounds 3] [--jobs 500] [--steps 10]
        [--concurrency 10] [--latency-jobs 50] [--dbos-python /tmp/dbosvenv/bin/python]
-       [--only steps,latency]
+       [--only steps,latency,floor]
 """
 
 from __future__ import annotations
@@ -432,7 +439,7 @@ def ms(values: list[float], q: float) -> float:
 def main() -> None:
     parser = base_parser(__doc__ or "")
     parser.add_argument("--rounds", type=int, dest="runs", help="as --runs")
-    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument(
