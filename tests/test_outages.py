@@ -121,8 +121,9 @@ async def test_thousands_of_failures_in_a_row_are_waited_out(
 # --- 7. half-open connections of the worker's own ---------------------------------
 
 
+@pytest.mark.parametrize(("prefetch", "most"), [(0, 8), (None, 12)])
 async def test_a_black_holed_writer_stops_claims_keeps_heartbeats_and_loses_nothing(
-    dsn: str, queue_name: str
+    dsn: str, queue_name: str, prefetch: int | None, most: int
 ) -> None:
     """While outcomes cannot be written: claims stop, heartbeats go on, no job runs twice."""
     rescue_after = 1.2
@@ -137,6 +138,10 @@ async def test_a_black_holed_writer_stops_claims_keeps_heartbeats_and_loses_noth
                 proxied,
                 queue=queue_name,
                 concurrency=4,
+                # prefetch=0: claims of free slots only. By default a backlog
+                # of short jobs is claimed ahead (4 more) while the writer
+                # keeps up: a stuck writer stops claims one batch later.
+                prefetch=prefetch,
                 listen=False,
                 poll_interval=0.05,
                 rescue_after=rescue_after,
@@ -162,9 +167,8 @@ async def test_a_black_holed_writer_stops_claims_keeps_heartbeats_and_loses_noth
                     return proxy.frozen_by_pattern >= 3 and elapsed > 2 * rescue_after
 
                 await wait_until(writer_replaced_and_rescue_due, within=30)
-                assert sum(runs.values()) == 8, (
-                    "claimed while outcomes could not be written"
-                )
+                ran = sum(runs.values())
+                assert 8 <= ran <= most, "claimed while outcomes could not be written"
                 stale: float = await pool.fetchval(
                     "SELECT max(extract(epoch FROM now() - updated_at)) FROM pgqueue_jobs"
                     " WHERE queue = $1 AND status = 'running'",

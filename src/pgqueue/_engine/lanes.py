@@ -51,7 +51,7 @@ class Lane:
             and _plain(settings)
             else 0
         )
-        self.claims = Claims(capacity, write_allowance=capacity + ahead, ahead=ahead)
+        self.claims = Claims(capacity, write_allowance=capacity, ahead=ahead)
         self.policy: ClaimPolicy
         self.claimer: Claimer
         self.consumers: Consumers

@@ -40,10 +40,11 @@ class Claims:
             they take capacity away: beyond it, the worker claims less, and
             nothing once ``capacity`` more wait (back pressure while
             outcomes cannot be written).
-        ahead: how many more claims it may hold while a backlog of short
-            jobs lasts (the last claim came back full, and handlers run
-            under `SHORT_JOB` on average): the next claim's round trip
-            then overlaps running jobs instead of idling the slots.
+        ahead: how many more claims it may hold (and outcomes it may let
+            wait for the writer) while a backlog of short jobs lasts (the
+            last claim came back full, and handlers run under `SHORT_JOB`
+            on average) and the writer keeps up: the next claim's round
+            trip then overlaps running jobs instead of idling the slots.
     """
 
     def __init__(self, capacity: int, write_allowance: int, ahead: int = 0) -> None:
@@ -65,18 +66,27 @@ class Claims:
     def free(self) -> int:
         """How many more jobs may be claimed now."""
         active = len(self.ready) + self.running
-        over = (
-            len(self._held) - active - self._allowance
-        )  # writing beyond the allowance
-        capacity = self.capacity
+        capacity, allowance = self.capacity, self._allowance
         if self.claiming_ahead:
             capacity += self.ahead
+            allowance += self.ahead
+        over = len(self._held) - active - allowance  # writing beyond the allowance
         return capacity - active - (over if over > 0 else 0)
 
     @property
     def claiming_ahead(self) -> bool:
-        """Whether it may hold its ``ahead`` claims now (a backlog of short jobs)."""
-        return self.backlog and self._run_time < SHORT_JOB
+        """Whether it may hold its ``ahead`` claims now.
+
+        While a backlog of short jobs lasts, and the writer keeps up (fewer
+        outcomes wait for it than the allowance and ``ahead`` together): a
+        writer that cannot write stops the claims as without ``ahead``.
+        """
+        return (
+            self.backlog
+            and self._run_time < SHORT_JOB
+            and len(self._held) - len(self.ready) - self.running
+            < self._allowance + self.ahead
+        )
 
     @property
     def claim_at(self) -> int | None:

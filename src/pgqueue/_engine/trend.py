@@ -26,6 +26,7 @@ import asyncpg
 
 from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.retry import Failures
+from pgqueue._sql.literals import array
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -246,10 +247,10 @@ def _flush_args(taken: Mapping[tuple[str, str], _Counts]) -> tuple[object, ...]:
     return (
         [key[0] for key in keys],
         [key[1] for key in keys],
-        [c.completed for c in rows],
-        [c.failed for c in rows],
-        [c.dead for c in rows],
-        [c.runs for c in rows],
-        [c.run_time_sum for c in rows],
+        array(c.completed for c in rows),
+        array(c.failed for c in rows),
+        array(c.dead for c in rows),
+        array(c.runs for c in rows),
+        array(c.run_time_sum for c in rows),
         [json.dumps({str(k): n for k, n in c.histogram.items()}) for c in rows],
     )

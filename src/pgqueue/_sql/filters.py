@@ -12,6 +12,7 @@ import json
 from typing import TYPE_CHECKING
 
 from pgqueue._core.lifecycle import LIFECYCLE, Status
+from pgqueue._sql.literals import array
 from pgqueue._sql.statuses import ENDED, PENDING, in_list, quoted
 
 if TYPE_CHECKING:
@@ -79,7 +80,7 @@ def condition(
         return f"${first + len(args) - 1}::{cast}"
 
     if found.ids is not None:
-        parts.append(f"id = ANY({bind(list(found.ids), 'bigint[]')})")
+        parts.append(f"id = ANY({bind(array(found.ids), 'text')}::bigint[])")
     if "status" not in skip and found.status is not None:
         parts.append(STATUS_CONDITIONS[found.status])
     if statuses is not None:

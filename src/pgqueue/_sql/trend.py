@@ -22,15 +22,18 @@ __all__ = [
 
 # $1 queues, $2 job types, $3 completed, $4 failed, $5 dead, $6 runs, $7 the
 # runs' summed seconds, $8 their histograms (JSON text), one element a row.
+# The numbers cross as array literals of text (`literals.array`): asyncpg
+# would look bigint[] and float8[] up with session-scoped settings, which
+# stay on the server connections of a transaction pooler.
 TREND_FLUSH = """
 INSERT INTO pgqueue_trend AS t
     (queue, bucket, job_type, completed, failed, dead, runs, run_time_sum, run_times)
 SELECT u.queue, pg_catalog.date_trunc('minute', pg_catalog.now()), u.job_type,
        u.completed, u.failed, u.dead, u.runs, u.run_time_sum, u.run_times::jsonb
 FROM ROWS FROM (pg_catalog.unnest($1::text[]), pg_catalog.unnest($2::text[]),
-               pg_catalog.unnest($3::bigint[]), pg_catalog.unnest($4::bigint[]),
-               pg_catalog.unnest($5::bigint[]), pg_catalog.unnest($6::bigint[]),
-               pg_catalog.unnest($7::float8[]), pg_catalog.unnest($8::text[]))
+               pg_catalog.unnest($3::text::bigint[]), pg_catalog.unnest($4::text::bigint[]),
+               pg_catalog.unnest($5::text::bigint[]), pg_catalog.unnest($6::text::bigint[]),
+               pg_catalog.unnest($7::text::float8[]), pg_catalog.unnest($8::text[]))
     AS u (queue, job_type, completed, failed, dead, runs, run_time_sum, run_times)
 ON CONFLICT (queue, bucket, job_type) DO UPDATE SET
     completed = t.completed + excluded.completed,
