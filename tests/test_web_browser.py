@@ -565,7 +565,8 @@ async def test_hostile_values_show_as_text_and_run_nothing(fresh_dsn: str) -> No
             await page.goto(f"{url}/jobs/{dead}")
             facts = page.locator("dl.facts dd")
             await expect(facts.nth(0)).to_have_text(HOSTILE_QUEUE)
-            await expect(facts.nth(1)).to_have_text(HOSTILE_TYPE)
+            # The type, then a link to its trend.
+            await expect(facts.nth(1)).to_have_text(f"{HOSTILE_TYPE} (trend)")
             await expect(facts.nth(5)).to_have_text(HOSTILE_KEY)
             shown = page.locator("main pre")
             payload = json.loads(await shown.nth(0).inner_text())
