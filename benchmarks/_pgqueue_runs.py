@@ -44,10 +44,6 @@ FLOOD_TYPE = "flood"
 # LISTEN connection is the worker's own. The same sizes are used for pgqueuer.
 POOL_MIN = 2
 POOL_MAX = 10
-# Jobs claimed beyond concurrency in drains: the worker holds at most 2C
-# claimed jobs, the tightest cap pgqueuer allows its batch size C
-# (``max_concurrent_tasks >= 2 * batch_size``; left unset, it has none).
-PREFETCH_PER_CONCURRENCY = 1
 
 
 # --- filling and checking -----------------------------------------------------
@@ -125,9 +121,7 @@ async def _drain(
         worker = pgqueue.Worker(
             pool,
             concurrency=concurrency,
-            prefetch=PREFETCH_PER_CONCURRENCY * concurrency
-            if prefetch is None
-            else prefetch,
+            prefetch=prefetch,
             global_limit=global_limit,
         )
         seen: set[int] = set()
@@ -181,7 +175,10 @@ def drain(
 ) -> dict[str, Any]:
     """One verified drain of ``n`` jobs in a fresh database; the child's measurements.
 
-    ``prefetch`` defaults to ``PREFETCH_PER_CONCURRENCY * concurrency``.
+    ``prefetch`` defaults to the worker's default: up to C more jobs held
+    while the backlog lasts, so at most 2C claimed, the tightest cap
+    pgqueuer allows its batch size C (``max_concurrent_tasks >= 2 *
+    batch_size``; left unset, it has none).
     ``around(dsn)``, if given, is entered after the fill and left after the
     drain (an open transaction, for example).
     """

@@ -4,7 +4,7 @@ Usage: python -m benchmarks.drain [--jobs 20000] [--concurrency 10 100] [--runs 
                                   [--global-limit N] [--prefetch P]
 
 ``--global-limit N`` drains under a fleet-wide limit of N (``Worker(global_limit=N)``);
-``--prefetch P`` sets the worker's prefetch (default: as many as ``--concurrency``).
+``--prefetch P`` sets the worker's prefetch (default: the worker's default).
 """
 
 from __future__ import annotations

@@ -120,9 +120,9 @@ async def test_bad_input_writes_nothing(
     admin = pgqueue.Admin(pool)
     before = await rows(pool, queue.name)
     with pytest.raises(TypeError):
-        await admin.retry(job_id, "x")  # type: ignore[arg-type]
+        await admin.retry(job_id, "x")  # type: ignore[call-overload]
     with pytest.raises(TypeError):
-        await admin.cancel(job_id, None)  # type: ignore[arg-type]
+        await admin.cancel(job_id, None)  # type: ignore[call-overload]
     assert await rows(pool, queue.name) == before
 
 

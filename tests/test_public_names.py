@@ -100,7 +100,7 @@ def test_every_public_error_is_named_as_pgqueue_imports_it() -> None:
         if isinstance(obj := getattr(pgqueue, name), type)
         and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 13
+    assert len(errors) == 14
     for error in errors:
         assert error.__module__ == "pgqueue", error
     # What a traceback shows.

@@ -480,8 +480,11 @@ async def test_cancel_asks_then_cancels_a_pending_job_and_requests_a_running_one
     ids = await seed(pool, queue_name)
     pending, running = ids["ready"][0], ids["running"][0]
     async with client(create_app(pool, read_only=False)) as c:
-        for job_id, said in ((pending, "cancelled"), (running, "requested")):
-            assert buttons((await c.get(f"/jobs/{job_id}")).text) == ["Cancel"]
+        for job_id, said, shown in (
+            (pending, "cancelled", ["Edit", "Cancel"]),
+            (running, "requested", ["Cancel"]),
+        ):
+            assert buttons((await c.get(f"/jobs/{job_id}")).text) == shown
             confirm = await c.get(f"/jobs/{job_id}/cancel")
             assert buttons(confirm.text) == ["Cancel"]
             done = await c.post(
@@ -506,8 +509,12 @@ async def test_retry_all_retries_the_dead_jobs_of_the_filter(
     )
     async with client(create_app(pool, read_only=False)) as c:
         listing = await c.get(f"/jobs?queue={queue_name}&status=dead")
-        assert buttons(listing.text) == ["Filter", "Retry all"]
-        assert buttons((await c.get(f"/jobs?queue={queue_name}")).text) == ["Filter"]
+        bulk = ["Retry…", "Cancel…", "Delete…", "Redrive…", "Move…"]
+        assert buttons(listing.text) == ["Filter", *bulk, "Retry all"]
+        assert buttons((await c.get(f"/jobs?queue={queue_name}")).text) == [
+            "Filter",
+            *bulk,
+        ]
         confirm = await c.get(f"/retry-all?queue={queue_name}&type=report")
         assert "Retry all 2 dead jobs of queue" in unescape(confirm.text)
         assert buttons(confirm.text) == ["Retry all"]

@@ -282,6 +282,159 @@ async def test_read_only_has_no_action_buttons_and_refuses_a_forged_post(
         assert (await row(pool, pending))["status"] == "pending"
 
 
+# --- filter, bulk actions, edit --------------------------------------------------------
+
+
+async def seed_customers(pool: asyncpg.Pool) -> dict[int, list[int]]:
+    """Dead invoices of customers 7 (60 of them: more than a page) and 8 (10), and a pending one."""
+    invoices = pgqueue.Queue(pool, name="invoices")
+    ids = {
+        customer: await invoices.enqueue_many(
+            [("send_invoice", {"customer": customer, "n": n}) for n in range(count)]
+        )
+        for customer, count in ((7, 60), (8, 10))
+    }
+    await pool.execute(
+        "UPDATE pgqueue_jobs SET status = 'dead', attempts = 3, max_attempts = 3,"
+        " last_error = 'httpx.ConnectTimeout: billing.internal timed out'"
+        " WHERE queue = 'invoices'"
+    )
+    ids[0] = [await invoices.enqueue("send_invoice", {"customer": 9, "n": 0})]
+    return ids
+
+
+async def test_select_rows_or_all_matching_then_confirm_in_the_browser(
+    fresh_dsn: str,
+) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
+        ids = await seed_customers(pool)
+        where = urlencode(
+            {"where": ["queue=invoices", "payload.customer=7"]}, doseq=True
+        )
+        async with (
+            serving(create_app(pool, read_only=False)) as url,
+            browser() as chromium,
+        ):
+            page = await chromium.new_page(viewport={"width": 1280, "height": 800})
+            await page.goto(f"{url}/jobs?{where}")
+            boxes = page.locator('#jobs input[name="id"]')
+            await expect(boxes).to_have_count(50)  # one page of 60
+            # Past one page, the count waits for the box to be checked.
+            await expect(page.locator("label.all")).to_have_text(
+                "All jobs matching the filter, past this page"
+            )
+
+            # Two rows, by their boxes.
+            await boxes.nth(0).check()
+            await boxes.nth(1).check()
+            await shot(page, "jobs-filter")
+            await page.get_by_role("button", name="Retry…").click()
+            await expect(page.locator("#bulk-question")).to_have_text(
+                "Retry 2 selected jobs?"
+            )
+            newest = sorted(ids[7], reverse=True)[:2]
+            await expect(page.locator("#bulk-ids")).to_have_text(
+                ", ".join(map(str, sorted(newest)))
+            )
+            await page.get_by_role("button", name="Retry 2 jobs").click()
+            await expect(page.get_by_role("status")).to_have_text("Retried 2 jobs.")
+            assert {(await row(pool, i))["status"] for i in newest} == {"pending"}
+
+            # The page's box selects its rows (JavaScript); "all" goes past the page.
+            await page.goto(f"{url}/jobs?{where}&status=dead")
+            await page.get_by_label("Select the jobs of this page").check()
+            await expect(page.locator('#jobs input[name="id"]:checked')).to_have_count(
+                50
+            )
+            await page.locator("#bulk-all").check()
+            await expect(page.locator("label.all")).to_have_text(
+                "All 58 jobs matching the filter, past this page"
+            )
+            await page.get_by_role("button", name="Retry…").click()
+            await expect(page.locator("#bulk-question")).to_have_text(
+                "Retry 58 jobs matching the filter?"
+            )
+            await expect(page.locator("#bulk-filter li")).to_have_text(
+                ["queue=invoices", "status=dead", "payload.customer=7"]
+            )
+            await shot(page, "bulk-confirm")
+            confirm_url = page.url
+
+            # The form's filter changed in the page: refused, nothing done.
+            await page.locator('input[name="filter"]').evaluate(
+                "input => input.value = '[\"queue=invoices\"]'"
+            )
+            await page.get_by_role("button", name="Retry 58 jobs").click()
+            await expect(page.get_by_role("heading", name="Forbidden")).to_be_visible()
+            dead = await pool.fetchval(
+                "SELECT count(*) FROM pgqueue_jobs WHERE queue = 'invoices'"
+                " AND status = 'dead'"
+            )
+            assert dead == 68
+            # Its token gone: refused too.
+            await page.goto(confirm_url)
+            await page.locator('input[name="csrf"]').evaluate("input => input.remove()")
+            await page.get_by_role("button", name="Retry 58 jobs").click()
+            await expect(page.get_by_role("heading", name="Forbidden")).to_be_visible()
+
+            await page.goto(confirm_url)
+            await page.get_by_role("button", name="Retry 58 jobs").click()
+            await expect(page.get_by_role("status")).to_have_text("Retried 58 jobs.")
+        statuses = {
+            r["id"]: r["status"]
+            for r in await pool.fetch(
+                "SELECT id, status FROM pgqueue_jobs WHERE queue = 'invoices'"
+            )
+        }
+        assert {statuses[i] for i in ids[7]} == {"pending"}
+        assert {statuses[i] for i in ids[8]} == {"dead"}
+
+
+async def test_edit_a_pending_job_and_see_a_refusal_in_the_browser(
+    fresh_dsn: str,
+) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=4) as pool:
+        ids = await seed_customers(pool)
+        [pending] = ids[0]
+        async with (
+            serving(create_app(pool, read_only=False)) as url,
+            browser() as chromium,
+        ):
+            page = await chromium.new_page(viewport={"width": 1280, "height": 800})
+            await page.goto(f"{url}/jobs/{pending}")
+            await page.get_by_role("button", name="Edit", exact=True).click()
+            await expect(
+                page.get_by_role("heading", name=f"Edit job {pending}")
+            ).to_be_visible()
+            await page.get_by_label("Payload (JSON)").fill(
+                '{"customer": 9, "n": 0, "resend": true}'
+            )
+            await page.get_by_label("Priority").fill("2")
+            await page.get_by_label("Group (empty: unchanged)").fill("customer-9")
+            await shot(page, "edit")
+            await page.get_by_role("button", name="Save").click()
+            await expect(page.get_by_role("status")).to_contain_text("Saved")
+            saved = await row(pool, pending)
+            assert json.loads(saved["payload"]) == {
+                "customer": 9,
+                "n": 0,
+                "resend": True,
+            }
+            assert (saved["priority"], saved["group_key"]) == (2, "customer-9")
+
+            # A worker claims it while the form is open: the save is refused.
+            await page.get_by_role("button", name="Edit", exact=True).click()
+            await page.get_by_label("Priority").fill("-1")
+            await pool.execute(
+                "UPDATE pgqueue_jobs SET status = 'running', attempts = 1 WHERE id = $1",
+                pending,
+            )
+            await page.get_by_role("button", name="Save").click()
+            await expect(page.get_by_role("alert")).to_contain_text("running")
+            await expect(page.get_by_label("Priority")).to_have_value("-1")
+            assert (await row(pool, pending))["priority"] == 2
+
+
 # --- hostile values --------------------------------------------------------------------
 
 HOSTILE_QUEUE = "q\"'><img src=x onerror=window.__pwned=1>"
@@ -351,8 +504,30 @@ async def test_hostile_values_show_as_text_and_run_nothing(fresh_dsn: str) -> No
             HOSTILE_QUEUE,
             HOSTILE_TYPE,
         )
+        pending = await pool.fetchval(
+            "INSERT INTO pgqueue_jobs (queue, job_type, payload)"
+            " VALUES ($1, $2, $3::jsonb) RETURNING id",
+            HOSTILE_QUEUE,
+            HOSTILE_TYPE,
+            json.dumps(HOSTILE_PAYLOAD),
+        )
         filters = urlencode({"queue": HOSTILE_QUEUE, "type": HOSTILE_TYPE})
+        where = urlencode(
+            {
+                "where": [
+                    f"queue={HOSTILE_QUEUE}",
+                    f"payload.html={HOSTILE_PAYLOAD['html']}",
+                    f"error_contains={HOSTILE_ERROR[:40]}",
+                ]
+            },
+            doseq=True,
+        )
         paths = [
+            f"/jobs?{where}",
+            f"/bulk/retry?all=1&{where}",
+            f"/bulk/cancel?id={dead}&id={running}",
+            f"/jobs/{pending}",
+            f"/jobs/{pending}/edit",
             "/",
             "/jobs",
             f"/jobs?{filters}&status=dead",
@@ -400,13 +575,14 @@ async def test_hostile_values_show_as_text_and_run_nothing(fresh_dsn: str) -> No
 
             # The listing and the periodic schedules.
             await page.goto(f"{url}/jobs?{filters}&status=dead")
+            # With actions on, the first cell is the row's box.
             cells = page.locator(f'#jobs tr[data-id="{dead}"] td')
-            await expect(cells.nth(1)).to_have_text(HOSTILE_QUEUE)
-            await expect(cells.nth(2)).to_have_text(HOSTILE_TYPE)
-            await expect(cells.nth(6)).to_have_text(HOSTILE_ERROR.splitlines()[0])
-            await expect(page.get_by_role("textbox", name="Queue")).to_have_value(
-                HOSTILE_QUEUE
-            )
+            await expect(cells.nth(2)).to_have_text(HOSTILE_QUEUE)
+            await expect(cells.nth(3)).to_have_text(HOSTILE_TYPE)
+            await expect(cells.nth(7)).to_have_text(HOSTILE_ERROR.splitlines()[0])
+            await expect(
+                page.get_by_role("textbox", name="Queue", exact=True)
+            ).to_have_value(HOSTILE_QUEUE)
             await page.goto(f"{url}/periodic")
             await expect(page.locator("#periodic tbody th")).to_have_text(
                 HOSTILE_SCHEDULE
@@ -414,6 +590,14 @@ async def test_hostile_values_show_as_text_and_run_nothing(fresh_dsn: str) -> No
             await page.goto(f"{url}/retry-all?{filters}")
             await expect(page.locator("p.question")).to_have_text(
                 f"Retry all 1 dead jobs of queue {HOSTILE_QUEUE} and of type {HOSTILE_TYPE}?"
+            )
+            # The edit form holds the payload as text, and the filter's terms too.
+            await page.goto(f"{url}/jobs/{pending}/edit")
+            edited = await page.get_by_label("Payload (JSON)").input_value()
+            assert json.loads(edited) == HOSTILE_PAYLOAD
+            await page.goto(f"{url}/bulk/retry?all=1&{where}")
+            await expect(page.locator("#bulk-filter li").nth(0)).to_have_text(
+                f"queue={HOSTILE_QUEUE}"
             )
             assert await page.evaluate("window.__pwned") is None
         assert (await row(pool, dead))["status"] == "dead"

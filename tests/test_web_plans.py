@@ -145,6 +145,14 @@ async def test_no_page_scans_the_table(
         f"/jobs/{dead}/retry",
         "/retry-all?queue=a&type=report",
         "/periodic",
+        # The filter of ?where=, and the count of "All N matching" of a
+        # status an index serves. Another count may scan (at most 10,001
+        # matches, stopped there): it is asked for only when the box is
+        # checked, never with a page.
+        "/jobs?where=queue=a&where=status=dead",
+        f"/jobs?where=status=completed&where=queue=b&before={middle}",
+        "/api/count?where=status=dead",
+        "/api/count?where=status=running&where=queue=a",
     ]
     async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=1) as pool:
         app = create_app(pool, read_only=False)

@@ -3,8 +3,10 @@
 What a hostile page in the operator's browser could try: an action by any
 method but a POST with its token (``HEAD`` from a no-cors ``fetch``), DNS
 rebinding (a foreign ``Host``), a token of another action or an old one, an
-``Origin`` of another scheme. And what every response carries: the security
-headers, on errors and 500s too, and no internal host names on the 503 page.
+``Origin`` of another scheme; for the bulk actions and the edit form too,
+and a bulk token posted with another filter, count, ids or queue. And what
+every response carries: the security headers, on errors and 500s too, and no
+internal host names on the 503 page.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from html import unescape
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
@@ -444,6 +447,13 @@ async def test_every_response_carries_the_security_headers(
             "/nowhere": 404,
             "/jobs/abc": 404,
             "/jobs?status=bogus": 400,
+            f"/jobs?where=queue={queue_name}-r": 200,
+            "/jobs?where=nokey": 400,
+            f"/bulk/retry?id={dead}": 200,
+            f"/bulk/retry?all=1&where=queue={queue_name}-r": 200,
+            "/bulk/nope?id=1": 404,
+            f"/jobs/{dead}/edit": 200,
+            "/api/count": 200,
         }
         for path, status in expected.items():
             answer = await c.get(path)
@@ -451,6 +461,8 @@ async def test_every_response_carries_the_security_headers(
             assert_guarded(answer)
         for method, path, status in (
             ("PUT", "/retry-all", 405),
+            ("PATCH", f"/jobs/{dead}/edit", 405),
+            ("POST", "/bulk/delete", 403),
             ("DELETE", "/", 405),
             ("POST", f"/jobs/{dead}/retry", 403),
         ):
@@ -505,3 +517,186 @@ async def test_the_503_page_names_no_internal_host(
                     assert secret not in answer.text, (path, secret)
             # The operator finds the detail in the server's log.
             assert str(proxy.port) in web.log()
+
+
+# --- bulk actions and the edit form ----------------------------------------------------
+
+
+def form_of(page: str) -> dict[str, str]:
+    """Every field of the page's action form as a browser posts it (inputs, textarea)."""
+    found = {
+        unescape(name): unescape(value)
+        for name, value in re.findall(
+            r'<input[^>]*\bname="([^"]+)"[^>]*\bvalue="([^"]*)"', page
+        )
+    }
+    for name, text in re.findall(
+        r'<textarea[^>]*\bname="([^"]+)"[^>]*>(.*?)</textarea>', page, re.S
+    ):
+        found[unescape(name)] = unescape(text)
+    return found
+
+
+async def by_id(pool: asyncpg.Pool, ids: list[int]) -> list[dict[str, Any]]:
+    records = await pool.fetch(
+        "SELECT * FROM pgqueue_jobs WHERE id = ANY($1::bigint[]) ORDER BY id", ids
+    )
+    return [dict(r) for r in records]
+
+
+def new_actions(
+    queue_name: str, dead: int, pending: int
+) -> list[tuple[str, dict[str, Any]]]:
+    """The edit form and the bulk actions (by filter, by ids, with a queue), with their query."""
+    return [
+        (f"/jobs/{pending}/edit", {}),
+        (
+            "/bulk/move",
+            {"where": [f"queue={queue_name}-c"], "all": "1", "to_queue": "moved"},
+        ),
+        ("/bulk/cancel", {"id": [str(pending)]}),
+        ("/bulk/retry", {"where": [f"queue={queue_name}-all"], "all": "1"}),
+        ("/bulk/delete", {"where": [f"queue={queue_name}-r"], "all": "1"}),
+    ]
+
+
+async def test_bulk_actions_and_edit_act_only_on_a_post_with_their_token(
+    dsn: str, pool: asyncpg.Pool, queue_name: str, tmp_path: Path
+) -> None:
+    dead, pending, every = await seed(pool, queue_name)
+    ids = [dead, pending, *every]
+    before = await by_id(pool, ids)
+    actions = new_actions(queue_name, dead, pending)
+    async with (
+        serving(dsn, tmp_path, "--allow-actions") as web,
+        httpx.AsyncClient(base_url=web.url) as c,
+    ):
+        forms = {}
+        for path, query in actions:
+            confirm = await c.get(path, params=query)
+            assert confirm.status_code == 200, path
+            forms[path] = form_of(confirm.text)
+            assert forms[path]["csrf"], path
+        forms[f"/jobs/{pending}/edit"]["priority"] = "4"
+        for path, query in actions:
+            for method in METHODS:
+                body = _with(form(**forms[path]), web)
+                if method == "POST":
+                    body["headers"]["origin"] = "https://evil.example"
+                answer = await c.request(method, path, params=query, **body)
+                if method in ("GET", "HEAD"):
+                    assert answer.status_code == 200, (method, path)  # it asks
+                elif method == "POST":
+                    assert answer.status_code == 403, (method, path)
+                else:
+                    assert answer.status_code == 405, (method, path)
+                    allowed = {m.strip() for m in answer.headers["allow"].split(",")}
+                    assert allowed == {"GET", "HEAD", "POST"}
+                assert_guarded(answer)
+                assert await by_id(pool, ids) == before, (method, path)
+        # With the token, from this page: each acts (the checks above could see it).
+        for path, _ in actions:
+            done = await c.post(path, **_with(form(**forms[path]), web))
+            assert done.status_code == 303, (path, done.text)
+    assert {r["status"] for r in await rows(pool, f"{queue_name}-all")} == {"pending"}
+    assert (
+        await pool.fetchval("SELECT count(*) FROM pgqueue_jobs WHERE id = $1", dead)
+        == 0
+    )
+    moved = await row(pool, pending)
+    assert (moved["queue"], moved["priority"], moved["status"]) == (
+        "moved",
+        4,
+        "cancelled",
+    )
+
+
+async def test_bulk_actions_and_edit_refuse_a_foreign_host_or_origin(
+    dsn: str, pool: asyncpg.Pool, queue_name: str, tmp_path: Path
+) -> None:
+    dead, pending, every = await seed(pool, queue_name)
+    ids = [dead, pending, *every]
+    before = await by_id(pool, ids)
+    async with (
+        serving(dsn, tmp_path, "--allow-actions") as web,
+        httpx.AsyncClient(base_url=web.url) as c,
+    ):
+        host = urlsplit(web.url).netloc
+        for path, query in new_actions(queue_name, dead, pending):
+            fields = form_of((await c.get(path, params=query)).text)
+            for foreign in ("attacker.example", f"127.0.0.1.nip.io:{web.port}"):
+                for method in ("GET", "POST"):
+                    body = _with(form(**fields), web)
+                    body["headers"]["host"] = foreign
+                    answer = await c.request(method, path, params=query, **body)
+                    assert answer.status_code == 400, (foreign, method, path)
+                    assert_guarded(answer)
+            for origin in (
+                f"https://{host}",
+                f"http://127.0.0.1:{web.port + 1}",
+                f"http://localhost:{web.port}",
+                "null",
+            ):
+                body = _with(form(**fields), web)
+                body["headers"]["origin"] = origin
+                assert (await c.post(path, **body)).status_code == 403, (origin, path)
+            for site in ("cross-site", "same-site", "none"):
+                body = _with(form(**fields), web)
+                body["headers"]["sec-fetch-site"] = site
+                assert (await c.post(path, **body)).status_code == 403, (site, path)
+            assert await by_id(pool, ids) == before, path
+
+
+async def test_a_bulk_token_is_bound_to_its_filter_count_ids_and_queue(
+    dsn: str, pool: asyncpg.Pool, queue_name: str, tmp_path: Path
+) -> None:
+    dead, pending, every = await seed(pool, queue_name)
+    ids = [dead, pending, *every]
+    before = await by_id(pool, ids)
+    env = {"PGQUEUE_WEB_SECRET": SECRET}
+    filtered = {"where": [f"queue={queue_name}-all"], "all": "1"}
+    async with (
+        serving(dsn, tmp_path, "--allow-actions", env=env) as web,
+        httpx.AsyncClient(base_url=web.url) as c,
+    ):
+        retry = form_of((await c.get("/bulk/retry", params=filtered)).text)
+        cancel = form_of(
+            (await c.get("/bulk/cancel", params={"id": str(pending)})).text
+        )
+        move = form_of(
+            (await c.get("/bulk/move", params={**filtered, "to_queue": "a"})).text
+        )
+        edit_path = f"/jobs/{pending}/edit"
+        edit = form_of((await c.get(edit_path)).text)
+        tokens = ActionTokens(SECRET)
+        bound = {k: retry.get(k, "") for k in ("filter", "ids", "limit", "to_queue")}
+        old = tokens.issue("/bulk/retry", bound, now=time.time() - 3601)
+        refused = [
+            ("/bulk/retry", {k: v for k, v in retry.items() if k != "csrf"}),
+            ("/bulk/retry", {**retry, "csrf": ""}),
+            ("/bulk/retry", {**retry, "csrf": old}),  # over an hour old
+            ("/bulk/retry", {**retry, "filter": f'["queue={queue_name}-r"]'}),
+            ("/bulk/retry", {**retry, "filter": "[]"}),  # every job
+            ("/bulk/retry", {**retry, "limit": "100"}),
+            ("/bulk/retry", {**retry, "to_queue": "a"}),
+            ("/bulk/retry", {**retry, "ids": str(dead)}),
+            ("/bulk/delete", {**retry}),  # a retry's token
+            ("/bulk/cancel", {**cancel, "ids": str(every[0])}),
+            ("/bulk/cancel", {**cancel, "ids": f"{pending},{every[0]}"}),
+            ("/bulk/cancel", {**cancel, "ids": ""}),
+            ("/bulk/move", {**move, "to_queue": "b"}),
+            ("/bulk/move", {**move, "filter": ""}),
+            (f"/jobs/{every[0]}/edit", {**edit}),  # another job's edit
+            (edit_path, {**edit, "csrf": retry["csrf"]}),
+        ]
+        for path, fields in refused:
+            answer = await c.post(path, **_with(form(**fields), web))
+            assert 400 <= answer.status_code < 500, (path, fields)
+            assert await by_id(pool, ids) == before, (path, fields)
+        # Another process's token, with the same secret, is good.
+        fresh = tokens.issue("/bulk/retry", bound)
+        done = await c.post(
+            "/bulk/retry", **_with(form(**{**retry, "csrf": fresh}), web)
+        )
+        assert done.status_code == 303
+    assert {r["status"] for r in await rows(pool, f"{queue_name}-all")} == {"pending"}

@@ -472,6 +472,66 @@ async def test_without_prefetch_claims_only_free_slots(
         await wait_until(all_completed)
 
 
+async def _claimed_ahead(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, **options: Any
+) -> Counter[str]:
+    """Ten instant jobs, then twenty that block: the rows held once two block."""
+    release = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=2, **options)
+
+    @worker.handler("fast")
+    async def fast(_job: pgqueue.Job) -> None:
+        pass
+
+    @worker.handler("slow")
+    async def slow(_job: pgqueue.Job) -> None:
+        await release.wait()
+
+    now = datetime.now(UTC)
+    await queue.enqueue_many(
+        [
+            pgqueue.NewJob("fast", i, run_at=now - timedelta(minutes=1))
+            for i in range(10)
+        ]
+    )
+    await queue.enqueue_many([("slow", i) for i in range(20)])
+    async with running(worker):
+        await wait_until(_handlers_running(worker, 2))
+        held = Counter[str]()
+
+        async def settled() -> bool:
+            nonlocal held
+            held = await _statuses(pool, queue.name)
+            return held["completed"] == 10 and worker.running_jobs == 2
+
+        await wait_until(settled)
+        if options.get("prefetch") is None:
+            # The claim ahead may still be in flight.
+            async def ahead() -> bool:
+                nonlocal held
+                held = await _statuses(pool, queue.name)
+                return held["running"] == 4
+
+            await wait_until(ahead)
+        release.set()
+    return held
+
+
+async def test_by_default_a_backlog_of_short_jobs_is_claimed_ahead(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    # Short handlers and full claims: up to concurrency more are held ready.
+    held = await _claimed_ahead(pool, queue)
+    assert held == {"completed": 10, "running": 4, "pending": 16}
+
+
+async def test_prefetch_0_never_claims_ahead(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    held = await _claimed_ahead(pool, queue, prefetch=0)
+    assert held == {"completed": 10, "running": 2, "pending": 18}
+
+
 async def test_prefetched_jobs_not_started_are_given_back_on_stop(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:

@@ -26,6 +26,7 @@ from pgqueue._core.errors import (
     ChildFailed,
     DuplicateJobError,
     JobNotFoundError,
+    JobStateError,
     PayloadTooLargeError,
     Permanent,
     PgQueueError,
@@ -37,6 +38,7 @@ from pgqueue._core.errors import (
     WaitTimeout,
     is_permanent,
 )
+from pgqueue._core.filter import JobFilter
 from pgqueue._core.handler import Handler, SyncHandler
 from pgqueue._core.hooks import EnqueueEvent, EnqueueHook, Observer
 from pgqueue._core.job import EnqueueOptions, Job, NewJob, Step
@@ -76,11 +78,13 @@ __all__ = [
     "Handler",
     "Job",
     "JobDependencies",
+    "JobFilter",
     "JobInfo",
     "JobNotFoundError",
     "JobOutcome",
     "JobPreview",
     "JobProgress",
+    "JobStateError",
     "JobSummary",
     "JobType",
     "Logger",

@@ -11,21 +11,32 @@ import json
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import asyncpg
 
+from pgqueue._actions import FilterActions
+from pgqueue._bulk import (
+    SEARCH_TIMEOUT,
+    check_filter,
+    eligible,
+    retry_each,
+)
 from pgqueue._core.checks import (
     check_duration,
+    check_group,
     check_int,
     check_job_id,
+    check_max_attempts,
     check_name,
+    check_priority,
     check_queue_name,
+    check_run_at,
 )
+from pgqueue._core.codec import encode_payload
 from pgqueue._core.dsn import target_of
-from pgqueue._core.errors import SchemaError
+from pgqueue._core.errors import JobNotFoundError, JobStateError, SchemaError
 from pgqueue._core.lifecycle import FAILED, LIFECYCLE, Status
-from pgqueue._core.log import Logger, default_logger
 from pgqueue._sql.admin import (
     DEAD_COUNT,
     PAUSE,
@@ -41,6 +52,7 @@ from pgqueue._sql.dashboard import (
     STATS_TOP_COMPLETED,
     shown_summaries_query,
 )
+from pgqueue._sql.filters import condition
 from pgqueue._sql.listings import (
     ADMIN_INDEXES,
     DEPENDENCIES,
@@ -56,13 +68,10 @@ from pgqueue._sql.literals import array
 from pgqueue._sql.periodic import PERIODIC_LIST, PERIODIC_REMOVE, PERIODIC_TABLE_EXISTS
 from pgqueue._sql.schema import REQUIRED_COLUMNS, REQUIRED_INDEXES, SCHEMA_CHECK
 from pgqueue._sql.tables import HISTORY_KEPT
-from pgqueue._store.postgres import Store
+from pgqueue._store.postgres import Store, bounded_fetch
 from pgqueue._store.schema import (
-    SCHEMA_ERRORS,
     Row,
     missing_pieces,
-    schema_failure,
-    store_for,
 )
 
 if TYPE_CHECKING:
@@ -75,7 +84,7 @@ if TYPE_CHECKING:
         Sequence,
     )
 
-    from pgqueue._queue import Executor
+    from pgqueue._core.filter import JobFilter
 
 __all__ = [
     "Admin",
@@ -107,6 +116,11 @@ DEPENDENCIES_SHOWN = 50
 """How many parents and children `Admin.dependencies` reads by default."""
 """The most ids one retry statement of `Admin.retry_all` carries."""
 
+
+_CANCELLABLE = tuple(status for status in LIFECYCLE if not status.ended)
+"""What a cancel acts on: pending and waiting jobs at once, running ones by request."""
+_CANCELLED = frozenset({"cancelled", "requested"})  # not a status: cancel results
+_UPDATABLE = frozenset({Status.PENDING, Status.WAITING})
 
 _GO_COLUMNS = REQUIRED_COLUMNS[: REQUIRED_COLUMNS.index("completed_at") + 1]
 _V2_COLUMNS = frozenset(REQUIRED_COLUMNS) - frozenset(_GO_COLUMNS)
@@ -588,7 +602,7 @@ def _job_preview(row: asyncpg.Record, size: int) -> JobPreview:
     )
 
 
-class Admin:
+class Admin(FilterActions):
     """Look after the jobs of every queue: stats, listing, retry, cancel, prune.
 
     Works over an asyncpg pool (each call borrows a connection) or a
@@ -612,12 +626,7 @@ class Admin:
     .. versionadded:: 0.1
     """
 
-    __slots__ = ("_executor", "_found", "_logger")
-
-    def __init__(self, executor: Executor, *, logger: Logger | None = None) -> None:
-        self._executor = executor
-        self._logger = default_logger(logger)
-        self._found: Store | None = None
+    __slots__ = ()
 
     async def stats(self, queue: str | None = None) -> list[QueueStats]:
         """Count each queue's jobs by state; sorted by queue name.
@@ -722,6 +731,7 @@ class Admin:
         limit: int = 50,
         before_id: int | None = None,
         after_id: int | None = None,
+        filter: JobFilter | None = None,
     ) -> list[JobInfo]:
         """List jobs, newest (highest id) first, every column read and decoded.
 
@@ -744,15 +754,26 @@ class Admin:
             before_id: only jobs with a smaller id.
             after_id: only jobs with a greater id: the ``limit`` lowest of
                 them (still listed newest first).
+            filter: only the jobs this `JobFilter` matches (with the
+                keywords above, which must not contradict it). Its search
+                is cancelled by the server after 30 s
+                (asyncpg's ``QueryCanceledError``): a payload or result
+                containment reads the ``payload`` GIN index where the
+                operator made one (:doc:`/howto/operate`), else a window
+                (``created_after``, a queue's dead jobs...) bounds the scan.
 
         Raises:
             TypeError, ValueError: an unknown status, a limit below 1, an
                 id that is not a positive int, both ``before_id`` and
-                ``after_id``, an empty or NUL-holding name.
+                ``after_id``, an empty or NUL-holding name, a keyword that
+                contradicts ``filter``.
             SchemaError: the table is missing or lacks a column.
+
+        .. versionchanged:: 0.1
+            ``filter``.
         """
         rows = await self._listing(
-            jobs_query, queue, status, job_type, limit, before_id, after_id
+            jobs_query, queue, status, job_type, limit, before_id, after_id, filter
         )
         return [job_info(row) for row in rows]
 
@@ -765,6 +786,7 @@ class Admin:
         limit: int = 50,
         before_id: int | None = None,
         after_id: int | None = None,
+        filter: JobFilter | None = None,
     ) -> list[JobSummary]:
         """List jobs as `jobs` does, without their payloads and results.
 
@@ -788,6 +810,7 @@ class Admin:
             limit,
             before_id,
             after_id,
+            filter,
         )
         return [JobSummary(**dict(row)) for row in rows]
 
@@ -800,13 +823,19 @@ class Admin:
         limit: int,
         before_id: int | None,
         after_id: int | None,
+        found: JobFilter | None,
     ) -> list[asyncpg.Record]:
-        """Check a listing's arguments, then run it (newest first)."""
+        """Check a listing's arguments, then run it (newest first); a filtered one under a timeout."""
         statement, args = listing(
-            query, queue, status, job_type, limit, before_id, after_id
+            query, queue, status, job_type, limit, before_id, after_id, found
         )
         async with self._schema_checked():
-            rows = await self._executor.fetch(statement, *args)
+            if found is None:
+                rows = await self._executor.fetch(statement, *args)
+            else:
+                rows = await bounded_fetch(
+                    self._executor, SEARCH_TIMEOUT, statement, *args
+                )
         if after_id is not None:
             rows.reverse()
         return rows
@@ -900,10 +929,36 @@ class Admin:
             row = await self._executor.fetchrow(JOB_PREVIEW_SHOWN, checked, size)
         return None if row is None else _job_preview(row, size)
 
+    @overload
     async def retry(
         self, *job_ids: int, attempts: int | None = None, children: bool = False
-    ) -> dict[int, str]:
+    ) -> dict[int, str]: ...
+
+    @overload
+    async def retry(
+        self,
+        *,
+        filter: JobFilter,
+        dry_run: bool = False,
+        limit: int | None = None,
+        rate: float | None = None,
+        attempts: int | None = None,
+    ) -> int: ...
+
+    async def retry(
+        self,
+        *job_ids: int,
+        attempts: int | None = None,
+        children: bool = False,
+        filter: JobFilter | None = None,
+        dry_run: bool = False,
+        limit: int | None = None,
+        rate: float | None = None,
+    ) -> dict[int, str] | int:
         """Put dead and cancelled jobs back in line, due now; return what became of each id.
+
+        Given a ``filter`` instead of ids: `redrive` of its matches in
+        their own queues, returning how many were retried.
 
         One statement for all ids. A retried job is ``pending`` with
         ``run_at = now()``, its cancel request cleared, its ``last_error``
@@ -936,24 +991,30 @@ class Admin:
 
         Raises:
             TypeError, ValueError: an id that is not a positive int, or
-                ``attempts`` below 1.
+                ``attempts`` below 1; ids and a filter both, or ``children``
+                with a filter.
+
+        .. versionchanged:: 0.1
+            ``filter``, ``dry_run``, ``limit`` and ``rate``.
         """
+        if filter is not None:
+            if job_ids or children:
+                msg = "retry takes job ids or a filter, not both (and children= only with ids)"
+                raise ValueError(msg)
+            return await self.redrive(
+                filter=filter,
+                limit=limit,
+                rate=rate,
+                dry_run=dry_run,
+                attempts=attempts,
+            )
         ids = [check_job_id(job_id) for job_id in job_ids]
         extra = None if attempts is None else check_int("attempts", attempts)
         if not ids:
             return {}
         async with self._schema_checked():
-            try:
-                done = await self._retry(ids, extra)
-            except asyncpg.UniqueViolationError:
-                # A job of the same key was enqueued while this statement
-                # ran: one id at a time, so only that job is skipped.
-                done = {}
-                for job_id in ids:
-                    try:
-                        done.update(await self._retry([job_id], extra))
-                    except asyncpg.UniqueViolationError:
-                        done[job_id] = "duplicate"
+            store = await self._store()
+            done = await retry_each(self._executor, store, ids, extra, None)
         if children:
             parents = [job_id for job_id, result in done.items() if result == "retried"]
             while parents:
@@ -961,11 +1022,6 @@ class Admin:
                 parents = [row["id"] for row in rows]
         self._logger.debug("retry", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
-
-    async def _retry(self, ids: list[int], attempts: int | None) -> dict[int, str]:
-        """One RETRY statement; in a savepoint on a connection, so a conflict can be retried."""
-        store = await self._store()
-        return await store.retry(self._executor, ids, attempts)
 
     async def retry_all(
         self,
@@ -1030,8 +1086,32 @@ class Admin:
             count: int = await self._executor.fetchval(DEAD_COUNT, name, kind)
         return count
 
-    async def cancel(self, *job_ids: int) -> dict[int, str]:
+    @overload
+    async def cancel(self, *job_ids: int) -> dict[int, str]: ...
+
+    @overload
+    async def cancel(
+        self,
+        *,
+        filter: JobFilter,
+        dry_run: bool = False,
+        limit: int | None = None,
+        rate: float | None = None,
+    ) -> int: ...
+
+    async def cancel(
+        self,
+        *job_ids: int,
+        filter: JobFilter | None = None,
+        dry_run: bool = False,
+        limit: int | None = None,
+        rate: float | None = None,
+    ) -> dict[int, str] | int:
         """Cancel jobs of any queue; the same statement and answers as `Queue.cancel`.
+
+        Given a ``filter`` instead of ids: its pending, waiting and running
+        matches, batched, paced and resumable as `redrive`, returning how
+        many were cancelled or asked to stop (running ones).
 
         ``"cancelled"`` (it was pending or waiting; its waiting children
         that cancel on a parent's failure are cancelled too), ``"requested"`` (it was running:
@@ -1039,8 +1119,26 @@ class Admin:
         cancelled already: nothing written) or ``"not_found"``.
 
         Raises:
-            TypeError, ValueError: an id that is not a positive int.
+            TypeError, ValueError: an id that is not a positive int; ids
+                and a filter both; a filter on finished jobs.
+
+        .. versionchanged:: 0.1
+            ``filter``, ``dry_run``, ``limit`` and ``rate``.
         """
+        if filter is not None:
+            if job_ids:
+                msg = "cancel takes job ids or a filter, not both"
+                raise ValueError(msg)
+            found = check_filter(filter)
+
+            async def act(store: Store, ids: list[int]) -> int:
+                done = await store.cancel(self._executor, ids)
+                return sum(result in _CANCELLED for result in done.values())
+
+            statuses = eligible("cancel", _CANCELLABLE, found)
+            return await self._bulk(
+                "cancel", found, statuses, act, dry_run, limit, rate
+            )
         ids = [check_job_id(job_id) for job_id in job_ids]
         if not ids:
             return {}
@@ -1049,6 +1147,74 @@ class Admin:
             done = await store.cancel(self._executor, ids)
         self._logger.debug("cancel", extra={"results": done})
         return {job_id: done[job_id] for job_id in ids}
+
+    async def update(
+        self,
+        job_id: int,
+        *,
+        payload: Any = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        group: str | None = None,
+        max_attempts: int | None = None,
+    ) -> JobInfo:
+        """Change a job that has not started: its payload, priority, run_at, group or max_attempts.
+
+        One statement, on the job's row locked: only a ``pending`` or
+        ``waiting`` job is changed, with every field given (the others
+        kept); a job a worker claimed meanwhile is refused, and nothing is
+        written. A pending job changed wakes its queue's workers (a sooner
+        ``run_at``). Returns the job as read just after. A field left at
+        None is kept.
+
+        Args:
+            job_id: the job.
+            payload: its new payload, checked and encoded as an enqueue's
+                (bytes as JSON text; a dataclass or pydantic model as its
+                fields).
+            priority: from -5 to 5.
+            run_at: when it is due (timezone-aware).
+            group: its group; a job with parents (``after=``) takes none.
+            max_attempts: attempts before it is dead (its attempts so far
+                count).
+
+        Raises:
+            TypeError, ValueError: a bad field, or none given (before any
+                SQL runs); a group for a job with parents.
+            JobNotFoundError: no job has that id.
+            JobStateError: the job is neither pending nor waiting
+                (``status`` says what it is).
+
+        .. versionadded:: 0.1
+        """
+        checked = check_job_id(job_id)
+        values = (
+            None if payload is None else encode_payload(payload),
+            None if priority is None else check_priority(priority),
+            check_run_at(run_at),
+            None if group is None else check_group(group),
+            None if max_attempts is None else check_max_attempts(max_attempts),
+        )
+        if all(value is None for value in values):
+            msg = "update needs a field to change: payload, priority, run_at, group or max_attempts"
+            raise ValueError(msg)
+        async with self._schema_checked():
+            store = await self._store()
+            row = await store.update(self._executor, checked, values)
+            if row is None:
+                raise JobNotFoundError(checked)
+            if not row["changed"]:
+                if row["status"] in _UPDATABLE:
+                    msg = f"job {checked} has parents (after=): it takes no group"
+                    raise ValueError(msg)
+                raise JobStateError(
+                    checked, row["status"], "only pending and waiting jobs are updated"
+                )
+            changed = await self._executor.fetchrow(JOB, checked)
+        if changed is None:  # deleted since, by another session
+            raise JobNotFoundError(checked)
+        self._logger.debug("job updated", extra={"job_id": checked})
+        return job_info(changed)
 
     async def pause(self, queue: str) -> bool:
         """Pause ``queue``: no worker in the fleet starts another of its jobs until `resume`.
@@ -1155,15 +1321,6 @@ class Admin:
             )
         return removed
 
-    async def _store(self) -> Store:
-        """The store of the database: looked up once per Admin (and database)."""
-        if self._found is None:
-            found = await store_for(self._executor)
-            if found is None:
-                return Store()
-            self._found = found
-        return self._found
-
     async def schedules(self) -> list[ScheduleInfo]:
         """Every periodic schedule workers have registered, by name.
 
@@ -1233,14 +1390,6 @@ class Admin:
         if absent >= _V2_COLUMNS and not absent & set(_GO_COLUMNS):
             return SchemaState(kind="go", missing=missing, analyzed=analyzed)
         return SchemaState(kind="partial", missing=missing, analyzed=analyzed)
-
-    @asynccontextmanager
-    async def _schema_checked(self) -> AsyncIterator[None]:
-        """Turn a statement's missing table or column into a `SchemaError` naming what is missing."""
-        try:
-            yield
-        except SCHEMA_ERRORS as exc:
-            raise await schema_failure(self._executor, str(exc)) from exc
 
     def __repr__(self) -> str:
         return f"Admin({type(self._executor).__name__})"
@@ -1425,10 +1574,12 @@ def listing(
     limit: int,
     before_id: int | None,
     after_id: int | None,
+    found: JobFilter | None = None,
 ) -> tuple[str, tuple[object, ...]]:
     """A listing's statement (of ``query``) and arguments, checked as `Admin.jobs` checks them.
 
     With ``after_id``, its rows come oldest first: the caller reverses them.
+    ``found``: a filter, its queue, type and status merged with those given.
     """
     name = None if queue is None else check_queue_name(queue)
     if status is not None and status not in JOB_STATUSES:
@@ -1442,9 +1593,32 @@ def listing(
         msg = "give before_id or after_id, not both"
         raise ValueError(msg)
     newer = after is not None
-    return query(status, newer=newer), (
+    where, extra = "true", tuple[object, ...]()
+    if found is not None:
+        found = _merged(check_filter(found), queue=name, job_type=kind, status=status)
+        name, kind, status = found.queue, found.job_type, found.status
+        matched = condition(found, 5, skip=("queue", "job_type", "status"))
+        where, extra = matched.text, tuple(matched.args)
+    return query(status, newer=newer, where=where), (
         name,
         kind,
         after if newer else before,
         count,
+        *extra,
     )
+
+
+def _merged(found: JobFilter, **given: Any) -> JobFilter:
+    """``found`` with the fields ``given`` (not None) set; a field it sets otherwise raises ValueError."""
+    changes = {}
+    for field, value in given.items():
+        if value is None:
+            continue
+        theirs = getattr(found, field)
+        if theirs is not None and theirs != value:
+            msg = (
+                f"{field}={value!r:.80} contradicts the filter's {field}={theirs!r:.80}"
+            )
+            raise ValueError(msg)
+        changes[field] = value
+    return dataclasses.replace(found, **changes) if changes else found

@@ -6,6 +6,7 @@ The tree::
     ├── AlreadyStartedError   run() called twice, or register() after run()
     ├── DuplicateJobError     enqueue(on_conflict="raise") met a live job with the key
     ├── JobNotFoundError      no job has that id (also a LookupError)
+    ├── JobStateError         the job's status does not allow the change (Admin.update)
     ├── PayloadTooLargeError  a NOTIFY payload of 8000 bytes or more (also a ValueError)
     ├── SchemaError           the table is missing, or lacks what pgqueue needs
     └── TrackerClosedError    a Tracker wait on a tracker that is not open
@@ -40,6 +41,7 @@ __all__ = [
     "ChildFailed",
     "DuplicateJobError",
     "JobNotFoundError",
+    "JobStateError",
     "PayloadTooLargeError",
     "Permanent",
     "PgQueueError",
@@ -101,6 +103,21 @@ class JobNotFoundError(PgQueueError, LookupError):
     def __init__(self, job_id: int) -> None:
         super().__init__(f"no job has id {job_id}")
         self.job_id = job_id
+
+
+class JobStateError(PgQueueError):
+    """A job's status does not allow the change asked of it: `Admin.update` of a job no longer pending or waiting.
+
+    Attributes:
+        job_id: the job's id.
+        status: its status when the change was refused (``"running"`` for
+            a job a worker claimed meanwhile).
+    """
+
+    def __init__(self, job_id: int, status: str, allowed: str) -> None:
+        super().__init__(f"job {job_id} is {status}: {allowed}")
+        self.job_id = job_id
+        self.status = status
 
 
 class SchemaError(PgQueueError):

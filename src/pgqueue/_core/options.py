@@ -247,9 +247,15 @@ class WorkerOptions:
             "N/DURATION|NAME=N/DURATION",
         ),
     )
-    prefetch: int = field(
-        default=0,
-        metadata=_flag("--prefetch", "int", "jobs claimed beyond --concurrency", "N"),
+    prefetch: int | None = field(
+        default=None,
+        metadata=_flag(
+            "--prefetch",
+            "int",
+            "jobs claimed beyond --concurrency (default: up to --concurrency "
+            "more while a backlog of short jobs lasts; 0: none)",
+            "N",
+        ),
     )
     poll_interval: float = field(
         default=5.0,
@@ -418,7 +424,9 @@ class WorkerOptions:
         if isinstance(self.rate_limit, Mapping):
             set_(rate_limit=dict(self.rate_limit))
         set_(
-            prefetch=check_int("prefetch", self.prefetch, minimum=0),
+            prefetch=None
+            if self.prefetch is None
+            else check_int("prefetch", self.prefetch, minimum=0),
             poll_interval=check_duration(
                 "poll_interval", self.poll_interval, positive=True
             ),

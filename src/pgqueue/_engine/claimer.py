@@ -121,11 +121,14 @@ class Claimer:
         self._event.set()
 
     def _free(self) -> int:
-        """How many jobs a claim may take now.
+        """How many jobs a claim may take now (and, claiming ahead, the batch worth claiming).
 
         Under a fleet-wide limit, no more than the worker's lease leaves.
         """
-        free = self.claims.free
+        claims = self.claims
+        if (claim_at := claims.claim_at) is not None:
+            self.policy.claim_at = claim_at
+        free = claims.free
         if self.services.budget is not None:
             free = min(free, self.services.budget.free)
         if self.lease is not None:
@@ -219,6 +222,7 @@ class Claimer:
                 await anyio.sleep(wait)
                 continue
             failures.succeeded()
+            claims.backlog = len(rows) >= limit
             claimed = jobs_from_rows(rows, parents)
             for outcome in claimed.dead:
                 self.services.logger.error(

@@ -97,6 +97,8 @@ class Consumers:
                 return
 
     async def _execute(self, job: Job, task: asyncio.Task[Any] | None) -> None:
+        claims = self.claims
+        started = asyncio.get_running_loop().time() if claims.ahead else 0.0
         try:
             outcome = await self.services.runner.run(job, self.services.cut_off, task)
         except (KeyboardInterrupt, SystemExit) as exc:
@@ -114,6 +116,8 @@ class Consumers:
             )
             self._end(outcome)
             raise
+        if claims.ahead:
+            claims.ran(asyncio.get_running_loop().time() - started)
         self._end(outcome)
 
     def _end(self, outcome: Outcome) -> None:

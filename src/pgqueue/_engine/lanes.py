@@ -29,8 +29,10 @@ __all__ = ["Lane", "Routes"]
 class Lane:
     """One queue of a worker: its ledger, claim policy, claimer, consumers and lease.
 
-    Its capacity is its ``concurrency`` plus the worker's ``prefetch``; the
-    policy, claimer, consumers and lease are made by `build` when the
+    Its capacity is its ``concurrency`` plus the worker's ``prefetch``
+    (with the default ``prefetch=None``, up to ``concurrency`` more while a
+    backlog of short jobs lasts, on a queue no limit but its slots counts,
+    in a worker without ``max_concurrency``); the policy, claimer, consumers and lease are made by `build` when the
     worker starts (they need a running event loop).
 
     Args:
@@ -41,8 +43,15 @@ class Lane:
     def __init__(self, settings: LaneSettings, options: WorkerOptions) -> None:
         self.settings = settings
         self.options = options
-        capacity = settings.concurrency + options.prefetch
-        self.claims = Claims(capacity, write_allowance=capacity)
+        capacity = settings.concurrency + (options.prefetch or 0)
+        ahead = (
+            settings.concurrency
+            if options.prefetch is None
+            and options.max_concurrency is None
+            and _plain(settings)
+            else 0
+        )
+        self.claims = Claims(capacity, write_allowance=capacity + ahead, ahead=ahead)
         self.policy: ClaimPolicy
         self.claimer: Claimer
         self.consumers: Consumers
@@ -81,7 +90,7 @@ class Lane:
             )
         self.policy = ClaimPolicy(
             # With jobs in hand, wait for a batch worth claiming.
-            claim_at=max(1, min(options.prefetch, capacity // 2)),
+            claim_at=max(1, min(options.prefetch or 0, capacity // 2)),
             poll_interval=options.poll_interval,
         )
         self.claimer = Claimer(
@@ -104,6 +113,15 @@ class Lane:
     def claimed(self) -> None:
         """The claimer put jobs in the ledger: a consumer takes them."""
         self.consumers.wake()
+
+
+def _plain(settings: LaneSettings) -> bool:
+    """Whether the queue's claims are counted by nothing but its own slots."""
+    return (
+        settings.global_limit is None
+        and settings.group_limit is None
+        and settings.rate_limit is None
+    )
 
 
 class Routes:

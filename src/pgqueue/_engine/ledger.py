@@ -7,6 +7,7 @@ capacity) and, with an overall cap, a `Budget` over all of them.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,11 @@ if TYPE_CHECKING:
     from pgqueue._core.job import Job
     from pgqueue._core.outcome import Key
 
-__all__ = ["Budget", "Claims"]
+__all__ = ["SHORT_JOB", "Budget", "Claims"]
+
+SHORT_JOB = 0.02
+"""Seconds: while a backlog lasts, a lane whose handlers run shorter than this
+on average claims up to its ``ahead`` more jobs than it has slots."""
 
 
 class Claims:
@@ -35,10 +40,18 @@ class Claims:
             they take capacity away: beyond it, the worker claims less, and
             nothing once ``capacity`` more wait (back pressure while
             outcomes cannot be written).
+        ahead: how many more claims it may hold while a backlog of short
+            jobs lasts (the last claim came back full, and handlers run
+            under `SHORT_JOB` on average): the next claim's round trip
+            then overlaps running jobs instead of idling the slots.
     """
 
-    def __init__(self, capacity: int, write_allowance: int) -> None:
+    def __init__(self, capacity: int, write_allowance: int, ahead: int = 0) -> None:
         self.capacity = capacity
+        self.ahead = ahead
+        self.backlog = False
+        """The last claim came back full: more jobs are likely ready."""
+        self._run_time = math.inf  # the handlers' mean run time (moving average)
         self._allowance = write_allowance
         self.ready: deque[Job] = deque()
         self.running = 0
@@ -55,7 +68,27 @@ class Claims:
         over = (
             len(self._held) - active - self._allowance
         )  # writing beyond the allowance
-        return self.capacity - active - (over if over > 0 else 0)
+        capacity = self.capacity
+        if self.claiming_ahead:
+            capacity += self.ahead
+        return capacity - active - (over if over > 0 else 0)
+
+    @property
+    def claiming_ahead(self) -> bool:
+        """Whether it may hold its ``ahead`` claims now (a backlog of short jobs)."""
+        return self.backlog and self._run_time < SHORT_JOB
+
+    @property
+    def claim_at(self) -> int | None:
+        """The fewest free slots worth a claim now, if it claims ahead (else None: the policy's)."""
+        if not self.ahead:
+            return None
+        return self.ahead if self.claiming_ahead else 1
+
+    def ran(self, seconds: float) -> None:
+        """A handler ran for ``seconds``: the mean that decides claiming `ahead`."""
+        mean = self._run_time
+        self._run_time = seconds if mean == math.inf else mean + (seconds - mean) / 8
 
     @property
     def active(self) -> int:

@@ -29,6 +29,7 @@ __all__ = [
     "DISTRIBUTED_PRUNE_BATCH",
     "DISTRIBUTED_RETRY",
     "FINISHED_QUEUES",
+    "KEEPS_NO_CHILD",
     "PAUSE",
     "PAUSED",
     "PRUNE",
@@ -36,6 +37,7 @@ __all__ = [
     "PRUNE_BATCH_ANY",
     "PRUNE_ORPHAN_EDGES",
     "QUEUES_OF",
+    "REDRIVE",
     "RESUME",
     "RETRY",
     "RETRYABLE_IDS",
@@ -105,15 +107,26 @@ QUEUES_OF = "SELECT id, queue FROM pgqueue_jobs WHERE id = ANY($1::text::bigint[
 # not_retryable (pending, running or completed) or not_found; each queue
 # that got jobs back is woken (identical notifications of a transaction are
 # sent once). On Citus, the jobs $1 of queue $3, woken by the caller.
-def _retry(*, distributed: bool) -> str:
+# REDRIVE: RETRY into queue $3 (its keys then held in that queue).
+def _retry(*, distributed: bool, moving: bool = False) -> str:
+    queue_set = ""
     if distributed:
         found, of_queue, live_queue = "found AS MATERIALIZED", "queue = $3 AND ", "$3"
         retried, notified = "j.queue = $3 AND ", ""
         returning = "j.id"
     else:
-        found, of_queue, live_queue = "found AS", "", "f.queue"
+        found, of_queue, live_queue = (
+            "found AS",
+            "",
+            "$3::text" if moving else "f.queue",
+        )
         retried, returning = "", "j.id, j.queue"
         notified = ",\n       CASE WHEN r.id IS NOT NULL THEN pg_catalog.pg_notify('pgqueue_jobs', r.queue) END AS notified"
+        if moving:
+            queue_set = "\n        queue            = $3,"
+    partition = (
+        "f.job_type, f.unique_key" if moving else "f.queue, f.job_type, f.unique_key"
+    )
     return f"""
 WITH wanted AS (
     SELECT DISTINCT pg_catalog.unnest($1::text::bigint[]) AS id
@@ -124,7 +137,7 @@ WITH wanted AS (
 ), eligible AS (
     SELECT f.id,
            f.unique_key IS NULL OR (
-               pg_catalog.row_number() OVER (PARTITION BY f.queue, f.job_type, f.unique_key ORDER BY f.id DESC) = 1
+               pg_catalog.row_number() OVER (PARTITION BY {partition} ORDER BY f.id DESC) = 1
                AND NOT EXISTS (
                    SELECT 1 FROM pgqueue_jobs AS live
                    WHERE live.queue = {live_queue} AND live.job_type = f.job_type AND live.unique_key = f.unique_key
@@ -135,7 +148,7 @@ WITH wanted AS (
     WHERE f.status IN {FAILED}
 ), retried AS (
     UPDATE pgqueue_jobs AS j
-    SET status           = {PENDING},
+    SET status           = {PENDING},{queue_set}
         run_at           = pg_catalog.now(),
         updated_at       = pg_catalog.now(),
         max_attempts     = least(2147483647,
@@ -159,6 +172,7 @@ LEFT JOIN retried AS r ON r.id = w.id
 
 RETRY = _retry(distributed=False)
 DISTRIBUTED_RETRY = _retry(distributed=True)
+REDRIVE = _retry(distributed=False, moving=True)
 
 # Admin.retry(..., children=True): the cancelled children ($1: jobs just
 # retried, or children brought back) of those jobs that were cancelled for
@@ -219,7 +233,7 @@ WHERE status IN {FAILED} AND status = {DEAD}
 # a join: PostgreSQL may run an EXISTS as one hashed pass over every job not
 # finished, or a join from the jobs to the edges; this reads the row's
 # edges, then each child by its id.
-_KEEPS_NO_CHILD = f"""NOT (has_children AND coalesce((
+KEEPS_NO_CHILD = f"""NOT (has_children AND coalesce((
           SELECT true FROM pgqueue_dependencies AS d
           WHERE d.parent_id = pgqueue_jobs.id
             AND (SELECT c.status FROM pgqueue_jobs AS c WHERE c.id = d.child_id)
@@ -231,7 +245,7 @@ _FINISHED_BEFORE = f"""status IN {ENDED}
           AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)"""
 
 
-# A parent stays while a child of it has not finished (see _KEEPS_NO_CHILD);
+# A parent stays while a child of it has not finished (see KEEPS_NO_CHILD);
 # a child's edges go with it. Returns how many rows went.
 def _prune(*, distributed: bool = False) -> str:
     """Retention of queue $1: its rows finished over $2 seconds ago.
@@ -243,7 +257,7 @@ def _prune(*, distributed: bool = False) -> str:
         ("", "id", "")
         if distributed
         else (
-            f"\n      AND {_KEEPS_NO_CHILD}",
+            f"\n      AND {KEEPS_NO_CHILD}",
             "id, parents_left",
             """, edges AS (
     DELETE FROM pgqueue_dependencies
@@ -283,7 +297,7 @@ def _prune_batch(queue_matches: str, *, distributed: bool = False) -> str:
     else:
         delete, kept, returning = (
             "id",
-            f"\n          AND {_KEEPS_NO_CHILD}",
+            f"\n          AND {KEEPS_NO_CHILD}",
             "id, parents_left",
         )
         edges = """, edges AS (

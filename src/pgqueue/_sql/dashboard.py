@@ -85,10 +85,14 @@ def _names_cut(statement: str, columns: Iterable[str], order: str = "") -> str:
     return f"SELECT {shown} FROM ({statement}) AS r{order}"
 
 
-def shown_summaries_query(status: str | None, *, newer: bool = False) -> str:
+def shown_summaries_query(
+    status: str | None, *, newer: bool = False, where: str = "true"
+) -> str:
     """`job_summaries_query`, its names cut (`_READ_CHARS`): what a listing shows."""
     order = " ORDER BY r.id" + ("" if newer else " DESC")
-    return _names_cut(job_summaries_query(status, newer=newer), _SUMMARY_NAMES, order)
+    return _names_cut(
+        job_summaries_query(status, newer=newer, where=where), _SUMMARY_NAMES, order
+    )
 
 
 # One job's summary and preview, their names cut (the dashboard's job and

@@ -8,7 +8,8 @@ completed rows costs it nothing.
 from __future__ import annotations
 
 from pgqueue._core.lifecycle import FAILED as FAILED_STATUSES
-from pgqueue._core.lifecycle import LIFECYCLE, Status
+from pgqueue._core.lifecycle import Status
+from pgqueue._sql.filters import STATUS_CONDITIONS
 from pgqueue._sql.statuses import (
     COMPLETED,
     FAILED,
@@ -297,34 +298,31 @@ FROM pgqueue_jobs
 WHERE {status}
   AND ($1::text IS NULL OR queue = $1)
   AND ($2::text IS NULL OR job_type = $2)
+  AND {where}
   AND {cursor}
 ORDER BY {order}{direction}
 LIMIT $4
 """
 # The listings' filters: by status (pending also by whether it is due).
-_STATUS_FILTERS: dict[str | None, str] = {None: "true"}
-for _status in LIFECYCLE:
-    _STATUS_FILTERS[_status.value] = f"status = {quoted(_status)}"
-    if _status == Status.PENDING:
-        _STATUS_FILTERS["ready"] = f"status = {PENDING} AND run_at <= pg_catalog.now()"
-        _STATUS_FILTERS["scheduled"] = (
-            f"status = {PENDING} AND run_at > pg_catalog.now()"
-        )
+_STATUS_FILTERS = STATUS_CONDITIONS
 JOB_STATUSES = tuple(status for status in _STATUS_FILTERS if status is not None)
 """What `jobs_query` accepts: every status, ``ready`` and ``scheduled`` (pending ones due, or not yet)."""
 
 
-def jobs_query(status: str | None, *, newer: bool = False) -> str:
+def jobs_query(status: str | None, *, newer: bool = False, where: str = "true") -> str:
     """The listing of jobs of ``status`` (one of `JOB_STATUSES`, or None for any).
 
-    With ``newer``, the jobs just above a cursor, oldest first.
+    With ``newer``, the jobs just above a cursor, oldest first. ``where``:
+    a filter's further condition (`pgqueue._sql.filters.condition`), its
+    parameters from $5.
     """
-    return _listing(_JOB_COLUMNS, status, newer=newer)
+    return _listing(_JOB_COLUMNS, status, newer=newer, where=where)
 
 
-def _listing(columns: str, status: str | None, *, newer: bool) -> str:
+def _listing(columns: str, status: str | None, *, newer: bool, where: str) -> str:
     return _JOBS.format(
         columns=columns,
+        where=where,
         status=_STATUS_FILTERS[status],
         order="id" if status is None or status == Status.COMPLETED else "id + 0",
         cursor="id > $3::int8" if newer else "($3::int8 IS NULL OR id < $3)",
@@ -332,6 +330,8 @@ def _listing(columns: str, status: str | None, *, newer: bool) -> str:
     )
 
 
-def job_summaries_query(status: str | None, *, newer: bool = False) -> str:
+def job_summaries_query(
+    status: str | None, *, newer: bool = False, where: str = "true"
+) -> str:
     """`jobs_query`, reading summaries: no payload or result, an error's first line."""
-    return _listing(SUMMARY_COLUMNS, status, newer=newer)
+    return _listing(SUMMARY_COLUMNS, status, newer=newer, where=where)

@@ -8,6 +8,9 @@ __all__ = [
     "JIT_BACK",
     "JIT_OFF",
     "NO_JIT",
+    "TIMEOUT",
+    "TIMEOUT_BACK",
+    "TIMEOUT_SET",
     "WORKER_SETTINGS",
 ]
 
@@ -70,3 +73,12 @@ NO_JIT = "SET LOCAL jit = off"
 # JIT_OFF returns the setting it replaces, JIT_BACK ($1) puts it back.
 JIT_OFF = "SELECT pg_catalog.current_setting('jit') AS was, pg_catalog.set_config('jit', 'off', true)"
 JIT_BACK = "SELECT pg_catalog.set_config('jit', $1, true)"
+
+# A statement bounded by a timeout ($1, e.g. '10000ms'; a filtered listing,
+# a bulk action's search): in a transaction of its own after TIMEOUT, or,
+# in the caller's, after TIMEOUT_SET, which returns the setting it
+# replaces, and TIMEOUT_BACK ($1) after it. set_config(..., true): nothing
+# stays on a server connection a transaction pooler hands to others.
+TIMEOUT = "SELECT pg_catalog.set_config('statement_timeout', $1, true)"
+TIMEOUT_SET = "SELECT pg_catalog.current_setting('statement_timeout') AS was, pg_catalog.set_config('statement_timeout', $1, true)"
+TIMEOUT_BACK = TIMEOUT

@@ -22,6 +22,7 @@ from pgqueue._sql.admin import (
     FINISHED_QUEUES,
     QUEUES_OF,
 )
+from pgqueue._sql.bulk import DISTRIBUTED_DELETE, DISTRIBUTED_UPDATE
 from pgqueue._sql.channels import ANNOUNCE, JOBS_CHANNEL, NOTIFY
 from pgqueue._sql.claims import (
     CLAIM_COLUMNS,
@@ -463,6 +464,34 @@ class CitusStore(Store):
             await executor.execute(NOTIFY, [JOBS_CHANNEL] * len(woken), woken)
         return done
 
+    async def redrive(
+        self, executor: Executor, ids: list[int], attempts: int | None, queue: str
+    ) -> dict[int, str]:
+        """Refused: Citus distributes the jobs by queue, and a row cannot change its shard."""
+        raise _no_move()
+
+    async def move(self, executor: Executor, ids: list[int], queue: str) -> int:
+        """Refused, as `redrive` into another queue."""
+        raise _no_move()
+
+    async def delete(self, executor: Executor, ids: list[int]) -> int:
+        """One statement per queue, on its shard (no dependencies to keep)."""
+        deleted = 0
+        for queue, queued in (await _by_queue(executor, ids)).items():
+            deleted += await executor.fetchval(DISTRIBUTED_DELETE, array(queued), queue)
+        return deleted
+
+    async def update(
+        self, executor: Executor, job_id: int, values: tuple[object, ...]
+    ) -> asyncpg.Record | None:
+        """The job's queue looked up, then the update on its shard; the wakeup from the coordinator."""
+        for queue in await _by_queue(executor, [job_id]):
+            row = await executor.fetchrow(DISTRIBUTED_UPDATE, job_id, *values, queue)
+            if row is not None and row["wake"]:
+                await executor.execute(NOTIFY, [JOBS_CHANNEL], [queue])
+            return row
+        return None
+
     async def prune(self, executor: Executor, queue: str, older_than: float) -> int:
         """Retention of one queue, on its shard (no dependencies to keep)."""
         removed: int = await executor.fetchval(DISTRIBUTED_PRUNE, queue, older_than)
@@ -489,6 +518,12 @@ class CitusStore(Store):
             executor, DISTRIBUTED_PRUNE_BATCH, queue, older_than, after, size
         )
         return int(row["removed"]), int(row["last_id"])
+
+
+def _no_move() -> ValueError:
+    return ValueError(
+        "on Citus a job cannot move to another queue: the jobs are distributed by queue"
+    )
 
 
 async def _announce(db: Dedicated, rows: Sequence[asyncpg.Record]) -> None:

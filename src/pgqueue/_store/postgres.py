@@ -22,8 +22,10 @@ from pgqueue._sql.admin import (
     PRUNE_BATCH,
     PRUNE_BATCH_ANY,
     PRUNE_ORPHAN_EDGES,
+    REDRIVE,
     RETRY,
 )
+from pgqueue._sql.bulk import DELETE, MOVE, UPDATE, matching_count, matching_ids
 from pgqueue._sql.claims import (
     CLAIM,
     CLAIM_COLUMNS,
@@ -53,7 +55,15 @@ from pgqueue._sql.leases import LEASE, LOCK_LIMIT, RELEASE_LEASES, SEED_LIMIT
 from pgqueue._sql.literals import array, claim_places
 from pgqueue._sql.outcomes import CHECKPOINT, COMPLETE, FINISH, RESCUE, TOUCH
 from pgqueue._sql.periodic import PERIODIC_REGISTER, PERIODIC_TICK
-from pgqueue._sql.settings import JIT_BACK, JIT_OFF, NO_JIT, WORKER_SETTINGS
+from pgqueue._sql.settings import (
+    JIT_BACK,
+    JIT_OFF,
+    NO_JIT,
+    TIMEOUT,
+    TIMEOUT_BACK,
+    TIMEOUT_SET,
+    WORKER_SETTINGS,
+)
 from pgqueue._store import plan
 
 if TYPE_CHECKING:
@@ -63,6 +73,7 @@ if TYPE_CHECKING:
     from pgqueue._core.options import RateLimit
     from pgqueue._core.outcome import Key, Outcome
     from pgqueue._core.request import Batch, Request
+    from pgqueue._sql.filters import Condition
     from pgqueue._store.executor import Connection, Dedicated, Executor
 
 __all__ = [
@@ -71,6 +82,7 @@ __all__ = [
     "Row",
     "Store",
     "Turn",
+    "bounded_fetch",
     "outcome_args",
 ]
 
@@ -600,6 +612,80 @@ class Store:
                 rows = await executor.fetch(RETRY, array(ids), attempts)
         return {row["id"]: row["result"] for row in rows}
 
+    async def redrive(
+        self, executor: Executor, ids: list[int], attempts: int | None, queue: str
+    ) -> dict[int, str]:
+        """`retry` of the jobs ``ids`` into ``queue`` (see `REDRIVE`): what became of each."""
+        if isinstance(executor, asyncpg.Pool):
+            rows = await executor.fetch(REDRIVE, array(ids), attempts, queue)
+        else:
+            async with executor.transaction():
+                rows = await executor.fetch(REDRIVE, array(ids), attempts, queue)
+        return {row["id"]: row["result"] for row in rows}
+
+    async def move(self, executor: Executor, ids: list[int], queue: str) -> int:
+        """Move the jobs ``ids`` that are not running into ``queue`` (see `MOVE`); how many moved.
+
+        On a connection, in a savepoint, so that a conflict can be retried.
+        """
+        if isinstance(executor, asyncpg.Pool):
+            row = await executor.fetchrow(MOVE, array(ids), queue)
+        else:
+            async with executor.transaction():
+                row = await executor.fetchrow(MOVE, array(ids), queue)
+        assert row is not None
+        return int(row["moved"])
+
+    async def delete(self, executor: Executor, ids: list[int]) -> int:
+        """Delete the jobs ``ids`` that are not running (see `DELETE`); how many went."""
+        deleted: int = await executor.fetchval(DELETE, array(ids))
+        return deleted
+
+    async def update(
+        self, executor: Executor, job_id: int, values: tuple[object, ...]
+    ) -> asyncpg.Record | None:
+        """Change the pending or waiting job ``job_id`` (see `UPDATE`); its row, None if there is none."""
+        row: asyncpg.Record | None = await executor.fetchrow(UPDATE, job_id, *values)
+        return row
+
+    # The jobs a filter matches -------------------------------------------------
+
+    async def matching_ids(
+        self,
+        executor: Executor,
+        condition: Condition,
+        after: int,
+        size: int,
+        server_timeout: float,
+    ) -> list[int]:
+        """The next ``size`` ids past ``after`` whose jobs match ``condition``, in id order."""
+        rows = await bounded_fetch(
+            executor,
+            server_timeout,
+            matching_ids(condition.text),
+            after,
+            size,
+            *condition.args,
+        )
+        return [row["id"] for row in rows]
+
+    async def matching_count(
+        self,
+        executor: Executor,
+        condition: Condition,
+        limit: int | None,
+        server_timeout: float,
+    ) -> int:
+        """How many jobs match ``condition``, counting at most ``limit``."""
+        rows = await bounded_fetch(
+            executor,
+            server_timeout,
+            matching_count(condition.text),
+            limit,
+            *condition.args,
+        )
+        return int(rows[0][0])
+
     async def prune(self, executor: Executor, queue: str, older_than: float) -> int:
         """Delete ``queue``'s finished jobs last updated over ``older_than`` s ago, in one statement."""
         removed: int = await executor.fetchval(PRUNE, queue, older_than)
@@ -685,3 +771,33 @@ async def _fetchrow_without_jit(
     assert row is not None
     found: asyncpg.Record = row
     return found
+
+
+async def bounded_fetch(
+    executor: Executor, server_timeout: float, statement: str, *args: object
+) -> list[asyncpg.Record]:
+    """``statement``'s rows, cancelled by the server after ``server_timeout`` seconds.
+
+    Raises asyncpg's ``QueryCanceledError`` when it runs longer. Over a pool or
+    a connection outside a transaction, in a transaction of its own; inside
+    the caller's, the setting is put back after it (a statement cancelled
+    fails that transaction, whose rollback puts it back).
+    """
+    setting = f"{max(1, round(server_timeout * 1000))}ms"
+    if isinstance(executor, asyncpg.Pool):
+        async with executor.acquire() as connection:
+            return await _fetch_bounded(connection, setting, statement, *args)
+    return await _fetch_bounded(executor, setting, statement, *args)
+
+
+async def _fetch_bounded(
+    connection: Connection, setting: str, statement: str, *args: object
+) -> list[asyncpg.Record]:
+    if not connection.is_in_transaction():
+        async with connection.transaction():
+            await connection.execute(TIMEOUT, setting)
+            return await connection.fetch(statement, *args)
+    was = await connection.fetchval(TIMEOUT_SET, setting)
+    rows = await connection.fetch(statement, *args)
+    await connection.execute(TIMEOUT_BACK, was)
+    return rows

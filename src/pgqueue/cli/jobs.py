@@ -48,6 +48,14 @@ from pgqueue.cli._common import (
     reports_database_errors,
     rich_console,
 )
+from pgqueue.cli.bulk import (
+    add_actions,
+    add_bulk_flags,
+    add_redrive,
+    add_where,
+    filter_of,
+    run_bulk,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -67,6 +75,7 @@ def add_to(commands: Commands) -> None:
     _add_stats(commands)
     _add_jobs(commands)
     _add_retry(commands)
+    add_redrive(commands)
     _add_cancel(commands)
     _add_pause(commands)
     _add_prune(commands)
@@ -165,6 +174,7 @@ def _add_jobs(commands: Commands) -> None:
     listing.add_argument(
         "--before-id", type=job_id, help="only jobs with a smaller id (the next page)"
     )
+    add_where(listing)
     add_read_dsn(listing)
     _json_flag(listing)
     listing.set_defaults(run=reports_database_errors(list_jobs))
@@ -182,10 +192,12 @@ def _add_jobs(commands: Commands) -> None:
     add_read_dsn(show)
     _json_flag(show)
     show.set_defaults(run=reports_database_errors(show_job))
+    add_actions(actions)
 
 
 async def list_jobs(args: argparse.Namespace) -> int:
     """Print a page of jobs."""
+    where = filter_of(args)
     async with connect(args, read=True) as connection:
         found = await _checked(
             Admin(connection).jobs(
@@ -194,6 +206,7 @@ async def list_jobs(args: argparse.Namespace) -> int:
                 job_type=args.job_type,
                 limit=args.limit,
                 before_id=args.before_id,
+                filter=where,
             )
         )
     if args.json:
@@ -343,18 +356,33 @@ def _add_retry(commands: Commands) -> None:
         type=positive_int,
         help="more attempts each job gets (default: its max_attempts)",
     )
+    add_where(parser)
+    add_bulk_flags(parser)
     _json_flag(parser)
     parser.set_defaults(run=reports_database_errors(retry))
 
 
 async def retry(args: argparse.Namespace) -> int:
-    """Retry the given jobs, or every dead one."""
-    if args.all_dead == bool(args.ids):
-        msg = "retry takes job ids or --all-dead (not both)"
+    """Retry the given jobs, every dead one, or the dead and cancelled ones ``--where`` matches."""
+    if [args.all_dead, bool(args.ids), bool(args.where)].count(True) != 1:
+        msg = "retry takes job ids, --all-dead or --where (one of them)"
         raise UsageError(msg)
     if not args.all_dead and (args.queue is not None or args.job_type is not None):
         msg = "--queue and --type go with --all-dead"
         raise UsageError(msg)
+    _bulk_flags_need_where(args)
+    if args.where:
+        return await run_bulk(
+            args,
+            "retry",
+            lambda admin, found: admin.retry(
+                filter=found,
+                attempts=args.attempts,
+                limit=args.limit,
+                rate=args.rate,
+                dry_run=args.dry_run,
+            ),
+        )
     async with connect(args) as connection:
         admin = Admin(connection)
         if args.all_dead:
@@ -380,18 +408,40 @@ def _add_cancel(commands: Commands) -> None:
             "of the ids was cancelled."
         ),
     )
-    parser.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="job ids")
+    parser.add_argument("ids", nargs="*", type=job_id, metavar="ID", help="job ids")
+    add_where(parser)
+    add_bulk_flags(parser)
     _json_flag(parser)
     parser.set_defaults(run=reports_database_errors(cancel))
 
 
 async def cancel(args: argparse.Namespace) -> int:
-    """Cancel the given jobs."""
+    """Cancel the given jobs, or the pending, waiting and running ones ``--where`` matches."""
+    if bool(args.ids) == bool(args.where):
+        msg = "cancel takes job ids or --where (one of them)"
+        raise UsageError(msg)
+    _bulk_flags_need_where(args)
+    if args.where:
+        return await run_bulk(
+            args,
+            "cancel",
+            lambda admin, found: admin.cancel(
+                filter=found, limit=args.limit, rate=args.rate, dry_run=args.dry_run
+            ),
+        )
     async with connect(args) as connection:
         admin = Admin(connection)
         done = await _checked(admin.cancel(*args.ids))
         reasons = await _reasons(admin, done, "cancel")
     return _print_results(done, reasons, as_json=args.json)
+
+
+def _bulk_flags_need_where(args: argparse.Namespace) -> None:
+    if not args.where and (
+        args.dry_run or args.limit is not None or args.rate is not None
+    ):
+        msg = "--dry-run, --limit and --rate go with --where"
+        raise UsageError(msg)
 
 
 _DONE = frozenset({"retried", "cancelled", "requested"})  # not a status: results

@@ -43,6 +43,8 @@ from pgqueue._extension import (
     describe,
 )
 from pgqueue.web import _html
+from pgqueue.web._bulk import VERBS, Bulk, acted_message, jobs_text
+from pgqueue.web._edit import EDITABLE, Edit
 from pgqueue.web._guard import (
     ActionGuard,
     GuardedStarlette,
@@ -50,6 +52,8 @@ from pgqueue.web._guard import (
     check_allowed_hosts,
 )
 from pgqueue.web._html import Value
+from pgqueue.web._request import base_of, job_id_of
+from pgqueue.web._where import where_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -75,6 +79,8 @@ _DONE = {
     "cancelled": "Cancelled.",  # not a status: a cancel's result
     "requested": "Cancel requested: its worker cancels the handler.",
     "finished": "Not cancelled: the job had finished already.",
+    "updated": "Saved: the job holds the new values.",
+    "unchanged": "Nothing to save: no field differed from the job's.",
 }
 """What an action did, as the page it redirects to says it (``?done=``)."""
 
@@ -102,8 +108,9 @@ def create_app(
 ) -> Starlette:
     """Make the dashboard: an ASGI app (Starlette) to mount under a path of yours.
 
-    Pages: ``/`` (queues, live), ``/jobs`` (filters, keyset pages),
-    ``/jobs/ID``, ``/periodic``. It has no authentication of its own: mount
+    Pages: ``/`` (queues, live), ``/jobs`` (filters, ``?where=TERM`` as
+    `pgqueue.JobFilter.parse` reads it, keyset pages), ``/jobs/ID``,
+    ``/periodic``. It has no authentication of its own: mount
     it behind yours. The queues page (and its fragment and ``/api/frame``)
     shows the 50 queues with the most jobs to do, says how many more there
     are, and takes ``?queue=TEXT`` for those whose name holds ``TEXT``.
@@ -123,10 +130,14 @@ def create_app(
             With False, a dead or cancelled job can be retried (its attempts
             are kept and ``max_attempts`` raised, as `pgqueue.Admin.retry` does),
             every dead job of a listing retried, a pending or running job
-            cancelled, a queue paused or resumed (`pgqueue.Admin.pause`); each asks for confirmation (GET or HEAD, which change
-            nothing) and only a POST acts, carrying the confirmation page's
-            token, from the same origin (scheme, host and port) or a trusted
-            one.
+            cancelled, a queue paused or resumed (`pgqueue.Admin.pause`),
+            a listing's selected rows or all its matches retried,
+            cancelled, deleted, redriven or moved (``/bulk/VERB``), a
+            pending or waiting job edited (`pgqueue.Admin.update`); each
+            asks for confirmation (GET or HEAD, which change nothing) and
+            only a POST acts, carrying the confirmation page's token (a
+            bulk action's bound to its filter, ids, count and queue), from
+            the same origin (scheme, host and port) or a trusted one.
         show_payloads: False hides jobs' payloads, results and checkpoints
             (personal data): on a job's page, and in the live frames
             (``/api/frame``), which then read no checkpoint at all.
@@ -157,7 +168,8 @@ def create_app(
     .. versionchanged:: 0.1
        ``allowed_hosts`` (loopback names by default); tokens bound to their
        action and an hour; ``secret`` of at least 16 bytes; only a POST acts.
-       ``read``: listings and counts from a standby.
+       ``read``: listings and counts from a standby. ``/jobs?where=``,
+       bulk actions and a job's Edit form.
     """
     _check_source(dsn_or_pool)
     if read is not None:
@@ -176,6 +188,7 @@ def create_app(
         poll_interval=interval,
         page_size=page_size,
     )
+    bulk = Bulk(dashboard)
     routes = [
         Route("/", dashboard.queues),
         Route("/fragments/queues", dashboard.queues_fragment),
@@ -184,7 +197,10 @@ def create_app(
         Route("/jobs/{job_id}", dashboard.job),
         Route("/jobs/{job_id}/retry", dashboard.retry, methods=["GET", "POST"]),
         Route("/jobs/{job_id}/cancel", dashboard.cancel, methods=["GET", "POST"]),
+        Route("/jobs/{job_id}/edit", Edit(dashboard).handle, methods=["GET", "POST"]),
         Route("/retry-all", dashboard.retry_all, methods=["GET", "POST"]),
+        Route("/bulk/{verb}", bulk.handle, methods=["GET", "POST"]),
+        Route("/api/count", bulk.count),
         Route("/pause", dashboard.pause, methods=["GET", "POST"]),
         Route("/resume", dashboard.resume, methods=["GET", "POST"]),
         Route("/periodic", dashboard.periodic),
@@ -215,22 +231,6 @@ def _check_source(value: object) -> None:
         check_name("dsn", value)
 
 
-def _base(request: Request) -> str:
-    """The mount's path: every link starts with it."""
-    root: str = request.scope.get("root_path", "")
-    return root.rstrip("/")
-
-
-def _job_id(text: str) -> int:
-    """A job id from a path; 404 for anything that cannot be one."""
-    if not (text.isascii() and text.isdigit()) or len(text) > 19:
-        raise HTTPException(404, f"no job has the id {text[:40]!r}")
-    value = int(text)
-    if not 0 < value < 2**63:
-        raise HTTPException(404, f"no job has the id {value}")
-    return value
-
-
 def _optional(params: Mapping[str, str], name: str) -> str | None:
     value = params.get(name, "")
     return value or None
@@ -242,7 +242,7 @@ def _cursor(params: Mapping[str, str], name: str) -> int | None:
     if text is None:
         return None
     try:
-        return _job_id(text)
+        return job_id_of(text)
     except HTTPException:
         raise HTTPException(400, f"{name} must be a job id") from None
 
@@ -301,7 +301,7 @@ class _Dashboard:
         self._reads = reads or source
         self.read_only = guard.read_only
         self.show_payloads = show_payloads
-        self._guard = guard
+        self.guard = self._guard = guard
         self._interval = poll_interval
         self._page_size = page_size
         self._framing = anyio.Lock()
@@ -353,7 +353,7 @@ class _Dashboard:
         """A whole page: ``template`` (which extends base.html) with ``context``."""
         html = _html.render(
             template,
-            base=_base(request),
+            base=base_of(request),
             title=title,
             current=current,
             read_only=self.read_only,
@@ -482,7 +482,7 @@ class _Dashboard:
         return HTMLResponse(
             _html.render(
                 "live.html",
-                base=_base(request),
+                base=base_of(request),
                 frame=frame,
                 contains=contains,
                 actions=not self.read_only,
@@ -501,15 +501,14 @@ class _Dashboard:
     async def jobs(self, request: Request) -> Response:
         params = request.query_params
         queue, status, job_type = self._filters(params)
+        where = where_of(params)
         before, after = _cursor(params, "before"), _cursor(params, "after")
         if before is not None and after is not None:
             raise HTTPException(400, "give before or after, not both")
         admin = await self.reader()
         size = self._page_size
         found = await admin.job_summaries(
-            queue=queue,
-            status=status,
-            job_type=job_type,
+            filter=where.filter,
             before_id=before,
             after_id=after,
             limit=size + 1,
@@ -537,7 +536,19 @@ class _Dashboard:
             newer=newer,
             older=older,
             actions=not self.read_only,
-            message=_DONE.get(params.get("done", "")) or _retried_all(params),
+            script=not self.read_only,
+            where=where,
+            where_given=[term for term in params.getlist("where") if term.strip()],
+            # Every match is on this page: "All N matching" needs no count.
+            matching=(
+                jobs_text(len(shown))
+                if before is None and after is None and older is None
+                else None
+            ),
+            verbs=VERBS.values(),
+            message=_DONE.get(params.get("done", ""))
+            or _retried_all(params)
+            or acted_message(params),
         )
 
     def _filters(
@@ -563,7 +574,7 @@ class _Dashboard:
     async def _job_or_404(self, text: str) -> tuple[Admin, JobSummary]:
         """The job of a path (no payload, result or whole error read); 404 if none."""
         admin = await self.admin()
-        job_id = _job_id(text)
+        job_id = job_id_of(text)
         job = await admin.job_summary(job_id)
         if job is None:
             raise HTTPException(404, f"no job has the id {job_id}")
@@ -571,7 +582,7 @@ class _Dashboard:
 
     async def job(self, request: Request) -> Response:
         admin = await self.reader()
-        job_id = _job_id(request.path_params["job_id"])
+        job_id = job_id_of(request.path_params["job_id"])
         # Payload, result and error are cut in the database: a page of any
         # job stays small.
         job = await admin.job_preview(job_id, max_chars=PREVIEW_CHARS)
@@ -600,6 +611,7 @@ class _Dashboard:
             tick=tick,
             show_payloads=self.show_payloads,
             actions=not self.read_only,
+            editable=job.status in EDITABLE,
             message=_DONE.get(request.query_params.get("done", "")),
         )
 
@@ -689,7 +701,7 @@ class _Dashboard:
         """Ask to confirm ``verb`` on the path's job (GET), or do it (POST)."""
         asks = self._guard.asks(request)
         admin, job = await self._job_or_404(request.path_params["job_id"])
-        base = _base(request)
+        base = base_of(request)
         action = f"/jobs/{job.id}/{verb.lower()}"
         if asks:
             return self._confirm(
@@ -721,7 +733,7 @@ class _Dashboard:
             else await self._guard.form(request, action, bound)
         )
         queue, _, job_type = self._filters(params)
-        base = _base(request)
+        base = base_of(request)
         filters = {"queue": queue, "status": Status.DEAD, "type": job_type}
         listing = _html.url(base, "/jobs", filters)
         admin = await self.admin()
@@ -771,7 +783,7 @@ class _Dashboard:
         queue, _, _ = self._filters(params)
         if queue is None:
             raise HTTPException(400, "give the queue to pause or resume")
-        base = _base(request)
+        base = base_of(request)
         if asks:
             verb = "Pause" if pause else "Resume"
             return self._confirm(

@@ -70,7 +70,7 @@ CLOCK_SKEW = 60.0
 """Seconds a token may seem to come from the future (another process's clock)."""
 
 MAX_FORM_BYTES = 4096
-"""The largest action form accepted (a token and two names)."""
+"""The largest action form accepted by default (a token, two names, a filter)."""
 
 ACTION_METHODS = ("GET", "HEAD", "POST")
 """GET and HEAD ask (the confirmation page); only POST acts."""
@@ -402,7 +402,12 @@ class ActionGuard:
         return self._tokens.issue(action, fields)
 
     async def form(
-        self, request: Request, action: str, bound: Sequence[str] = ()
+        self,
+        request: Request,
+        action: str,
+        bound: Sequence[str] = (),
+        *,
+        max_bytes: int = MAX_FORM_BYTES,
     ) -> dict[str, str]:
         """The POST's form, once it passed every guard; 403 (or 400, 405) otherwise.
 
@@ -410,7 +415,8 @@ class ActionGuard:
         port) or a trusted one (``Sec-Fetch-Site``, else ``Origin``, when
         sent); the form must be a form (urlencoded) and carry a token issued
         for ``action`` and the values of the fields named in ``bound``
-        (missing ones count as empty), under an hour ago.
+        (missing ones count as empty), under an hour ago; a form larger than
+        ``max_bytes`` is refused (400).
         """
         if self.asks(request):
             raise HTTPException(405, headers={"Allow": ", ".join(ACTION_METHODS)})
@@ -425,7 +431,7 @@ class ActionGuard:
         body = b""
         async for chunk in request.stream():
             body += chunk
-            if len(body) > MAX_FORM_BYTES:
+            if len(body) > max_bytes:
                 raise HTTPException(400, "the form is too large")
         try:
             parsed = parse_qs(body.decode(), max_num_fields=10, strict_parsing=False)

@@ -51,9 +51,16 @@ class Value(NamedTuple):
 
 
 def url(base: str, path: str, params: Mapping[str, object | None] | None = None) -> str:
-    """The URL of ``path`` under the mount, with the params that are not None (not escaped)."""
-    query = {k: str(v) for k, v in (params or {}).items() if v is not None}
-    return base + path + ("?" + urlencode(query) if query else "")
+    """The URL of ``path`` under the mount, with the params that are not None (not escaped).
+
+    A list's items are each a param of that name (``where=a&where=b``).
+    """
+    query = {
+        k: [str(item) for item in v] if isinstance(v, list) else str(v)
+        for k, v in (params or {}).items()
+        if v is not None
+    }
+    return base + path + ("?" + urlencode(query, doseq=True) if query else "")
 
 
 def _parts(value: object) -> Iterator[tuple[str, bool]]:

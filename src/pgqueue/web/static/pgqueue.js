@@ -53,3 +53,51 @@
   });
   schedule();
 })();
+
+// The job listing: a box that selects (or clears) every row of the page.
+// Without JavaScript each row's box still works, and so does "All N matching".
+(function () {
+  "use strict";
+  var page = document.getElementById("bulk-page");
+  if (!page) {
+    return;
+  }
+  var rows = document.querySelectorAll('input[name="id"][form="bulk"]');
+  page.hidden = false;
+  page.addEventListener("change", function () {
+    for (var i = 0; i < rows.length; i++) {
+      rows[i].checked = page.checked;
+    }
+  });
+})();
+
+// The listing's "All matching" box: once checked, it says how many match
+// (asked of /api/count then, not with every page: a count may scan).
+(function () {
+  "use strict";
+  var box = document.getElementById("bulk-all");
+  var count = document.getElementById("bulk-count");
+  if (!box || !count || !count.getAttribute("data-src") || !window.fetch) {
+    return;
+  }
+  var asked = false;
+  box.addEventListener("change", function () {
+    if (!box.checked || asked) {
+      return;
+    }
+    asked = true;
+    fetch(count.getAttribute("data-src"), { cache: "no-store", credentials: "same-origin" })
+      .then(function (response) {
+        if (!response.ok) {
+          throw new Error("HTTP " + response.status);
+        }
+        return response.json();
+      })
+      .then(function (found) {
+        count.textContent = found.text;
+      })
+      .catch(function () {
+        asked = false; // the confirmation page states the count anyway
+      });
+  });
+})();
