@@ -1,0 +1,218 @@
+"""Operating durable handlers: what `Admin.job` shows of them, `Admin.signal`, `Admin.retry`'s steps.
+
+Through the public API on a real server: a parked job's steps (name,
+time, size), signals, wait and progress; a sleeping one's wake time; a
+signal sent by the operator wakes the job (and answers as `Queue.signal`
+does); a dead durable job retried keeps its steps, unless
+``reset_steps=True`` (by id and by filter).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+import pgqueue
+from tests.helpers import row, running, wait_for_row, wait_until
+
+if TYPE_CHECKING:
+    import asyncpg
+
+
+def _order(worker: pgqueue.Worker, calls: list[str]) -> None:
+    @worker.handler("order")
+    async def order(job: pgqueue.Job) -> Any:
+        async def charge() -> dict[str, str]:
+            calls.append("charge")
+            return {"charge": "ch_" + "x" * 40}
+
+        def reserve() -> int:
+            calls.append("reserve")
+            return 7
+
+        await job.step("charge", charge)
+        await job.step("reserve", reserve)
+        await job.progress(0.5, "waiting for approval")
+        approved = await job.wait_for("approve")
+        if job.payload.get("fail"):
+            raise pgqueue.Permanent("carrier refused")
+        return approved
+
+
+async def test_admin_job_shows_a_parked_jobs_steps_signals_wait_and_progress(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    calls: list[str] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
+    _order(worker, calls)
+    admin = pgqueue.Admin(pool)
+    job_id = await queue.enqueue("order", {})
+    async with running(worker):
+        await wait_for_row(pool, job_id, status="parked")
+        assert await queue.signal(job_id, "other", {"k": "v"}) is True
+        job = await admin.job(job_id)
+        preview = await admin.job_preview(job_id)
+        assert job is not None
+        assert preview is not None
+        assert [(s.name, s.size) for s in job.steps] == [
+            ("charge", len('{"charge": "ch_' + "x" * 40 + '"}')),
+            ("reserve", 1),
+        ]
+        assert job.steps_total == 2
+        first, second = job.steps[0].at, job.steps[1].at
+        assert first is not None
+        assert second is not None
+        assert first <= second
+        assert [(s.name, s.size) for s in job.signals] == [("other", 10)]
+        assert job.signals_total == 1
+        assert job.wait == pgqueue.WaitInfo(signal="approve")
+        assert job.progress is not None
+        assert (job.progress.fraction, job.progress.message) == (
+            0.5,
+            "waiting for approval",
+        )
+        for field in ("steps", "signals", "wait", "progress"):
+            assert getattr(preview, field) == getattr(job, field)
+        as_json = job.to_json()
+        assert as_json["wait"] == {"signal": "approve", "child": None, "until": None}
+        assert as_json["steps"][0]["name"] == "charge"
+        assert isinstance(as_json["steps"][0]["at"], str)
+        # The operator's signal wakes it.
+        assert await admin.signal(job_id, "approve", {"by": "ops"}) is True
+        await wait_for_row(pool, job_id, status="completed")
+    done = await admin.job(job_id)
+    assert done is not None
+    assert done.result == {"by": "ops"}
+    assert done.wait is None  # it waits for nothing any more
+    assert [s.name for s in done.signals] == ["other", "approve"]
+    assert calls == ["charge", "reserve"]  # the wake replayed them
+    # A listing leaves them out; a job that is no durable handler's has none.
+    listed = await admin.jobs(queue=queue.name)
+    assert listed[0].steps == ()
+    plain = await queue.enqueue("plain", {})
+    plain_job = await admin.job(plain)
+    assert plain_job is not None
+    assert (plain_job.steps, plain_job.signals, plain_job.wait, plain_job.progress) == (
+        (),
+        (),
+        None,
+        None,
+    )
+
+
+async def test_admin_job_shows_a_sleeps_wake_time(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
+
+    @worker.handler("nap")
+    async def nap(job: pgqueue.Job) -> None:
+        await job.sleep(3600)
+
+    job_id = await queue.enqueue("nap", {})
+
+    async def asleep() -> bool:
+        return (await row(pool, job_id))["wait"] is not None
+
+    async with running(worker):
+        await wait_until(asleep)
+    slept = await row(pool, job_id)
+    job = await pgqueue.Admin(pool).job(job_id)
+    assert job is not None
+    assert job.wait is not None
+    assert (job.wait.signal, job.wait.child) == (None, None)
+    assert job.wait.until is not None
+    assert abs(job.wait.until - slept["run_at"]) < timedelta(seconds=1)
+
+
+async def test_hand_written_durable_columns_read_as_none_not_failures(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    job_id = await queue.enqueue("odd", {})
+    await pool.execute(
+        """UPDATE pgqueue_jobs SET status = 'parked',
+               steps = '{"a": 1, "b": {"at": "not a time"}}', signals = '[1, {"name": 2}]',
+               wait = '{"child": "x", "until": 5}', progress = '"half"'
+           WHERE id = $1""",
+        job_id,
+    )
+    job = await pgqueue.Admin(pool).job(job_id)
+    assert job is not None
+    assert {(s.name, s.at, s.size) for s in job.steps} == {
+        ("a", None, None),
+        ("b", None, None),
+    }
+    assert job.signals == (
+        pgqueue.SignalInfo(name=None, at=None, size=None),
+        pgqueue.SignalInfo(name="2", at=None, size=None),
+    )
+    assert job.signals_total == 2
+    assert job.wait == pgqueue.WaitInfo()
+    assert job.progress is None
+
+
+async def test_admin_signal_answers_as_queue_signal(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    admin = pgqueue.Admin(pool)
+    job_id = await queue.enqueue("later", {})
+    assert await admin.signal(job_id, "go") is True
+    assert json.loads((await row(pool, job_id))["signals"])[0]["payload"] is None
+    with pytest.raises(pgqueue.JobNotFoundError):
+        await admin.signal(2**62, "go")
+    with pytest.raises(ValueError, match="signal name"):
+        await admin.signal(job_id, "")
+    with pytest.raises(TypeError):
+        await admin.signal(job_id, "go", object())
+    await admin.cancel(job_id)
+    assert await admin.signal(job_id, "go", [1]) is False
+    assert len(json.loads((await row(pool, job_id))["signals"])) == 1
+    # Inside a transaction: an unknown id leaves it usable; a rollback sends nothing.
+    other = await queue.enqueue("later", {})
+    async with pool.acquire() as connection, connection.transaction():
+        in_transaction = pgqueue.Admin(connection)
+        with pytest.raises(pgqueue.JobNotFoundError):
+            await in_transaction.signal(2**62, "go")
+        assert await in_transaction.signal(other, "go") is True
+        assert await connection.fetchval("SELECT 1") == 1
+    assert json.loads((await row(pool, other))["signals"])[0]["name"] == "go"
+
+
+@pytest.mark.parametrize("by_filter", [False, True])
+async def test_a_dead_durable_job_retried_keeps_its_steps_unless_reset(
+    pool: asyncpg.Pool, queue: pgqueue.Queue, by_filter: bool
+) -> None:
+    calls: list[str] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
+    _order(worker, calls)
+    admin = pgqueue.Admin(pool)
+
+    async def retry(job_id: int, **options: Any) -> None:
+        if by_filter:
+            found = pgqueue.JobFilter(queue=queue.name, status="dead")
+            assert await admin.retry(filter=found, **options) == 1
+        else:
+            assert await admin.retry(job_id, **options) == {job_id: "retried"}
+
+    job_id = await queue.enqueue("order", {"fail": True})
+    async with running(worker):
+        await wait_for_row(pool, job_id, status="parked")
+        await admin.signal(job_id, "approve", True)
+        await wait_for_row(pool, job_id, status="dead")
+        assert calls == ["charge", "reserve"]
+        # Kept: the retry replays the steps, and the signal is still there.
+        await retry(job_id)
+        await wait_for_row(pool, job_id, status="dead", attempts=2)
+        assert calls == ["charge", "reserve"]
+        # Reset: the steps run again; the signal is kept.
+        await retry(job_id, reset_steps=True)
+        await wait_for_row(pool, job_id, status="dead", attempts=3)
+    assert calls == ["charge", "reserve", "charge", "reserve"]
+    job = await admin.job(job_id)
+    assert job is not None
+    assert [s.name for s in job.steps] == ["charge", "reserve"]
+    with pytest.raises(TypeError, match="reset_steps"):
+        await admin.retry(job_id, reset_steps=1)  # type: ignore[call-overload]
