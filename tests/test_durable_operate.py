@@ -1,10 +1,12 @@
 """Operating durable handlers: what `Admin.job` shows of them, `Admin.signal`, `Admin.retry`'s steps.
 
-Through the public API on a real server: a parked job's steps (name,
-time, size), signals, wait and progress; a sleeping one's wake time; a
-signal sent by the operator wakes the job (and answers as `Queue.signal`
-does); a dead durable job retried keeps its steps, unless
-``reset_steps=True`` (by id and by filter).
+Through the public API and the command line on a real server: a parked
+job's steps (name, time, size), signals, wait and progress; a sleeping
+one's wake time; a signal sent by the operator (`Admin.signal`, ``pgqueue
+signal``) wakes the job and answers as `Queue.signal` does; a dead durable
+job retried keeps its steps, unless ``reset_steps=True`` (by id and by
+filter; ``--reset-steps``); ``pgqueue jobs show`` prints hostile names
+escaped.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import pytest
 
 import pgqueue
 from tests.helpers import row, running, wait_for_row, wait_until
+from tests.test_cli import EXIT_ERROR, EXIT_OK, cli
+from tests.test_cli_hostile import CLEAR, LINK, TITLE, escaped, raw_controls
 
 if TYPE_CHECKING:
     import asyncpg
@@ -216,3 +220,84 @@ async def test_a_dead_durable_job_retried_keeps_its_steps_unless_reset(
     assert [s.name for s in job.steps] == ["charge", "reserve"]
     with pytest.raises(TypeError, match="reset_steps"):
         await admin.retry(job_id, reset_steps=1)  # type: ignore[call-overload]
+
+
+async def test_the_cli_shows_steps_signals_wait_and_progress_escaped_and_signals(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    calls: list[str] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
+    _order(worker, calls)
+    job_id = await queue.enqueue("order", {})
+    async with running(worker):
+        await wait_for_row(pool, job_id, status="parked")
+        # Another client's hand: control characters and markup in names.
+        await pool.execute(
+            """UPDATE pgqueue_jobs
+               SET steps = steps || jsonb_build_object($2::text, jsonb_build_object(
+                       'result', 1, 'at', now())),
+                   signals = jsonb_build_array(jsonb_build_object(
+                       'name', $3::text, 'payload', null, 'at', now())),
+                   progress = progress || jsonb_build_object('message', $3::text)
+               WHERE id = $1""",
+            job_id,
+            f"s{CLEAR}{LINK}",
+            f"n{TITLE}",
+        )
+        shown = await cli(dsn, "jobs", "show", str(job_id))
+        assert shown.code == EXIT_OK, shown
+        assert raw_controls(shown.out) == set()
+        assert LINK in shown.out  # shown, not read as markup
+        for text in (
+            "waits for",
+            "signal 'approve'",
+            "50% " + escaped(f"n{TITLE}"),
+            "steps, first recorded first",
+            "charge",
+            "reserve",
+            escaped(f"s{CLEAR}"),
+            "signals received",
+            escaped(f"n{TITLE}"),
+        ):
+            assert text in shown.out, (text, shown.out)
+        as_json = (await cli(dsn, "jobs", "show", str(job_id), "--json")).json()
+        assert as_json["wait"]["signal"] == "approve"
+        assert as_json["steps_total"] == 3
+        assert as_json["progress"]["message"] == f"n{TITLE}"
+        # pgqueue signal wakes it.
+        sent = await cli(dsn, "signal", str(job_id), "approve", '{"by": "cli"}')
+        assert (sent.code, sent.out) == (EXIT_OK, f"{job_id}\tsignalled\n")
+        done = await wait_for_row(pool, job_id, status="completed")
+    assert json.loads(done["result"]) == {"by": "cli"}
+    ended = await cli(dsn, "signal", str(job_id), "approve", "--json")
+    assert (ended.code, ended.json()) == (EXIT_ERROR, {"id": job_id, "stored": False})
+    unknown = await cli(dsn, "signal", str(2**62), "approve")
+    assert (unknown.code, unknown.err) == (
+        EXIT_ERROR,
+        f"pgqueue: no job has id {2**62}\n",
+    )
+
+
+async def test_the_cli_retry_and_redrive_reset_steps(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    calls: list[str] = []
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
+    _order(worker, calls)
+    job_id = await queue.enqueue("order", {"fail": True})
+    await pgqueue.Admin(pool).signal(job_id, "approve", True)
+    async with running(worker):
+        await wait_for_row(pool, job_id, status="dead")
+        kept = await cli(dsn, "retry", str(job_id))
+        assert kept.code == EXIT_OK, kept
+        await wait_for_row(pool, job_id, status="dead", attempts=2)
+        assert calls == ["charge", "reserve"]
+        reset = await cli(dsn, "retry", str(job_id), "--reset-steps")
+        assert reset.code == EXIT_OK, reset
+        await wait_for_row(pool, job_id, status="dead", attempts=3)
+        assert calls == ["charge", "reserve"] * 2
+        where = f"queue={queue.name}"
+        redriven = await cli(dsn, "redrive", "--where", where, "--reset-steps")
+        assert redriven.code == EXIT_OK, redriven
+        await wait_for_row(pool, job_id, status="dead", attempts=4)
+    assert calls == ["charge", "reserve"] * 3

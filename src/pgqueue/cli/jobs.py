@@ -48,10 +48,12 @@ from pgqueue.cli._common import (
     reports_database_errors,
     rich_console,
 )
+from pgqueue.cli._durable import DURABLE_FIELDS, durable_rows, print_durable_tables
 from pgqueue.cli.bulk import (
     add_actions,
     add_bulk_flags,
     add_redrive,
+    add_reset_steps,
     add_where,
     filter_of,
     run_bulk,
@@ -185,7 +187,9 @@ def _add_jobs(commands: Commands) -> None:
         description=(
             "Show one job, payload and result, and its parents and children "
             "(the first 50 of each, with their statuses; --json: under "
-            '"dependencies").'
+            '"dependencies"). A durable handler\'s job also shows what it '
+            "waits for, its progress, and its steps and signals received (the "
+            "first 200 of each: name, when, size)."
         ),
     )
     show.add_argument("id", type=job_id, help="the job's id")
@@ -269,7 +273,7 @@ def _print_job(job: JobInfo, dependencies: JobDependencies) -> None:
     table.add_column(style="bold")
     table.add_column()
     for name, value in job.to_json().items():
-        if name in ("errors", "snoozed"):
+        if name in ("errors", "snoozed") or name in DURABLE_FIELDS:
             continue  # tables of their own, below
         if name in ("payload", "result"):
             text = printable(
@@ -284,6 +288,8 @@ def _print_job(job: JobInfo, dependencies: JobDependencies) -> None:
             and value is not None
         ):
             label = "earlier attempt's error"
+        table.add_row(label, Text(text))
+    for label, text in durable_rows(job):
         table.add_row(label, Text(text))
     table.add_row(
         "parents", Text(_related(dependencies.parents, dependencies.parents_total))
@@ -313,6 +319,7 @@ def _print_job(job: JobInfo, dependencies: JobDependencies) -> None:
                 _number(snooze.attempt), _time(snooze.at), _number(snooze.delay)
             )
         console.print(snoozed, markup=False, highlight=False)
+    print_durable_tables(console, job)
 
 
 def _number(value: float | None) -> str:
@@ -356,6 +363,7 @@ def _add_retry(commands: Commands) -> None:
         type=positive_int,
         help="more attempts each job gets (default: its max_attempts)",
     )
+    add_reset_steps(parser)
     add_where(parser)
     add_bulk_flags(parser)
     _json_flag(parser)
@@ -381,8 +389,12 @@ async def retry(args: argparse.Namespace) -> int:
                 limit=args.limit,
                 rate=args.rate,
                 dry_run=args.dry_run,
+                reset_steps=args.reset_steps,
             ),
         )
+    if args.all_dead and args.reset_steps:
+        msg = "--reset-steps goes with job ids or --where"
+        raise UsageError(msg)
     async with connect(args) as connection:
         admin = Admin(connection)
         if args.all_dead:
@@ -392,7 +404,11 @@ async def retry(args: argparse.Namespace) -> int:
                 )
             )
         else:
-            done = await _checked(admin.retry(*args.ids, attempts=args.attempts))
+            done = await _checked(
+                admin.retry(
+                    *args.ids, attempts=args.attempts, reset_steps=args.reset_steps
+                )
+            )
         reasons = await _reasons(admin, done, "retry")
     return _print_results(done, reasons, as_json=args.json)
 
