@@ -15,6 +15,7 @@ import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 
 import pgqueue
@@ -301,3 +302,43 @@ async def test_the_cli_retry_and_redrive_reset_steps(
         assert redriven.code == EXIT_OK, redriven
         await wait_for_row(pool, job_id, status="dead", attempts=4)
     assert calls == ["charge", "reserve"] * 3
+
+
+async def test_pgqueue_top_shows_a_running_jobs_progress_and_the_parked_count(
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    release = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=queue.name, concurrency=2, poll_interval=60)
+
+    @worker.handler("copy")
+    async def copy(job: pgqueue.Job) -> None:
+        await job.progress(0.4, "copying")
+        await release.wait()
+
+    @worker.handler("approval")
+    async def approval(job: pgqueue.Job) -> None:
+        await job.wait_for("approve")
+
+    copying = await queue.enqueue("copy", {})
+    parked = await queue.enqueue("approval", {})
+    async with running(worker):
+        await wait_for_row(pool, parked, status="parked")
+
+        async def reported() -> bool:
+            return (await row(pool, copying))["progress"] is not None
+
+        await wait_until(reported)
+        shown = await cli(dsn, "top", "--once", "--json", "--queue", queue.name)
+        text = await cli(dsn, "top", "--once", "--queue", queue.name)
+        hidden = await cli(
+            dsn, "top", "--once", "--json", "--queue", queue.name, "--hide-payloads"
+        )
+        release.set()
+    frame = shown.json()
+    assert frame["queues"][0]["parked"] == 1
+    assert [(r["id"], r["progress"]) for r in frame["longest_running"]] == [
+        (copying, "40% copying")
+    ]
+    assert "parked" in text.out
+    assert "40% copying" in text.out
+    assert [r["progress"] for r in hidden.json()["longest_running"]] == [None]

@@ -523,7 +523,7 @@ class JobInfo(_JobHead):
             them all). Read by `Admin.job` and `Admin.job_preview` only: a
             listing leaves these six fields empty.
         steps_total: how many steps the job has recorded.
-        signals: the signals sent to the job, oldest first: the first 200
+        signals: the signals sent to the job, oldest first; the first 200
             (``signals_total`` counts them all).
         signals_total: how many signals the job holds.
         wait: what the job waits for while it is parked or sleeps (pending
