@@ -85,7 +85,6 @@ BAD_INPUT = [
     (["signal", "0", "go"], "not a job id"),
     (["signal", "1", "go", "{bad"], "not valid JSON"),
     (["signal", "1", ""], "signal name"),
-    (["retry", "--all-dead", "--reset-steps"], "--reset-steps"),
     (["prune", "--older-than", "7x"], "not a duration"),
     (["listen", "c" * 64], "63"),
     (["schema", "print", "--upgrade", "--down"], "not allowed"),

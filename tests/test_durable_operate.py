@@ -16,9 +16,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import psycopg
 import pytest
 
 import pgqueue
+import pgqueue.sync
 from tests.helpers import row, running, wait_for_row, wait_until
 from tests.test_cli import EXIT_ERROR, EXIT_OK, cli
 from tests.test_cli_hostile import CLEAR, LINK, TITLE, escaped, raw_controls
@@ -48,7 +50,7 @@ def _order(worker: pgqueue.Worker, calls: list[str]) -> None:
 
 
 async def test_admin_job_shows_a_parked_jobs_steps_signals_wait_and_progress(
-    pool: asyncpg.Pool, queue: pgqueue.Queue
+    dsn: str, pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
     calls: list[str] = []
     worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
@@ -79,8 +81,11 @@ async def test_admin_job_shows_a_parked_jobs_steps_signals_wait_and_progress(
             0.5,
             "waiting for approval",
         )
+        with psycopg.connect(dsn) as connection:
+            synced = pgqueue.sync.Admin(connection).job(job_id)
         for field in ("steps", "signals", "wait", "progress"):
             assert getattr(preview, field) == getattr(job, field)
+            assert getattr(synced, field) == getattr(job, field)
         as_json = job.to_json()
         assert as_json["wait"] == {"signal": "approve", "child": None, "until": None}
         assert as_json["steps"][0]["name"] == "charge"
@@ -186,9 +191,9 @@ async def test_admin_signal_answers_as_queue_signal(
     assert json.loads((await row(pool, other))["signals"])[0]["name"] == "go"
 
 
-@pytest.mark.parametrize("by_filter", [False, True])
+@pytest.mark.parametrize("by", ["id", "filter", "all"])
 async def test_a_dead_durable_job_retried_keeps_its_steps_unless_reset(
-    pool: asyncpg.Pool, queue: pgqueue.Queue, by_filter: bool
+    pool: asyncpg.Pool, queue: pgqueue.Queue, by: str
 ) -> None:
     calls: list[str] = []
     worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=60)
@@ -196,9 +201,12 @@ async def test_a_dead_durable_job_retried_keeps_its_steps_unless_reset(
     admin = pgqueue.Admin(pool)
 
     async def retry(job_id: int, **options: Any) -> None:
-        if by_filter:
+        if by == "filter":
             found = pgqueue.JobFilter(queue=queue.name, status="dead")
             assert await admin.retry(filter=found, **options) == 1
+        elif by == "all":
+            done = await admin.retry_all(queue=queue.name, **options)
+            assert done == {job_id: "retried"}
         else:
             assert await admin.retry(job_id, **options) == {job_id: "retried"}
 

@@ -1273,6 +1273,7 @@ class Admin(FilterActions):
         job_type: str | None = None,
         status: Literal["dead", "cancelled"] = "dead",
         attempts: int | None = None,
+        reset_steps: bool = False,
     ) -> dict[int, str]:
         """Retry every dead (or cancelled) job, of a queue and type if given.
 
@@ -1282,10 +1283,16 @@ class Admin(FilterActions):
         returns for each job seen (``"retried"`` or ``"duplicate"``, unless
         another session changed the job meanwhile).
 
+        ``reset_steps``: as `retry`'s (durable handlers start over).
+
         Raises:
             TypeError, ValueError: as `jobs` and `retry`, or a status other
                 than dead and cancelled.
+
+        .. versionchanged:: 0.1
+            ``reset_steps``.
         """
+        check_bool("reset_steps", reset_steps)
         if status not in FAILED:
             choices = " or ".join(f'"{failed}"' for failed in FAILED)
             msg = f"status must be {choices}, not {status!r}"
@@ -1305,7 +1312,7 @@ class Admin(FilterActions):
                 ]
             if not ids:
                 return done
-            done.update(await self.retry(*ids, attempts=extra))
+            done.update(await self.retry(*ids, attempts=extra, reset_steps=reset_steps))
             if len(ids) < RETRY_BATCH:
                 return done
             after = ids[-1]

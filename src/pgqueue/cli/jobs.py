@@ -392,15 +392,15 @@ async def retry(args: argparse.Namespace) -> int:
                 reset_steps=args.reset_steps,
             ),
         )
-    if args.all_dead and args.reset_steps:
-        msg = "--reset-steps goes with job ids or --where"
-        raise UsageError(msg)
     async with connect(args) as connection:
         admin = Admin(connection)
         if args.all_dead:
             done = await _checked(
                 admin.retry_all(
-                    queue=args.queue, job_type=args.job_type, attempts=args.attempts
+                    queue=args.queue,
+                    job_type=args.job_type,
+                    attempts=args.attempts,
+                    reset_steps=args.reset_steps,
                 )
             )
         else:
