@@ -352,6 +352,12 @@ async def test_jobs_lists_newest_first_by_keyset_and_filters(
         "errors",
         "snoozed",
         "checkpoint",
+        "steps",
+        "steps_total",
+        "signals",
+        "signals_total",
+        "wait",
+        "progress",
     ]
     assert shape["run_at"] == later.isoformat()
     assert await admin.job(2**62) is None

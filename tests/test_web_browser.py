@@ -29,7 +29,7 @@ import pytest
 
 import pgqueue
 from pgqueue.web import create_app
-from tests.helpers import row
+from tests.helpers import row, running, wait_for_row
 
 playwright_api = pytest.importorskip(
     "playwright.async_api", reason="the browser tests need playwright"
@@ -651,3 +651,50 @@ async def test_a_right_to_left_override_in_a_type_reorders_nothing_around_it(
             text = await page.locator("main").inner_text()
             assert "\u202e" not in text, path
             assert "invoiceU+202Efdp.exe" in text, path
+
+
+# --- durable handlers ------------------------------------------------------------------
+
+
+async def test_a_durable_jobs_page_and_send_signal_in_the_browser(
+    fresh_dsn: str,
+) -> None:
+    async with asyncpg.create_pool(fresh_dsn, min_size=1, max_size=6) as pool:
+        queue = pgqueue.Queue(pool, name="orders")
+        worker = pgqueue.Worker(pool, queue="orders", poll_interval=60)
+
+        @worker.handler("order")
+        async def order(job: pgqueue.Job) -> Any:
+            await job.step("charge", lambda: {"charge": "ch_42", "amount": 1999})
+            await job.step(HOSTILE_TYPE, lambda: True)
+            await job.progress(0.5, HOSTILE_ERROR)
+            return await job.wait_for("approval")
+
+        job_id = await queue.enqueue("order", {"order": 42})
+        async with (
+            running(worker),
+            serving(create_app(pool, read_only=False)) as url,
+            browser() as chromium,
+        ):
+            await wait_for_row(pool, job_id, status="parked")
+            page = await chromium.new_page(viewport={"width": 1280, "height": 900})
+            await page.goto(f"{url}/jobs/{job_id}")
+            await expect(page.locator("#wait")).to_have_text(
+                "signal approval (no timeout)", timeout=WAIT_MS
+            )
+            await expect(page.locator("#progress")).to_contain_text("50%")
+            await expect(page.locator("#steps tbody tr")).to_have_count(2)
+            await expect(page.locator("#steps")).to_contain_text(HOSTILE_TYPE)
+            assert await page.evaluate(INJECTED) == []
+            await page.get_by_role("button", name="Send signal").click()
+            await expect(page.get_by_label("Signal name")).to_have_value("approval")
+            await page.get_by_label("Payload (JSON; empty: null)").fill(
+                '{"approved": true, "by": "ops"}'
+            )
+            await page.get_by_role("button", name="Send signal").click()
+            await expect(page.get_by_role("status")).to_contain_text("Signal sent")
+            done = await wait_for_row(pool, job_id, status="completed")
+            assert json.loads(done["result"]) == {"approved": True, "by": "ops"}
+            await page.reload()
+            await expect(page.locator("#signals tbody tr")).to_have_count(1)
+            await expect(page.locator("#wait")).to_have_count(0)

@@ -4,7 +4,7 @@ The table of tests/test_admin_plans.py (200,000 completed rows of two queues,
 and pending, running, dead and cancelled ones). Two checks:
 
 * ``EXPLAIN (ANALYZE, BUFFERS)`` of every statement a page runs (the
-  listings' summaries, a job's preview and summary), with each filter the
+  listings' summaries, a job's preview, summary and durable state), with each filter the
   listing offers (queue, status, type, a keyset cursor either way), shows
   no sequential scan of ``pgqueue_jobs``, with the default plans and with
   generic ones;
@@ -35,6 +35,7 @@ from pgqueue._sql.dashboard import (
     JOB_SUMMARY_SHOWN,
     shown_summaries_query,
 )
+from pgqueue._sql.durable_view import JOB_DURABLE
 from pgqueue._sql.listings import (
     JOB,
     JOB_STATUSES,
@@ -80,6 +81,7 @@ async def test_every_statement_of_the_pages_uses_an_index(
         (JOB, (middle,)),
         (JOB_PREVIEW_SHOWN, (middle, 50_000)),
         (JOB_SUMMARY_SHOWN, (middle,)),
+        (JOB_DURABLE, (middle, 200)),
     ]
     # The frame's running and dead jobs: of every queue, of one, by a name's part.
     for names, contains in ((None, None), (["a"], None), (None, "a")):
@@ -143,6 +145,7 @@ async def test_no_page_scans_the_table(
         "/jobs?status=running",
         f"/jobs/{dead}",
         f"/jobs/{dead}/retry",
+        f"/jobs/{middle}/signal",
         "/retry-all?queue=a&type=report",
         "/periodic",
         # The filter of ?where=, and the count of "All N matching" of a

@@ -3,8 +3,9 @@
 What a hostile page in the operator's browser could try: an action by any
 method but a POST with its token (``HEAD`` from a no-cors ``fetch``), DNS
 rebinding (a foreign ``Host``), a token of another action or an old one, an
-``Origin`` of another scheme; for the bulk actions and the edit form too,
-and a bulk token posted with another filter, count, ids or queue. And what
+``Origin`` of another scheme; for the bulk actions, the edit form and a
+job's Send signal form too, and a bulk token posted with another filter,
+count, ids or queue. And what
 every response carries: the security headers, on errors and 500s too, and no
 internal host names on the 503 page.
 """
@@ -12,6 +13,7 @@ internal host names on the 503 page.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -453,6 +455,7 @@ async def test_every_response_carries_the_security_headers(
             f"/bulk/retry?all=1&where=queue={queue_name}-r": 200,
             "/bulk/nope?id=1": 404,
             f"/jobs/{dead}/edit": 200,
+            f"/jobs/{dead}/signal": 200,
             "/api/count": 200,
         }
         for path, status in expected.items():
@@ -462,6 +465,8 @@ async def test_every_response_carries_the_security_headers(
         for method, path, status in (
             ("PUT", "/retry-all", 405),
             ("PATCH", f"/jobs/{dead}/edit", 405),
+            ("PUT", f"/jobs/{dead}/signal", 405),
+            ("POST", f"/jobs/{dead}/signal", 403),
             ("POST", "/bulk/delete", 403),
             ("DELETE", "/", 405),
             ("POST", f"/jobs/{dead}/retry", 403),
@@ -478,9 +483,10 @@ async def test_every_response_carries_the_security_headers(
         serving(dsn, tmp_path) as web,
         httpx.AsyncClient(base_url=web.url) as c,
     ):
-        refused = await c.get(f"/jobs/{dead}/retry")
-        assert refused.status_code == 403  # read-only
-        assert_guarded(refused)
+        for path in (f"/jobs/{dead}/retry", f"/jobs/{dead}/signal"):
+            refused = await c.get(path)
+            assert refused.status_code == 403, path  # read-only
+            assert_guarded(refused)
 
 
 FRAMED = ("/", "/fragments/queues")
@@ -547,9 +553,10 @@ async def by_id(pool: asyncpg.Pool, ids: list[int]) -> list[dict[str, Any]]:
 def new_actions(
     queue_name: str, dead: int, pending: int
 ) -> list[tuple[str, dict[str, Any]]]:
-    """The edit form and the bulk actions (by filter, by ids, with a queue), with their query."""
+    """The edit and signal forms and the bulk actions (by filter, by ids, with a queue), with their query."""
     return [
         (f"/jobs/{pending}/edit", {}),
+        (f"/jobs/{pending}/signal", {}),
         (
             "/bulk/move",
             {"where": [f"queue={queue_name}-c"], "all": "1", "to_queue": "moved"},
@@ -560,7 +567,7 @@ def new_actions(
     ]
 
 
-async def test_bulk_actions_and_edit_act_only_on_a_post_with_their_token(
+async def test_bulk_actions_edit_and_signal_act_only_on_a_post_with_their_token(
     dsn: str, pool: asyncpg.Pool, queue_name: str, tmp_path: Path
 ) -> None:
     dead, pending, every = await seed(pool, queue_name)
@@ -578,6 +585,7 @@ async def test_bulk_actions_and_edit_act_only_on_a_post_with_their_token(
             forms[path] = form_of(confirm.text)
             assert forms[path]["csrf"], path
         forms[f"/jobs/{pending}/edit"]["priority"] = "4"
+        forms[f"/jobs/{pending}/signal"].update(name="go", payload='{"n": 1}')
         for path, query in actions:
             for method in METHODS:
                 body = _with(form(**forms[path]), web)
@@ -609,9 +617,11 @@ async def test_bulk_actions_and_edit_act_only_on_a_post_with_their_token(
         4,
         "cancelled",
     )
+    [signal] = json.loads(moved["signals"])
+    assert (signal["name"], signal["payload"]) == ("go", {"n": 1})
 
 
-async def test_bulk_actions_and_edit_refuse_a_foreign_host_or_origin(
+async def test_bulk_actions_edit_and_signal_refuse_a_foreign_host_or_origin(
     dsn: str, pool: asyncpg.Pool, queue_name: str, tmp_path: Path
 ) -> None:
     dead, pending, every = await seed(pool, queue_name)
@@ -647,7 +657,7 @@ async def test_bulk_actions_and_edit_refuse_a_foreign_host_or_origin(
             assert await by_id(pool, ids) == before, path
 
 
-async def test_a_bulk_token_is_bound_to_its_filter_count_ids_and_queue(
+async def test_a_bulk_token_is_bound_to_its_filter_count_ids_and_queue_and_a_forms_to_its_job(
     dsn: str, pool: asyncpg.Pool, queue_name: str, tmp_path: Path
 ) -> None:
     dead, pending, every = await seed(pool, queue_name)
@@ -668,6 +678,8 @@ async def test_a_bulk_token_is_bound_to_its_filter_count_ids_and_queue(
         )
         edit_path = f"/jobs/{pending}/edit"
         edit = form_of((await c.get(edit_path)).text)
+        signal_path = f"/jobs/{pending}/signal"
+        signal = {**form_of((await c.get(signal_path)).text), "name": "go"}
         tokens = ActionTokens(SECRET)
         bound = {k: retry.get(k, "") for k in ("filter", "ids", "limit", "to_queue")}
         old = tokens.issue("/bulk/retry", bound, now=time.time() - 3601)
@@ -688,6 +700,9 @@ async def test_a_bulk_token_is_bound_to_its_filter_count_ids_and_queue(
             ("/bulk/move", {**move, "filter": ""}),
             (f"/jobs/{every[0]}/edit", {**edit}),  # another job's edit
             (edit_path, {**edit, "csrf": retry["csrf"]}),
+            (f"/jobs/{every[0]}/signal", {**signal}),  # another job's signal
+            (signal_path, {**signal, "csrf": edit["csrf"]}),  # its edit's token
+            (edit_path, {**edit, "csrf": signal["csrf"]}),  # its signal's token
         ]
         for path, fields in refused:
             answer = await c.post(path, **_with(form(**fields), web))

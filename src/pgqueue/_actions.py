@@ -20,7 +20,7 @@ from pgqueue._bulk import (
     retry_each,
     run,
 )
-from pgqueue._core.checks import check_int, check_queue_name
+from pgqueue._core.checks import check_bool, check_int, check_queue_name
 from pgqueue._core.lifecycle import FAILED, LIFECYCLE, Status
 from pgqueue._core.log import Logger, default_logger
 from pgqueue._sql.filters import condition
@@ -102,6 +102,7 @@ class FilterActions(AdminBase):
         rate: float | None = None,
         dry_run: bool = False,
         attempts: int | None = None,
+        reset_steps: bool = False,
     ) -> int:
         """Put the dead and cancelled jobs ``filter`` matches back to pending, due now; how many were.
 
@@ -128,6 +129,7 @@ class FilterActions(AdminBase):
             dry_run: count the matches (at most ``limit``) and change
                 nothing. A job skipped for its unique key is counted.
             attempts: more attempts each job gets, as in `retry`.
+            reset_steps: clear a durable handler's steps, as in `retry`.
 
         Raises:
             TypeError, ValueError: a bad argument (before any SQL runs).
@@ -136,13 +138,19 @@ class FilterActions(AdminBase):
         (asyncpg's ``QueryCanceledError``).
 
         .. versionadded:: 0.1
+
+        .. versionchanged:: 0.1
+            ``reset_steps``.
         """
         found = check_filter(filter)
         target = None if to_queue is None else check_queue_name(to_queue)
+        check_bool("reset_steps", reset_steps)
         extra = None if attempts is None else check_int("attempts", attempts)
 
         async def act(store: Store, ids: list[int]) -> int:
-            done = await retry_each(self._executor, store, ids, extra, target)
+            done = await retry_each(
+                self._executor, store, ids, extra, target, reset_steps=reset_steps
+            )
             return sum(result == "retried" for result in done.values())
 
         statuses = eligible("redrive", FAILED, found)

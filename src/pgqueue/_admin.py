@@ -23,6 +23,7 @@ from pgqueue._bulk import (
     retry_each,
 )
 from pgqueue._core.checks import (
+    check_bool,
     check_duration,
     check_group,
     check_int,
@@ -32,11 +33,13 @@ from pgqueue._core.checks import (
     check_priority,
     check_queue_name,
     check_run_at,
+    check_signal,
 )
 from pgqueue._core.codec import encode_payload
 from pgqueue._core.dsn import target_of
 from pgqueue._core.errors import JobNotFoundError, JobStateError, SchemaError
 from pgqueue._core.lifecycle import FAILED, LIFECYCLE, Status
+from pgqueue._queue import send_signal
 from pgqueue._sql.admin import (
     DEAD_COUNT,
     PAUSE,
@@ -52,6 +55,7 @@ from pgqueue._sql.dashboard import (
     STATS_TOP_COMPLETED,
     shown_summaries_query,
 )
+from pgqueue._sql.durable_view import JOB_DURABLE
 from pgqueue._sql.filters import condition
 from pgqueue._sql.listings import (
     ADMIN_INDEXES,
@@ -101,12 +105,16 @@ __all__ = [
     "JobInfo",
     "JobPreview",
     "JobSummary",
+    "ProgressInfo",
     "QueueStats",
     "RelatedJob",
     "ScheduleInfo",
     "SchemaState",
+    "SignalInfo",
     "SnoozedAttempt",
+    "StepInfo",
     "TopQueues",
+    "WaitInfo",
 ]
 
 PREVIEW_CHARS = 50_000
@@ -249,6 +257,155 @@ def _moment(value: object) -> datetime | None:
         return None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepInfo(_JSONShape):
+    """A step a durable handler recorded (`pgqueue.Job.step`), in `JobInfo.steps`.
+
+    Its result is not read: ``size`` says how large it is.
+
+    Attributes:
+        name: its name, cut to its first 256 characters. The library's own
+            records (a spawned child's id, a waited-for child's end, a wait
+            that timed out) are named ``pgqueue:...``.
+        at: when it was recorded (the database's clock).
+        size: the bytes of its result's JSON text; None if a hand-written
+            entry has none.
+
+    .. versionadded:: 0.1
+    """
+
+    name: str | None
+    at: datetime | None
+    size: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignalInfo(_JSONShape):
+    """A signal sent to a job (`pgqueue.Queue.signal`), in `JobInfo.signals`.
+
+    Its payload is not read: ``size`` says how large it is.
+
+    Attributes:
+        name: the signal's name, cut to its first 256 characters.
+        at: when it was stored (the database's clock).
+        size: the bytes of its payload's JSON text (``null``: 4).
+
+    .. versionadded:: 0.1
+    """
+
+    name: str | None
+    at: datetime | None
+    size: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitInfo(_JSONShape):
+    """What a durable handler's job waits for, in `JobInfo.wait`.
+
+    A sleep has only ``until``; a wait for a signal its ``signal``, one for
+    a child job its ``child``, each with ``until`` if it has a timeout.
+
+    Attributes:
+        signal: the name of the signal it waits for (`pgqueue.Job.wait_for`).
+        child: the id of the job it waits for (`pgqueue.Job.wait_child`).
+        until: when it wakes (a sleep's end, a wait's timeout); None for a
+            wait without a timeout (the job is ``parked``).
+
+    .. versionadded:: 0.1
+    """
+
+    signal: str | None = None
+    child: int | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProgressInfo(_JSONShape):
+    """A durable handler's last progress (`pgqueue.Job.progress`), in `JobInfo.progress`.
+
+    Attributes:
+        fraction: from 0 to 1.
+        message: what the handler said with it (at most 1000 characters),
+            or None.
+        at: when it was stored (the database's clock).
+
+    .. versionadded:: 0.1
+    """
+
+    fraction: float | None
+    message: str | None
+    at: datetime | None
+
+
+STEPS_SHOWN = 200
+"""How many steps and signals of a job `Admin.job` and `Admin.job_preview` read (the first recorded)."""
+
+
+def _number(value: object) -> int | float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _records(text: str | None, kind: type[StepInfo | SignalInfo]) -> tuple[Any, ...]:
+    """The entries of `JOB_DURABLE`'s ``steps`` or ``signals`` (JSON text), first recorded first."""
+    entries = [] if text is None else json.loads(text)
+    found = [
+        kind(
+            name=_text(entry.get("name")),
+            at=_moment(entry.get("at")),
+            size=None if (size := _number(entry.get("size"))) is None else int(size),
+        )
+        for entry in entries
+        if isinstance(entry, dict)
+    ]
+    if kind is StepInfo:  # jsonb keeps an object's keys by length, then bytes
+        found.sort(key=lambda step: (step.at is None, step.at or datetime.min))
+    return tuple(found)
+
+
+def _wait(text: str | None) -> WaitInfo | None:
+    wait = None if text is None else json.loads(text)
+    if not isinstance(wait, dict):
+        return None
+    child = _number(wait.get("child"))
+    return WaitInfo(
+        signal=_text(wait.get("signal")),
+        child=child if isinstance(child, int) else None,
+        until=_moment(wait.get("until")),
+    )
+
+
+def _progress(text: str | None) -> ProgressInfo | None:
+    progress = None if text is None else json.loads(text)
+    if not isinstance(progress, dict):
+        return None
+    fraction = _number(progress.get("fraction"))
+    return ProgressInfo(
+        fraction=None if fraction is None else float(fraction),
+        message=_text(progress.get("message")),
+        at=_moment(progress.get("at")),
+    )
+
+
+def durable_details(row: Row | None) -> dict[str, Any]:
+    """The durable fields of `JobInfo` and `JobPreview` from a row of `JOB_DURABLE` (None: none)."""
+    if row is None:
+        return {}
+    return {
+        "steps": _records(row["steps"], StepInfo),
+        "steps_total": row["steps_total"],
+        "signals": _records(row["signals"], SignalInfo),
+        "signals_total": row["signals_total"],
+        "wait": _wait(row["wait"]),
+        "progress": _progress(row["progress"]),
+    }
+
+
 QUEUE_COUNTS = tuple(
     count
     for status in LIFECYCLE
@@ -369,6 +526,21 @@ class JobInfo(_JobHead):
         checkpoint: the value the job's handler last stored with
             `Job.checkpoint` (decoded JSON), which its next attempt resumes
             from; None when there is none. Completion clears it.
+        steps: a durable handler's recorded steps (`pgqueue.Job.step`),
+            first recorded first: the first 200 (``steps_total`` counts
+            them all). Read by `Admin.job` and `Admin.job_preview` only: a
+            listing leaves these six fields empty.
+        steps_total: how many steps the job has recorded.
+        signals: the signals sent to the job, oldest first; the first 200
+            (``signals_total`` counts them all).
+        signals_total: how many signals the job holds.
+        wait: what the job waits for while it is parked or sleeps (pending
+            until a time still ahead); None otherwise.
+        progress: its handler's last `pgqueue.Job.progress`, or None.
+
+    .. versionchanged:: 0.1
+        ``steps``, ``steps_total``, ``signals``, ``signals_total``,
+        ``wait`` and ``progress``.
     """
 
     last_error: str | None
@@ -380,6 +552,12 @@ class JobInfo(_JobHead):
     errors: tuple[FailedAttempt, ...] = ()
     snoozed: tuple[SnoozedAttempt, ...] = ()
     checkpoint: Any = None
+    steps: tuple[StepInfo, ...] = ()
+    steps_total: int = 0
+    signals: tuple[SignalInfo, ...] = ()
+    signals_total: int = 0
+    wait: WaitInfo | None = None
+    progress: ProgressInfo | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -432,6 +610,8 @@ class JobPreview(_JobHead):
         checkpoint: the checkpoint's JSON text, at most ``max_chars``
             characters, or None.
         checkpoint_truncated: whether ``checkpoint`` was cut.
+        steps, steps_total, signals, signals_total, wait, progress: as
+            `JobInfo`'s.
 
     .. versionadded:: 0.1"""
 
@@ -448,6 +628,12 @@ class JobPreview(_JobHead):
     snoozed: tuple[SnoozedAttempt, ...] = ()
     checkpoint: str | None = None
     checkpoint_truncated: bool = False
+    steps: tuple[StepInfo, ...] = ()
+    steps_total: int = 0
+    signals: tuple[SignalInfo, ...] = ()
+    signals_total: int = 0
+    wait: WaitInfo | None = None
+    progress: ProgressInfo | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -851,6 +1037,10 @@ class Admin(FilterActions):
     async def job(self, job_id: int) -> JobInfo | None:
         """One job, or None if no job has that id.
 
+        With a durable handler's steps and signals (the first 200 of each:
+        their names, times and sizes, not their values), what it waits for
+        and its progress, read by a second statement.
+
         Raises:
             TypeError, ValueError: an id that is not a positive int.
             SchemaError: the table is missing or lacks a column.
@@ -858,7 +1048,39 @@ class Admin(FilterActions):
         checked = check_job_id(job_id)
         async with self._schema_checked():
             row = await self._executor.fetchrow(JOB, checked)
-        return None if row is None else job_info(row)
+            durable = await self._executor.fetchrow(JOB_DURABLE, checked, STEPS_SHOWN)
+        if row is None:
+            return None
+        return dataclasses.replace(job_info(row), **durable_details(durable))
+
+    async def signal(self, job_id: int, name: str, payload: Any = None) -> bool:
+        """Send the signal ``name``, with ``payload``, to job ``job_id``: `Queue.signal` for operators.
+
+        The same statement and answers: the handler's `pgqueue.Job.wait_for`
+        of ``name`` returns ``payload`` (a parked job waiting for it is due
+        at once, and an idle worker woken). Over a connection inside a
+        transaction, the signal exists only if it commits.
+
+        Returns:
+            True once stored; False if the job has ended (completed, dead
+            or cancelled): nothing is stored.
+
+        Raises:
+            JobNotFoundError: no job has that id.
+            TypeError, ValueError: as `Queue.signal`'s (before any SQL).
+            SchemaError: the schema lacks ``pgqueue_signal``.
+
+        .. versionadded:: 0.1
+        """
+        text = "null" if payload is None else encode_payload(payload)
+        checked, checked_name = check_signal(job_id, name, text)
+        store = await self._store()
+        sent = await send_signal(self._executor, store, checked, checked_name, text)
+        self._logger.info(
+            "signal sent" if sent else "signal not sent: the job has ended",
+            extra={"job_id": checked, "signal": checked_name},
+        )
+        return sent
 
     async def dependencies(
         self, job_id: int, *, limit: int = DEPENDENCIES_SHOWN
@@ -922,7 +1144,8 @@ class Admin(FilterActions):
         the database (the payload and result as JSON text), so however
         large they are, at most about ``3 * max_chars`` characters are
         read; the ``*_truncated`` fields say which were cut. Use `job` for
-        the whole decoded values.
+        the whole decoded values. A durable handler's steps, signals, wait
+        and progress come as `job` reads them.
 
         Raises:
             TypeError, ValueError: an id that is not a positive int, or
@@ -935,11 +1158,18 @@ class Admin(FilterActions):
         size = check_int("max_chars", max_chars)
         async with self._schema_checked():
             row = await self._executor.fetchrow(JOB_PREVIEW_SHOWN, checked, size)
-        return None if row is None else _job_preview(row, size)
+            durable = await self._executor.fetchrow(JOB_DURABLE, checked, STEPS_SHOWN)
+        if row is None:
+            return None
+        return dataclasses.replace(_job_preview(row, size), **durable_details(durable))
 
     @overload
     async def retry(
-        self, *job_ids: int, attempts: int | None = None, children: bool = False
+        self,
+        *job_ids: int,
+        attempts: int | None = None,
+        children: bool = False,
+        reset_steps: bool = False,
     ) -> dict[int, str]: ...
 
     @overload
@@ -951,6 +1181,7 @@ class Admin(FilterActions):
         limit: int | None = None,
         rate: float | None = None,
         attempts: int | None = None,
+        reset_steps: bool = False,
     ) -> int: ...
 
     async def retry(
@@ -958,6 +1189,7 @@ class Admin(FilterActions):
         *job_ids: int,
         attempts: int | None = None,
         children: bool = False,
+        reset_steps: bool = False,
         filter: JobFilter | None = None,
         dry_run: bool = False,
         limit: int | None = None,
@@ -996,6 +1228,12 @@ class Admin(FilterActions):
                 cancellations were outcomes, announced to trackers and
                 shown as final, and retrying one job to look at it should
                 not silently restart a tree of others.
+            reset_steps: also clear a durable handler's recorded steps, its
+                wait and its progress, so that its next run starts over
+                (its steps run again, its children are spawned again). By
+                default they are kept: the next run replays the steps that
+                completed and resumes at the one that failed. Its signals
+                are kept either way.
 
         Raises:
             TypeError, ValueError: an id that is not a positive int, or
@@ -1003,8 +1241,10 @@ class Admin(FilterActions):
                 with a filter.
 
         .. versionchanged:: 0.1
-            ``filter``, ``dry_run``, ``limit`` and ``rate``.
+            ``filter``, ``dry_run``, ``limit``, ``rate`` and
+            ``reset_steps``.
         """
+        check_bool("reset_steps", reset_steps)
         if filter is not None:
             if job_ids or children:
                 msg = "retry takes job ids or a filter, not both (and children= only with ids)"
@@ -1015,6 +1255,7 @@ class Admin(FilterActions):
                 rate=rate,
                 dry_run=dry_run,
                 attempts=attempts,
+                reset_steps=reset_steps,
             )
         ids = [check_job_id(job_id) for job_id in job_ids]
         extra = None if attempts is None else check_int("attempts", attempts)
@@ -1022,7 +1263,9 @@ class Admin(FilterActions):
             return {}
         async with self._schema_checked():
             store = await self._store()
-            done = await retry_each(self._executor, store, ids, extra, None)
+            done = await retry_each(
+                self._executor, store, ids, extra, None, reset_steps=reset_steps
+            )
         if children:
             parents = [job_id for job_id, result in done.items() if result == "retried"]
             while parents:
@@ -1038,6 +1281,7 @@ class Admin(FilterActions):
         job_type: str | None = None,
         status: Literal["dead", "cancelled"] = "dead",
         attempts: int | None = None,
+        reset_steps: bool = False,
     ) -> dict[int, str]:
         """Retry every dead (or cancelled) job, of a queue and type if given.
 
@@ -1047,10 +1291,16 @@ class Admin(FilterActions):
         returns for each job seen (``"retried"`` or ``"duplicate"``, unless
         another session changed the job meanwhile).
 
+        ``reset_steps``: as `retry`'s (durable handlers start over).
+
         Raises:
             TypeError, ValueError: as `jobs` and `retry`, or a status other
                 than dead and cancelled.
+
+        .. versionchanged:: 0.1
+            ``reset_steps``.
         """
+        check_bool("reset_steps", reset_steps)
         if status not in FAILED:
             choices = " or ".join(f'"{failed}"' for failed in FAILED)
             msg = f"status must be {choices}, not {status!r}"
@@ -1070,7 +1320,7 @@ class Admin(FilterActions):
                 ]
             if not ids:
                 return done
-            done.update(await self.retry(*ids, attempts=extra))
+            done.update(await self.retry(*ids, attempts=extra, reset_steps=reset_steps))
             if len(ids) < RETRY_BATCH:
                 return done
             after = ids[-1]

@@ -137,8 +137,12 @@ async def retry_each(
     ids: list[int],
     attempts: int | None,
     queue: str | None,
+    *,
+    reset_steps: bool = False,
 ) -> dict[int, str]:
     """Retry (into ``queue``, if given) the jobs ``ids``: what became of each.
+
+    ``reset_steps``: clear their durable handlers' steps, wait and progress.
 
     A job of the same key enqueued while the statement ran fails it: then
     one id at a time, so that only that job is skipped (``duplicate``).
@@ -146,8 +150,10 @@ async def retry_each(
 
     async def once(some: list[int]) -> dict[int, str]:
         if queue is None:
-            return await store.retry(executor, some, attempts)
-        return await store.redrive(executor, some, attempts, queue)
+            return await store.retry(executor, some, attempts, reset_steps=reset_steps)
+        return await store.redrive(
+            executor, some, attempts, queue, reset_steps=reset_steps
+        )
 
     try:
         return await once(ids)

@@ -105,7 +105,8 @@ class RunningJob:
     heard_from: float | None
     """Seconds since it was claimed or its worker's last heartbeat."""
     progress: str | None = None
-    """Its checkpoint's JSON text (`pgqueue.Job.checkpoint`), its first 200 characters; None without one, or hidden."""
+    """Its durable handler's progress (`pgqueue.Job.progress`: ``40% message``), else its checkpoint's
+    JSON text (`pgqueue.Job.checkpoint`); its first 200 characters. None without either, or hidden."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

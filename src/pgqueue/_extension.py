@@ -20,7 +20,9 @@ from __future__ import annotations
 from pgqueue._admin import (
     PREVIEW_CHARS,
     QUEUE_COUNTS,
+    STEPS_SHOWN,
     completed_estimated,
+    durable_details,
     job_info,
     listing,
     queue_stats,
@@ -92,6 +94,9 @@ from pgqueue._sql import (
     durable as durable_statements,
 )
 from pgqueue._sql import (
+    durable_view as durable_view_statements,
+)
+from pgqueue._sql import (
     listings as listing_statements,
 )
 from pgqueue._sql import (
@@ -129,6 +134,7 @@ __all__ = [
     "SCHEMA_ERRORS",
     "SERVER_IDENTITY",
     "SHOWN_NAME_CHARS",
+    "STEPS_SHOWN",
     "TABLE_EXISTS",
     "Enqueued",
     "Flag",
@@ -168,7 +174,9 @@ __all__ = [
     "dashboard_statements",
     "default_logger",
     "describe",
+    "durable_details",
     "durable_statements",
+    "durable_view_statements",
     "duration",
     "encode_batch",
     "encode_payload",

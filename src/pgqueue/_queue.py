@@ -66,6 +66,7 @@ __all__ = [
     "enqueue_batch",
     "enqueue_request",
     "install",
+    "send_signal",
     "uninstall",
 ]
 
@@ -663,20 +664,7 @@ class Queue:
         checked, name = check_signal(job_id, name, text)
         executor: Executor = connection if connection is not None else self._executor
         store = self._store or await self._store_of(executor)
-        try:
-            if connection is not None:
-                # An unknown id fails a savepoint: the caller's transaction stays usable.
-                async with connection.transaction():
-                    return await store.signal(executor, checked, name, text)
-            return await store.signal(executor, checked, name, text)
-        except asyncpg.NoDataFoundError as exc:
-            raise JobNotFoundError(checked) from exc
-        except asyncpg.UndefinedFunctionError as exc:
-            raise SchemaError(
-                "the function pgqueue_signal is missing",
-                where=target_of(executor),
-                apply="SCHEMA_UPGRADE",
-            ) from exc
+        return await send_signal(executor, store, checked, name, text)
 
     async def prune(
         self, older_than: float, *, connection: Connection | None = None
@@ -810,6 +798,29 @@ def queue_on(
 ) -> Queue:
     """A `Queue` that writes on ``connection`` alone, never through a pool (the CLI's)."""
     return Queue._on(connection, name, max_attempts)
+
+
+async def send_signal(
+    executor: Executor, store: Store, job_id: int, name: str, payload: str
+) -> bool:
+    """`Queue.signal` of checked arguments (``payload``: JSON text): whether it was stored.
+
+    On a connection, in a savepoint: an unknown id leaves the caller's
+    transaction usable.
+    """
+    try:
+        if isinstance(executor, asyncpg.Pool):
+            return await store.signal(executor, job_id, name, payload)
+        async with executor.transaction():
+            return await store.signal(executor, job_id, name, payload)
+    except asyncpg.NoDataFoundError as exc:
+        raise JobNotFoundError(job_id) from exc
+    except asyncpg.UndefinedFunctionError as exc:
+        raise SchemaError(
+            "the function pgqueue_signal is missing",
+            where=target_of(executor),
+            apply="SCHEMA_UPGRADE",
+        ) from exc
 
 
 def encode_batch(batch: Batch, encoder: json.JSONEncoder) -> str | list[str]:

@@ -107,9 +107,12 @@ QUEUES_OF = "SELECT id, queue FROM pgqueue_jobs WHERE id = ANY($1::text::bigint[
 # not_retryable (pending, running or completed) or not_found; each queue
 # that got jobs back is woken (identical notifications of a transaction are
 # sent once). On Citus, the jobs $1 of queue $3, woken by the caller.
-# REDRIVE: RETRY into queue $3 (its keys then held in that queue).
+# REDRIVE: RETRY into queue $3 (its keys then held in that queue). The
+# last parameter ($3 of RETRY, $4 of the others), when true, also clears a
+# durable handler's steps, wait and progress (its signals are kept).
 def _retry(*, distributed: bool, moving: bool = False) -> str:
     queue_set = ""
+    reset = "$4::bool" if distributed or moving else "$3::bool"
     if distributed:
         found, of_queue, live_queue = "found AS MATERIALIZED", "queue = $3 AND ", "$3"
         retried, notified = "j.queue = $3 AND ", ""
@@ -153,7 +156,10 @@ WITH wanted AS (
         updated_at       = pg_catalog.now(),
         max_attempts     = least(2147483647,
                                  j.attempts::int8 + coalesce($2::int8, j.max_attempts::int8))::int,
-        cancel_requested = false
+        cancel_requested = false,
+        steps            = CASE WHEN {reset} THEN NULL ELSE j.steps END,
+        wait             = CASE WHEN {reset} THEN NULL ELSE j.wait END,
+        progress         = CASE WHEN {reset} THEN NULL ELSE j.progress END
     FROM eligible AS e
     WHERE {retried}j.id = e.id AND e.free
     RETURNING {returning}

@@ -49,7 +49,7 @@ READ_NAME_CHARS = 256
 READ_KEY_CHARS = 1025
 """The most characters of a unique key an operator surface reads: one past the longest (1,024)."""
 PROGRESS_CHARS = 200
-"""The most characters of a running job's checkpoint a dashboard frame reads."""
+"""The most characters of a running job's progress (or checkpoint) a dashboard frame reads."""
 
 _READ_CHARS = {
     "queue": READ_QUEUE_CHARS,
@@ -178,9 +178,10 @@ GROUP BY 1
 # The $3 jobs running longest of the queues the filter lets through: seconds
 # since they were claimed (claimed_at; run_at for a job a Go worker claimed,
 # as Admin's longest_running) and since they were last heard from (claimed
-# or heartbeat, updated_at), names cut, and their progress: the first
-# PROGRESS_CHARS characters of their checkpoint's JSON text, only when $4
-# (a dashboard that hides payloads reads none). The running rows come
+# or heartbeat, updated_at), names cut, and their progress: a durable
+# handler's (Job.progress: "40% message"), else their checkpoint's JSON
+# text, its first PROGRESS_CHARS characters, only when $4 (a dashboard that
+# hides payloads reads none). The running rows come
 # through the rescue index, and are few (no more than the workers'
 # concurrency, plus orphans).
 DASHBOARD_RUNNING_SHOWN = f"""
@@ -191,7 +192,11 @@ SELECT id, pg_catalog.substr(queue, 1, {READ_QUEUE_CHARS}) AS queue,
        END AS running_for,
        CASE WHEN pg_catalog.isfinite(updated_at)
             THEN greatest(extract(epoch FROM pg_catalog.now() - updated_at), 0)::float8 END AS heard_from,
-       CASE WHEN $4::bool THEN pg_catalog.substr(checkpoint::text, 1, {PROGRESS_CHARS}) END AS progress
+       CASE WHEN $4::bool THEN pg_catalog.substr(coalesce(
+           CASE WHEN pg_catalog.jsonb_typeof(progress -> 'fraction') = 'number'
+                THEN pg_catalog.round((progress ->> 'fraction')::numeric * 100)::text || '%'
+                     || coalesce(' ' || (progress ->> 'message'), '') END,
+           checkpoint::text), 1, {PROGRESS_CHARS}) END AS progress
 FROM pgqueue_jobs
 WHERE status = {RUNNING} AND {_SHOWN_FILTER}
 ORDER BY coalesce(claimed_at, run_at), id

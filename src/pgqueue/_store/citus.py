@@ -447,14 +447,19 @@ class CitusStore(Store):
         return done
 
     async def retry(
-        self, executor: Executor, ids: list[int], attempts: int | None
+        self,
+        executor: Executor,
+        ids: list[int],
+        attempts: int | None,
+        *,
+        reset_steps: bool = False,
     ) -> dict[int, str]:
         """As `cancel`, waking each queue with a job retried."""
         done = dict.fromkeys(ids, "not_found")
         woken: list[str] = []
         for queue, queued in (await _by_queue(executor, ids)).items():
             rows = await executor.fetch(
-                DISTRIBUTED_RETRY, array(queued), attempts, queue
+                DISTRIBUTED_RETRY, array(queued), attempts, queue, reset_steps
             )
             for row in rows:
                 done[row["id"]] = row["result"]
@@ -465,7 +470,13 @@ class CitusStore(Store):
         return done
 
     async def redrive(
-        self, executor: Executor, ids: list[int], attempts: int | None, queue: str
+        self,
+        executor: Executor,
+        ids: list[int],
+        attempts: int | None,
+        queue: str,
+        *,
+        reset_steps: bool = False,
     ) -> dict[int, str]:
         """Refused: Citus distributes the jobs by queue, and a row cannot change its shard."""
         raise _no_move()

@@ -608,28 +608,40 @@ class Store:
         return {row["id"]: row["result"] for row in rows}
 
     async def retry(
-        self, executor: Executor, ids: list[int], attempts: int | None
+        self,
+        executor: Executor,
+        ids: list[int],
+        attempts: int | None,
+        *,
+        reset_steps: bool = False,
     ) -> dict[int, str]:
         """Retry the dead and cancelled jobs ``ids`` (see `RETRY`): what became of each.
 
         On a connection, in a savepoint, so that a conflict can be retried.
         """
         if isinstance(executor, asyncpg.Pool):
-            rows = await executor.fetch(RETRY, array(ids), attempts)
+            rows = await executor.fetch(RETRY, array(ids), attempts, reset_steps)
         else:
             async with executor.transaction():
-                rows = await executor.fetch(RETRY, array(ids), attempts)
+                rows = await executor.fetch(RETRY, array(ids), attempts, reset_steps)
         return {row["id"]: row["result"] for row in rows}
 
     async def redrive(
-        self, executor: Executor, ids: list[int], attempts: int | None, queue: str
+        self,
+        executor: Executor,
+        ids: list[int],
+        attempts: int | None,
+        queue: str,
+        *,
+        reset_steps: bool = False,
     ) -> dict[int, str]:
         """`retry` of the jobs ``ids`` into ``queue`` (see `REDRIVE`): what became of each."""
+        args = (array(ids), attempts, queue, reset_steps)
         if isinstance(executor, asyncpg.Pool):
-            rows = await executor.fetch(REDRIVE, array(ids), attempts, queue)
+            rows = await executor.fetch(REDRIVE, *args)
         else:
             async with executor.transaction():
-                rows = await executor.fetch(REDRIVE, array(ids), attempts, queue)
+                rows = await executor.fetch(REDRIVE, *args)
         return {row["id"]: row["result"] for row in rows}
 
     async def move(self, executor: Executor, ids: list[int], queue: str) -> int:

@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "pgqueue.cli.worker",
     "pgqueue.cli.schema",
     "pgqueue.cli.jobs",
+    "pgqueue.cli.signals",
     "pgqueue.cli.periodic",
     "pgqueue.cli.top",
     "pgqueue.cli.web",

@@ -37,6 +37,7 @@ __all__ = [
     "add_actions",
     "add_bulk_flags",
     "add_redrive",
+    "add_reset_steps",
     "add_where",
     "filter_of",
     "run_bulk",
@@ -157,9 +158,22 @@ def add_redrive(commands: Commands) -> None:
         type=positive_int,
         help="more attempts each job gets (default: its max_attempts)",
     )
+    add_reset_steps(parser)
     add_bulk_flags(parser)
     _json_flag(parser)
     parser.set_defaults(run=reports_database_errors(redrive))
+
+
+def add_reset_steps(parser: argparse.ArgumentParser) -> None:
+    """``--reset-steps``, of ``retry`` and ``redrive``."""
+    parser.add_argument(
+        "--reset-steps",
+        action="store_true",
+        help=(
+            "clear a durable handler's recorded steps, wait and progress: its "
+            "next run starts over (by default it replays the steps it recorded)"
+        ),
+    )
 
 
 async def redrive(args: argparse.Namespace) -> int:
@@ -174,6 +188,7 @@ async def redrive(args: argparse.Namespace) -> int:
             rate=args.rate,
             dry_run=args.dry_run,
             attempts=args.attempts,
+            reset_steps=args.reset_steps,
         ),
     )
 

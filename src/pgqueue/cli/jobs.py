@@ -48,10 +48,12 @@ from pgqueue.cli._common import (
     reports_database_errors,
     rich_console,
 )
+from pgqueue.cli._durable import DURABLE_FIELDS, durable_rows, print_durable_tables
 from pgqueue.cli.bulk import (
     add_actions,
     add_bulk_flags,
     add_redrive,
+    add_reset_steps,
     add_where,
     filter_of,
     run_bulk,
@@ -201,7 +203,9 @@ def _add_jobs(commands: Commands) -> None:
         description=(
             "Show one job, payload and result, and its parents and children "
             "(the first 50 of each, with their statuses; --json: under "
-            '"dependencies").'
+            '"dependencies"). A durable handler\'s job also shows what it '
+            "waits for, its progress, and its steps and signals received (the "
+            "first 200 of each: name, when, size)."
         ),
     )
     show.add_argument("id", type=job_id, help="the job's id")
@@ -285,7 +289,7 @@ def _print_job(job: JobInfo, dependencies: JobDependencies) -> None:
     table.add_column(style="bold")
     table.add_column()
     for name, value in job.to_json().items():
-        if name in ("errors", "snoozed"):
+        if name in ("errors", "snoozed") or name in DURABLE_FIELDS:
             continue  # tables of their own, below
         if name in ("payload", "result"):
             text = printable(
@@ -300,6 +304,8 @@ def _print_job(job: JobInfo, dependencies: JobDependencies) -> None:
             and value is not None
         ):
             label = "earlier attempt's error"
+        table.add_row(label, Text(text))
+    for label, text in durable_rows(job):
         table.add_row(label, Text(text))
     table.add_row(
         "parents", Text(_related(dependencies.parents, dependencies.parents_total))
@@ -329,6 +335,7 @@ def _print_job(job: JobInfo, dependencies: JobDependencies) -> None:
                 _number(snooze.attempt), _time(snooze.at), _number(snooze.delay)
             )
         console.print(snoozed, markup=False, highlight=False)
+    print_durable_tables(console, job)
 
 
 def _number(value: float | None) -> str:
@@ -372,6 +379,7 @@ def _add_retry(commands: Commands) -> None:
         type=positive_int,
         help="more attempts each job gets (default: its max_attempts)",
     )
+    add_reset_steps(parser)
     add_where(parser)
     add_bulk_flags(parser)
     _json_flag(parser)
@@ -397,6 +405,7 @@ async def retry(args: argparse.Namespace) -> int:
                 limit=args.limit,
                 rate=args.rate,
                 dry_run=args.dry_run,
+                reset_steps=args.reset_steps,
             ),
         )
     async with connect(args) as connection:
@@ -404,11 +413,18 @@ async def retry(args: argparse.Namespace) -> int:
         if args.all_dead:
             done = await _checked(
                 admin.retry_all(
-                    queue=args.queue, job_type=args.job_type, attempts=args.attempts
+                    queue=args.queue,
+                    job_type=args.job_type,
+                    attempts=args.attempts,
+                    reset_steps=args.reset_steps,
                 )
             )
         else:
-            done = await _checked(admin.retry(*args.ids, attempts=args.attempts))
+            done = await _checked(
+                admin.retry(
+                    *args.ids, attempts=args.attempts, reset_steps=args.reset_steps
+                )
+            )
         reasons = await _reasons(admin, done, "retry")
     return _print_results(done, reasons, as_json=args.json)
 

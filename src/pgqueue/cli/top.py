@@ -105,7 +105,7 @@ def add_to(commands: Commands) -> None:
     parser.add_argument(
         "--hide-payloads",
         action="store_true",
-        help="show no checkpoints of running jobs (they may hold personal data)",
+        help="show no progress or checkpoints of running jobs (they may hold personal data)",
     )
     add_read_dsn(parser)
     parser.add_argument(

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from pgqueue import JobInfo, JobSummary
 from pgqueue._extension import (
+    STEPS_SHOWN,
     admin_statements,
     check_job_id,
     check_name,
     check_queue_name,
     completed_estimated,
     dashboard_statements,
+    durable_details,
+    durable_view_statements,
     job_info,
     listing,
     listing_statements,
@@ -131,16 +135,27 @@ class Admin:
         return [JobSummary(**row) for row in rows]
 
     def job(self, job_id: int) -> JobInfo | None:
-        """One job, or None if no job has that id.
+        """One job, or None if no job has that id: `pgqueue.Admin.job`.
+
+        With a durable handler's steps, signals, wait and progress, as
+        `pgqueue.Admin.job` reads them.
 
         Raises:
             TypeError, ValueError: an id that is not a positive int.
             SchemaError: the table is missing or lacks a column.
         """
-        rows = fetch_dicts(
-            self._connection, listing_statements.JOB, (check_job_id(job_id),)
+        checked = check_job_id(job_id)
+        rows = fetch_dicts(self._connection, listing_statements.JOB, (checked,))
+        if not rows:
+            return None
+        durable = fetch_dicts(
+            self._connection,
+            durable_view_statements.JOB_DURABLE,
+            (checked, STEPS_SHOWN),
         )
-        return job_info(rows[0]) if rows else None
+        return dataclasses.replace(
+            job_info(rows[0]), **durable_details(durable[0] if durable else None)
+        )
 
     def dead_count(
         self, *, queue: str | None = None, job_type: str | None = None

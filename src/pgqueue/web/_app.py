@@ -53,6 +53,8 @@ from pgqueue.web._guard import (
 )
 from pgqueue.web._html import Value
 from pgqueue.web._request import base_of, job_id_of
+from pgqueue.web._signal import DONE as SIGNAL_DONE
+from pgqueue.web._signal import SendSignal
 from pgqueue.web._trend import graph_of, trend_context
 from pgqueue.web._where import where_of
 
@@ -82,6 +84,7 @@ _DONE = {
     "finished": "Not cancelled: the job had finished already.",
     "updated": "Saved: the job holds the new values.",
     "unchanged": "Nothing to save: no field differed from the job's.",
+    **SIGNAL_DONE,
 }
 """What an action did, as the page it redirects to says it (``?done=``)."""
 
@@ -136,7 +139,9 @@ def create_app(
             cancelled, a queue paused or resumed (`pgqueue.Admin.pause`),
             a listing's selected rows or all its matches retried,
             cancelled, deleted, redriven or moved (``/bulk/VERB``), a
-            pending or waiting job edited (`pgqueue.Admin.update`); each
+            pending or waiting job edited (`pgqueue.Admin.update`), a
+            signal sent to a job that has not ended
+            (`pgqueue.Admin.signal`); each
             asks for confirmation (GET or HEAD, which change nothing) and
             only a POST acts, carrying the confirmation page's token (a
             bulk action's bound to its filter, ids, count and queue), from
@@ -172,7 +177,7 @@ def create_app(
        ``allowed_hosts`` (loopback names by default); tokens bound to their
        action and an hour; ``secret`` of at least 16 bytes; only a POST acts.
        ``read``: listings and counts from a standby. ``/jobs?where=``,
-       bulk actions and a job's Edit form.
+       bulk actions and a job's Edit form. A job's Send signal form.
     """
     _check_source(dsn_or_pool)
     if read is not None:
@@ -201,6 +206,11 @@ def create_app(
         Route("/jobs/{job_id}/retry", dashboard.retry, methods=["GET", "POST"]),
         Route("/jobs/{job_id}/cancel", dashboard.cancel, methods=["GET", "POST"]),
         Route("/jobs/{job_id}/edit", Edit(dashboard).handle, methods=["GET", "POST"]),
+        Route(
+            "/jobs/{job_id}/signal",
+            SendSignal(dashboard).handle,
+            methods=["GET", "POST"],
+        ),
         Route("/retry-all", dashboard.retry_all, methods=["GET", "POST"]),
         Route("/bulk/{verb}", bulk.handle, methods=["GET", "POST"]),
         Route("/api/count", bulk.count),
@@ -617,6 +627,9 @@ class _Dashboard:
             show_payloads=self.show_payloads,
             actions=not self.read_only,
             editable=job.status in EDITABLE,
+            # Send signal: a live job a durable handler has run (or parked).
+            durable=job.status.live
+            and bool(job.steps_total or job.signals_total or job.wait or job.progress),
             message=_DONE.get(request.query_params.get("done", "")),
         )
 
