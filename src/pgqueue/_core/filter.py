@@ -72,7 +72,7 @@ class JobFilter:
 
     Attributes:
         ids: the jobs with these ids (the term ``id=3,5,8``; at most
-            `MAX_IDS`), kept as a sorted tuple: the rows an operator
+            10,000), kept as a sorted tuple: the rows an operator
             selected, with the other fields narrowing them further.
         queue: the jobs of this queue.
         job_type: of this type.
