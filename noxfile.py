@@ -70,6 +70,6 @@ def package(session: nox.Session) -> None:
     built = sorted(str(p) for p in dist.iterdir())
     session.run("twine", "check", "--strict", *built)
     wheel = next(p for p in built if p.endswith(".whl"))
-    session.install(f"{wheel}[cli]")
+    session.install(f"{wheel}[cli,web]")
     session.chdir(dist)
     session.run("python", str(SMOKE))
