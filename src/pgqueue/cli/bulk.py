@@ -20,6 +20,7 @@ from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     UsageError,
+    add_json_flag,
     connect,
     job_id,
     positive_int,
@@ -130,12 +131,6 @@ async def run_bulk(
     return EXIT_OK
 
 
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--json", action="store_true", help="print JSON (stable keys) instead of text"
-    )
-
-
 # --- redrive ---------------------------------------------------------------------------
 
 
@@ -160,7 +155,7 @@ def add_redrive(commands: Commands) -> None:
     )
     add_reset_steps(parser)
     add_bulk_flags(parser)
-    _json_flag(parser)
+    add_json_flag(parser)
     parser.set_defaults(run=reports_database_errors(redrive))
 
 
@@ -208,7 +203,7 @@ def add_actions(actions: Any) -> None:
     )
     add_where(delete, required=True)
     add_bulk_flags(delete)
-    _json_flag(delete)
+    add_json_flag(delete)
     delete.set_defaults(run=reports_database_errors(delete_jobs))
 
     move = actions.add_parser(
@@ -224,7 +219,7 @@ def add_actions(actions: Any) -> None:
         "--to-queue", metavar="QUEUE", required=True, help="the queue they go to"
     )
     add_bulk_flags(move)
-    _json_flag(move)
+    add_json_flag(move)
     move.set_defaults(run=reports_database_errors(move_jobs))
 
     update = actions.add_parser(
@@ -247,7 +242,7 @@ def add_actions(actions: Any) -> None:
     update.add_argument(
         "--max-attempts", type=positive_int, help="attempts before it is dead"
     )
-    _json_flag(update)
+    add_json_flag(update)
     update.set_defaults(run=reports_database_errors(update_job))
 
 
