@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pgqueue import Admin, JobFilter, JobNotFoundError, JobStateError
 from pgqueue.cli._common import (
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pgqueue.cli._common import Commands
 
 __all__ = [
+    "Bulk",
     "add_actions",
     "add_bulk_flags",
     "add_redrive",
@@ -103,17 +104,27 @@ def filter_of(args: argparse.Namespace) -> JobFilter | None:
         raise UsageError(f"--where: {exc}") from exc
 
 
+class Bulk(TypedDict):
+    """The arguments every bulk action of `pgqueue.Admin` takes: the filter and the pace."""
+
+    filter: JobFilter
+    limit: int | None
+    rate: float | None
+    dry_run: bool
+
+
 async def run_bulk(
     args: argparse.Namespace,
     action: str,
-    call: Callable[[Admin, JobFilter], Awaitable[int]],
+    call: Callable[[Admin, Bulk], Awaitable[int]],
 ) -> int:
-    """Run a bulk action on ``--where``'s filter and print its count."""
+    """Run a bulk action on ``--where``'s filter, at ``--limit``, ``--rate`` and ``--dry-run``; print its count."""
     found = filter_of(args)
     assert found is not None
+    bulk = Bulk(filter=found, limit=args.limit, rate=args.rate, dry_run=args.dry_run)
     async with connect(args) as connection:
         try:
-            count = await call(Admin(connection), found)
+            count = await call(Admin(connection), bulk)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from exc
     if args.json:
@@ -176,12 +187,9 @@ async def redrive(args: argparse.Namespace) -> int:
     return await run_bulk(
         args,
         "redrive",
-        lambda admin, found: admin.redrive(
-            filter=found,
+        lambda admin, bulk: admin.redrive(
+            **bulk,
             to_queue=args.to_queue,
-            limit=args.limit,
-            rate=args.rate,
-            dry_run=args.dry_run,
             attempts=args.attempts,
             reset_steps=args.reset_steps,
         ),
@@ -251,9 +259,7 @@ async def delete_jobs(args: argparse.Namespace) -> int:
     return await run_bulk(
         args,
         "delete",
-        lambda admin, found: admin.delete(
-            filter=found, limit=args.limit, rate=args.rate, dry_run=args.dry_run
-        ),
+        lambda admin, bulk: admin.delete(**bulk),
     )
 
 
@@ -262,13 +268,7 @@ async def move_jobs(args: argparse.Namespace) -> int:
     return await run_bulk(
         args,
         "move",
-        lambda admin, found: admin.move(
-            filter=found,
-            to_queue=args.to_queue,
-            limit=args.limit,
-            rate=args.rate,
-            dry_run=args.dry_run,
-        ),
+        lambda admin, bulk: admin.move(**bulk, to_queue=args.to_queue),
     )
 
 

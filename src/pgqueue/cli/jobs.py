@@ -394,13 +394,8 @@ async def retry(args: argparse.Namespace) -> int:
         return await run_bulk(
             args,
             "retry",
-            lambda admin, found: admin.retry(
-                filter=found,
-                attempts=args.attempts,
-                limit=args.limit,
-                rate=args.rate,
-                dry_run=args.dry_run,
-                reset_steps=args.reset_steps,
+            lambda admin, bulk: admin.retry(
+                **bulk, attempts=args.attempts, reset_steps=args.reset_steps
             ),
         )
     async with connect(args) as connection:
@@ -452,9 +447,7 @@ async def cancel(args: argparse.Namespace) -> int:
         return await run_bulk(
             args,
             "cancel",
-            lambda admin, found: admin.cancel(
-                filter=found, limit=args.limit, rate=args.rate, dry_run=args.dry_run
-            ),
+            lambda admin, bulk: admin.cancel(**bulk),
         )
     async with connect(args) as connection:
         admin = Admin(connection)
