@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from pgqueue import JobDependencies, RelatedJob, Status, TrendPoint
 
@@ -105,6 +105,16 @@ def _nice(value: float) -> float:
     return 10 * power  # pragma: no cover
 
 
+def _placed(
+    points: Sequence[TrendPoint], start: datetime, step: float, count: int
+) -> Iterator[tuple[int, TrendPoint]]:
+    """Each point inside the window of ``count`` steps from ``start``, with its step's index."""
+    for point in points:
+        index = int((point.at - start).total_seconds() // step)
+        if 0 <= index < count:
+            yield index, point
+
+
 def _step(
     point: TrendPoint,
     x: float,
@@ -161,10 +171,7 @@ def counts_chart(
     scale = _PLOT_HEIGHT / top
     base = CHART_HEIGHT - _BOTTOM
     steps = []
-    for point in points:
-        index = int((point.at - start).total_seconds() // step)
-        if not 0 <= index < count:
-            continue
+    for index, point in _placed(points, start, step, count):
         parts = (point.completed, point.failed - point.dead, point.dead)
         boxes = []
         y = float(base)
@@ -187,10 +194,7 @@ def run_time_chart(
     top = _nice(max((p.mean_run_time or 0.0 for p in timed), default=0.0))
     base = CHART_HEIGHT - _BOTTOM
     steps = []
-    for point in timed:
-        index = int((point.at - start).total_seconds() // step)
-        if not 0 <= index < count:
-            continue
+    for index, point in _placed(timed, start, step, count):
         y = round(base - (point.mean_run_time or 0.0) / top * _PLOT_HEIGHT, 2)
         x = round(_LEFT + index * width + width / 2, 2)
         steps.append(_step(point, x, round(width, 2), ((0, 0),) * 3, y))
