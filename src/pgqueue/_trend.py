@@ -144,7 +144,7 @@ async def read_trend(
             completed=row["completed"],
             failed=row["failed"],
             dead=row["dead"],
-            mean_run_time=row["run_time_sum"] / row["runs"] if row["runs"] else None,
+            mean_run_time=_mean_run_time(row),
             p95_run_time=percentile(
                 histograms.get((row["queue"], row["job_type"]), {}), 0.95
             ),
@@ -170,10 +170,17 @@ async def read_points(
             completed=row["completed"],
             failed=row["failed"],
             dead=row["dead"],
-            mean_run_time=row["run_time_sum"] / row["runs"] if row["runs"] else None,
+            mean_run_time=_mean_run_time(row),
         )
         for row in rows
     ]
+
+
+def _mean_run_time(row: Mapping[str, Any]) -> float | None:
+    """A summed row's mean run time, None where no handler ran."""
+    runs: int = row["runs"]
+    total: float = row["run_time_sum"]
+    return total / runs if runs else None
 
 
 def step_of(window: float, points: int) -> float:

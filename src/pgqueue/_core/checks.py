@@ -29,6 +29,7 @@ __all__ = [
     "check_job_type",
     "check_label",
     "check_max_attempts",
+    "check_moment",
     "check_name",
     "check_on_conflict",
     "check_origin",
@@ -318,17 +319,20 @@ def check_callable(what: str, value: object) -> None:
         raise TypeError(msg)
 
 
-def check_run_at(value: object) -> datetime | None:
-    """Return ``value`` if it is ``None`` or a timezone-aware datetime."""
-    if value is None:
-        return None
+def check_moment(name: str, value: object) -> datetime:
+    """Return ``value`` (argument ``name``) if it is a timezone-aware datetime."""
     if not isinstance(value, datetime):
-        msg = f"run_at must be a datetime, not {type(value).__name__}"
+        msg = f"{name} must be a datetime, not {type(value).__name__}"
         raise TypeError(msg)
     if value.tzinfo is None or value.utcoffset() is None:
-        msg = "run_at must be timezone-aware (for example datetime.now(UTC))"
+        msg = f"{name} must be timezone-aware (for example datetime.now(UTC))"
         raise ValueError(msg)
     return value
+
+
+def check_run_at(value: object) -> datetime | None:
+    """Return ``value`` if it is ``None`` or a timezone-aware datetime."""
+    return None if value is None else check_moment("run_at", value)
 
 
 MAX_DELAY = 10_000 * 365.25 * 86400

@@ -21,6 +21,7 @@ from pgqueue._core.checks import (
     check_group,
     check_job_type,
     check_label,
+    check_moment,
     check_name,
     check_queue_name,
 )
@@ -133,7 +134,7 @@ class JobFilter:
         for name in TIME_FIELDS:
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _check_time(name, value))
+                object.__setattr__(self, name, check_moment(name, value))
         for name in _JSON_FIELDS:
             value = getattr(self, name)
             if value is not None:
@@ -277,16 +278,6 @@ def _check_error_text(value: object) -> str:
         msg = f"error_contains is {len(text)} characters; at most {MAX_ERROR_TEXT} are allowed"
         raise ValueError(msg)
     return text
-
-
-def _check_time(name: str, value: object) -> datetime:
-    if not isinstance(value, datetime):
-        msg = f"{name} must be a datetime, not {type(value).__name__}"
-        raise TypeError(msg)
-    if value.tzinfo is None or value.utcoffset() is None:
-        msg = f"{name} must be timezone-aware (for example datetime.now(UTC))"
-        raise ValueError(msg)
-    return value
 
 
 def _check_object(name: str, value: object) -> dict[str, Any]:

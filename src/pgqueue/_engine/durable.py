@@ -19,7 +19,6 @@ import functools
 import inspect
 import json
 import math
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import anyio
@@ -31,6 +30,7 @@ from pgqueue._core.checks import (
     check_duration,
     check_job_id,
     check_label,
+    check_moment,
 )
 from pgqueue._core.codec import encode_payload
 from pgqueue._core.errors import (
@@ -44,6 +44,7 @@ from pgqueue._core.lifecycle import Status
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from datetime import datetime, timedelta
 
     import asyncpg
 
@@ -184,12 +185,7 @@ class Durable:
             raise TypeError(msg)
         delay = check_delay(seconds, "seconds")
         if until is not None:
-            if not isinstance(cast("object", until), datetime):
-                msg = f"until must be a datetime, not {type(until).__name__}"
-                raise TypeError(msg)
-            if until.tzinfo is None or until.utcoffset() is None:
-                msg = "until must be timezone-aware (for example datetime.now(UTC))"
-                raise ValueError(msg)
+            until = check_moment("until", until)
         store = self._connection.store
         with anyio.CancelScope(shield=True):
             row = await store.sleep(

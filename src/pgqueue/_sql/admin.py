@@ -246,6 +246,13 @@ KEEPS_NO_CHILD = f"""NOT (has_children AND coalesce((
                 IN {UNFINISHED}
           LIMIT 1), false))"""
 
+# After a CTE gone (id, parents_left) of deleted rows: the edges of those
+# that were children go with them.
+DELETES_EDGES = """, edges AS (
+    DELETE FROM pgqueue_dependencies
+    WHERE child_id IN (SELECT id FROM gone WHERE parents_left IS NOT NULL)
+)"""
+
 # The rows retention deletes: finished before $2 seconds ago.
 _FINISHED_BEFORE = f"""status IN {ENDED}
           AND updated_at < pg_catalog.now() - pg_catalog.make_interval(secs => $2)"""
@@ -265,10 +272,7 @@ def _prune(*, distributed: bool = False) -> str:
         else (
             f"\n      AND {KEEPS_NO_CHILD}",
             "id, parents_left",
-            """, edges AS (
-    DELETE FROM pgqueue_dependencies
-    WHERE child_id IN (SELECT id FROM gone WHERE parents_left IS NOT NULL)
-)""",
+            DELETES_EDGES,
         )
     )
     return f"""
@@ -306,10 +310,7 @@ def _prune_batch(queue_matches: str, *, distributed: bool = False) -> str:
             f"\n          AND {KEEPS_NO_CHILD}",
             "id, parents_left",
         )
-        edges = """, edges AS (
-    DELETE FROM pgqueue_dependencies
-    WHERE child_id IN (SELECT id FROM gone WHERE parents_left IS NOT NULL)
-)"""
+        edges = DELETES_EDGES
     return f"""
 WITH gone AS (
     DELETE FROM pgqueue_jobs

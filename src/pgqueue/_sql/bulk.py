@@ -9,7 +9,7 @@ Retry and cancel reuse `pgqueue._sql.admin`'s statements by id.
 
 from __future__ import annotations
 
-from pgqueue._sql.admin import KEEPS_NO_CHILD
+from pgqueue._sql.admin import DELETES_EDGES, KEEPS_NO_CHILD
 from pgqueue._sql.statuses import LIVE, PENDING, RUNNING, WAITING
 
 __all__ = [
@@ -54,10 +54,7 @@ def _delete(*, distributed: bool) -> str:
         of_queue = ""
         kept = f"\n      AND {KEEPS_NO_CHILD}"
         returning = "id, parents_left"
-        edges = """, edges AS (
-    DELETE FROM pgqueue_dependencies
-    WHERE child_id IN (SELECT id FROM gone WHERE parents_left IS NOT NULL)
-)"""
+        edges = DELETES_EDGES
     return f"""
 WITH gone AS (
     DELETE FROM pgqueue_jobs

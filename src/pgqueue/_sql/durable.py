@@ -165,6 +165,28 @@ WHERE {_FENCE}
 RETURNING {_SUSPENDED}
 """
 
+
+def _deadline(key: str) -> str:
+    """The deadline of a wait for $3 (``key`` of its record), $4 seconds at most.
+
+    A run resuming the same wait keeps the deadline recorded; NULL: no limit.
+    """
+    return f"""CASE WHEN j.wait ->> '{key}' = $3::text AND j.wait ->> 'until' IS NOT NULL
+                THEN (j.wait ->> 'until')::timestamptz
+                WHEN $4::float8 IS NOT NULL
+                THEN pg_catalog.now() + pg_catalog.make_interval(secs => $4::float8) END"""
+
+
+def _waits(what: str) -> str:
+    """A run that waits (state 'wait') parks, or is pending until d.until; its record names ``what``."""
+    return _suspend(
+        f"CASE WHEN d.until IS NULL THEN {PARKED} ELSE {PENDING} END",
+        "coalesce(d.until, j.run_at)",
+        f"pg_catalog.jsonb_build_object({what}, 'until', d.until)",
+        waits="d.state = 'wait'",
+    )
+
+
 # Job $1's run $2 waits for signal $3, for at most $4 seconds (NULL: no
 # limit). One statement decides, on the row it locks (a signal sent
 # meanwhile is an update of the same row: the one waits for the other, and
@@ -182,10 +204,7 @@ WITH cur AS MATERIALIZED (
            pg_catalog.jsonb_path_query_first(
                CASE WHEN pg_catalog.jsonb_typeof(j.signals) = 'array' THEN j.signals ELSE '[]'::jsonb END,
                '$[*] ? (@.name == $n)', pg_catalog.jsonb_build_object('n', $3::text)) AS signal,
-           CASE WHEN j.wait ->> 'signal' = $3::text AND j.wait ->> 'until' IS NOT NULL
-                THEN (j.wait ->> 'until')::timestamptz
-                WHEN $4::float8 IS NOT NULL
-                THEN pg_catalog.now() + pg_catalog.make_interval(secs => $4::float8) END AS until
+           {_deadline("signal")} AS until
     FROM pgqueue_jobs AS j
     WHERE {_FENCE}
     FOR UPDATE
@@ -201,14 +220,7 @@ SET steps      = CASE WHEN d.state = 'timeout'
     _recorded("'pgqueue:timeout:signal:' || $3::text", "'true'::jsonb")
 }
                       ELSE j.steps END,
-    {
-    _suspend(
-        f"CASE WHEN d.until IS NULL THEN {PARKED} ELSE {PENDING} END",
-        "coalesce(d.until, j.run_at)",
-        "pg_catalog.jsonb_build_object('signal', $3::text, 'until', d.until)",
-        waits="d.state = 'wait'",
-    )
-}
+    {_waits("'signal', $3::text")}
 FROM decided AS d
 WHERE j.id = d.id
 RETURNING d.state, (d.signal -> 'payload')::text AS payload, {_SUSPENDED}
@@ -233,10 +245,7 @@ WITH child AS MATERIALIZED (
                                             'error', c.last_error) AS outcome
 ), cur AS MATERIALIZED (
     SELECT j.id,
-           CASE WHEN j.wait ->> 'child' = $3::text AND j.wait ->> 'until' IS NOT NULL
-                THEN (j.wait ->> 'until')::timestamptz
-                WHEN $4::float8 IS NOT NULL
-                THEN pg_catalog.now() + pg_catalog.make_interval(secs => $4::float8) END AS until
+           {_deadline("child")} AS until
     FROM pgqueue_jobs AS j
     WHERE {_FENCE}
     FOR UPDATE
@@ -259,14 +268,7 @@ SET steps      = CASE WHEN d.state = 'timeout'
                       WHEN d.state = 'ended'
                       THEN {_recorded("'pgqueue:child:' || $3::text", "d.outcome")}
                       ELSE j.steps END,
-    {
-    _suspend(
-        f"CASE WHEN d.until IS NULL THEN {PARKED} ELSE {PENDING} END",
-        "coalesce(d.until, j.run_at)",
-        "pg_catalog.jsonb_build_object('child', $3::int8, 'until', d.until)",
-        waits="d.state = 'wait'",
-    )
-}
+    {_waits("'child', $3::int8")}
 FROM decided AS d
 WHERE j.id = d.id
 RETURNING d.state, (d.outcome)::text AS outcome, {_SUSPENDED}

@@ -63,6 +63,13 @@ WHERE queue = ANY ($1::text[])
   AND bucket < pg_catalog.now() - $2::float8 * interval '1 second'
 """
 
+# The counts and run time of the rows summed: what a trend row and a step hold.
+_SUMS = """pg_catalog.sum(completed)::bigint AS completed,
+       pg_catalog.sum(failed)::bigint AS failed,
+       pg_catalog.sum(dead)::bigint AS dead,
+       pg_catalog.sum(runs)::bigint AS runs,
+       pg_catalog.sum(run_time_sum)::float8 AS run_time_sum"""
+
 _WINDOW = """
 WHERE bucket >= pg_catalog.date_trunc('minute', pg_catalog.now() - $3::float8 * interval '1 second')
   AND ($1::text IS NULL OR queue = $1)
@@ -71,11 +78,7 @@ WHERE bucket >= pg_catalog.date_trunc('minute', pg_catalog.now() - $3::float8 * 
 # $1 a queue or NULL, $2 a job type or NULL, $3 the window in seconds.
 TREND_ROWS = f"""
 SELECT queue, job_type,
-       pg_catalog.sum(completed)::bigint AS completed,
-       pg_catalog.sum(failed)::bigint AS failed,
-       pg_catalog.sum(dead)::bigint AS dead,
-       pg_catalog.sum(runs)::bigint AS runs,
-       pg_catalog.sum(run_time_sum)::float8 AS run_time_sum
+       {_SUMS}
 FROM pgqueue_trend{_WINDOW}
 GROUP BY queue, job_type
 ORDER BY queue, job_type
@@ -94,11 +97,7 @@ TREND_SERIES = f"""
 SELECT pg_catalog.to_timestamp(
            pg_catalog.floor(pg_catalog.date_part('epoch', bucket) / $4::float8) * $4::float8
        ) AS at,
-       pg_catalog.sum(completed)::bigint AS completed,
-       pg_catalog.sum(failed)::bigint AS failed,
-       pg_catalog.sum(dead)::bigint AS dead,
-       pg_catalog.sum(runs)::bigint AS runs,
-       pg_catalog.sum(run_time_sum)::float8 AS run_time_sum
+       {_SUMS}
 FROM pgqueue_trend{_WINDOW}
 GROUP BY 1
 ORDER BY 1

@@ -41,6 +41,7 @@ __all__ = [
     "PrintableFormatter",
     "Run",
     "UsageError",
+    "add_json_flag",
     "add_read_dsn",
     "cannot_connect",
     "connect",
@@ -135,6 +136,13 @@ def dsn_of(args: argparse.Namespace) -> str | None:
 
 READ_DSN_VARIABLE = "PGQUEUE_READ_DSN"
 """Where listings and counts are read from when ``--read-dsn`` is not given."""
+
+
+def add_json_flag(parser: argparse.ArgumentParser) -> None:
+    """Add ``--json``: print JSON (stable keys) instead of text."""
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (stable keys) instead of text"
+    )
 
 
 def add_read_dsn(parser: argparse.ArgumentParser) -> None:

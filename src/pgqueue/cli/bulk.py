@@ -13,13 +13,14 @@ import argparse
 import json
 import sys
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pgqueue import Admin, JobFilter, JobNotFoundError, JobStateError
 from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     UsageError,
+    add_json_flag,
     connect,
     job_id,
     positive_int,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from pgqueue.cli._common import Commands
 
 __all__ = [
+    "Bulk",
     "add_actions",
     "add_bulk_flags",
     "add_redrive",
@@ -102,17 +104,27 @@ def filter_of(args: argparse.Namespace) -> JobFilter | None:
         raise UsageError(f"--where: {exc}") from exc
 
 
+class Bulk(TypedDict):
+    """The arguments every bulk action of `pgqueue.Admin` takes: the filter and the pace."""
+
+    filter: JobFilter
+    limit: int | None
+    rate: float | None
+    dry_run: bool
+
+
 async def run_bulk(
     args: argparse.Namespace,
     action: str,
-    call: Callable[[Admin, JobFilter], Awaitable[int]],
+    call: Callable[[Admin, Bulk], Awaitable[int]],
 ) -> int:
-    """Run a bulk action on ``--where``'s filter and print its count."""
+    """Run a bulk action on ``--where``'s filter, at ``--limit``, ``--rate`` and ``--dry-run``; print its count."""
     found = filter_of(args)
     assert found is not None
+    bulk = Bulk(filter=found, limit=args.limit, rate=args.rate, dry_run=args.dry_run)
     async with connect(args) as connection:
         try:
-            count = await call(Admin(connection), found)
+            count = await call(Admin(connection), bulk)
         except (TypeError, ValueError) as exc:
             raise UsageError(str(exc)) from exc
     if args.json:
@@ -128,12 +140,6 @@ async def run_bulk(
         verb = f"would {action}" if args.dry_run else action
         print(f"{verb}: {count} jobs matching {printable(str(found))}")
     return EXIT_OK
-
-
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--json", action="store_true", help="print JSON (stable keys) instead of text"
-    )
 
 
 # --- redrive ---------------------------------------------------------------------------
@@ -160,7 +166,7 @@ def add_redrive(commands: Commands) -> None:
     )
     add_reset_steps(parser)
     add_bulk_flags(parser)
-    _json_flag(parser)
+    add_json_flag(parser)
     parser.set_defaults(run=reports_database_errors(redrive))
 
 
@@ -181,12 +187,9 @@ async def redrive(args: argparse.Namespace) -> int:
     return await run_bulk(
         args,
         "redrive",
-        lambda admin, found: admin.redrive(
-            filter=found,
+        lambda admin, bulk: admin.redrive(
+            **bulk,
             to_queue=args.to_queue,
-            limit=args.limit,
-            rate=args.rate,
-            dry_run=args.dry_run,
             attempts=args.attempts,
             reset_steps=args.reset_steps,
         ),
@@ -208,7 +211,7 @@ def add_actions(actions: Any) -> None:
     )
     add_where(delete, required=True)
     add_bulk_flags(delete)
-    _json_flag(delete)
+    add_json_flag(delete)
     delete.set_defaults(run=reports_database_errors(delete_jobs))
 
     move = actions.add_parser(
@@ -224,7 +227,7 @@ def add_actions(actions: Any) -> None:
         "--to-queue", metavar="QUEUE", required=True, help="the queue they go to"
     )
     add_bulk_flags(move)
-    _json_flag(move)
+    add_json_flag(move)
     move.set_defaults(run=reports_database_errors(move_jobs))
 
     update = actions.add_parser(
@@ -247,7 +250,7 @@ def add_actions(actions: Any) -> None:
     update.add_argument(
         "--max-attempts", type=positive_int, help="attempts before it is dead"
     )
-    _json_flag(update)
+    add_json_flag(update)
     update.set_defaults(run=reports_database_errors(update_job))
 
 
@@ -256,9 +259,7 @@ async def delete_jobs(args: argparse.Namespace) -> int:
     return await run_bulk(
         args,
         "delete",
-        lambda admin, found: admin.delete(
-            filter=found, limit=args.limit, rate=args.rate, dry_run=args.dry_run
-        ),
+        lambda admin, bulk: admin.delete(**bulk),
     )
 
 
@@ -267,13 +268,7 @@ async def move_jobs(args: argparse.Namespace) -> int:
     return await run_bulk(
         args,
         "move",
-        lambda admin, found: admin.move(
-            filter=found,
-            to_queue=args.to_queue,
-            limit=args.limit,
-            rate=args.rate,
-            dry_run=args.dry_run,
-        ),
+        lambda admin, bulk: admin.move(**bulk, to_queue=args.to_queue),
     )
 
 

@@ -36,6 +36,7 @@ from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     UsageError,
+    add_json_flag,
     add_read_dsn,
     connect,
     delay,
@@ -86,12 +87,6 @@ def add_to(commands: Commands) -> None:
     _add_listen(commands)
 
 
-def _json_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--json", action="store_true", help="print JSON (stable keys) instead of text"
-    )
-
-
 # --- stats -----------------------------------------------------------------------------
 
 
@@ -120,7 +115,7 @@ def _add_stats(commands: Commands) -> None:
         "--type", dest="job_type", help="with --since: only this job type"
     )
     add_read_dsn(parser)
-    _json_flag(parser)
+    add_json_flag(parser)
     parser.set_defaults(run=reports_database_errors(stats))
 
 
@@ -194,7 +189,7 @@ def _add_jobs(commands: Commands) -> None:
     )
     add_where(listing)
     add_read_dsn(listing)
-    _json_flag(listing)
+    add_json_flag(listing)
     listing.set_defaults(run=reports_database_errors(list_jobs))
 
     show = actions.add_parser(
@@ -210,7 +205,7 @@ def _add_jobs(commands: Commands) -> None:
     )
     show.add_argument("id", type=job_id, help="the job's id")
     add_read_dsn(show)
-    _json_flag(show)
+    add_json_flag(show)
     show.set_defaults(run=reports_database_errors(show_job))
     add_actions(actions)
 
@@ -382,7 +377,7 @@ def _add_retry(commands: Commands) -> None:
     add_reset_steps(parser)
     add_where(parser)
     add_bulk_flags(parser)
-    _json_flag(parser)
+    add_json_flag(parser)
     parser.set_defaults(run=reports_database_errors(retry))
 
 
@@ -399,13 +394,8 @@ async def retry(args: argparse.Namespace) -> int:
         return await run_bulk(
             args,
             "retry",
-            lambda admin, found: admin.retry(
-                filter=found,
-                attempts=args.attempts,
-                limit=args.limit,
-                rate=args.rate,
-                dry_run=args.dry_run,
-                reset_steps=args.reset_steps,
+            lambda admin, bulk: admin.retry(
+                **bulk, attempts=args.attempts, reset_steps=args.reset_steps
             ),
         )
     async with connect(args) as connection:
@@ -443,7 +433,7 @@ def _add_cancel(commands: Commands) -> None:
     parser.add_argument("ids", nargs="*", type=job_id, metavar="ID", help="job ids")
     add_where(parser)
     add_bulk_flags(parser)
-    _json_flag(parser)
+    add_json_flag(parser)
     parser.set_defaults(run=reports_database_errors(cancel))
 
 
@@ -457,9 +447,7 @@ async def cancel(args: argparse.Namespace) -> int:
         return await run_bulk(
             args,
             "cancel",
-            lambda admin, found: admin.cancel(
-                filter=found, limit=args.limit, rate=args.rate, dry_run=args.dry_run
-            ),
+            lambda admin, bulk: admin.cancel(**bulk),
         )
     async with connect(args) as connection:
         admin = Admin(connection)
@@ -546,7 +534,7 @@ def _add_pause(commands: Commands) -> None:
         ),
     )
     pause.add_argument("queue", metavar="QUEUE", help="the queue to pause")
-    _json_flag(pause)
+    add_json_flag(pause)
     pause.set_defaults(run=reports_database_errors(pause_queue))
     resume = commands.add_parser(
         "resume",
@@ -554,7 +542,7 @@ def _add_pause(commands: Commands) -> None:
         description="Resume a paused queue; its workers are woken at once.",
     )
     resume.add_argument("queue", metavar="QUEUE", help="the queue to resume")
-    _json_flag(resume)
+    add_json_flag(resume)
     resume.set_defaults(run=reports_database_errors(resume_queue))
 
 
@@ -606,7 +594,7 @@ def _add_prune(commands: Commands) -> None:
         default=10_000,
         help="rows per batch (default 10000)",
     )
-    _json_flag(parser)
+    add_json_flag(parser)
     parser.set_defaults(run=reports_database_errors(prune))
 
 
@@ -678,7 +666,7 @@ def _add_enqueue(commands: Commands) -> None:
     parser.add_argument(
         "--max-attempts", type=int, default=5, help="attempts before it is dead (5)"
     )
-    _json_flag(parser)
+    add_json_flag(parser)
     parser.set_defaults(run=reports_database_errors(enqueue))
 
 
@@ -740,7 +728,7 @@ def _add_listen(commands: Commands) -> None:
     parser.add_argument(
         "--count", type=positive_int, help="exit after this many notifications"
     )
-    _json_flag(parser)
+    add_json_flag(parser)
     parser.set_defaults(run=reports_database_errors(listen))
 
 

@@ -13,6 +13,7 @@ from pgqueue.cli._common import (
     EXIT_ERROR,
     EXIT_OK,
     UsageError,
+    add_json_flag,
     connect,
     print_json,
     print_table,
@@ -47,9 +48,7 @@ def add_to(commands: Commands) -> None:
             "the worker that last ran the schedule computed it), queue, job type."
         ),
     )
-    listing.add_argument(
-        "--json", action="store_true", help="print JSON (stable keys) instead of text"
-    )
+    add_json_flag(listing)
     listing.set_defaults(run=reports_database_errors(list_schedules))
 
     remove = actions.add_parser(

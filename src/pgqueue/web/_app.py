@@ -52,7 +52,7 @@ from pgqueue.web._guard import (
     check_allowed_hosts,
 )
 from pgqueue.web._html import Value
-from pgqueue.web._request import base_of, job_id_of
+from pgqueue.web._request import back_to_job, base_of, job_id_of
 from pgqueue.web._signal import DONE as SIGNAL_DONE
 from pgqueue.web._signal import SendSignal
 from pgqueue.web._trend import graph_of, trend_context
@@ -232,11 +232,11 @@ def create_app(
     )
 
 
-def _acted(base: str, job_id: int, done: str) -> Response:
+def _acted(request: Request, job_id: int, done: str) -> Response:
     """Back to the job after an action on it, saying what was done; 404 if it is gone."""
     if done == "not_found":
         raise HTTPException(404, f"no job has the id {job_id}")
-    return RedirectResponse(f"{base}/jobs/{job_id}?done={done}", status_code=303)
+    return back_to_job(request, job_id, done)
 
 
 def _check_source(value: object) -> None:
@@ -746,7 +746,7 @@ class _Dashboard:
                 danger=danger,
             )
         await self._guard.form(request, action)
-        return _acted(base, job.id, (await act(admin, job.id))[job.id])
+        return _acted(request, job.id, (await act(admin, job.id))[job.id])
 
     async def retry_all(self, request: Request) -> Response:
         asks = self._guard.asks(request)

@@ -15,15 +15,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
-from starlette.responses import RedirectResponse, Response
 
 from pgqueue import JobNotFoundError, JobStateError, Status
-from pgqueue.web._request import base_of, job_id_of
+from pgqueue.web._request import back_to_job, form_links, job_form
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from starlette.requests import Request
+    from starlette.responses import Response
 
     from pgqueue import JobPreview
     from pgqueue.web._request import Dashboard
@@ -115,19 +115,16 @@ class Edit:
 
     async def handle(self, request: Request) -> Response:
         dashboard = self._dashboard
-        asks = dashboard.guard.asks(request)
-        job_id = job_id_of(request.path_params["job_id"])
-        action = f"/jobs/{job_id}/edit"
-        form: Mapping[str, str] = {}
-        if not asks:
-            form = await dashboard.guard.form(request, action, max_bytes=FORM_BYTES)
+        job_id, action, form = await job_form(
+            dashboard, request, "edit", max_bytes=FORM_BYTES
+        )
         admin = await dashboard.admin()
         job = await admin.job_preview(job_id, max_chars=PAYLOAD_CHARS)
         if job is None:
             raise HTTPException(404, f"no job has the id {job_id}")
         editable_payload = dashboard.show_payloads and not job.payload_truncated
         values = _shown(job, editable_payload)
-        if asks:
+        if form is None:
             return self._form(request, job, action, values, editable_payload)
         try:
             changes = _changes(job, form, editable_payload)
@@ -140,11 +137,7 @@ class Edit:
         except (TypeError, ValueError) as exc:
             refused, status_code = str(exc), 400
         else:
-            done = "updated" if changes else "unchanged"
-            base = base_of(request)
-            return RedirectResponse(
-                f"{base}/jobs/{job_id}?done={done}", status_code=303
-            )
+            return back_to_job(request, job_id, "updated" if changes else "unchanged")
         typed = {name: form.get(name, values.get(name, "")) for name in _FIELDS}
         if not editable_payload:
             typed.pop("payload")
@@ -170,7 +163,6 @@ class Edit:
         status_code: int = 200,
     ) -> Response:
         dashboard = self._dashboard
-        base = base_of(request)
         return dashboard.page(
             request,
             "edit.html",
@@ -184,8 +176,6 @@ class Edit:
             payload_chars=PAYLOAD_CHARS,
             values=values,
             refused=refused,
-            action_url=base + action,
-            token=dashboard.guard.token(action),
-            back_url=f"{base}/jobs/{job.id}",
             status_code=status_code,
+            **form_links(dashboard, request, action, job.id),
         )

@@ -13,15 +13,15 @@ import json
 from typing import TYPE_CHECKING
 
 from starlette.exceptions import HTTPException
-from starlette.responses import RedirectResponse, Response
 
 from pgqueue import JobNotFoundError
-from pgqueue.web._request import base_of, job_id_of
+from pgqueue.web._request import back_to_job, form_links, job_form
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from starlette.requests import Request
+    from starlette.responses import Response
 
     from pgqueue import JobSummary
     from pgqueue.web._request import Dashboard
@@ -49,17 +49,14 @@ class SendSignal:
 
     async def handle(self, request: Request) -> Response:
         dashboard = self._dashboard
-        asks = dashboard.guard.asks(request)
-        job_id = job_id_of(request.path_params["job_id"])
-        action = f"/jobs/{job_id}/signal"
-        form: Mapping[str, str] = {}
-        if not asks:
-            form = await dashboard.guard.form(request, action, max_bytes=FORM_BYTES)
+        job_id, action, form = await job_form(
+            dashboard, request, "signal", max_bytes=FORM_BYTES
+        )
         admin = await dashboard.admin()
         job = await admin.job_summary(job_id)
         if job is None:
             raise HTTPException(404, f"no job has the id {job_id}")
-        if asks:
+        if form is None:
             awaited = await admin.job_preview(job_id, max_chars=1)
             wait = None if awaited is None else awaited.wait
             name = "" if wait is None or wait.signal is None else wait.signal
@@ -78,10 +75,7 @@ class SendSignal:
                 refused = str(exc)
             else:
                 done = "signalled" if sent else "not_signalled"
-                base = base_of(request)
-                return RedirectResponse(
-                    f"{base}/jobs/{job_id}?done={done}", status_code=303
-                )
+                return back_to_job(request, job_id, done)
         typed = {"name": name, "payload": form.get("payload", "")}
         return self._form(request, job, action, typed, refused=refused, status_code=400)
 
@@ -96,7 +90,6 @@ class SendSignal:
         status_code: int = 200,
     ) -> Response:
         dashboard = self._dashboard
-        base = base_of(request)
         return dashboard.page(
             request,
             "signal.html",
@@ -105,8 +98,6 @@ class SendSignal:
             job=job,
             values=values,
             refused=refused,
-            action_url=base + action,
-            token=dashboard.guard.token(action),
-            back_url=f"{base}/jobs/{job.id}",
             status_code=status_code,
+            **form_links(dashboard, request, action, job.id),
         )

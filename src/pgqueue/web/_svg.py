@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from pgqueue import JobDependencies, RelatedJob, Status, TrendPoint
 
@@ -33,6 +33,8 @@ __all__ = [
 CHART_WIDTH = 640
 CHART_HEIGHT = 160
 _LEFT, _RIGHT, _BOTTOM, _TOP = 48, 20, 20, 8  # room for the axes' labels
+_PLOT_WIDTH = CHART_WIDTH - _LEFT - _RIGHT
+_PLOT_HEIGHT = CHART_HEIGHT - _TOP - _BOTTOM
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +73,13 @@ class Chart:
 
 def _layout(
     points: Sequence[TrendPoint], window: float, step: float, now: datetime
-) -> tuple[datetime, int, float, float]:
-    """The window's first step, its count, and each step's width and plot width."""
+) -> tuple[datetime, int, float]:
+    """The window's first step, its count, and each step's width."""
     epoch = now.timestamp()
     end = math.ceil(epoch / step) * step
     count = max(1, math.ceil(window / step))
     start = datetime.fromtimestamp(end - count * step, UTC)
-    plot_width = CHART_WIDTH - _LEFT - _RIGHT
-    return start, count, plot_width / count, plot_width
+    return start, count, _PLOT_WIDTH / count
 
 
 def _ticks(
@@ -104,20 +105,73 @@ def _nice(value: float) -> float:
     return 10 * power  # pragma: no cover
 
 
+def _placed(
+    points: Sequence[TrendPoint], start: datetime, step: float, count: int
+) -> Iterator[tuple[int, TrendPoint]]:
+    """Each point inside the window of ``count`` steps from ``start``, with its step's index."""
+    for point in points:
+        index = int((point.at - start).total_seconds() // step)
+        if 0 <= index < count:
+            yield index, point
+
+
+def _step(
+    point: TrendPoint,
+    x: float,
+    width: float,
+    boxes: Sequence[tuple[float, float]],
+    run_time_y: float | None,
+) -> Step:
+    """``point``'s step drawn at ``x``: its parts' ``boxes`` (completed, retried, dead)."""
+    return Step(
+        at=point.at,
+        x=x,
+        width=width,
+        completed=point.completed,
+        failed=point.failed,
+        dead=point.dead,
+        mean_run_time=point.mean_run_time,
+        completed_box=boxes[0],
+        retried_box=boxes[1],
+        dead_box=boxes[2],
+        run_time_y=run_time_y,
+    )
+
+
+def _chart(
+    start: datetime,
+    count: int,
+    width: float,
+    step: float,
+    steps: list[Step],
+    top: float,
+    line: str = "",
+) -> Chart:
+    """The chart of ``steps`` over ``count`` steps of ``step`` seconds from ``start``."""
+    return Chart(
+        width=CHART_WIDTH,
+        height=CHART_HEIGHT,
+        steps=tuple(steps),
+        top=top,
+        ticks=_ticks(start, count, width, step),
+        line=line,
+        start=start,
+        end=start + timedelta(seconds=count * step),
+        step_seconds=step,
+        plot=(_LEFT, _TOP, _PLOT_WIDTH, _PLOT_HEIGHT),
+    )
+
+
 def counts_chart(
     points: Sequence[TrendPoint], window: float, step: float, now: datetime
 ) -> Chart:
     """Stacked bars a step: completed (bottom), failed and retried, dead (top)."""
-    start, count, width, plot_width = _layout(points, window, step, now)
-    plot_height = CHART_HEIGHT - _TOP - _BOTTOM
+    start, count, width = _layout(points, window, step, now)
     top = _nice(max((p.completed + p.failed for p in points), default=0))
-    scale = plot_height / top
+    scale = _PLOT_HEIGHT / top
     base = CHART_HEIGHT - _BOTTOM
     steps = []
-    for point in points:
-        index = int((point.at - start).total_seconds() // step)
-        if not 0 <= index < count:
-            continue
+    for index, point in _placed(points, start, step, count):
         parts = (point.completed, point.failed - point.dead, point.dead)
         boxes = []
         y = float(base)
@@ -125,77 +179,27 @@ def counts_chart(
             height = part * scale
             y -= height
             boxes.append((round(y, 2), round(height, 2)))
-        steps.append(
-            Step(
-                at=point.at,
-                x=round(_LEFT + index * width + width * 0.1, 2),
-                width=round(max(width * 0.8, 1.0), 2),
-                completed=point.completed,
-                failed=point.failed,
-                dead=point.dead,
-                mean_run_time=point.mean_run_time,
-                completed_box=boxes[0],
-                retried_box=boxes[1],
-                dead_box=boxes[2],
-                run_time_y=None,
-            )
-        )
-    return Chart(
-        width=CHART_WIDTH,
-        height=CHART_HEIGHT,
-        steps=tuple(steps),
-        top=top,
-        ticks=_ticks(start, count, width, step),
-        line="",
-        start=start,
-        end=start + timedelta(seconds=count * step),
-        step_seconds=step,
-        plot=(_LEFT, _TOP, plot_width, plot_height),
-    )
+        x = round(_LEFT + index * width + width * 0.1, 2)
+        bar = round(max(width * 0.8, 1.0), 2)
+        steps.append(_step(point, x, bar, boxes, None))
+    return _chart(start, count, width, step, steps, top)
 
 
 def run_time_chart(
     points: Sequence[TrendPoint], window: float, step: float, now: datetime
 ) -> Chart:
     """The mean run time a step, as a line through the steps that ran a handler."""
-    start, count, width, plot_width = _layout(points, window, step, now)
-    plot_height = CHART_HEIGHT - _TOP - _BOTTOM
+    start, count, width = _layout(points, window, step, now)
     timed = [p for p in points if p.mean_run_time is not None]
     top = _nice(max((p.mean_run_time or 0.0 for p in timed), default=0.0))
     base = CHART_HEIGHT - _BOTTOM
     steps = []
-    for point in timed:
-        index = int((point.at - start).total_seconds() // step)
-        if not 0 <= index < count:
-            continue
-        y = round(base - (point.mean_run_time or 0.0) / top * plot_height, 2)
-        steps.append(
-            Step(
-                at=point.at,
-                x=round(_LEFT + index * width + width / 2, 2),
-                width=round(width, 2),
-                completed=point.completed,
-                failed=point.failed,
-                dead=point.dead,
-                mean_run_time=point.mean_run_time,
-                completed_box=(0, 0),
-                retried_box=(0, 0),
-                dead_box=(0, 0),
-                run_time_y=y,
-            )
-        )
-    return Chart(
-        width=CHART_WIDTH,
-        height=CHART_HEIGHT,
-        steps=tuple(steps),
-        top=top,
-        ticks=_ticks(start, count, width, step),
-        line=" ".join(f"{s.x},{s.run_time_y}" for s in steps),
-        start=start,
-        end=start + timedelta(seconds=count * step),
-        step_seconds=step,
-        plot=(_LEFT, _TOP, plot_width, plot_height),
-    )
+    for index, point in _placed(timed, start, step, count):
+        y = round(base - (point.mean_run_time or 0.0) / top * _PLOT_HEIGHT, 2)
+        x = round(_LEFT + index * width + width / 2, 2)
+        steps.append(_step(point, x, round(width, 2), ((0, 0),) * 3, y))
+    line = " ".join(f"{s.x},{s.run_time_y}" for s in steps)
+    return _chart(start, count, width, step, steps, top, line)
 
 
 # --- a job's workflow -------------------------------------------------------------------
