@@ -187,6 +187,7 @@ def test_a_bare_job_keeps_its_fields_and_defaults() -> None:
         "trace_context",
         "last_checkpoint",
         "parent_results",
+        "steps",
     ]
     assert (
         plain.last_error,

@@ -25,6 +25,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import pgqueue
+from pgqueue import _admin
 from pgqueue._sql.leases import SEED_LIMIT
 from pgqueue.web import create_app
 from tests.helpers import row
@@ -105,6 +106,17 @@ def buttons(page: str) -> list[str]:
 # --- pages -----------------------------------------------------------------------------
 
 
+@pytest.fixture
+def exact_completed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count completed jobs exactly, however large the session's shared table has grown.
+
+    Past 10 MB the queues page estimates them (tested in test_admin_plans);
+    these tests read their own queue's exact counts.
+    """
+    monkeypatch.setattr(_admin, "EXACT_COMPLETED_PAGES", 2**62)
+
+
+@pytest.mark.usefixtures("exact_completed")
 async def test_queues_page_counts_each_status_and_lag(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
@@ -165,6 +177,7 @@ async def test_queues_page_counts_each_status_and_lag(
             assert "charset=utf-8" in asset.headers["content-type"]
 
 
+@pytest.mark.usefixtures("exact_completed")
 async def test_the_finished_rate_appears_once_jobs_finish(
     pool: asyncpg.Pool, queue: pgqueue.Queue
 ) -> None:
