@@ -212,7 +212,7 @@ class CitusStore(Store):
         name: str,
         text: str,
     ) -> datetime | None:
-        """The step, on its queue's shard."""
+        """Record step ``name`` of the run on its queue's shard; when, or None if the run no longer holds its attempt."""
         row = await db.fetchrow(DISTRIBUTED_STEP, job_id, attempts, name, text, queue)
         return None if row is None else row["at"]
 

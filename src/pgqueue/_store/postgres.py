@@ -306,19 +306,6 @@ class Store:
 
     # Durable handlers (pgqueue._sql.durable): each write fenced on the run.
 
-    async def step(
-        self,
-        db: Dedicated,
-        job_id: int,
-        attempts: int,
-        queue: str,
-        name: str,
-        text: str,
-    ) -> datetime | None:
-        """Record step ``name`` of the run; when, or None if the run no longer holds its attempt."""
-        row = await db.fetchrow(STEP, job_id, attempts, name, text)
-        return None if row is None else row["at"]
-
     async def steps(
         self, db: Dedicated, steps: Sequence[tuple[int, int, str, str, str]]
     ) -> dict[tuple[int, int], datetime]:
