@@ -27,8 +27,12 @@ LAST_ID = 2**63 - 1
 Bounds: TypeAlias = dict[int, Place]
 """Where a claim starts in each priority's line; a priority not in it starts at its head."""
 
-RETRY_WAKE_MARGIN = 0.01
-"""Seconds after a retry falls due (by the local clock) before claiming it."""
+RETRY_WAKE_MARGIN = 0.002
+"""Seconds after a job falls due (by the local clock) before claiming it.
+
+Small: the local due time is already late by the answer's trip back, and a
+claim that still comes early finds nothing and asks again when the job falls due.
+"""
 
 
 class ClaimPolicy:
