@@ -83,3 +83,38 @@ async def test_wait_empty_returns_once_every_claim_settled() -> None:
         claims.settled([(1, 1)])
         with anyio.fail_after(1):
             await done.wait()
+
+
+def _ran_short(claims: Claims, jobs: list[Job]) -> None:
+    """``jobs`` claimed in a full claim, each run in a millisecond, their outcomes with the writer."""
+    claims.add(jobs)
+    claims.backlog = True
+    for _ in jobs:
+        claims.start()
+        claims.ran(0.001)
+        claims.ended()
+
+
+def test_a_full_claims_outcomes_being_written_leave_room_for_the_next_claim() -> None:
+    """Claiming ahead, the next claim overlaps the write of the last one's outcomes."""
+    claims = Claims(capacity=2, write_allowance=2, ahead=2)
+    _ran_short(claims, [job(n) for n in range(4)])  # a claim of capacity + ahead
+    assert (claims.writing, claims.claiming_ahead, claims.free) == (4, True, 4)
+    assert claims.claim_at == 2
+    _ran_short(claims, [job(n) for n in range(4, 8)])  # the writer fell behind
+    assert (claims.writing, claims.claiming_ahead) == (8, False)
+    assert claims.free <= 0
+    assert claims.claim_at == 2  # once it catches up, claims resume in batches
+    claims.settled([(n, 1) for n in range(6)])
+    assert (claims.claiming_ahead, claims.free) == (True, 4)
+
+
+def test_without_a_backlog_of_short_jobs_one_free_slot_is_worth_a_claim() -> None:
+    claims = Claims(capacity=2, write_allowance=2, ahead=2)
+    assert (claims.claim_at, claims.free) == (1, 2)
+    claims.add([job(1)])
+    claims.start()
+    claims.ran(1.0)  # long jobs
+    claims.ended()
+    claims.backlog = True
+    assert (claims.claiming_ahead, claims.claim_at) == (False, 1)

@@ -77,23 +77,29 @@ class Claims:
     def claiming_ahead(self) -> bool:
         """Whether it may hold its ``ahead`` claims now.
 
-        While a backlog of short jobs lasts, and the writer keeps up (fewer
-        outcomes wait for it than the allowance and ``ahead`` together): a
+        While a backlog of short jobs lasts, and the writer keeps up (no more
+        outcomes wait for it than the allowance and ``ahead`` together: a
+        full claim's outcomes may be written while the next claim runs): a
         writer that cannot write stops the claims as without ``ahead``.
         """
         return (
             self.backlog
             and self._run_time < SHORT_JOB
             and len(self._held) - len(self.ready) - self.running
-            < self._allowance + self.ahead
+            <= self._allowance + self.ahead
         )
 
     @property
     def claim_at(self) -> int | None:
-        """The fewest free slots worth a claim now, if it claims ahead (else None: the policy's)."""
+        """The fewest free slots worth a claim now, if it may claim ahead (else None: the policy's).
+
+        A batch of ``ahead`` while a backlog of short jobs lasts, even while
+        the writer lags (the claims then hold back, and resume in batches
+        rather than a slot at a time); else one free slot.
+        """
         if not self.ahead:
             return None
-        return self.ahead if self.claiming_ahead else 1
+        return self.ahead if self.backlog and self._run_time < SHORT_JOB else 1
 
     def ran(self, seconds: float) -> None:
         """A handler ran for ``seconds``: the mean that decides claiming `ahead`."""
