@@ -21,14 +21,21 @@ within a round) and their median reported.
 
 Usage: python -m benchmarks.producers [--rounds 3] [--only SECTION ...]
        [--producers 8 64] [--seconds 3] [--wake-jobs 200] [--bulk 50000]
-       [--hold-jobs 20000] [--noisy-jobs 100] [--flood-rate 20000] [--no-json]
+       [--hold-jobs 20000] [--noisy-jobs 100] [--flood-rate 20000] [--busy]
+       [--no-json]
+
+``--busy`` runs a CPU-bound process per core beside every section (the
+busy machine of issue 43's latency targets).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import statistics
 from collections import defaultdict
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from benchmarks import _pgqueue_runs as pgq
@@ -49,7 +56,7 @@ from benchmarks._pgqueue_runs import FLOOD_TYPE, JOB_TYPE
 from benchmarks.wake import latency_points
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
 SECTIONS = ("producers", "wake", "bulk", "hold", "noisy")
 LIBS = ("pgqueue", "pgqueuer")
@@ -283,11 +290,12 @@ def report_producers(values: Values, args: Any) -> Report:
 
 
 def latency_row(values: Values, key: str, label: str) -> list[str]:
-    """p50, p99, max (ms) and the enqueue call's p50/p99 of one latency row."""
+    """p50, p95, p99, max (ms) and the enqueue call's p50/p99 of one latency row."""
     flood = values.get(f"{key}.flood")
     return [
         label,
         cell(values[f"{key}.p50"]),
+        cell(values[f"{key}.p95"]),
         cell(values[f"{key}.p99"]),
         cell(values[f"{key}.max"]),
         pair(values, f"{key}.call"),
@@ -305,6 +313,7 @@ def pair(values: Values, key: str) -> str:
 LATENCY_HEADERS = [
     "row",
     "p50 ms",
+    "p95 ms",
     "p99 ms",
     "max ms",
     "enqueue call p50 / p99 ms",
@@ -314,12 +323,12 @@ LATENCY_HEADERS = [
 
 
 def latency_ratios(values: Values, prefix: str) -> dict[str, list[float]]:
-    """pgqueue/pgqueuer per round for p50 and p99 of ``prefix.<lib>``."""
+    """pgqueue/pgqueuer per round for p50, p95 and p99 of ``prefix.<lib>``."""
     return {
         f"{prefix}.{point}": paired(
             values[f"{prefix}.pgqueue.{point}"], values[f"{prefix}.pgqueuer.{point}"]
         )
-        for point in ("p50", "p99")
+        for point in ("p50", "p95", "p99")
     }
 
 
@@ -338,7 +347,7 @@ def report_wake(values: Values, args: Any) -> Report:
         **latency_ratios(values, "wake.loaded"),
     }
     rows += [
-        [f"pgqueue/pgqueuer, {k}", ratio_cell(r), "", "", "", "", ""]
+        [f"pgqueue/pgqueuer, {k}", ratio_cell(r), "", "", "", "", "", ""]
         for k, r in ratios.items()
     ]
     return "Wake latency", LATENCY_HEADERS, rows, ratios
@@ -415,7 +424,7 @@ def report_noisy(values: Values, args: Any) -> Report:
         **latency_ratios(values, "noisy.alone"),
     }
     rows += [
-        [f"pgqueue/pgqueuer, {k}", ratio_cell(r), "", "", "", "", ""]
+        [f"pgqueue/pgqueuer, {k}", ratio_cell(r), "", "", "", "", "", ""]
         for k, r in ratios.items()
     ]
     title = "Noisy neighbour: queue B while queue A is flooded"
@@ -455,7 +464,35 @@ def parse() -> argparse.Namespace:
     add("--flood-producers", type=int, default=1)
     add("--flood-chunk", type=int, default=1000)
     add("--flood-rate", type=float, default=20_000, help="jobs/s cap, 0 for none")
+    add(
+        "--busy",
+        action="store_true",
+        help="a CPU-bound process per core beside the whole run (a busy machine)",
+    )
     return parser.parse_args()
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextmanager
+def busy(enabled: bool) -> Iterator[None]:
+    """With ``enabled``, one CPU-bound process per core until the block ends."""
+    context = multiprocessing.get_context("spawn")
+    spinners = [
+        context.Process(target=_spin, daemon=True)
+        for _ in range((os.cpu_count() or 1) if enabled else 0)
+    ]
+    for process in spinners:
+        process.start()
+    try:
+        yield
+    finally:
+        for process in spinners:
+            process.kill()
+            process.join()
 
 
 def main() -> None:
@@ -463,10 +500,11 @@ def main() -> None:
     dsn = resolve_dsn(args.dsn)
     print(f"queue.transaction(connection): {'yes' if prod.HAS_TX_WAKE else 'n/a'}")
     values: Values = defaultdict(list)
-    for i in range(args.runs):
-        print(f"round {i + 1} of {args.runs}")
-        for section in args.only:
-            MEASURE[section](dsn, args, values, i)
+    with busy(args.busy):
+        for i in range(args.runs):
+            print(f"round {i + 1} of {args.runs}")
+            for section in args.only:
+                MEASURE[section](dsn, args, values, i)
     out: dict[str, Any] = {
         "settings": vars(args),
         "server": run(server_settings(dsn)),

@@ -1,8 +1,8 @@
 """One set of connections per process: ``pgqueue.Connections``.
 
 Workers (of one queue and of several), a subscriber and a tracker given the
-same ``Connections`` open four connections between them, whatever the
-number of queues; every wakeup, cancel request, tracked outcome and pub/sub
+same ``Connections`` open four connections between them, and a spare for
+claims that overlap, whatever the number of queues; every wakeup, cancel request, tracked outcome and pub/sub
 message crosses the one LISTEN connection; killing it wakes every part
 again. Against a real server; waits are on events and rows, under deadlines.
 """
@@ -122,15 +122,17 @@ def app_name() -> str:
     return f"pgq-shared-{uuid.uuid4().hex[:8]}"
 
 
-async def test_a_process_opens_four_connections_whatever_the_number_of_queues(
+async def test_a_process_opens_at_most_five_connections_whatever_the_number_of_queues(
     dsn: str, pool: asyncpg.Pool, queue_name: str, app_name: str
 ) -> None:
     async with pgqueue.Connections(with_application_name(dsn, app_name)) as shared:
         fleet = Fleet(pool, shared, queue_name)
         async with fleet.running():
             await fleet.round_trip(pool, "hello")
-            # Claims, writes, upkeep (the sweeps ran at start) and LISTEN.
-            assert await sessions(pool, app_name) == 4
+            # Claims, writes, upkeep (the sweeps ran at start) and LISTEN, and
+            # the claims' spare if two claims overlapped (at start, likely).
+            opened = await sessions(pool, app_name)
+            assert opened in (4, 5), opened
             listener = shared.listener_pid
             assert listener is not None
             assert {w.listener_pid for w in fleet.workers} == {listener}
@@ -138,7 +140,7 @@ async def test_a_process_opens_four_connections_whatever_the_number_of_queues(
             assert fleet.tracker.listener_pid == listener
         assert all(worker.listener_pid is None for worker in fleet.workers)
         # Stopping the parts leaves the connections to their owner.
-        assert await sessions(pool, app_name) == 4
+        assert await sessions(pool, app_name) == opened
 
     async def closed() -> bool:
         return await sessions(pool, app_name) == 0
@@ -276,3 +278,50 @@ async def test_a_dsn_tracker_reads_on_the_shared_upkeep_connection(
                 outcome = await tracker.wait(job_id)
             assert outcome.result == job_id
             assert await sessions(pool, app_name) == 4
+
+
+async def test_a_claim_never_waits_behind_another_queues_claim_in_flight(
+    dsn: str, app_name: str
+) -> None:
+    """While one statement holds the claim connection, the next runs at once on its spare.
+
+    The lanes of a worker (and the workers sharing a ``Connections``) share
+    the claim connection: a flooded queue's claims would otherwise delay
+    every other queue's by their round trips.
+    """
+    async with pgqueue.Connections(with_application_name(dsn, app_name)) as shared:
+        claims = shared.claims
+        first_pid = await claims.fetchrow("SELECT pg_backend_pid() AS pid")
+        assert first_pid is not None
+        held = anyio.Event()
+        release = anyio.Event()
+
+        async def hold(connection: asyncpg.Connection[Any]) -> None:
+            held.set()
+            await release.wait()  # a claim in flight, as long as the test likes
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(claims.run_in_transaction, hold)
+            with anyio.fail_after(10):
+                await held.wait()
+                second = await claims.fetchrow("SELECT pg_backend_pid() AS pid")
+            assert second is not None
+            assert second["pid"] != first_pid["pid"]
+            release.set()
+        # The claim connection and its spare, which stays open (the others
+        # open on first use).
+        assert await sessions_of(dsn, app_name) == 2
+        again = await claims.fetchrow("SELECT pg_backend_pid() AS pid")
+        assert again is not None
+        assert again["pid"] == first_pid["pid"]  # free again: the first one
+
+
+async def sessions_of(dsn: str, name: str) -> int:
+    connection = await asyncpg.connect(dsn)
+    try:
+        count: int = await connection.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", name
+        )
+    finally:
+        await connection.close()
+    return count

@@ -76,6 +76,11 @@ class DedicatedConnection:
     ``where`` names the server last connected to (or else ``server``'s: the
     one its siblings connected to, or the one configured):
     ``user@host:port/database``.
+
+    With ``spare``, a statement that would wait for another in flight runs
+    on a second connection (opened on first need) instead: the claims of a
+    worker's queues share one, and a flooded queue's claims must not delay
+    another queue's by their round trips.
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class DedicatedConnection:
         where: str = "the database",
         mode: Mode | None = None,
         server: Server | None = None,
+        spare: bool = False,
     ) -> None:
         self._connect = connect
         self.mode = Mode() if mode is None else mode
@@ -98,6 +104,15 @@ class DedicatedConnection:
         # Not anyio's Lock: it yields to the event loop even when free, and a
         # claim should reach the socket before the caller's next job runs.
         self._lock = asyncio.Lock()
+        self._spare = (
+            DedicatedConnection(
+                connect, timeout=timeout, mode=self.mode, server=self._server
+            )
+            if spare
+            else None
+        )
+        if self._spare is not None:
+            self._spare.outages = self.outages
 
     async def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
         """Run ``query`` and return its rows; raise what the database raised."""
@@ -154,6 +169,9 @@ class DedicatedConnection:
     async def _run_with(
         self, call: Callable[[asyncpg.Connection[Any]], Awaitable[Any]]
     ) -> Any:
+        spare = self._spare
+        if spare is not None and self._lock.locked():
+            return await spare._run_with(call)
         # asyncio's timeout, not anyio's fail_after: this is every claim's and
         # every outcome write's path, and a cancel scope costs several times
         # as much to set up.
@@ -206,7 +224,9 @@ class DedicatedConnection:
         return self.mode.store
 
     async def aclose(self) -> None:
-        """Close the connection politely, or drop it; never raises, never waits long."""
+        """Close the connection (and its spare) politely, or drop it; never raises, never waits long."""
+        if self._spare is not None:
+            await self._spare.aclose()
         connection, self._connection = self._connection, None
         if connection is None or connection.is_closed():
             return
@@ -233,12 +253,13 @@ def worker_connections(
     if server is None:
         server = Server(target_of(pool_or_dsn) or "the database")
 
-    def dedicated() -> DedicatedConnection:
+    def dedicated(*, spare: bool = False) -> DedicatedConnection:
         return DedicatedConnection(
             connect_like(pool_or_dsn, mode.settings, shared=True),
             timeout=timeout,
             mode=mode,
             server=server,
+            spare=spare,
         )
 
-    return dedicated(), dedicated(), dedicated()
+    return dedicated(spare=True), dedicated(), dedicated()
