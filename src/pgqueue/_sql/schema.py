@@ -237,7 +237,8 @@ SCHEMA_DISTRIBUTED = "\n".join(
         + tables.UNIQUE_INDEX
         + tables.FAILED_INDEX
         + tables.WAITING_INDEX
-        + tables.PARKED_INDEX,
+        + tables.PARKED_INDEX
+        + tables.CHILD_WAITS_INDEX,
         tables.PERIODIC,
         tables.LIMITS,
         tables.LEASES,
@@ -249,7 +250,13 @@ SCHEMA_DISTRIBUTED = "\n".join(
         tables.TREND,
         _DISTRIBUTE.strip("\n") + "\n",
     ]
-) + (functions.TAKE_TURN + functions.CHECK_JOB + functions.ENQUEUE + functions.PINNED)
+) + (
+    functions.TAKE_TURN
+    + functions.CHECK_JOB
+    + functions.ENQUEUE
+    + durable.DISTRIBUTED_SIGNAL_FUNCTION
+    + functions.PINNED
+)
 """Create pgqueue's tables on a Citus coordinator and distribute them (``pgqueue schema print --distributed``).
 
 ``pgqueue_jobs``, ``pgqueue_limits`` and ``pgqueue_leases`` are distributed
