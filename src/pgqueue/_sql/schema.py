@@ -9,7 +9,7 @@ database's ``pg_catalog.now()``, never the client's clock.
 from __future__ import annotations
 
 from pgqueue._core.lifecycle import Status
-from pgqueue._sql import durable, functions, tables, triggers
+from pgqueue._sql import durable, durable_distributed, functions, tables, triggers
 from pgqueue._sql.functions import FUNCTIONS
 from pgqueue._sql.statuses import CHECK_ARRAY
 
@@ -254,7 +254,7 @@ SCHEMA_DISTRIBUTED = "\n".join(
     functions.TAKE_TURN
     + functions.CHECK_JOB
     + functions.ENQUEUE
-    + durable.DISTRIBUTED_SIGNAL_FUNCTION
+    + durable_distributed.DISTRIBUTED_SIGNAL_FUNCTION
     + functions.PINNED
 )
 """Create pgqueue's tables on a Citus coordinator and distribute them (``pgqueue schema print --distributed``).

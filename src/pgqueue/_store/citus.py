@@ -39,18 +39,20 @@ from pgqueue._sql.claims import (
     DISTRIBUTED_RECORD_START,
 )
 from pgqueue._sql.durable import (
-    CHILD_WAITERS,
-    DISTRIBUTED_MARK_CHILD,
     DISTRIBUTED_PROGRESS,
-    DISTRIBUTED_SLEEP,
     DISTRIBUTED_SPAWN_LOCK,
     DISTRIBUTED_STEP,
+    PROGRESS_CHANNEL,
+)
+from pgqueue._sql.durable_distributed import (
+    CHILD_WAITERS,
+    DISTRIBUTED_MARK_CHILD,
+    DISTRIBUTED_SLEEP,
     DISTRIBUTED_WAIT_CHILD,
     DISTRIBUTED_WAIT_SIGNAL,
     DISTRIBUTED_WAKE_WAITERS,
     LIVE_OF,
     PARKED_ON_CHILDREN,
-    PROGRESS_CHANNEL,
 )
 from pgqueue._sql.enqueue import NOTIFY_JOBS
 from pgqueue._sql.leases import (
