@@ -739,3 +739,239 @@ async def test_the_frames_of_pgqueue_top_read_the_cluster(pool: asyncpg.Pool) ->
         frame = await sampler.frame()
     [line] = frame.queues
     assert (line.queue, line.ready) == (name, 4)
+
+
+# Durable handlers on the cluster: each run's writes on its job's shard.
+
+
+async def test_a_durable_sleep_frees_the_slot_and_resumes_on_the_shard_without_2pc(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    calls: Counter[str] = Counter()
+    order: list[str] = []
+    done = anyio.Event()
+    worker = pgqueue.Worker(pool, queue=name, concurrency=1, poll_interval=3600)
+
+    @worker.handler("nap")
+    async def nap(job: pgqueue.Job) -> dict[str, Any]:
+        async def before() -> int:
+            calls["before"] += 1
+            return 41
+
+        slept = "before" in job.steps  # the guard of a sleep: its step
+        first = await job.step("before", before)
+        await job.progress(0.5, "half way")
+        if not slept:
+            order.append(f"nap {job.attempts}")
+            await job.sleep(0.5)
+        order.append("woke")
+        return {"first": first + 1}
+
+    @worker.handler("other")
+    async def other(job: pgqueue.Job) -> None:
+        order.append("other")
+
+    @worker.handler("last")
+    async def last(job: pgqueue.Job) -> None:
+        done.set()
+
+    async with running(worker):
+        await wait_until(lambda: _idle(worker))
+        before = await _two_phase_commits(pool)
+        nap_id = await queue.enqueue("nap", {})
+        await wait_for_row(pool, nap_id, within=20, status="pending", attempts=0)
+        await queue.enqueue("other", {})  # runs in the slot the sleep gave back
+        stored = await wait_for_row(pool, nap_id, within=20, status="completed")
+        await queue.enqueue("last", {})
+        with anyio.fail_after(20):
+            await done.wait()
+        after = await _two_phase_commits(pool)
+    assert order == ["nap 1", "other", "woke"]
+    assert calls["before"] == 1  # the step's value came from the row
+    assert _json(stored["result"]) == {"first": 42}
+    assert set(_json(stored["steps"])) == {"before"}
+    assert _json(stored["progress"])["fraction"] == 0.5
+    assert after == before
+
+
+async def test_signals_wake_a_parked_job_on_its_shard_without_a_poll_or_2pc(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    admin = pgqueue.Admin(pool)
+    worker = pgqueue.Worker(pool, queue=name, poll_interval=3600)
+
+    @worker.handler("approve")
+    async def approve(job: pgqueue.Job) -> list[Any]:
+        return [
+            await job.wait_for("early"),
+            await job.wait_for("sql"),
+            await job.wait_for("admin"),
+        ]
+
+    job_id = await queue.enqueue("approve", {}, unique_key="k")
+    # Sent before the wait: there when it asks.
+    assert await queue.signal(job_id, "early", {"n": 1})
+    async with running(worker):
+        await wait_until(lambda: _idle(worker))
+        before = await _two_phase_commits(pool)
+        parked = await wait_for_row(pool, job_id, within=20, status="parked")
+        assert parked["attempts"] == 0
+        assert _json(parked["wait"]) == {"signal": "sql", "until": None}
+        # Parked: it holds its key, and retention leaves it.
+        assert await queue.enqueue("approve", {}, unique_key="k") == job_id
+        assert await admin.prune(0, queue=name) == 0
+        async with pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            assert await conn.fetchval(
+                "SELECT pgqueue_signal($1, 'sql', '\"rolled back\"')", job_id
+            )
+            await tx.rollback()  # a signal exists only if it commits
+            assert await conn.fetchval("SELECT pgqueue_signal($1, 'sql', '2')", job_id)
+        await wait_for_row(
+            pool,
+            job_id,
+            within=20,
+            status="parked",
+            wait='{"until": null, "signal": "admin"}',
+        )
+        assert await admin.signal(job_id, "admin", [3])
+        stored = await wait_for_row(pool, job_id, within=20, status="completed")
+        after = await _two_phase_commits(pool)
+    assert _json(stored["result"]) == [{"n": 1}, 2, [3]]
+    assert [s["name"] for s in _json(stored["signals"])] == ["early", "sql", "admin"]
+    assert after == before
+
+
+async def test_a_wait_that_times_out_raises_in_the_next_run(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    runs: list[int] = []
+    worker = pgqueue.Worker(pool, queue=name, poll_interval=3600)
+
+    @worker.handler("t")
+    async def handle(job: pgqueue.Job) -> str:
+        runs.append(job.attempts)
+        try:
+            await job.wait_for("never", timeout=0.5)
+        except pgqueue.WaitTimeout:
+            return "timed out"
+        return "signalled"
+
+    job_id = await queue.enqueue("t", {})
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, within=20, status="completed")
+    assert _json(stored["result"]) == "timed out"
+    assert runs == [1, 1]  # the wait gave its attempt back
+    assert "pgqueue:timeout:signal:never" in _json(stored["steps"])
+
+
+async def test_signals_to_unknown_and_finished_jobs(pool: asyncpg.Pool) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    admin = pgqueue.Admin(pool)
+    with pytest.raises(pgqueue.JobNotFoundError):
+        await queue.signal(2**62, "go")
+    with pytest.raises(pgqueue.JobNotFoundError):
+        await admin.signal(2**62, "go")
+    with pytest.raises(asyncpg.NoDataFoundError):
+        await pool.fetchval("SELECT pgqueue_signal($1, 'go', NULL)", 2**62)
+    job_id = await queue.enqueue("t", {})
+    assert await queue.cancel(job_id) == {job_id: "cancelled"}
+    assert not await queue.signal(job_id, "go", {"late": True})
+    assert not await pool.fetchval("SELECT pgqueue_signal($1, 'go', NULL)", job_id)
+    assert (await row(pool, job_id))["signals"] is None
+    live = await queue.enqueue("t", {})
+    with pytest.raises(ValueError, match="at most 65536"):
+        await queue.signal(live, "big", "x" * 70_000)
+    with pytest.raises(asyncpg.ProgramLimitExceededError):
+        await pool.fetchval(
+            "SELECT pgqueue_signal($1, 'big', to_jsonb(repeat('x', 70000)))", live
+        )
+    assert (await row(pool, live))["signals"] is None
+
+
+async def test_spawn_and_wait_child_across_nodes(
+    cluster: CitusCluster, pool: asyncpg.Pool
+) -> None:
+    # The parent's queue on one node, its children's on the other.
+    parents, children = await _queues_on_both_nodes(pool, cluster, 2)
+    spawned: list[tuple[int, int]] = []
+    failed: list[pgqueue.ChildFailed] = []
+    release = anyio.Event()
+    worker = pgqueue.Worker(pool, queues={parents: 1, children: 2}, poll_interval=3600)
+
+    @worker.handler("order")
+    async def order(job: pgqueue.Job) -> Any:
+        ok = await job.spawn("label", "label", {"fail": False}, queue=children)
+        bad = await job.spawn(
+            "customs", "label", {"fail": True}, queue=children, max_attempts=1
+        )
+        spawned.append((ok, bad))
+        try:
+            await job.wait_child(bad)
+        except pgqueue.ChildFailed as exc:
+            failed.append(exc)
+        return await job.wait_child(ok)
+
+    @worker.handler("label")
+    async def label(job: pgqueue.Job) -> str:
+        if job.payload["fail"]:
+            raise pgqueue.Permanent("no customs form")
+        await release.wait()
+        return "TRK-1"
+
+    order_id = await pgqueue.Queue(pool, name=parents).enqueue("order", {})
+    async with running(worker):
+        # Parked on the label, which waits for the test.
+        parked = await wait_for_row(pool, order_id, within=20, status="parked")
+        label_id = _json(parked["wait"])["child"]
+        await wait_for_row(pool, label_id, within=20, status="running")
+        release.set()
+        stored = await wait_for_row(pool, order_id, within=20, status="completed")
+    assert _json(stored["result"]) == "TRK-1"
+    assert len(set(spawned)) == 1  # each run spawned the same two children
+    [(ok, bad)] = set(spawned)
+    assert label_id == ok
+    assert [(f.child_id, f.status, f.error) for f in failed][-1] == (
+        bad,
+        "dead",
+        "Permanent: no customs form",
+    )
+    assert sorted(r["id"] for r in await rows(pool, children)) == sorted([ok, bad])
+
+
+async def test_a_parent_is_woken_when_its_child_is_cancelled_or_deleted(
+    pool: asyncpg.Pool,
+) -> None:
+    name, held = _name(), _name()  # no worker takes the children's queue
+    queue = pgqueue.Queue(pool, name=name)
+    admin = pgqueue.Admin(pool)
+    seen: list[Any] = []
+    # The rescue sweep (every poll here) is the safety net of a deleted child.
+    worker = pgqueue.Worker(pool, queue=name, poll_interval=0.5, rescue_after=1)
+
+    @worker.handler("parent")
+    async def parent(job: pgqueue.Job) -> None:
+        child = await job.spawn("child", "held", {}, queue=held)
+        try:
+            await job.wait_child(child)
+        except (pgqueue.ChildFailed, pgqueue.JobNotFoundError) as exc:
+            seen.append(type(exc).__name__)
+
+    cancelled = await queue.enqueue("parent", {})
+    deleted = await queue.enqueue("parent", {})
+    async with running(worker):
+        for parent_id in (cancelled, deleted):
+            await wait_for_row(pool, parent_id, within=20, status="parked")
+        cancelled_child = _json((await row(pool, cancelled))["wait"])["child"]
+        deleted_child = _json((await row(pool, deleted))["wait"])["child"]
+        assert await admin.cancel(cancelled_child) == {cancelled_child: "cancelled"}
+        await wait_for_row(pool, cancelled, within=20, status="completed")
+        assert await admin.delete(filter=pgqueue.JobFilter(ids=[deleted_child])) == 1
+        await wait_for_row(pool, deleted, within=20, status="completed")
+    assert sorted(seen) == ["ChildFailed", "JobNotFoundError"]

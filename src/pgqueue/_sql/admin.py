@@ -53,19 +53,22 @@ __all__ = [
 # completed, dead or cancelled: nothing written) or not_found. Locked
 # first, so a claim that commits meanwhile is seen: the row is then
 # running. On Citus, the jobs $1 of queue $2, and each row's NOTIFY comes
-# back as the channel to send it on.
+# back as the channel to send it on; a job cancelled that a durable
+# handler waited for comes back ``waited``, for the caller to wake the jobs
+# waiting for it.
 def _cancel(*, distributed: bool) -> str:
     if distributed:
         found = """MATERIALIZED (
     SELECT id, status, pg_catalog.now() AS now FROM pgqueue_jobs
     WHERE queue = $2 AND id IN (SELECT id FROM wanted) FOR UPDATE
 )"""
-        now, queue = "f.now", "j.queue = $2 AND "
+        now, queue, children = "f.now", "j.queue = $2 AND ", ", j.has_children"
         sent = f"""CASE WHEN c.was = {RUNNING} THEN 'pgqueue_control'
-            WHEN c.was = {PENDING} AND c.tracked THEN 'pgqueue_outcomes' END AS channel"""
+            WHEN c.was = {PENDING} AND c.tracked THEN 'pgqueue_outcomes' END AS channel,
+       c.was = {PENDING} AND c.has_children AS waited"""
     else:
         found = "(\n    SELECT id, status FROM pgqueue_jobs WHERE id IN (SELECT id FROM wanted) FOR UPDATE\n)"
-        now, queue = "pg_catalog.now()", ""
+        now, queue, children = "pg_catalog.now()", "", ""
         sent = f"""CASE WHEN c.was = {RUNNING} THEN pg_catalog.pg_notify('pgqueue_control', w.id::text)
             WHEN c.was = {PENDING} AND c.tracked THEN pg_catalog.pg_notify('pgqueue_outcomes', w.id::text) END AS notified"""
     return f"""
@@ -79,7 +82,7 @@ WITH wanted AS (
         updated_at       = CASE WHEN f.status IN ({PENDING}, {WAITING}, {PARKED}) THEN {now} ELSE j.updated_at END
     FROM found AS f
     WHERE {queue}j.id = f.id AND f.status IN ({PENDING}, {WAITING}, {PARKED}, {RUNNING})
-    RETURNING j.id, CASE WHEN f.status IN ({WAITING}, {PARKED}) THEN {PENDING} ELSE f.status END AS was, j.tracked
+    RETURNING j.id, CASE WHEN f.status IN ({WAITING}, {PARKED}) THEN {PENDING} ELSE f.status END AS was, j.tracked{children}
 )
 SELECT w.id,
        CASE WHEN c.was = {PENDING} THEN {CANCELLED}

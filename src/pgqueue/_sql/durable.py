@@ -29,10 +29,17 @@ Every write of a run (a step, a sleep, a wait, progress) is fenced like the
 outcome writes: on the job's id, the attempt the run claimed, and status
 running. A stale run's matches nothing, and the run is told so.
 
-On the distributed schema (Citus), steps and progress are written on their
-queue's shard (DISTRIBUTED_STEP, DISTRIBUTED_PROGRESS); sleeps, waits,
-children and signals are plain PostgreSQL's only (they name other jobs by
-id, and decide with ``now()`` in CASEs, which Citus refuses).
+On the distributed schema (Citus) every write of a run names its queue, so
+that Citus routes it to the job's shard (the ``DISTRIBUTED_*`` forms). Citus
+refuses functions that are not immutable (``now()``, ``jsonb_build_object``)
+inside a CASE of a modifying statement and anywhere in its RETURNING: those
+forms compute the values first, in a CTE or a subquery it cannot pull up
+(``OFFSET 0``), and their CASEs pick them. A wait for a child there is two
+statements (the child marked on its shard, then the wait decided on the
+job's), and no trigger wakes the job when the child ends: the Citus store
+does (`pgqueue._store.citus`). ``pgqueue_signal`` there looks the job's
+queue up first, then updates the row on its shard. The sleeps, waits and
+``pgqueue_signal`` of Citus are in `pgqueue._sql.durable_distributed`.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from pgqueue._sql.statuses import (
 
 __all__ = [
     "DISTRIBUTED_PROGRESS",
+    "DISTRIBUTED_SPAWN_LOCK",
     "DISTRIBUTED_STEP",
     "FUNCTIONS",
     "JOB_STATE",
@@ -78,24 +86,26 @@ _FENCE = f"j.id = $1 AND j.attempts = $2 AND j.status NOT IN {NOT_RUNNING}"
 _STEPS = "CASE WHEN pg_catalog.jsonb_typeof(j.steps) = 'object' THEN j.steps ELSE '{}'::jsonb END"
 
 
-def _recorded(name: str, result: str) -> str:
-    """The steps object with step ``name`` recorded as ``result`` (JSON), now."""
+def _recorded(name: str, result: str, steps: str = _STEPS) -> str:
+    """The steps object (``steps``) with step ``name`` recorded as ``result`` (JSON), now."""
     return (
-        f"{_STEPS} || pg_catalog.jsonb_build_object({name}, "
+        f"{steps} || pg_catalog.jsonb_build_object({name}, "
         f"pg_catalog.jsonb_build_object('result', {result}, 'at', pg_catalog.now()))"
     )
 
 
 # A step's result ($4, JSON text) recorded as step $3 of job $1's run $2.
 # It counts as a heartbeat of that run. Returns the time it was recorded.
-# On Citus, of queue $5.
+# On Citus, of queue $5 (and the time read back from the row: it refuses
+# now() in a RETURNING).
 def _step(queue: str = "") -> str:
+    at = "j.updated_at" if queue else "pg_catalog.now()"
     return f"""
 UPDATE pgqueue_jobs AS j
 SET steps = {_recorded("$3::text", "$4::text::jsonb")},
     updated_at = pg_catalog.now()
 WHERE {queue}{_FENCE}
-RETURNING pg_catalog.now() AS at
+RETURNING {at} AS at
 """
 
 
@@ -123,14 +133,21 @@ WHERE j.id = o.id AND j.attempts = o.attempts AND j.status NOT IN {NOT_RUNNING}
 RETURNING j.id, o.attempts, pg_catalog.now() AS at
 """
 
+
 # A step recorded in a transaction that first locked the row with
 # SPAWN_LOCK (a child's enqueue and its id, committed together): as STEP.
-SPAWN_LOCK = f"""
+# On Citus, of queue $4.
+def _spawn_lock(queue: str = "") -> str:
+    return f"""
 SELECT j.steps -> $3::text -> 'result' AS child
 FROM pgqueue_jobs AS j
-WHERE {_FENCE}
+WHERE {queue}{_FENCE}
 FOR UPDATE
 """
+
+
+SPAWN_LOCK = _spawn_lock()
+DISTRIBUTED_SPAWN_LOCK = _spawn_lock("j.queue = $4 AND ")
 
 
 # What a run that ends now for a while writes, whatever it waits for: its
@@ -290,15 +307,19 @@ WAIT_KEYS = {
 def _progress(queue: str = "") -> str:
     announced = """pg_catalog.jsonb_build_object(
     'id', j.id, 'fraction', $3::float8, 'message', $4::text)::text"""
-    returned = (
-        f"{announced} AS announced"
-        if queue
-        else f"pg_catalog.pg_notify('{PROGRESS_CHANNEL}', {announced}) IS NULL AS sent"
-    )
+    source = ""
+    if queue:  # built first: Citus refuses it in the RETURNING
+        returned = "o.announced"
+        source = f"""
+FROM (SELECT {announced.replace("j.id", "$1::int8")} AS announced OFFSET 0) AS o"""
+    else:
+        returned = (
+            f"pg_catalog.pg_notify('{PROGRESS_CHANNEL}', {announced}) IS NULL AS sent"
+        )
     return f"""
 UPDATE pgqueue_jobs AS j
 SET progress = pg_catalog.jsonb_build_object('fraction', $3::float8, 'message', $4::text, 'at', pg_catalog.now()),
-    updated_at = pg_catalog.now()
+    updated_at = pg_catalog.now(){source}
 WHERE {queue}{_FENCE}
 RETURNING {returned}
 """
@@ -328,6 +349,29 @@ WHERE id = $1
 # signals (more raise 54000). SECURITY DEFINER: a producer may signal any
 # job by id, and write nothing else of it.
 MAX_SIGNALS = 1000
+_SIGNAL_CHECKS = f"""    IF job_id IS NULL THEN
+        RAISE EXCEPTION 'pgqueue_signal: job_id must not be NULL'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM pgqueue_check_name('pgqueue_signal', 'name', name, 255);
+    IF pg_catalog.octet_length(payload::text) > {MAX_SIGNAL_BYTES} THEN
+        RAISE EXCEPTION 'pgqueue_signal: payload is % bytes of JSON; at most {MAX_SIGNAL_BYTES} are allowed',
+            pg_catalog.octet_length(payload::text)
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+"""
+_NO_JOB = """        RAISE EXCEPTION 'pgqueue_signal: no job has id %', job_id
+            USING ERRCODE = 'no_data_found', DETAIL = job_id::text;
+"""
+_SIGNALS_HELD = f"""    IF held > {MAX_SIGNALS} THEN
+        RAISE EXCEPTION 'pgqueue_signal: job % holds % signals already; at most {MAX_SIGNALS} are kept',
+            job_id, held - 1
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    IF woken THEN
+        PERFORM pg_catalog.pg_notify('pgqueue_jobs', q);
+    END IF;
+"""
 SIGNAL_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION pgqueue_signal(job_id bigint, name text, payload jsonb DEFAULT NULL)
 RETURNS boolean
@@ -338,17 +382,7 @@ DECLARE
     woken   boolean;
     held    int;
 BEGIN
-    IF job_id IS NULL THEN
-        RAISE EXCEPTION 'pgqueue_signal: job_id must not be NULL'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    PERFORM pgqueue_check_name('pgqueue_signal', 'name', name, 255);
-    IF pg_catalog.octet_length(payload::text) > {MAX_SIGNAL_BYTES} THEN
-        RAISE EXCEPTION 'pgqueue_signal: payload is % bytes of JSON; at most {MAX_SIGNAL_BYTES} are allowed',
-            pg_catalog.octet_length(payload::text)
-            USING ERRCODE = 'program_limit_exceeded';
-    END IF;
-    UPDATE pgqueue_jobs AS j
+{_SIGNAL_CHECKS}    UPDATE pgqueue_jobs AS j
     SET signals = CASE WHEN pg_catalog.jsonb_typeof(j.signals) = 'array' THEN j.signals ELSE '[]'::jsonb END
                   || pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object(
                          'name', pgqueue_signal.name, 'payload', pgqueue_signal.payload,
@@ -368,18 +402,8 @@ BEGIN
         IF EXISTS (SELECT FROM pgqueue_jobs AS j WHERE j.id = pgqueue_signal.job_id) THEN
             RETURN false;
         END IF;
-        RAISE EXCEPTION 'pgqueue_signal: no job has id %', job_id
-            USING ERRCODE = 'no_data_found', DETAIL = job_id::text;
-    END IF;
-    IF held > {MAX_SIGNALS} THEN
-        RAISE EXCEPTION 'pgqueue_signal: job % holds % signals already; at most {MAX_SIGNALS} are kept',
-            job_id, held - 1
-            USING ERRCODE = 'program_limit_exceeded';
-    END IF;
-    IF woken THEN
-        PERFORM pg_catalog.pg_notify('pgqueue_jobs', q);
-    END IF;
-    RETURN true;
+{_NO_JOB}    END IF;
+{_SIGNALS_HELD}    RETURN true;
 END
 $pgqueue_signal$;
 """

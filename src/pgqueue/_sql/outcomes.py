@@ -96,11 +96,13 @@ _OUTCOME_ROWS = "ROWS FROM (pg_catalog.unnest($1::text::bigint[]), pg_catalog.un
 # rescue index's row estimate is usually stale (one row), and using it would
 # make every write scan every running row of every queue.
 # A tracked job that ends is announced on pgqueue_outcomes, at commit (on
-# Citus, its id comes back in ``ended``, and the writer announces it).
+# Citus, its id comes back in ``ended``, and the writer announces it; and
+# one a durable handler waited for, in ``waited``: the writer wakes the
+# jobs waiting for it, which no trigger does there).
 _STILL_RUNNING = f"j.status NOT IN {NOT_RUNNING}"
 _ANNOUNCE_ENDED = f"""CASE WHEN j.tracked AND j.status IN {ENDED}
                   THEN pg_catalog.pg_notify('pgqueue_outcomes', j.id::text) END"""
-_DISTRIBUTED_ENDED = f"j.tracked AND j.status IN {ENDED} AS ended"
+_DISTRIBUTED_ENDED = f"j.tracked AND j.status IN {ENDED} AS ended, j.has_children AND j.status IN {ENDED} AS waited"
 
 
 def _finish(*, routed: bool) -> str:
@@ -254,7 +256,8 @@ FROM rescued
 """
 
 # The rescue sweep of one queue ($1, text) on Citus; the rows come back for
-# the worker to announce the tracked ones that ended.
+# the worker to announce the tracked ones that ended, and to wake the jobs
+# waiting for those that ended (``waited``).
 DISTRIBUTED_RESCUE = f"""
 WITH rescued AS (
     UPDATE pgqueue_jobs AS j
@@ -271,9 +274,10 @@ WITH rescued AS (
         FOR UPDATE SKIP LOCKED
     ) AS o
     WHERE j.queue = $1 AND j.id = o.id
-    RETURNING j.id, j.queue, j.status, j.tracked
+    RETURNING j.id, j.queue, j.status, j.tracked, j.has_children
 )
-SELECT queue, status, id, tracked AND status <> {PENDING} AS ended
+SELECT queue, status, id, tracked AND status <> {PENDING} AS ended,
+       has_children AND status <> {PENDING} AS waited
 FROM rescued
 """
 

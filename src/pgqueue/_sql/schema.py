@@ -9,7 +9,7 @@ database's ``pg_catalog.now()``, never the client's clock.
 from __future__ import annotations
 
 from pgqueue._core.lifecycle import Status
-from pgqueue._sql import durable, functions, tables, triggers
+from pgqueue._sql import durable, durable_distributed, functions, tables, triggers
 from pgqueue._sql.functions import FUNCTIONS
 from pgqueue._sql.statuses import CHECK_ARRAY
 
@@ -237,7 +237,8 @@ SCHEMA_DISTRIBUTED = "\n".join(
         + tables.UNIQUE_INDEX
         + tables.FAILED_INDEX
         + tables.WAITING_INDEX
-        + tables.PARKED_INDEX,
+        + tables.PARKED_INDEX
+        + tables.CHILD_WAITS_INDEX,
         tables.PERIODIC,
         tables.LIMITS,
         tables.LEASES,
@@ -249,7 +250,13 @@ SCHEMA_DISTRIBUTED = "\n".join(
         tables.TREND,
         _DISTRIBUTE.strip("\n") + "\n",
     ]
-) + (functions.TAKE_TURN + functions.CHECK_JOB + functions.ENQUEUE + functions.PINNED)
+) + (
+    functions.TAKE_TURN
+    + functions.CHECK_JOB
+    + functions.ENQUEUE
+    + durable_distributed.DISTRIBUTED_SIGNAL_FUNCTION
+    + functions.PINNED
+)
 """Create pgqueue's tables on a Citus coordinator and distribute them (``pgqueue schema print --distributed``).
 
 ``pgqueue_jobs``, ``pgqueue_limits`` and ``pgqueue_leases`` are distributed

@@ -18,6 +18,7 @@ from pgqueue._sql.statuses import (
 )
 
 __all__ = [
+    "CHILD_WAITS_INDEX",
     "CLAIM_INDEX",
     "DEPENDENCIES",
     "FAILED_INDEX",
@@ -157,6 +158,17 @@ PARKED_INDEX = f"""-- Parked jobs (durable handlers waiting for a signal or a ch
 -- listings and counts of them; only parked jobs are in it.
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_parked
     ON pgqueue_jobs (queue, id) WHERE status = {PARKED};
+"""
+CHILD_WAITS_INDEX = f"""-- On Citus only (no trigger wakes them there): the durable handlers' jobs
+-- that wait for a child job to end, parked or pending until a deadline, by
+-- the child's id (the Citus store wakes them when the child ends). A
+-- statement of its own: Citus sends a new index of a table it distributed
+-- already to the shards with the text of the command, which must be one.
+DO $$
+BEGIN
+    EXECUTE $i$CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_child_waits
+        ON pgqueue_jobs ((wait ->> 'child')) WHERE wait ? 'child' AND status IN ({PARKED}, {PENDING})$i$;
+END $$;
 """
 FAILED_INDEX = f"""-- The operations' stats and listings of dead and cancelled jobs (pgqueue.Admin).
 CREATE INDEX IF NOT EXISTS idx_pgqueue_jobs_failed

@@ -10,10 +10,10 @@ Statements Citus refuses whole run as steps in one transaction.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pgqueue._core.errors import PgQueueError
 from pgqueue._sql.admin import (
     DISTRIBUTED_CANCEL,
     DISTRIBUTED_PRUNE,
@@ -40,8 +40,19 @@ from pgqueue._sql.claims import (
 )
 from pgqueue._sql.durable import (
     DISTRIBUTED_PROGRESS,
+    DISTRIBUTED_SPAWN_LOCK,
     DISTRIBUTED_STEP,
     PROGRESS_CHANNEL,
+)
+from pgqueue._sql.durable_distributed import (
+    CHILD_WAITERS,
+    DISTRIBUTED_MARK_CHILD,
+    DISTRIBUTED_SLEEP,
+    DISTRIBUTED_WAIT_CHILD,
+    DISTRIBUTED_WAIT_SIGNAL,
+    DISTRIBUTED_WAKE_WAITERS,
+    LIVE_OF,
+    PARKED_ON_CHILDREN,
 )
 from pgqueue._sql.enqueue import NOTIFY_JOBS
 from pgqueue._sql.leases import (
@@ -71,14 +82,14 @@ from pgqueue._sql.periodic import (
 from pgqueue._store.postgres import Store, outcome_args
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
     from datetime import datetime
 
     import asyncpg
 
     from pgqueue._core.options import RateLimit
     from pgqueue._core.outcome import Key, Outcome
-    from pgqueue._store.executor import Dedicated, Executor
+    from pgqueue._store.executor import Connection, Dedicated, Executor
     from pgqueue._store.postgres import Definition
 
 __all__ = ["CitusStore"]
@@ -90,6 +101,12 @@ _EXTRA = len(CLAIM_COLUMNS)
 
 class CitusStore(Store):
     """A distributed schema on a Citus coordinator: no triggers, no dependencies, no group heads.
+
+    Durable handlers run there whole: each write of a run on its job's
+    shard; a signal through ``pgqueue_signal`` (the job's queue looked up
+    first); a job waiting for a child woken by the writes that end the
+    child (outcomes, the rescue sweep, cancels), with the rescue sweep as
+    the safety net of any end that sends no wakeup.
 
     Connections plan every statement again (Citus cannot plan them
     generically), so the worker's own carry no startup settings.
@@ -194,6 +211,7 @@ class CitusStore(Store):
         statement = DISTRIBUTED_COMPLETE if completed else DISTRIBUTED_FINISH
         rows = await db.fetch(statement, *args, part[0].job.queue)
         await _announce(db, rows)
+        await _wake_waiters(db, rows)
         return rows
 
     async def checkpoint(
@@ -245,25 +263,104 @@ class CitusStore(Store):
         await db.fetch(NOTIFY, [PROGRESS_CHANNEL], [row["announced"]])
         return True
 
-    async def sleep(self, *_args: Any) -> asyncpg.Record | None:
-        """Not on the distributed schema."""
-        raise _not_distributed("Job.sleep")
+    async def sleep(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        seconds: float | None,
+        until: datetime | None,
+    ) -> asyncpg.Record | None:
+        """SLEEP on the job's shard."""
+        row = await db.fetchrow(
+            DISTRIBUTED_SLEEP, job_id, attempts, seconds, until, queue
+        )
+        return await _suspended(db, job_id, row)
 
-    async def wait_signal(self, *_args: Any) -> asyncpg.Record | None:
-        """Not on the distributed schema."""
-        raise _not_distributed("Job.wait_for")
+    async def wait_signal(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        name: str,
+        limit: float | None,
+    ) -> asyncpg.Record | None:
+        """WAIT_SIGNAL on the job's shard (its signals are on its row)."""
+        row = await db.fetchrow(
+            DISTRIBUTED_WAIT_SIGNAL, job_id, attempts, name, limit, queue
+        )
+        return await _suspended(db, job_id, row)
 
-    async def wait_child(self, *_args: Any) -> asyncpg.Record | None:
-        """Not on the distributed schema."""
-        raise _not_distributed("Job.wait_child")
+    async def wait_child(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        child_id: int,
+        limit: float | None,
+    ) -> asyncpg.Record | None:
+        """WAIT_CHILD in two steps of one transaction: the child marked on its shard, then the wait on the job's.
 
-    async def spawn(self, *_args: Any) -> int | None:
-        """Not on the distributed schema."""
-        raise _not_distributed("Job.spawn")
+        A child in a queue on another node makes it a two-phase commit.
+        The child's end wakes the job (`finish`, `rescue`, `cancel`; the
+        rescue sweep finds any other).
+        """
 
-    async def signal(self, *_args: Any) -> bool:
-        """Not on the distributed schema."""
-        raise _not_distributed("Queue.signal")
+        async def steps(connection: asyncpg.Connection[Any]) -> asyncpg.Record | None:
+            for child_queue in await _by_queue(connection, [child_id]):
+                child = await connection.fetchrow(
+                    DISTRIBUTED_MARK_CHILD, child_id, child_queue
+                )
+                if child is None:  # deleted meanwhile
+                    return None
+                ended = (
+                    (child["status"], child["result"], child["last_error"])
+                    if child["ended"]
+                    else (None, None, None)
+                )
+                # The child's id as text: the statement's first use of it.
+                return await connection.fetchrow(
+                    DISTRIBUTED_WAIT_CHILD,
+                    job_id,
+                    attempts,
+                    str(child_id),
+                    limit,
+                    queue,
+                    *ended,
+                )
+            return None
+
+        return await _suspended(db, job_id, await db.run_in_transaction(steps))
+
+    async def spawn(
+        self,
+        db: Dedicated,
+        job_id: int,
+        attempts: int,
+        queue: str,
+        name: str,
+        enqueue: Callable[[Connection], Awaitable[int]],
+    ) -> int | None:
+        """As plain PostgreSQL's, on the job's shard; a child in a queue on another node makes it a two-phase commit."""
+
+        async def spawn(connection: Connection) -> int | None:
+            row = await connection.fetchrow(
+                DISTRIBUTED_SPAWN_LOCK, job_id, attempts, name, queue
+            )
+            if row is None:
+                return None
+            if row["child"] is not None:
+                return int(json.loads(row["child"]))
+            child = await enqueue(connection)
+            await connection.fetchrow(
+                DISTRIBUTED_STEP, job_id, attempts, name, str(child), queue
+            )
+            return child
+
+        return await db.run_in_transaction(spawn)
 
     async def touch(
         self, db: Dedicated, keys_by_queue: Mapping[str, list[Key]]
@@ -285,15 +382,30 @@ class CitusStore(Store):
     async def rescue(
         self, db: Dedicated, queues: list[str], after: float, batch: int
     ) -> AsyncIterator[dict[str, Counter[str]]]:
-        """The rescue sweep queue by queue; tracked jobs that ended are announced after."""
+        """The rescue sweep queue by queue; tracked jobs that ended are announced after.
+
+        Then the queue's jobs parked for a child that has ended, or whose
+        row is gone, are woken: the safety net of the wakeups a child's end
+        sends (a Go worker's outcome, `Admin.delete`, a wait that parked on
+        another node while the child ended there, send none).
+        """
         for queue in queues:
             while True:
                 rows = await db.fetch(DISTRIBUTED_RESCUE, queue, after, batch)
                 statuses: Counter[str] = Counter(row["status"] for row in rows)
                 await _announce(db, rows)
+                await _wake_waiters(db, rows)
                 yield {queue: statuses} if statuses else {}
                 if len(rows) < batch:
                     break
+            parked = await db.fetch(PARKED_ON_CHILDREN, queue)
+            if parked:
+                children = sorted({row["child"] for row in parked})
+                found = await db.fetch(LIVE_OF, array(int(child) for child in children))
+                live = {row["id"] for row in found}
+                await _wake(
+                    db, [row for row in parked if row["child"] not in live], queue
+                )
 
     async def sweep(
         self, db: Dedicated, queues: list[str], retain: float, batch: int
@@ -436,14 +548,18 @@ class CitusStore(Store):
         done = dict.fromkeys(ids, "not_found")
         channels: list[str] = []
         payloads: list[str] = []
+        waited: list[asyncpg.Record] = []
         for queue, queued in (await _by_queue(executor, ids)).items():
-            for row in await executor.fetch(DISTRIBUTED_CANCEL, array(queued), queue):
+            rows = await executor.fetch(DISTRIBUTED_CANCEL, array(queued), queue)
+            for row in rows:
                 done[row["id"]] = row["result"]
                 if row["channel"] is not None:
                     channels.append(row["channel"])
                     payloads.append(str(row["id"]))
+            waited += rows
         if channels:
             await executor.execute(NOTIFY, channels, payloads)
+        await _wake_waiters(executor, waited)
         return done
 
     async def retry(
@@ -552,8 +668,42 @@ async def _by_queue(executor: Executor, ids: list[int]) -> dict[str, list[int]]:
     return by_queue
 
 
-def _not_distributed(what: str) -> PgQueueError:
-    return PgQueueError(
-        f"{what} is not supported on the distributed schema (Citus) yet: "
-        "durable handlers there may use steps and progress only"
-    )
+async def _suspended(
+    db: Dedicated, job_id: int, row: asyncpg.Record | None
+) -> asyncpg.Record | None:
+    """A suspending write's row, once a tracked job it cancelled (its cancel was requested) is announced."""
+    if row is not None and row["ended"]:
+        await db.fetch(ANNOUNCE, [str(job_id)])
+    return row
+
+
+async def _wake_waiters(
+    executor: Executor | Dedicated, rows: Sequence[asyncpg.Record]
+) -> None:
+    """Wake the jobs that wait (`pgqueue.Job.wait_child`) for those of ``rows`` that ended (``waited``)."""
+    ended = [str(row["id"]) for row in rows if row["waited"]]
+    if ended:
+        await _wake(executor, await executor.fetch(CHILD_WAITERS, ended))
+
+
+async def _wake(
+    executor: Executor | Dedicated,
+    waiters: Sequence[asyncpg.Record],
+    queue: str | None = None,
+) -> None:
+    """Make ``waiters`` (id, child, and queue unless ``queue``) pending, due now, on their shards; each queue woken from the coordinator."""
+    by_queue: dict[str, list[asyncpg.Record]] = {}
+    for row in waiters:
+        by_queue.setdefault(queue or row["queue"], []).append(row)
+    woken = [
+        name
+        for name, rows in by_queue.items()
+        if await executor.fetch(
+            DISTRIBUTED_WAKE_WAITERS,
+            name,
+            array(row["id"] for row in rows),
+            [row["child"] for row in rows],
+        )
+    ]
+    if woken:
+        await executor.fetch(NOTIFY, [JOBS_CHANNEL] * len(woken), woken)
