@@ -155,7 +155,14 @@ async def test_a_drain_over_eight_queues_on_both_nodes_runs_each_job_once_withou
         names,
     )
     assert {r["status"]: r["count"] for r in statuses} == {"completed": len(expected)}
-    # Every enqueue, claim, outcome write and sweep ran on one shard.
+    # The trend, flushed at the worker's stop, a row per queue on its shard.
+    trend = await pool.fetch(
+        "SELECT queue, sum(completed)::int AS completed FROM pgqueue_trend"
+        " WHERE queue = ANY($1) GROUP BY 1",
+        names,
+    )
+    assert {r["queue"]: r["completed"] for r in trend} == dict.fromkeys(names, 47)
+    # Every enqueue, claim, outcome write, sweep and trend flush ran on one shard.
     assert await _two_phase_commits(pool) == before
 
 
@@ -459,7 +466,7 @@ async def test_the_cli_prints_applies_and_reads(
     assert cancelled.out.splitlines()[0] == f"{job_id}\tcancelled"
     retried = await cli(dsn, "retry", str(job_id), "--json")
     assert retried.code == EXIT_OK, retried
-    assert retried.json() == [{"id": job_id, "result": "retried"}]
+    assert retried.json() == [{"id": job_id, "result": "retried", "reason": None}]
 
 
 async def test_a_periodic_job_is_enqueued_once_per_tick_by_two_workers(
@@ -927,9 +934,19 @@ async def test_spawn_and_wait_child_across_nodes(
 
     order_id = await pgqueue.Queue(pool, name=parents).enqueue("order", {})
     async with running(worker):
-        # Parked on the label, which waits for the test.
-        parked = await wait_for_row(pool, order_id, within=20, status="parked")
-        label_id = _json(parked["wait"])["child"]
+        # Parked on the label (not on the customs job, which it waits for
+        # first), and the label waits for the test.
+
+        async def parked_on_the_label() -> bool:
+            current = await row(pool, order_id)
+            return (
+                bool(spawned)
+                and current["status"] == "parked"
+                and _json(current["wait"])["child"] == spawned[0][0]
+            )
+
+        await wait_until(parked_on_the_label, within=20)
+        label_id = _json((await row(pool, order_id))["wait"])["child"]
         await wait_for_row(pool, label_id, within=20, status="running")
         release.set()
         stored = await wait_for_row(pool, order_id, within=20, status="completed")

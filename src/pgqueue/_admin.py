@@ -1690,9 +1690,11 @@ class Admin(FilterActions):
             missing += ("table pgqueue_periodic",)
         if not await self._executor.fetchval(TREND_TABLE_EXISTS):
             missing += ("table pgqueue_trend",)
+        functions = row["missing_functions"]
+        if functions:
+            functions = [f for f in functions if f in (await self._store()).functions]
         missing += tuple(
-            f"function {signature.partition('(')[0]}"
-            for signature in row["missing_functions"]
+            f"function {signature.partition('(')[0]}" for signature in functions
         )
         analyzed = row["analyzed"]
         if not missing:

@@ -26,13 +26,13 @@ import asyncpg
 
 from pgqueue._core.lifecycle import OutcomeKind
 from pgqueue._core.retry import Failures
-from pgqueue._sql.literals import array
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from pgqueue._core.log import Logger
     from pgqueue._core.outcome import Outcome
+    from pgqueue._store.postgres import TrendCounts
     from pgqueue._wire.dedicated import DedicatedConnection
 
 __all__ = [
@@ -217,7 +217,7 @@ class TrendTally:
         taken = self._take()
         try:
             if taken:
-                await connection.store.add_trend(connection, _flush_args(taken))
+                await connection.store.add_trend(connection, _flush_rows(taken))
             if self._flushes % TREND_PRUNE_EVERY == 0:
                 await connection.store.prune_trend(
                     connection, list(self.queues), TREND_KEPT
@@ -240,17 +240,18 @@ class TrendTally:
             raise
 
 
-def _flush_args(taken: Mapping[tuple[str, str], _Counts]) -> tuple[object, ...]:
-    """The flush statement's arrays, one element a (queue, type), sorted (so flushes lock rows in one order)."""
-    keys = sorted(taken)
-    rows = [taken[key] for key in keys]
-    return (
-        [key[0] for key in keys],
-        [key[1] for key in keys],
-        array(c.completed for c in rows),
-        array(c.failed for c in rows),
-        array(c.dead for c in rows),
-        array(c.runs for c in rows),
-        array(c.run_time_sum for c in rows),
-        [json.dumps({str(k): n for k, n in c.histogram.items()}) for c in rows],
-    )
+def _flush_rows(taken: Mapping[tuple[str, str], _Counts]) -> list[TrendCounts]:
+    """One row a (queue, type), sorted (so flushes lock rows in one order)."""
+    return [
+        (
+            queue,
+            job_type,
+            c.completed,
+            c.failed,
+            c.dead,
+            c.runs,
+            c.run_time_sum,
+            json.dumps({str(k): n for k, n in c.histogram.items()}),
+        )
+        for (queue, job_type), c in sorted(taken.items())
+    ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pgqueue._sql.admin import (
@@ -79,6 +80,13 @@ from pgqueue._sql.periodic import (
     DISTRIBUTED_TICK_NEW,
     DISTRIBUTED_TICK_SEEN,
 )
+from pgqueue._sql.trend import (
+    DISTRIBUTED_TREND_ADD,
+    DISTRIBUTED_TREND_LOCK,
+    DISTRIBUTED_TREND_MINUTE,
+    DISTRIBUTED_TREND_NEW,
+    DISTRIBUTED_TREND_PRUNE,
+)
 from pgqueue._store.postgres import Store, outcome_args
 
 if TYPE_CHECKING:
@@ -90,7 +98,7 @@ if TYPE_CHECKING:
     from pgqueue._core.options import RateLimit
     from pgqueue._core.outcome import Key, Outcome
     from pgqueue._store.executor import Connection, Dedicated, Executor
-    from pgqueue._store.postgres import Definition
+    from pgqueue._store.postgres import Definition, TrendCounts
 
 __all__ = ["CitusStore"]
 
@@ -113,6 +121,16 @@ class CitusStore(Store):
     """
 
     distributed: ClassVar[bool] = True
+    functions: ClassVar[frozenset[str]] = frozenset(
+        {
+            "pgqueue_check_name(text, text, text, int)",
+            "pgqueue_check_job(text, text, text, jsonb, int, int, boolean, text, text)",
+            "pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text, text, bigint[], text, interval)",
+            "pgqueue_take_turn(text)",
+            "pgqueue_signal(bigint, text, jsonb)",
+        }
+    )
+    """The distributed schema's: no triggers, no keyed replace, no ``after=``."""
 
     def __init__(self) -> None:
         # By queue: whether its last claim saw jobs with a priority pending.
@@ -361,6 +379,40 @@ class CitusStore(Store):
             return child
 
         return await db.run_in_transaction(spawn)
+
+    async def add_trend(self, db: Dedicated, rows: Sequence[TrendCounts]) -> None:
+        """Row by row on the queue's shard, a transaction per queue (see DISTRIBUTED_TREND_NEW)."""
+
+        by_queue: dict[str, list[TrendCounts]] = {}
+        for row in rows:
+            by_queue.setdefault(row[0], []).append(row)
+
+        async def add(
+            connection: asyncpg.Connection[Any], part: list[TrendCounts]
+        ) -> None:
+            minute = await connection.fetchval(DISTRIBUTED_TREND_MINUTE)
+            for queue, job_type, *counts, histogram in part:
+                key = (queue, job_type, minute)
+                while True:
+                    found = await connection.fetchrow(DISTRIBUTED_TREND_LOCK, *key)
+                    if found is not None:
+                        merged = _merged(found["run_times"], histogram)
+                        await connection.execute(
+                            DISTRIBUTED_TREND_ADD, *key, *counts, merged
+                        )
+                        break
+                    if await connection.fetchval(
+                        DISTRIBUTED_TREND_NEW, *key, *counts, histogram
+                    ):
+                        break
+
+        for part in by_queue.values():
+            await db.run_in_transaction(partial(add, part=part))
+
+    async def prune_trend(self, db: Dedicated, queues: list[str], kept: float) -> None:
+        """One statement per queue, on its shard."""
+        for queue in queues:
+            await db.fetch(DISTRIBUTED_TREND_PRUNE, queue, kept)
 
     async def touch(
         self, db: Dedicated, keys_by_queue: Mapping[str, list[Key]]
@@ -645,6 +697,13 @@ class CitusStore(Store):
             executor, DISTRIBUTED_PRUNE_BATCH, queue, older_than, after, size
         )
         return int(row["removed"]), int(row["last_id"])
+
+
+def _merged(stored: str | None, added: str) -> str:
+    """Two trend histograms (JSON text: bucket -> count) as one."""
+    counts: Counter[str] = Counter(json.loads(stored) if stored else {})
+    counts.update(json.loads(added))
+    return json.dumps(counts)
 
 
 def _no_move() -> ValueError:

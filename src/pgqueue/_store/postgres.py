@@ -11,7 +11,7 @@ import json
 import operator
 import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, TypeAlias
 
 import asyncpg
 
@@ -51,6 +51,7 @@ from pgqueue._sql.durable import (
     WAIT_CHILD,
     WAIT_SIGNAL,
 )
+from pgqueue._sql.functions import FUNCTIONS
 from pgqueue._sql.leases import LEASE, LOCK_LIMIT, RELEASE_LEASES, SEED_LIMIT
 from pgqueue._sql.literals import array, claim_places
 from pgqueue._sql.outcomes import CHECKPOINT, COMPLETE, FINISH, RESCUE, TOUCH
@@ -82,10 +83,34 @@ __all__ = [
     "Definition",
     "Row",
     "Store",
+    "TrendCounts",
     "Turn",
     "bounded_fetch",
     "outcome_args",
+    "trend_columns",
 ]
+
+TrendCounts: TypeAlias = tuple[str, str, int, int, int, int, float, str]
+"""One (queue, job type)'s counts since a worker's last trend flush: completed,
+failed, dead, runs, the sum of run times and the histogram (JSON text)."""
+
+
+def trend_columns(rows: Sequence[TrendCounts]) -> tuple[object, ...]:
+    """TREND_FLUSH's arrays, one element a row."""
+    queues, types, completed, failed, dead, runs, sums, histograms = zip(
+        *rows, strict=True
+    )
+    return (
+        list(queues),
+        list(types),
+        array(completed),
+        array(failed),
+        array(dead),
+        array(runs),
+        array(sums),
+        list(histograms),
+    )
+
 
 Row = "asyncpg.Record | tuple[Any, ...]"
 """A claimed job's row: its `CLAIM_COLUMNS`, in order."""
@@ -115,6 +140,9 @@ class Store:
 
     distributed: ClassVar[bool] = False
     """Whether pgqueue's tables are distributed (Citus)."""
+
+    functions: ClassVar[frozenset[str]] = frozenset(FUNCTIONS)
+    """The schema's functions (signatures) this kind of server has."""
 
     @property
     def settings(self) -> dict[str, str]:
@@ -456,9 +484,9 @@ class Store:
         await self.prune_orphan_edges(db, batch)
         return removed
 
-    async def add_trend(self, db: Dedicated, columns: Sequence[object]) -> None:
-        """Add a worker's counts to ``pgqueue_trend`` (``columns``: TREND_FLUSH's arrays)."""
-        await db.fetch(TREND_FLUSH, *columns)
+    async def add_trend(self, db: Dedicated, rows: Sequence[TrendCounts]) -> None:
+        """Add a worker's counts to ``pgqueue_trend``, in one statement."""
+        await db.fetch(TREND_FLUSH, *trend_columns(rows))
 
     async def prune_trend(self, db: Dedicated, queues: list[str], kept: float) -> None:
         """Delete ``queues``' trend buckets older than ``kept`` seconds."""

@@ -32,6 +32,7 @@ import importlib.util
 import logging
 import os
 import platform
+import pwd
 import re
 import shutil
 import signal
@@ -728,10 +729,18 @@ def _link_or_copy(src: str, dst: str) -> str:
     return dst
 
 
-def _child_env() -> dict[str, str]:
-    """Return our environment without libpq/server variables, in the C locale."""
+def _child_env(run_as: tuple[int, int] | None = None) -> dict[str, str]:
+    """Return our environment without libpq/server variables, in the C locale.
+
+    Run as another user, ``HOME`` is that user's: a server's own libpq
+    connections (Citus's between nodes) read ``~/.postgresql``, which ours
+    may forbid them.
+    """
     env = {key: value for key, value in os.environ.items() if not key.startswith("PG")}
     env.update(LC_ALL="C", LANG="C")
+    if run_as is not None:
+        with contextlib.suppress(KeyError):
+            env["HOME"] = pwd.getpwuid(run_as[0]).pw_dir
     return env
 
 
@@ -743,7 +752,7 @@ def run_as_user(
         args,
         check=False,
         cwd=cwd,
-        env=_child_env(),
+        env=_child_env(run_as),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -812,7 +821,7 @@ def _spawn_postmaster(
         proc = subprocess.Popen(
             args,
             cwd=str(data.parent),
-            env=_child_env(),
+            env=_child_env(run_as),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
