@@ -324,3 +324,33 @@ async def test_a_cancel_request_waits_for_a_sync_handlers_thread(
         expected = "completed" if ends == "returns" else "cancelled"
         await wait_for_row(pool, job_id, status=expected)
     assert ended.is_set()
+
+
+async def test_a_sync_handler_calls_the_durable_methods_through_anyio(
+    pool: asyncpg.Pool, queue: pgqueue.Queue
+) -> None:
+    """``anyio.from_thread.run(job.step, ...)`` from a handler's thread: a step once, a sleep that frees the slot."""
+    worker = pgqueue.Worker(pool, queue=queue.name, poll_interval=0.2)
+    charges: list[int] = []
+    runs: list[int] = []
+
+    def charge() -> dict[str, int]:
+        charges.append(1)
+        return {"charge": len(charges)}
+
+    @worker.handler("order")
+    def order(job: pgqueue.Job) -> dict[str, int]:
+        runs.append(job.attempts)
+        charged: dict[str, int] = anyio.from_thread.run(job.step, "charge", charge)
+        if len(runs) == 1:
+            anyio.from_thread.run(job.sleep, 0.2)  # ends this run
+        anyio.from_thread.run(job.progress, 1.0, "shipped")
+        return charged
+
+    job_id = await queue.enqueue("order", {})
+    async with running(worker):
+        stored = await wait_for_row(pool, job_id, within=WITHIN, status="completed")
+    assert charges == [1]  # the replay took the recorded step
+    assert runs == [1, 1]  # the sleep gave its attempt back
+    assert stored["result"] == '{"charge": 1}'
+    assert '"shipped"' in (await row(pool, job_id))["progress"]

@@ -25,7 +25,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.test import Client, override_settings
 from django.utils import timezone
 from shop.models import Order
-from shop.tasks import PaymentDeclinedError, attempt, charge, send_receipt, total
+from shop.tasks import PaymentDeclinedError, attempt, charge, send_receipt, ship, total
 
 import pgqueue
 import pgqueue.django
@@ -586,3 +586,20 @@ def test_job_options_leave_run_at_and_priority_to_the_task() -> None:
     for own in ({"run_at": timezone.now()}, {"priority": 1}):
         with pytest.raises(ValueError, match=r"task\.using"):
             pgqueue.django.job_options(**own).__enter__()
+
+
+def test_a_task_that_takes_its_context_is_a_durable_handler(worker: Process) -> None:
+    """``context.job``: a step recorded once, a sleep that gives the attempt back."""
+    result = ship.enqueue(7)
+    shipped = wait_until(finished(result.id), PROMPTLY, "the durable task")
+    assert shipped.status == TaskResultStatus.SUCCESSFUL
+    assert shipped.attempts == 1  # the sleep gave its attempt back
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT steps -> 'label' ->> 'result' FROM pgqueue_jobs WHERE id = %s",
+            [int(result.id)],
+        )
+        [(recorded,)] = cursor.fetchall()
+    # The replay returned the recorded label: the step ran once.
+    assert recorded == shipped.return_value
+    assert shipped.return_value.startswith("label-7-")

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from pgqueue.django._backend import Backend, job_options, pgqueue_priority
 from pgqueue.django._outcome import JOB_TYPE, JobFailed, TaskFailed
-from pgqueue.django._runner import database_dsn, run_worker, worker
+from pgqueue.django._runner import JobContext, database_dsn, run_worker, worker
 
 __all__ = [
     "JOB_TYPE",
     "Backend",
+    "JobContext",
     "JobFailed",
     "TaskFailed",
     "database_dsn",

@@ -9,6 +9,7 @@ import os
 import shlex
 import signal
 import socket
+from dataclasses import dataclass
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
@@ -31,9 +32,25 @@ from pgqueue.django._outcome import JOB_TYPE, TaskFailed
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable
 
-__all__ = ["database_dsn", "run_worker", "worker"]
+__all__ = ["JobContext", "database_dsn", "run_worker", "worker"]
 
 logger = logging.getLogger("pgqueue.django")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobContext(TaskContext):
+    """The context a task that takes one gets from pgqueue's worker: Django's, and the run's `pgqueue.Job`.
+
+    Through ``job``, a task is a durable handler: ``await
+    context.job.step(...)``, ``sleep``, ``wait_for``, ``spawn``,
+    ``wait_child``, ``progress`` (from a plain ``def`` task, through
+    ``anyio.from_thread.run``). See :doc:`/howto/durable-handlers`.
+
+    .. versionadded:: 0.1
+    """
+
+    job: pgqueue.Job
+
 
 # The connection settings of Django's OPTIONS that asyncpg reads from a DSN
 # (any other query parameter is sent to the server as a setting, as
@@ -268,7 +285,7 @@ async def _call(alias: str, job: pgqueue.Job, started: Any, worker_id: str) -> A
             errors=[],
             worker_ids=[worker_id] * job.attempts,
         )
-        args.insert(0, TaskContext(task_result=result))
+        args.insert(0, JobContext(task_result=result, job=job))
     if iscoroutinefunction(task.func):
         value = await _in_loop(task.func, args, kwargs)
     else:
