@@ -317,6 +317,34 @@ async def test_enqueue_many_of_one_queue_makes_no_two_phase_commit(
     } == {("t", "pending", 4, 0, False, None, None, None, True)}
 
 
+def test_the_plan_of_a_large_batch_is_few_texts_of_bounded_statements() -> None:
+    from pgqueue._core.request import check_jobs
+    from pgqueue._sql.enqueue import PARAMETERS
+    from pgqueue._store.plan import plan_many
+
+    batch = check_jobs([("t", n) for n in range(2_500)], 5)
+    payloads = "[" + ",".join(str(n) for n in range(2_500)) + "]"
+    plan = plan_many("q", batch, payloads, None, notify=True, distributed=True)
+    statements = list(plan.statements)
+    sizes = [len(args) // 3 for _, args in statements]  # queue + 3 a row
+    assert sizes == [1024, 1024, 256, 128, 64, 4]
+    assert len({statement for statement, _ in statements}) == 5
+    assert all(len(PARAMETERS[statement]) < 32_767 for statement, _ in statements)
+    assert [a for _, args in statements for a in args[2::3]] == [
+        str(n) for n in range(2_500)
+    ]
+    assert plan.wake_after
+    # Each payload's text as given, whatever the spaces of the array.
+    spaced = '[ {"a": [1, "],\\""]} ,\n"x" ,2.50 ]'
+    three = check_jobs([("t", None)] * 3, 5)
+    one = plan_many("q", three, spaced, None, notify=True, distributed=True)
+    assert [a for _, args in one.statements for a in args[2::3]] == [
+        '{"a": [1, "],\\""]}',
+        '"x"',
+        "2.50",
+    ]
+
+
 class _Traced(pgqueue.EnqueueHook):
     def before_enqueue(self, event: pgqueue.EnqueueEvent) -> None:
         event.trace_context = '{"traceparent": "00-1-2-01"}'
@@ -449,8 +477,8 @@ async def test_enqueue_many_on_citus_wakes_the_queue_after_commit(
     heard: list[str] = []
     woken = anyio.Event()
 
-    def hear(_conn: object, _pid: int, _channel: str, payload: str) -> None:
-        heard.append(payload)
+    def hear(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+        heard.append(str(payload))
         woken.set()
 
     async with pool.acquire() as listener:
