@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -279,6 +280,246 @@ async def test_replace_and_debounce_are_refused_and_write_nothing(
             [pgqueue.NewJob("t", {}, unique_key="k")], on_conflict="replace"
         )
     assert await rows(pool, name) == []
+
+
+# enqueue_many of one queue on Citus: INSERT ... VALUES statements of its
+# rows (one shard, one node), in one transaction; never an INSERT ... SELECT
+# or a COPY (from 10,000 jobs on plain PostgreSQL), which Citus commits in two
+# phases.
+
+
+@pytest.mark.parametrize("count", [1, 50, 2_500, 12_000])
+async def test_enqueue_many_of_one_queue_makes_no_two_phase_commit(
+    pool: asyncpg.Pool, count: int
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name, max_attempts=4)
+    before = await _two_phase_commits(pool)
+    ids = await queue.enqueue_many([("t", {"n": n}) for n in range(count)])
+    assert await _two_phase_commits(pool) == before
+    found = await rows(pool, name)
+    assert [r["id"] for r in found] == ids
+    assert [_json(r["payload"]) for r in found] == [{"n": n} for n in range(count)]
+    assert {
+        (
+            r["job_type"],
+            r["status"],
+            r["max_attempts"],
+            r["priority"],
+            r["tracked"],
+            r["unique_key"],
+            r["group_key"],
+            r["trace_context"],
+            r["run_at"]
+            == r["created_at"],  # the transaction's now(), every statement's
+        )
+        for r in found
+    } == {("t", "pending", 4, 0, False, None, None, None, True)}
+
+
+def test_the_plan_of_a_large_batch_is_few_texts_of_bounded_statements() -> None:
+    from pgqueue._core.request import check_jobs
+    from pgqueue._sql.enqueue import PARAMETERS
+    from pgqueue._store.plan import plan_many
+
+    batch = check_jobs([("t", n) for n in range(2_500)], 5)
+    payloads = "[" + ",".join(str(n) for n in range(2_500)) + "]"
+    plan = plan_many("q", batch, payloads, None, notify=True, distributed=True)
+    statements = list(plan.statements)
+    sizes = [len(args) // 3 for _, args in statements]  # queue + 3 a row
+    assert sizes == [1024, 1024, 256, 128, 64, 4]
+    assert len({statement for statement, _ in statements}) == 5
+    assert all(len(PARAMETERS[statement]) < 32_767 for statement, _ in statements)
+    assert [a for _, args in statements for a in args[2::3]] == [
+        str(n) for n in range(2_500)
+    ]
+    assert plan.wake_after
+    # Each payload's text as given, whatever the spaces of the array.
+    spaced = '[ {"a": [1, "],\\""]} ,\n"x" ,2.50 ]'
+    three = check_jobs([("t", None)] * 3, 5)
+    one = plan_many("q", three, spaced, None, notify=True, distributed=True)
+    assert [a for _, args in one.statements for a in args[2::3]] == [
+        '{"a": [1, "],\\""]}',
+        '"x"',
+        "2.50",
+    ]
+
+
+class _Traced(pgqueue.EnqueueHook):
+    def before_enqueue(self, event: pgqueue.EnqueueEvent) -> None:
+        event.trace_context = '{"traceparent": "00-1-2-01"}'
+
+
+async def test_enqueue_many_on_citus_writes_each_jobs_fields_across_statements(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name, hooks=[_Traced()])
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    count = 1_100  # more than one statement's rows
+    jobs = [
+        pgqueue.NewJob(
+            f"t{n % 2}",
+            {"n": n},
+            priority=n % 3 - 1,
+            track=n % 2 == 0,
+            group=f"g{n % 4}" if n % 5 else None,
+            max_attempts=1 + n % 7,
+            run_at=at if n % 3 == 0 else None,
+            delay=30.5 if n % 3 == 1 else None,
+        )
+        for n in range(count)
+    ]
+    before = await _two_phase_commits(pool)
+    ids = await queue.enqueue_many(jobs)
+    assert await _two_phase_commits(pool) == before
+    found = await rows(pool, name)
+    assert [r["id"] for r in found] == ids
+    for n, r in enumerate(found):
+        waits = r["run_at"] - r["created_at"]
+        assert (
+            r["job_type"],
+            _json(r["payload"]),
+            r["priority"],
+            r["tracked"],
+            r["group_key"],
+            r["max_attempts"],
+            r["trace_context"],
+        ) == (
+            f"t{n % 2}",
+            {"n": n},
+            n % 3 - 1,
+            n % 2 == 0,
+            f"g{n % 4}" if n % 5 else None,
+            1 + n % 7,
+            '{"traceparent": "00-1-2-01"}',
+        )
+        if n % 3 == 0:
+            assert r["run_at"] == at
+        else:
+            assert waits == timedelta(seconds=30.5 if n % 3 == 1 else 0)
+
+
+async def test_enqueue_many_with_unique_keys_on_citus_keeps_live_jobs_without_2pc(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    kept = await queue.enqueue("t", {"v": "old"}, unique_key="k5")
+    count = 1_500  # more than one statement's rows
+    jobs: list[pgqueue.NewJob | tuple[str, Any]] = [
+        pgqueue.NewJob("t", {"n": n}, unique_key=f"k{n}") for n in range(count)
+    ]
+    jobs += [
+        pgqueue.NewJob("t", {"n": "again"}, unique_key="k7"),  # a duplicate of the call
+        pgqueue.NewJob("u", {"n": "u"}, unique_key="k7"),  # another type's key
+        ("t", {"n": "plain"}),
+    ]
+    before = await _two_phase_commits(pool)
+    ids = await queue.enqueue_many(jobs)
+    assert await _two_phase_commits(pool) == before
+    assert ids[5] == kept
+    assert ids[count] == ids[7]
+    assert len(set(ids)) == count + 2
+    found = {r["id"]: r for r in await rows(pool, name)}
+    assert set(found) == set(ids)
+    assert _json(found[kept]["payload"]) == {"v": "old"}
+    assert [_json(found[job_id]["payload"]) for job_id in ids] == [
+        {"v": "old"} if n == 5 else {"n": n} for n in range(count)
+    ] + [{"n": 7}, {"n": "u"}, {"n": "plain"}]
+    assert [found[job_id]["unique_key"] for job_id in ids[: count + 2]] == [
+        f"k{n}" for n in range(count)
+    ] + ["k7", "k7"]
+    with pytest.raises(pgqueue.DuplicateJobError) as raised:
+        await queue.enqueue_many(
+            [
+                pgqueue.NewJob("t", {}, unique_key="new"),
+                pgqueue.NewJob("t", {}, unique_key="k1"),
+            ],
+            on_conflict="raise",
+        )
+    assert raised.value.job_id == ids[1]
+    assert len(await rows(pool, name)) == count + 3  # the call's new job is in
+    assert await _two_phase_commits(pool) == before
+
+
+async def test_enqueue_many_on_citus_in_the_callers_transaction_or_its_own(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    count = 2_500  # three statements and more
+    before = await _two_phase_commits(pool)
+    async with pool.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        await queue.enqueue_many([("t", {}) for _ in range(count)], connection=conn)
+        await tx.rollback()
+        assert await rows(pool, name) == []
+        async with conn.transaction():
+            inside = await queue.enqueue_many(
+                [("t", {}) for _ in range(count)], connection=conn
+            )
+        # Not in a transaction: the call's statements take one of their own.
+        alone = await queue.enqueue_many(
+            [("t", {}) for _ in range(count)], connection=conn
+        )
+        assert not conn.is_in_transaction()
+    assert [r["id"] for r in await rows(pool, name)] == inside + alone
+    assert await _two_phase_commits(pool) == before
+
+
+async def test_enqueue_many_on_citus_wakes_the_queue_after_commit(
+    pool: asyncpg.Pool,
+) -> None:
+    name = _name()
+    queue = pgqueue.Queue(pool, name=name)
+    heard: list[str] = []
+    woken = anyio.Event()
+
+    def hear(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+        heard.append(str(payload))
+        woken.set()
+
+    async with pool.acquire() as listener:
+        await listener.add_listener("pgqueue_jobs", hear)
+        await queue.enqueue_many([("t", {}) for _ in range(1_500)])
+        with anyio.fail_after(10):
+            await woken.wait()
+        await listener.remove_listener("pgqueue_jobs", hear)
+    assert name in heard
+
+
+def test_the_sync_enqueue_many_on_citus_makes_no_two_phase_commit(
+    cluster: CitusCluster,
+) -> None:
+    import psycopg
+
+    import pgqueue.sync
+
+    name = _name()
+    count = 1_500
+    with psycopg.connect(cluster.coordinator.dsn, autocommit=True) as conn:
+        tally = "SELECT count(*) FROM pg_dist_transaction"
+        before = conn.execute(tally).fetchone()
+        queue = pgqueue.sync.Queue(conn, name=name)
+        ids = queue.enqueue_many([("t", {"n": n}) for n in range(count)])
+        assert conn.execute(tally).fetchone() == before
+        found = conn.execute(
+            "SELECT id, payload->>'n' FROM pgqueue_jobs WHERE queue = %s ORDER BY id",
+            (name,),
+        ).fetchall()
+        assert [job_id for job_id, _ in found] == ids
+        assert [int(n) for _, n in found] == list(range(count))
+    with psycopg.connect(cluster.coordinator.dsn) as conn:  # not autocommit
+        pgqueue.sync.Queue(conn, name=name).enqueue_many(
+            [("t", {}) for _ in range(count)]
+        )
+        conn.rollback()
+        left = conn.execute(
+            "SELECT count(*) FROM pgqueue_jobs WHERE queue = %s", (name,)
+        ).fetchone()
+        assert left == (count,)  # the first connection's jobs only
 
 
 async def test_retries_then_dead_with_the_history(pool: asyncpg.Pool) -> None:

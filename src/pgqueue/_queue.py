@@ -454,6 +454,8 @@ class Queue:
                 # An unknown parent fails a savepoint: the caller's transaction stays usable.
                 async with connection.transaction():
                     rows = await connection.fetch(plan.statement, *plan.args)
+            elif plan.then:
+                rows = await _fetch_all(executor, plan)
             else:
                 rows = await executor.fetch(plan.statement, *plan.args)
         except asyncpg.ForeignKeyViolationError as exc:
@@ -562,7 +564,9 @@ class Queue:
         store = self._store or await self._store_of(executor)
         with self._wakeup(connection) as wake:
             done = None
-            if isinstance(payloads, list):
+            # Not on Citus: a COPY into the distributed table is a
+            # two-phase commit, the plan's INSERTs of one queue are not.
+            if isinstance(payloads, list) and store.copies:
                 try:
                     ids = await copy_jobs(
                         executor,
@@ -580,7 +584,6 @@ class Queue:
                     if wake is not None:
                         wake()
             if done is None:
-                assert isinstance(payloads, str)
                 plan = store.plan_many(
                     self._name, batch, payloads, trace_context, notify=wake is None
                 )
@@ -821,6 +824,22 @@ async def send_signal(
             where=target_of(executor),
             apply="SCHEMA_UPGRADE",
         ) from exc
+
+
+async def _fetch_all(executor: Executor, plan: Plan) -> list[asyncpg.Record]:
+    """The rows of each statement of ``plan``, run in one transaction (the
+    caller's, when ``executor`` is a connection in one)."""
+    if isinstance(executor, asyncpg.Pool):
+        async with executor.acquire() as connection:
+            return await _fetch_all(connection, plan)
+    if executor.is_in_transaction():
+        return [
+            row
+            for statement, args in plan.statements
+            for row in await executor.fetch(statement, *args)
+        ]
+    async with executor.transaction():
+        return await _fetch_all(executor, plan)
 
 
 def encode_batch(batch: Batch, encoder: json.JSONEncoder) -> str | list[str]:

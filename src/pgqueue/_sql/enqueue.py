@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from pgqueue._sql.tables import LIVE_KEY
 
 __all__ = [
     "COPY_COLUMNS",
     "COPY_TABLE",
-    "DISTRIBUTED_MANY_UNIQUE",
-    "DISTRIBUTED_MANY_UNIQUE_DELAYED",
+    "DISTRIBUTED_COLUMNS",
+    "DISTRIBUTED_ROWS",
     "DISTRIBUTED_UNIQUE_SILENT",
     "ENQUEUE",
     "ENQUEUE_AFTER",
@@ -29,6 +31,7 @@ __all__ = [
     "PARAMETERS",
     "RESERVE_IDS",
     "WAKE",
+    "distributed_many",
 ]
 
 # JSON crosses the boundary as text, both ways ($3::text, payload::text):
@@ -98,10 +101,9 @@ _ON_UNIQUE_CONFLICT = f"""
 # batch without priorities, tracking, keys or delays passes empty arrays for
 # them). One trace context ($9, usually NULL) for the whole batch: its
 # producer span's. Groups ($10, empty when no job has one). Delays ($11)
-# are seconds from the database's now(). The keys ($8) are inserted only by
-# Citus's statement: a batch with keys goes through pgqueue_enqueue_replace
-# on plain PostgreSQL (a producer may not insert unique_key itself), and one
-# without names no such column.
+# are seconds from the database's now(). The keys ($8) are never inserted
+# here: a batch with keys goes through pgqueue_enqueue_replace (a producer
+# may not insert unique_key itself), and one without names no such column.
 _COLUMNS = """
     pg_catalog.unnest($2::text[]),
     pg_catalog.jsonb_array_elements($3::text::jsonb),
@@ -114,9 +116,9 @@ _ROWS_FROM = f"""ROWS FROM ({_COLUMNS}
     pg_catalog.unnest($10::text[]){{delays}}
 ) WITH ORDINALITY AS t(job_type, payload, max_attempts, run_at, priority, tracked, unique_key, group_key,{{delay}} ord)"""
 _ENQUEUE_ROWS = f"""
-    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked,{{key}} trace_context, group_key)
+    INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, group_key)
     SELECT $1, t.job_type, t.payload, t.max_attempts, {{run_at}},
-           COALESCE(t.priority, 0), COALESCE(t.tracked, false),{{key_value}} $9::text, t.group_key
+           COALESCE(t.priority, 0), COALESCE(t.tracked, false), $9::text, t.group_key
     FROM {_ROWS_FROM}
     ORDER BY t.ord
 """
@@ -133,9 +135,8 @@ _DELAYED = {
     "delays": ",\n        pg_catalog.unnest($11::text::float8[])",
     "delay": " delay,",
 }
-_UNKEYED = {"key": "", "key_value": ""}
-_UNDELAYED_ROWS = _ENQUEUE_ROWS.format(**_UNDELAYED, **_UNKEYED)
-_DELAYED_ROWS = _ENQUEUE_ROWS.format(**_DELAYED, **_UNKEYED)
+_UNDELAYED_ROWS = _ENQUEUE_ROWS.format(**_UNDELAYED)
+_DELAYED_ROWS = _ENQUEUE_ROWS.format(**_DELAYED)
 _ENQUEUE_MANY = """
 WITH jobs AS ({rows}
     RETURNING id
@@ -262,27 +263,107 @@ SELECT pgqueue_enqueue_after($1, $2::text[], $3::text::jsonb, $4::text::int[],
                              $12::text[], $13::boolean)
 """
 
-# Enqueues on Citus insert with the _SILENT statements; the wakeup is a
-# separate statement, which runs on the coordinator (where workers listen).
+# Enqueues on Citus insert with the _SILENT statements (enqueue_many with
+# distributed_many's, below); the wakeup is a separate statement, which
+# runs on the coordinator (where workers listen).
 DISTRIBUTED_UNIQUE_SILENT = f"""
     INSERT INTO pgqueue_jobs (queue, job_type, payload, max_attempts, run_at, priority, tracked, trace_context, unique_key, group_key)
     VALUES ($1, $2, $3::text::jsonb, $4, {_RUN_AT.format(delay="$10")}, $6, $7, $8, $9, $11)
     {_ON_UNIQUE_CONFLICT}
     RETURNING id, xmax <> 0 AS existed"""
-_KEYED = {"key": " unique_key,", "key_value": " t.unique_key,"}
-_DISTRIBUTED_MANY_UNIQUE = """
-WITH jobs AS ({rows}{on_conflict}
-    RETURNING id, job_type, unique_key, xmax <> 0 AS existed
+
+# enqueue_many on Citus: an INSERT ... VALUES of the queue's rows, which
+# Citus routes to the queue's shard (one node: its transaction commits
+# without a two-phase commit, and now() is evaluated on the coordinator, as
+# in a single enqueue). An INSERT ... SELECT FROM unnest(...) would run "via
+# the coordinator", COPYing the rows into an intermediate result, and every
+# COPY into a distributed table is a two-phase commit. $1 is the queue, $2
+# the batch's trace context (when it has one); then each row's parameters,
+# of the columns the batch uses (DISTRIBUTED_COLUMNS: every row's type,
+# payload as JSON text and max_attempts; a run_at, delay, priority,
+# tracking, unique key or group only when a job of the batch has one, the
+# table's defaults otherwise: Citus evaluates and deparses each value of
+# each row, a third of the statement's time for the rarely used ones). The
+# keyed kind takes its key's live job as DISTRIBUTED_UNIQUE_SILENT does (no
+# key twice in one call: the caller merges duplicates), each row with its
+# type and key, as the reader of a keyed batch wants them. A statement has
+# DISTRIBUTED_ROWS rows at most (9 parameters a row at most, far from the
+# protocol's 65,535) and a power of two of them, so that few texts are
+# ever prepared.
+DISTRIBUTED_ROWS = 1024
+"""The most rows of one statement of `distributed_many` (a power of two)."""
+DISTRIBUTED_COLUMNS = (
+    "job_type",
+    "payload",
+    "max_attempts",
+    "run_at",
+    "delay",
+    "priority",
+    "tracked",
+    "unique_key",
+    "group",
 )
-SELECT id, job_type, unique_key, existed
-FROM jobs
-"""
-DISTRIBUTED_MANY_UNIQUE = _DISTRIBUTED_MANY_UNIQUE.format(
-    rows=_ENQUEUE_ROWS.format(**_UNDELAYED, **_KEYED), on_conflict=_ON_UNIQUE_CONFLICT
-)
-DISTRIBUTED_MANY_UNIQUE_DELAYED = _DISTRIBUTED_MANY_UNIQUE.format(
-    rows=_ENQUEUE_ROWS.format(**_DELAYED, **_KEYED), on_conflict=_ON_UNIQUE_CONFLICT
-)
+"""The parameters of a row of `distributed_many`, in their order (each optional but the first three)."""
+_VALUES = {  # the table's column and its value, by parameter
+    "job_type": ("job_type", "${job_type}::text"),
+    "payload": ("payload", "${payload}::text::jsonb"),
+    "max_attempts": ("max_attempts", "${max_attempts}::int"),
+    "run_at": ("run_at", "COALESCE(${run_at}::timestamptz, pg_catalog.now())"),
+    "priority": ("priority", "${priority}::int"),
+    "tracked": ("tracked", "${tracked}::boolean"),
+    "unique_key": ("unique_key", "${unique_key}::text"),
+    "group": ("group_key", "${group}::text"),
+}
+_DELAYED_RUN_AT = "COALESCE(${run_at}::timestamptz, pg_catalog.now() + pg_catalog.make_interval(secs => ${delay}::float8), pg_catalog.now())"
+_DISTRIBUTED_INSERT = """
+    INSERT INTO pgqueue_jobs (queue, {columns})
+    VALUES {rows}{on_conflict}
+    RETURNING {returning}"""
+
+
+@cache
+def distributed_many(rows: int, columns: tuple[str, ...], *, traced: bool) -> str:
+    """The INSERT ... VALUES of ``rows`` jobs of one queue on Citus (see above).
+
+    ``columns``: the parameters of each row, in `DISTRIBUTED_COLUMNS`'
+    order (a ``delay`` with a ``run_at`` only). ``traced``: with the trace
+    context's parameter. The parameters' names (in `PARAMETERS`):
+    ``queue``, ``trace_context`` (when traced), then each row's columns
+    suffixed by the row's place from 0 (``job_type0``, ``payload0``, ...).
+    """
+    keyed = "unique_key" in columns
+    shared = ("queue", "trace_context") if traced else ("queue",)
+    targets: list[str] = []
+    values: list[str] = ["$1::text"]
+    for column in columns:
+        if column != "delay":
+            target, value = _VALUES[column]
+            targets.append(target)
+            values.append(
+                _DELAYED_RUN_AT if column == "run_at" and "delay" in columns else value
+            )
+    if traced:
+        targets.append("trace_context")
+        values.append("$2::text")
+    row = "(" + ", ".join(values) + ")"
+    width = len(columns)
+    rows_text: list[str] = []
+    names = list(shared)
+    for place in range(rows):
+        first = len(shared) + 1 + place * width
+        rows_text.append(
+            row.format(**{name: first + at for at, name in enumerate(columns)})
+        )
+        names.extend(f"{name}{place}" for name in columns)
+    statement = _DISTRIBUTED_INSERT.format(
+        columns=", ".join(targets),
+        rows=",\n           ".join(rows_text),
+        on_conflict=_ON_UNIQUE_CONFLICT.rstrip() if keyed else "",
+        returning="id, job_type, unique_key, xmax <> 0 AS existed" if keyed else "id",
+    )
+    PARAMETERS[statement] = tuple(names)
+    return statement
+
 
 # Each statement's parameters by name, $1 first: `pgqueue._store.plan` fills
 # them by name, whatever their places. A single job's first ones are the
@@ -310,12 +391,10 @@ PARAMETERS: dict[str, tuple[str, ...]] = {
     ENQUEUE_MANY_SILENT: (*_MANY, "groups"),
     ENQUEUE_MANY_UNIQUE: (*_MANY, "groups"),
     ENQUEUE_MANY_UNIQUE_SILENT: (*_MANY, "groups"),
-    DISTRIBUTED_MANY_UNIQUE: (*_MANY, "groups"),
     ENQUEUE_MANY_DELAYED: (*_MANY, "groups", "delays"),
     ENQUEUE_MANY_DELAYED_SILENT: (*_MANY, "groups", "delays"),
     ENQUEUE_MANY_UNIQUE_DELAYED: (*_MANY, "groups", "delays"),
     ENQUEUE_MANY_UNIQUE_DELAYED_SILENT: (*_MANY, "groups", "delays"),
-    DISTRIBUTED_MANY_UNIQUE_DELAYED: (*_MANY, "groups", "delays"),
     ENQUEUE_MANY_REPLACE: (*_MANY, "delays", "replaces", "notify"),
     ENQUEUE_AFTER: (
         "queue",

@@ -132,6 +132,10 @@ class CitusStore(Store):
     )
     """The distributed schema's: no triggers, no keyed replace, no ``after=``."""
 
+    copies: ClassVar[bool] = False
+    """A COPY into a distributed table is a two-phase commit: `plan_many`'s
+    INSERTs of one queue's rows are not (one shard, one node)."""
+
     def __init__(self) -> None:
         # By queue: whether its last claim saw jobs with a priority pending.
         self._prioritized: dict[str, bool] = {}

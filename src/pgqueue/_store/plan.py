@@ -3,21 +3,23 @@
 `plan_one` and `plan_many` are pure: they pick the statement for what the
 jobs use (keys, replaces, delays, groups, parents) and fill its parameters
 by name. A driver (asyncpg's `Queue`, psycopg's `pgqueue.sync`, Django's
-cursor) runs `Plan.statement` with `Plan.args` on its connection and hands
-the rows to `Plan.read`; it sends the wakeup itself after the statement
-when `Plan.wake_after` says so (Citus: the coordinator notifies).
+cursor) runs `Plan.statement` with `Plan.args` on its connection (and
+then `Plan.then`'s, in the same transaction) and hands the rows to
+`Plan.read`; it sends the wakeup itself after the statement when
+`Plan.wake_after` says so (Citus: the coordinator notifies).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pgqueue._core.request import Batch, Request
 from pgqueue._sql.enqueue import (
-    DISTRIBUTED_MANY_UNIQUE,
-    DISTRIBUTED_MANY_UNIQUE_DELAYED,
+    DISTRIBUTED_COLUMNS,
+    DISTRIBUTED_ROWS,
     DISTRIBUTED_UNIQUE_SILENT,
     ENQUEUE,
     ENQUEUE_AFTER,
@@ -36,6 +38,7 @@ from pgqueue._sql.enqueue import (
     ENQUEUE_UNIQUE_SILENT,
     NOTIFY_JOBS,
     PARAMETERS,
+    distributed_many,
 )
 from pgqueue._sql.literals import array, booleans, pyformat, seconds, timestamps
 
@@ -85,28 +88,43 @@ class Plan:
     with a foreign key violation naming it (run it in a savepoint inside a
     caller's transaction)."""
 
+    then: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """Statements to run after ``statement`` in its transaction, with their
+    parameters (Citus's enqueue_many of more rows than one statement
+    takes); `read` gets the rows of all of them, in order."""
+
     @property
     def args(self) -> tuple[Any, ...]:
         """The parameters in the statement's ``$n`` order."""
-        params = self.params
-        return tuple(params[name] for name in PARAMETERS[self.statement])
+        return _ordered(self.statement, self.params)
+
+    @property
+    def statements(self) -> Iterator[tuple[str, tuple[Any, ...]]]:
+        """Each statement to run, in order, with its parameters in ``$n`` order."""
+        yield self.statement, self.args
+        for statement, params in self.then:
+            yield statement, _ordered(statement, params)
 
     def run(self, cursor: Cursor, queue: str) -> Enqueued:
         """Run the plan on a DB-API cursor (psycopg's, Django's), wakeup included.
 
         The statement crosses with ``%(name)s`` placeholders, which psycopg
-        and psycopg2 both take.
+        and psycopg2 both take. A plan with `then` must run in a
+        transaction (the caller's, or one the driver begins).
         """
-        cursor.execute(
-            pyformat(self.statement, PARAMETERS[self.statement]), self.params
-        )
-        names = [column[0] for column in cursor.description or ()]
-        done = self.read(
-            [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        )
+        rows: list[Row] = []
+        for statement, params in ((self.statement, self.params), *self.then):
+            cursor.execute(pyformat(statement, PARAMETERS[statement]), params)
+            names = [column[0] for column in cursor.description or ()]
+            rows.extend(dict(zip(names, row, strict=True)) for row in cursor.fetchall())
+        done = self.read(rows)
         if self.wake_after and done.woke:
             cursor.execute(pyformat(NOTIFY_JOBS, ("queue",)), {"queue": queue})
         return done
+
+
+def _ordered(statement: str, params: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(params[name] for name in PARAMETERS[statement])
 
 
 class Cursor(Protocol):
@@ -179,7 +197,7 @@ def plan_one(
 def plan_many(
     queue: str,
     batch: Batch,
-    payloads: str,
+    payloads: str | Sequence[str],
     trace_context: str | None,
     *,
     notify: bool,
@@ -187,9 +205,11 @@ def plan_many(
 ) -> Plan:
     """The statement of an enqueue_many of ``batch`` onto ``queue``.
 
-    ``payloads``: the jobs' payloads as one JSON array. ``notify`` and
-    ``distributed`` as in `plan_one`; on Citus unique keys are unique per
-    queue.
+    ``payloads``: the jobs' payloads as one JSON array (or, on Citus, each
+    job's JSON text). ``notify`` and ``distributed`` as in `plan_one`; on
+    Citus unique keys are unique per queue, and the jobs are inserted by
+    `distributed_many` statements (no two-phase commit), more than one for
+    a large batch (`Plan.then`).
 
     Raises:
         ValueError: what the server cannot do (Citus: replace, parents).
@@ -198,6 +218,9 @@ def plan_many(
         raise ValueError(_NO_PARENTS_DISTRIBUTED)
     if distributed and batch.replacing:
         raise ValueError(_NO_REPLACE_DISTRIBUTED)
+    if distributed:
+        return _plan_distributed(queue, batch, payloads, trace_context, notify=notify)
+    assert isinstance(payloads, str)
     if batch.parents is not None:
         return _plan_after(queue, batch, payloads, trace_context, notify=notify)
     special = batch.special
@@ -224,17 +247,8 @@ def plan_many(
     if delayed:
         params["delays"] = seconds(batch.delays)
     if not batch.keyed:
-        if distributed:
-            return Plan(
-                _MANY[False, delayed, False], params, _joined, wake_after=notify
-            )
         return Plan(_MANY[False, delayed, notify], params, _joined)
     read: Callable[[Sequence[Row]], Enqueued] = lambda rows: _kept_all(batch, rows)  # noqa: E731
-    if distributed:
-        statement = (
-            DISTRIBUTED_MANY_UNIQUE_DELAYED if delayed else DISTRIBUTED_MANY_UNIQUE
-        )
-        return Plan(statement, params, read, wake_after=notify)
     return Plan(_MANY[True, delayed, notify], params, read)
 
 
@@ -249,6 +263,93 @@ _MANY = {
     (True, False, False): ENQUEUE_MANY_UNIQUE_SILENT,
     (True, True, False): ENQUEUE_MANY_UNIQUE_DELAYED_SILENT,
 }
+
+
+def _plan_distributed(
+    queue: str,
+    batch: Batch,
+    payloads: str | Sequence[str],
+    trace_context: str | None,
+    *,
+    notify: bool,
+) -> Plan:
+    """Citus's enqueue_many of ``batch``: `distributed_many` statements of
+    `DISTRIBUTED_ROWS` rows, then one of each power of two that the rest
+    has (at most 11 texts of each kind)."""
+    texts = _each(payloads) if isinstance(payloads, str) else payloads
+    timed = batch.delayed or any(run_at is not None for run_at in batch.run_ats)
+    used = {
+        "job_type": batch.types,
+        "payload": texts,
+        "max_attempts": batch.attempts,
+        "run_at": batch.run_ats if timed else None,
+        "delay": batch.delays if batch.delayed else None,
+        "priority": batch.priorities if batch.special else None,
+        "tracked": batch.tracked if batch.special else None,
+        "unique_key": batch.keys if batch.keyed else None,
+        "group": batch.groups if batch.grouped else None,
+    }
+    columns = [
+        (name, values)
+        for name in DISTRIBUTED_COLUMNS
+        if (values := used[name]) is not None
+    ]
+    names = tuple(name for name, _ in columns)
+    traced = trace_context is not None
+    statements: list[tuple[str, dict[str, Any]]] = []
+    start, count = 0, len(batch.types)
+    for size in _sizes(count):
+        params: dict[str, Any] = {"queue": queue}
+        if traced:
+            params["trace_context"] = trace_context
+        for name, values in columns:
+            for place, value in enumerate(values[start : start + size]):
+                params[f"{name}{place}"] = value
+        statements.append((distributed_many(size, names, traced=traced), params))
+        start += size
+    read: Callable[[Sequence[Row]], Enqueued] = (
+        (lambda rows: _kept_all(batch, rows)) if batch.keyed else _ascending
+    )
+    (statement, params), *rest = statements
+    return Plan(statement, params, read, wake_after=notify, then=tuple(rest))
+
+
+def _sizes(count: int) -> list[int]:
+    """The rows of each statement of a batch of ``count`` on Citus, largest first."""
+    sizes = [DISTRIBUTED_ROWS] * (count // DISTRIBUTED_ROWS)
+    rest = count % DISTRIBUTED_ROWS
+    size = DISTRIBUTED_ROWS
+    while rest:
+        size //= 2
+        if rest >= size:
+            sizes.append(size)
+            rest -= size
+    return sizes
+
+
+def _each(payloads: str) -> list[str]:
+    """Each element's text of a JSON array (as given: its numbers are not re-read)."""
+    decoder = _DECODER
+    end = len(payloads) - 1  # the closing bracket
+    at = _skip(payloads, 1)
+    texts: list[str] = []
+    while at < end:
+        _, after = decoder.raw_decode(payloads, at)
+        texts.append(payloads[at:after])
+        at = _skip(payloads, after)
+        if payloads[at] == ",":
+            at = _skip(payloads, at + 1)
+    return texts
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _skip(text: str, at: int) -> int:
+    """The place of the first character at or after ``at`` that is not JSON whitespace."""
+    while text[at] in " \t\n\r":
+        at += 1
+    return at
 
 
 def _plan_after(
@@ -324,6 +425,12 @@ def _replaced(key: str) -> Callable[[Sequence[Row]], Enqueued]:
 def _joined(rows: Sequence[Row]) -> Enqueued:
     """An unkeyed batch's ids, joined by commas in one value."""
     ids = [int(job_id) for job_id in rows[0]["array_to_string"].split(",")]
+    return Enqueued(ids, [False] * len(ids), None, woke=True)
+
+
+def _ascending(rows: Sequence[Row]) -> Enqueued:
+    """An unkeyed batch's rows on Citus: inserted in input order, so ascending ids are it."""
+    ids = sorted(row["id"] for row in rows)
     return Enqueued(ids, [False] * len(ids), None, woke=True)
 
 

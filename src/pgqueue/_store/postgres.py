@@ -144,6 +144,10 @@ class Store:
     functions: ClassVar[frozenset[str]] = frozenset(FUNCTIONS)
     """The schema's functions (signatures) this kind of server has."""
 
+    copies: ClassVar[bool] = True
+    """Whether enqueue_many may COPY a large batch (`pgqueue._copy`) rather
+    than take `plan_many`'s statement."""
+
     @property
     def settings(self) -> dict[str, str]:
         """The startup parameters of the worker's own connections (see `WORKER_SETTINGS`)."""
@@ -600,7 +604,7 @@ class Store:
         self,
         queue: str,
         batch: Batch,
-        payloads: str,
+        payloads: str | Sequence[str],
         trace_context: str | None,
         *,
         notify: bool,

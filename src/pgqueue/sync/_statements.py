@@ -68,10 +68,12 @@ def run(connection: psycopg.Connection[Any], plan: Plan, queue: str) -> Enqueued
         SchemaError: the table, or a function of the schema, is missing.
     """
     try:
-        if (
-            plan.dependent
-            and connection.info.transaction_status != TransactionStatus.IDLE
+        idle = connection.info.transaction_status == TransactionStatus.IDLE
+        if (plan.dependent and not idle) or (
+            plan.then and idle and connection.autocommit
         ):
+            # A savepoint; or the transaction of a plan of many statements
+            # (without autocommit, psycopg begins the caller's own).
             with connection.transaction(), connection.cursor() as cursor:
                 return plan.run(cursor, queue)
         with connection.cursor() as cursor:
