@@ -10,8 +10,6 @@ import anyio
 import asyncpg
 
 import pgqueue
-from pgqueue._gather import Gatherer
-from tests.helpers import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Sequence
@@ -220,59 +218,3 @@ async def test_callers_cancelled_in_line_write_nothing_and_the_next_leads(
         queue_name,
     )
     assert [(r["id"], r["n"]) for r in payloads] == [(kept, "third")]
-
-
-async def test_a_burst_hands_connections_on_and_gives_them_all_back(
-    dsn: str, queue_name: str
-) -> None:
-    """A write's connection goes to the next write while a line waits, and back to the pool after."""
-    async with asyncpg.create_pool(dsn, min_size=1, max_size=4) as pool:
-        queue = pgqueue.Queue(pool, queue_name)
-
-        async def all_idle() -> bool:
-            return pool.get_idle_size() == pool.get_size()
-
-        ids = await asyncio.gather(*(queue.enqueue("t", {"n": n}) for n in range(200)))
-        assert len(set(ids)) == 200
-        await wait_until(all_idle)
-
-
-async def test_writes_that_end_together_keep_one_connection_per_line_waiting(
-    dsn: str,
-) -> None:
-    """Two writes end in one turn of the loop with one line waiting: one connection kept, one released."""
-    async with asyncpg.create_pool(dsn, min_size=1, max_size=4) as pool:
-        gatherer: Gatherer[str, str] = Gatherer(pool)
-        gates = {name: asyncio.Event() for name in "ab"}
-
-        async def alone(item: str, _connection: object) -> str:
-            if item in gates:
-                await gates[item].wait()
-            return item
-
-        async def together(items: Sequence[str], _connection: object) -> list[str]:
-            return list(items)
-
-        in_flight = [
-            asyncio.ensure_future(gatherer.submit("q", name, alone, together))
-            for name in "ab"
-        ]
-        await wait_until(lambda: _true(pool.get_size() == 2))
-        in_line = [
-            asyncio.ensure_future(gatherer.submit("q", name, alone, together))
-            for name in "cd"
-        ]
-        await asyncio.sleep(0)  # in line, "c" leading, waiting for room
-        gates["a"].set()
-        gates["b"].set()
-        with anyio.fail_after(10):
-            assert await asyncio.gather(*in_flight, *in_line) == ["a", "b", "c", "d"]
-
-        async def all_idle() -> bool:
-            return pool.get_idle_size() == pool.get_size()
-
-        await wait_until(all_idle)
-
-
-async def _true(value: bool) -> bool:
-    return value

@@ -14,17 +14,11 @@ A statement the server refuses rolls back whole: its jobs are then written
 one by one, so that each caller gets the error of its own job. A
 connection lost during the statement may have committed it or not; every
 caller of the batch gets that error, as a lone enqueue would.
-
-A write's pool connection goes back to the pool only when no line waits:
-else the next write takes it as it is, so a burst of enqueues pays one
-acquire, and one reset of the connection on its release (asyncpg's, a round
-trip), per burst rather than per write.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -32,8 +26,6 @@ import asyncpg
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
-
-    from asyncpg.pool import PoolConnectionProxy
 
 __all__ = ["MAX_IN_FLIGHT", "Gatherer", "gatherer_for"]
 
@@ -90,31 +82,26 @@ class Gatherer(Generic[T, R]):
         self._in_flight = 0
         self._room = asyncio.Event()
         self._lines: dict[str, list[_Entry[T, R]]] = {}
-        self._held: list[PoolConnectionProxy[Any]] = []  # for the next writes
 
     async def submit(
         self,
         queue: str,
         item: T,
-        alone: Callable[[T, PoolConnectionProxy[Any]], Awaitable[R]],
-        together: Callable[
-            [Sequence[T], PoolConnectionProxy[Any]],
-            Awaitable[Sequence[R | BaseException]],
-        ],
+        alone: Callable[[T], Awaitable[R]],
+        together: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
     ) -> R:
-        """``alone(item, connection)`` at once if there is room, else ``item``'s share of a gathered ``together``.
+        """``alone(item)`` at once if there is room, else ``item``'s share of a gathered ``together``.
 
-        ``together`` writes items of ``queue`` in one statement on the
-        pool's connection it is given and returns, for each, its result or
-        the error its caller raises.
+        ``together`` writes items of ``queue`` in one statement and returns,
+        for each, its result or the error its caller raises.
         """
         line = self._lines.get(queue)
         if line is None and self._in_flight < MAX_IN_FLIGHT:
             self._in_flight += 1
-            [result] = await self._write([_Entry(item)], alone, together)
-            if isinstance(result, BaseException):  # (a lone write raises its own)
-                raise result
-            return result
+            try:
+                return await alone(item)
+            finally:
+                self._release()
         entry: _Entry[T, R] = _Entry(item)
         if line is None:
             line = self._lines[queue] = []
@@ -133,11 +120,8 @@ class Gatherer(Generic[T, R]):
         self,
         queue: str,
         entry: _Entry[T, R],
-        alone: Callable[[T, PoolConnectionProxy[Any]], Awaitable[R]],
-        together: Callable[
-            [Sequence[T], PoolConnectionProxy[Any]],
-            Awaitable[Sequence[R | BaseException]],
-        ],
+        alone: Callable[[T], Awaitable[R]],
+        together: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
     ) -> R:
         """As the first in ``queue``'s line: wait for room, write the whole line; its own result."""
         try:
@@ -159,39 +143,26 @@ class Gatherer(Generic[T, R]):
     async def _write(
         self,
         entries: list[_Entry[T, R]],
-        alone: Callable[[T, PoolConnectionProxy[Any]], Awaitable[R]],
-        together: Callable[
-            [Sequence[T], PoolConnectionProxy[Any]],
-            Awaitable[Sequence[R | BaseException]],
-        ],
+        alone: Callable[[T], Awaitable[R]],
+        together: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
     ) -> list[R | BaseException]:
-        """Write ``entries`` (one in flight, counted); hand each in line its result.
-
-        A lone write (one entry, not in line) raises its own error.
-        """
-        lone = not entries[0].turn.done()  # (not in line: its error is its own)
-        connection: PoolConnectionProxy[Any] | None = None
+        """Write ``entries`` (one in flight, counted); hand each in line its result."""
         try:
-            try:
-                connection = (
-                    self._held.pop() if self._held else await self.pool.acquire()
-                )
-                results = await _written(entries, connection, alone, together)
-            except Exception as exc:
-                if lone:
-                    raise
-                results = [exc] * len(entries)  # (no connection: every caller's error)
+            items = [entry.item for entry in entries]
+            if len(items) == 1:
+                results = [await _result(alone(items[0]))]
+            else:
+                try:
+                    results = list(await together(items))
+                except asyncpg.PostgresError:
+                    # Refused and rolled back whole: each job alone, for its own error.
+                    results = [await _result(alone(item)) for item in items]
+                except Exception as exc:
+                    results = [exc] * len(items)
         finally:
             self._release()
-            if connection is not None:
-                # One for each line's leader to come, at most; the others
-                # back to the pool, while the callers go on.
-                if len(self._held) < len(self._lines) and not connection.is_closed():
-                    self._held.append(connection)
-                else:
-                    _release_soon(self.pool, connection)
         for entry, result in zip(entries, results, strict=True):
-            if entry.turn.done():  # the leader's, a lone one's, or a caller that left
+            if entry.turn.done():  # the leader's, or a caller that left
                 continue
             if isinstance(result, BaseException):
                 entry.turn.set_exception(result)
@@ -207,9 +178,6 @@ class Gatherer(Generic[T, R]):
         line.remove(entry)
         if not line:
             del self._lines[queue]
-            # Held for a line that is gone: back to the pool.
-            while len(self._held) > len(self._lines):
-                _release_soon(self.pool, self._held.pop())
         elif not any(other.leads for other in line):
             # The next caller still waiting leads (one cancelled too leaves
             # by this way in its turn).
@@ -220,50 +188,6 @@ class Gatherer(Generic[T, R]):
     def _release(self) -> None:
         self._in_flight -= 1
         self._room.set()
-
-
-async def _written(
-    entries: list[_Entry[T, R]],
-    connection: PoolConnectionProxy[Any],
-    alone: Callable[[T, PoolConnectionProxy[Any]], Awaitable[R]],
-    together: Callable[
-        [Sequence[T], PoolConnectionProxy[Any]], Awaitable[Sequence[R | BaseException]]
-    ],
-) -> list[R | BaseException]:
-    """Each entry's result or error: alone, or together (one by one if the statement is refused)."""
-    items = [entry.item for entry in entries]
-    if len(items) == 1:
-        if not entries[0].turn.done():  # a lone enqueue raises its own error
-            return [await alone(items[0], connection)]
-        return [await _result(alone(items[0], connection))]
-    try:
-        return list(await together(items, connection))
-    except asyncpg.PostgresError:
-        # Refused and rolled back whole: each job alone, for its own error.
-        return [await _result(alone(item, connection)) for item in items]
-
-
-async def _release(
-    pool: asyncpg.Pool[Any], connection: PoolConnectionProxy[Any]
-) -> None:
-    """Give ``connection`` back to ``pool``, even while the caller is cancelled.
-
-    A connection that failed may fail its release too: the pool has then
-    dropped it already, and nothing is left to give back.
-    """
-    with contextlib.suppress(Exception):
-        await asyncio.shield(pool.release(connection))
-
-
-_releasing: set[asyncio.Task[None]] = set()
-
-
-def _release_soon(
-    pool: asyncpg.Pool[Any], connection: PoolConnectionProxy[Any]
-) -> None:
-    task = asyncio.get_running_loop().create_task(_release(pool, connection))
-    _releasing.add(task)
-    task.add_done_callback(_releasing.discard)
 
 
 async def _result(call: Awaitable[R]) -> R | BaseException:

@@ -391,11 +391,9 @@ class Queue:
         payload: str,
         connection: Connection | None,
         trace_context: str | None,
-        *,
-        on: Connection | None = None,
     ) -> Enqueued:
-        """The statement of one enqueue, on ``connection`` or the pool (``on``: a connection of the pool's)."""
-        executor = (on or self._executor) if connection is None else connection
+        """The statement of one enqueue, on ``connection`` or the pool."""
+        executor = self._executor if connection is None else connection
         store = self._store or await self._store_of(executor)
         with self._wakeup(connection) as wake:
             plan = store.plan_one(
@@ -403,14 +401,12 @@ class Queue:
             )
             return await self._write(executor, connection, plan, wake)
 
-    async def _alone(
-        self, item: tuple[Request, str], connection: Connection
-    ) -> Enqueued:
-        """An enqueue on the pool (`pgqueue._gather`): its own statement, on the pool's ``connection``."""
-        return await self._one(*item, None, None, on=connection)
+    async def _alone(self, item: tuple[Request, str]) -> Enqueued:
+        """An enqueue on the pool that found room (`pgqueue._gather`): its own statement."""
+        return await self._one(*item, None, None)
 
     async def _together(
-        self, items: Sequence[tuple[Request, str]], connection: Connection
+        self, items: Sequence[tuple[Request, str]]
     ) -> list[Enqueued | BaseException]:
         """Enqueues gathered on the pool (`pgqueue._gather`): one statement, each its share.
 
@@ -427,12 +423,12 @@ class Queue:
         for (_, payload), row in zip(items, batch.index_of, strict=True):
             texts.setdefault(row, payload)
         payloads = "[" + ",".join(texts.values()) + "]"
-        store = self._store or await self._store_of(connection)
+        store = self._store or await self._store_of(self._executor)
         with self._wakeup(None) as wake:
             plan = store.plan_many(
                 self._name, batch, payloads, None, notify=wake is None
             )
-            done = await self._write(connection, None, plan, wake)
+            done = await self._write(self._executor, None, plan, wake)
         self._logger.debug(
             "enqueues gathered", extra={"count": len(items), "queue": self._name}
         )
