@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pgqueue._sql.admin import (
     DISTRIBUTED_CANCEL,
@@ -56,6 +56,7 @@ from pgqueue._sql.durable_distributed import (
     PARKED_ON_CHILDREN,
 )
 from pgqueue._sql.enqueue import NOTIFY_JOBS
+from pgqueue._sql.functions import FUNCTIONS
 from pgqueue._sql.leases import (
     DISTRIBUTED_LEASE_EXPIRE,
     DISTRIBUTED_LEASE_GRANT,
@@ -80,6 +81,7 @@ from pgqueue._sql.periodic import (
     DISTRIBUTED_TICK_NEW,
     DISTRIBUTED_TICK_SEEN,
 )
+from pgqueue._sql.schema import SCHEMA_DISTRIBUTED
 from pgqueue._sql.trend import (
     DISTRIBUTED_TREND_ADD,
     DISTRIBUTED_TREND_LOCK,
@@ -90,7 +92,14 @@ from pgqueue._sql.trend import (
 from pgqueue._store.postgres import Store, outcome_args
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+    from collections.abc import (
+        AsyncIterator,
+        Awaitable,
+        Callable,
+        Iterable,
+        Mapping,
+        Sequence,
+    )
     from datetime import datetime
 
     import asyncpg
@@ -101,6 +110,8 @@ if TYPE_CHECKING:
     from pgqueue._store.postgres import Definition, TrendCounts
 
 __all__ = ["CitusStore"]
+
+T = TypeVar("T")
 
 # The column after a claim's own: whether the queue had jobs with a
 # priority pending (DISTRIBUTED_CLAIM), or a rated claim's group.
@@ -122,15 +133,12 @@ class CitusStore(Store):
 
     distributed: ClassVar[bool] = True
     functions: ClassVar[frozenset[str]] = frozenset(
-        {
-            "pgqueue_check_name(text, text, text, int)",
-            "pgqueue_check_job(text, text, text, jsonb, int, int, boolean, text, text)",
-            "pgqueue_enqueue(text, jsonb, text, timestamptz, interval, int, int, text, text, boolean, text, text, bigint[], text, interval)",
-            "pgqueue_take_turn(text)",
-            "pgqueue_signal(bigint, text, jsonb)",
-        }
+        signature
+        for signature in FUNCTIONS
+        if f"CREATE OR REPLACE FUNCTION {signature.partition('(')[0]}("
+        in SCHEMA_DISTRIBUTED
     )
-    """The distributed schema's: no triggers, no keyed replace, no ``after=``."""
+    """Those `SCHEMA_DISTRIBUTED` creates: no triggers, no keyed replace, no ``after=``."""
 
     copies: ClassVar[bool] = False
     """A COPY into a distributed table is a two-phase commit: `plan_many`'s
@@ -222,10 +230,7 @@ class CitusStore(Store):
 
     def parts(self, outcomes: list[Outcome]) -> list[list[Outcome]]:
         """One part per queue: each is written on its queue's shard."""
-        by_queue: dict[str, list[Outcome]] = {}
-        for outcome in outcomes:
-            by_queue.setdefault(outcome.job.queue, []).append(outcome)
-        return list(by_queue.values())
+        return list(_grouped(outcomes, lambda outcome: outcome.job.queue).values())
 
     async def finish(self, db: Dedicated, part: list[Outcome]) -> list[asyncpg.Record]:
         """The outcomes of one queue's runs; tracked jobs that ended are announced after."""
@@ -387,10 +392,6 @@ class CitusStore(Store):
     async def add_trend(self, db: Dedicated, rows: Sequence[TrendCounts]) -> None:
         """Row by row on the queue's shard, a transaction per queue (see DISTRIBUTED_TREND_NEW)."""
 
-        by_queue: dict[str, list[TrendCounts]] = {}
-        for row in rows:
-            by_queue.setdefault(row[0], []).append(row)
-
         async def add(
             connection: asyncpg.Connection[Any], part: list[TrendCounts]
         ) -> None:
@@ -410,7 +411,7 @@ class CitusStore(Store):
                     ):
                         break
 
-        for part in by_queue.values():
+        for part in _grouped(rows, lambda row: row[0]).values():
             await db.run_in_transaction(partial(add, part=part))
 
     async def prune_trend(self, db: Dedicated, queues: list[str], kept: float) -> None:
@@ -703,6 +704,14 @@ class CitusStore(Store):
         return int(row["removed"]), int(row["last_id"])
 
 
+def _grouped(items: Iterable[T], queue_of: Callable[[T], str]) -> dict[str, list[T]]:
+    """``items`` by queue, queues and items in the order first seen."""
+    grouped: dict[str, list[T]] = {}
+    for item in items:
+        grouped.setdefault(queue_of(item), []).append(item)
+    return grouped
+
+
 def _merged(stored: str | None, added: str) -> str:
     """Two trend histograms (JSON text: bucket -> count) as one."""
     counts: Counter[str] = Counter(json.loads(stored) if stored else {})
@@ -725,10 +734,11 @@ async def _announce(db: Dedicated, rows: Sequence[asyncpg.Record]) -> None:
 
 async def _by_queue(executor: Executor, ids: list[int]) -> dict[str, list[int]]:
     """The jobs ``ids`` that have a row, by queue (one read of every shard)."""
-    by_queue: dict[str, list[int]] = {}
-    for row in await executor.fetch(QUEUES_OF, array(ids)):
-        by_queue.setdefault(row["queue"], []).append(row["id"])
-    return by_queue
+    rows = await executor.fetch(QUEUES_OF, array(ids))
+    return {
+        queue: [row["id"] for row in found]
+        for queue, found in _grouped(rows, lambda row: row["queue"]).items()
+    }
 
 
 async def _suspended(
@@ -755,12 +765,9 @@ async def _wake(
     queue: str | None = None,
 ) -> None:
     """Make ``waiters`` (id, child, and queue unless ``queue``) pending, due now, on their shards; each queue woken from the coordinator."""
-    by_queue: dict[str, list[asyncpg.Record]] = {}
-    for row in waiters:
-        by_queue.setdefault(queue or row["queue"], []).append(row)
     woken = [
         name
-        for name, rows in by_queue.items()
+        for name, rows in _grouped(waiters, lambda row: queue or row["queue"]).items()
         if await executor.fetch(
             DISTRIBUTED_WAKE_WAITERS,
             name,
