@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ import anyio
 import asyncpg
 
 import pgqueue
+from pgqueue._gather import MAX_IN_FLIGHT, gatherer_for
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Sequence
@@ -218,3 +220,94 @@ async def test_callers_cancelled_in_line_write_nothing_and_the_next_leads(
         queue_name,
     )
     assert [(r["id"], r["n"]) for r in payloads] == [(kept, "third")]
+
+
+async def test_a_burst_holds_two_connections_of_the_pool_and_gives_them_back(
+    dsn: str, queue_name: str
+) -> None:
+    async with asyncpg.create_pool(dsn, min_size=8, max_size=8) as pool:
+        queue = pgqueue.Queue(pool, queue_name)
+        gatherer = gatherer_for(pool)
+        before = gatherer.acquired
+        results = await _outcomes([queue.enqueue("t", {"n": n}) for n in range(200)])
+        assert all(isinstance(r, int) for r in results), results
+        # The writes of the burst ran on the two connections they first took:
+        # one acquire each, no reset of the pool between them.
+        assert gatherer.acquired - before == MAX_IN_FLIGHT
+        # Once the burst is over, the pool has every connection back.
+        with anyio.fail_after(5):
+            while pool.get_idle_size() < pool.get_size():
+                await asyncio.sleep(0.001)
+            await pool.close()
+        count = await asyncpg.connect(dsn)
+        try:
+            found = await count.fetchval(
+                "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1", queue_name
+            )
+        finally:
+            await count.close()
+        assert found == 200
+
+
+async def test_a_write_cancelled_mid_statement_gives_its_connection_back(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, queue_name)
+    gatherer = gatherer_for(pool)
+    blocker = await asyncpg.connect(dsn)
+    try:
+        await blocker.execute("BEGIN")
+        await blocker.execute(
+            "INSERT INTO pgqueue_jobs (queue, job_type, payload, unique_key)"
+            " VALUES ($1, 'held', '{}', 'held')",
+            queue_name,
+        )
+        blocked = asyncio.ensure_future(queue.enqueue("held", {}, unique_key="held"))
+
+        async def waiting() -> int:
+            found: int = await pool.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE $1 = ANY(pg_blocking_pids(pid))",
+                blocker.get_server_pid(),
+            )
+            return found
+
+        with anyio.fail_after(5):
+            while not await waiting():
+                await asyncio.sleep(0.01)
+        acquired = gatherer.acquired
+        blocked.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await blocked
+        # The next write takes a connection of its own from the pool: the
+        # cancelled one went back, and the pool cancels its statement.
+        job_id = await queue.enqueue("t", {})
+        assert gatherer.acquired == acquired + 1
+        with anyio.fail_after(5):
+            while await waiting():
+                await asyncio.sleep(0.01)
+            while pool.get_idle_size() < pool.get_size():
+                await asyncio.sleep(0.001)
+        await blocker.execute("ROLLBACK")
+    finally:
+        await blocker.close()
+    rows = await pool.fetch("SELECT id FROM pgqueue_jobs WHERE queue = $1", queue_name)
+    assert [r["id"] for r in rows] == [job_id]
+
+
+async def test_a_pool_of_one_connection_busy_elsewhere_stalls_no_enqueue(
+    dsn: str, queue_name: str
+) -> None:
+    async with asyncpg.create_pool(dsn, min_size=1, max_size=1) as pool:
+        queue = pgqueue.Queue(pool, queue_name)
+        with anyio.fail_after(10):
+            first = await _outcomes([queue.enqueue("t", {"n": n}) for n in range(20)])
+            # The pool's one connection held by the application meanwhile:
+            # the enqueues wait for it, and none keeps it from another.
+            async with pool.acquire() as held:
+                calls = asyncio.gather(*(queue.enqueue("t", {}) for _ in range(5)))
+                await asyncio.sleep(0.05)
+                assert not calls.done()
+                await held.execute("SELECT 1")
+            second = await calls
+    assert all(isinstance(r, int) for r in [*first, *second]), first

@@ -338,7 +338,6 @@ async def test_many_producers_share_few_wakeups_and_strand_no_job(
         if handled == total:
             all_handled.set()
 
-    waker = waker_for(pool)
     async with go_listener(dsn) as heard, running(worker):
 
         async def produce() -> None:
@@ -350,7 +349,10 @@ async def test_many_producers_share_few_wakeups_and_strand_no_job(
                 tg.start_soon(produce)
         with anyio.fail_after(10):
             await all_handled.wait()
-    assert waker_for(pool) is waker
+        # The pool's waker since the first wakeup it sent: it lingers. (One
+        # made before an enqueue that went alone, and sent nothing, is
+        # dropped as that enqueue ends.)
+        waker = waker_for(pool)
     # Coalesced: a pool of 8 commits in parallel, the waker one at a time;
     # only an enqueue that found none of the others in flight sent its own.
     assert 1 <= waker.sent < total
@@ -482,8 +484,9 @@ SCRIPT = textwrap.dedent(
     import asyncpg, pgqueue
 
     async def main() -> None:
-        async with asyncpg.create_pool(sys.argv[1], min_size=1, max_size=1) as pool:
-            print(await pool.fetchval("SELECT pg_backend_pid()"))
+        async with asyncpg.create_pool(sys.argv[1], min_size=2, max_size=2) as pool:
+            async with pool.acquire() as a, pool.acquire() as b:
+                print(a.get_server_pid(), b.get_server_pid())
             # The first starts alone and NOTIFYs itself; the second, started
             # while the first is in flight, is left to the waker.
             await asyncio.gather(
@@ -507,7 +510,7 @@ async def test_a_script_that_enqueues_and_exits_still_wakes_the_workers(
             )
         assert result.returncode == 0, result.stderr.decode()
         assert result.stderr == b""
-        pool_pid = int(result.stdout)
-        assert await heard.wait_for(queue.name) == pool_pid
+        pool_pids = {int(pid) for pid in result.stdout.split()}
+        assert await heard.wait_for(queue.name) in pool_pids
         # Sent by the waker, as the loop shut down.
-        assert await heard.wait_for(f"{queue.name}-2") != pool_pid
+        assert await heard.wait_for(f"{queue.name}-2") not in pool_pids

@@ -1,14 +1,23 @@
 """Enqueues that commit by themselves, gathered into one statement while others are in flight.
 
 Each enqueue on a pool (no ``connection=``) pays a pool acquire, a
-statement and a commit of its own. When many are awaited at once (a web
-service's handlers), they can share all three: an enqueue that arrives
-while `MAX_IN_FLIGHT` writes of its pool are under way joins a line of its
+statement, a commit and the reset the pool runs as it takes the
+connection back. When many are awaited at once (a web service's
+handlers), they can share all of it: an enqueue that arrives while
+`MAX_IN_FLIGHT` writes of its pool are under way joins a line of its
 queue; the first in line waits for a write to end, then writes every job
 in line as one multi-row statement in one transaction (`Gatherer.submit`),
 and each caller gets its own id, its own duplicate and its own error. An
 enqueue that finds room goes at once, alone, as before: gathering adds no
 wait when nothing is in flight.
+
+A write keeps the pool's connection it ran on for the next write, which
+then needs no acquire, and the pool no reset between them (the writes
+leave no session state behind). A kept connection that no write took by
+the loop's next turn, and none lined up for, goes back to the pool: one
+held between writes is never held idle, and ``Pool.close`` never waits
+for one. A connection a write broke or left mid-statement (its caller
+cancelled) goes back to the pool at once, which deals with it.
 
 A statement the server refuses rolls back whole: its jobs are then written
 one by one, so that each caller gets the error of its own job. A
@@ -19,18 +28,22 @@ caller of the batch gets that error, as a lone enqueue would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import asyncpg
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-__all__ = ["MAX_IN_FLIGHT", "Gatherer", "gatherer_for"]
+__all__ = ["MAX_IN_FLIGHT", "RELEASE_TIMEOUT", "Gatherer", "gatherer_for"]
 
 MAX_IN_FLIGHT = 2
 """Writes of one pool's enqueues under way before the next ones are gathered."""
+
+RELEASE_TIMEOUT = 10.0
+"""Seconds the pool's reset of a connection given back may take (a half-open socket)."""
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -74,6 +87,16 @@ def _future() -> asyncio.Future[Any]:
     return future
 
 
+Held: TypeAlias = "asyncpg.pool.PoolConnectionProxy[Any]"
+"""A connection of the pool, held by the gatherer for a write."""
+Alone: TypeAlias = "Callable[[T, Held], Awaitable[R]]"
+"""Write one item on the connection given."""
+Together: TypeAlias = (
+    "Callable[[Sequence[T], Held], Awaitable[Sequence[R | BaseException]]]"
+)
+"""Write items of one queue in one statement on the connection given: each its result or error."""
+
+
 class Gatherer(Generic[T, R]):
     """One pool's enqueues: at most `MAX_IN_FLIGHT` writes at once, the rest gathered by queue."""
 
@@ -82,13 +105,19 @@ class Gatherer(Generic[T, R]):
         self._in_flight = 0
         self._room = asyncio.Event()
         self._lines: dict[str, list[_Entry[T, R]]] = {}
+        self._kept: list[Held] = []
+        self._acquiring = 0  # writes waiting for a connection of the pool
+        self._sweep_due = False
+        self._releases: set[asyncio.Task[None]] = set()
+        self.acquired = 0
+        """How many connections the writes took from the pool (for tests)."""
 
     async def submit(
         self,
         queue: str,
         item: T,
-        alone: Callable[[T], Awaitable[R]],
-        together: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
+        alone: Alone[T, R],
+        together: Together[T, R],
     ) -> R:
         """``alone(item)`` at once if there is room, else ``item``'s share of a gathered ``together``.
 
@@ -99,7 +128,8 @@ class Gatherer(Generic[T, R]):
         if line is None and self._in_flight < MAX_IN_FLIGHT:
             self._in_flight += 1
             try:
-                return await alone(item)
+                async with self._connection() as connection:
+                    return await alone(item, connection)
             finally:
                 self._release()
         entry: _Entry[T, R] = _Entry(item)
@@ -120,8 +150,8 @@ class Gatherer(Generic[T, R]):
         self,
         queue: str,
         entry: _Entry[T, R],
-        alone: Callable[[T], Awaitable[R]],
-        together: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
+        alone: Alone[T, R],
+        together: Together[T, R],
     ) -> R:
         """As the first in ``queue``'s line: wait for room, write the whole line; its own result."""
         try:
@@ -143,22 +173,27 @@ class Gatherer(Generic[T, R]):
     async def _write(
         self,
         entries: list[_Entry[T, R]],
-        alone: Callable[[T], Awaitable[R]],
-        together: Callable[[Sequence[T]], Awaitable[Sequence[R | BaseException]]],
+        alone: Alone[T, R],
+        together: Together[T, R],
     ) -> list[R | BaseException]:
         """Write ``entries`` (one in flight, counted); hand each in line its result."""
+        items = [entry.item for entry in entries]
         try:
-            items = [entry.item for entry in entries]
-            if len(items) == 1:
-                results = [await _result(alone(items[0]))]
-            else:
-                try:
-                    results = list(await together(items))
-                except asyncpg.PostgresError:
-                    # Refused and rolled back whole: each job alone, for its own error.
-                    results = [await _result(alone(item)) for item in items]
-                except Exception as exc:
-                    results = [exc] * len(items)
+            async with self._connection() as connection:
+                if len(items) == 1:
+                    results = [await _result(alone(items[0], connection))]
+                else:
+                    try:
+                        results = list(await together(items, connection))
+                    except asyncpg.PostgresError:
+                        if connection.is_closed():  # committed or not: unknown
+                            raise
+                        # Refused and rolled back whole: each job alone, for its own error.
+                        results = [
+                            await _result(alone(item, connection)) for item in items
+                        ]
+        except Exception as exc:  # no connection, or it broke
+            results = [exc] * len(items)
         finally:
             self._release()
         for entry, result in zip(entries, results, strict=True):
@@ -188,6 +223,68 @@ class Gatherer(Generic[T, R]):
     def _release(self) -> None:
         self._in_flight -= 1
         self._room.set()
+
+    @contextlib.asynccontextmanager
+    async def _connection(
+        self,
+    ) -> AsyncIterator[Held]:
+        """A connection of the pool for one write: one kept from the last write, or acquired.
+
+        Kept for the next write when the write ends with the connection
+        idle (it succeeded, or the server refused its statement); else
+        given back to the pool at once.
+        """
+        if self._kept:
+            connection = self._kept.pop()
+        else:
+            self._acquiring += 1
+            try:
+                connection = await self.pool.acquire()
+            finally:
+                self._acquiring -= 1
+            self.acquired += 1
+        try:
+            yield connection
+        except asyncpg.PostgresError:
+            self._keep(connection)
+            raise
+        except BaseException:
+            self._give_back(connection)
+            raise
+        self._keep(connection)
+
+    def _keep(self, connection: Held) -> None:
+        """Keep ``connection`` for the next write, while any is under way or lined up.
+
+        Given back at once while a write waits for the pool (a small pool,
+        or one busy elsewhere): the pool hands it on.
+        """
+        if self._acquiring or connection.is_closed() or connection.is_in_transaction():
+            self._give_back(connection)
+            return
+        self._kept.append(connection)
+        if not self._sweep_due:
+            self._sweep_due = True
+            asyncio.get_running_loop().call_soon(self._sweep)
+
+    def _sweep(self) -> None:
+        """Give back the kept connections once no write is under way and none lined up."""
+        self._sweep_due = False
+        if self._in_flight or self._lines:
+            return  # the write in flight keeps or sweeps them as it ends
+        while self._kept:
+            self._give_back(self._kept.pop())
+
+    def _give_back(self, connection: Held) -> None:
+        """Release ``connection`` to the pool in the background (its reset is a round trip)."""
+        task = asyncio.get_running_loop().create_task(self._released(connection))
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+
+    async def _released(self, connection: Held) -> None:
+        # The pool closes a connection it cannot reset; nothing is lost here.
+        with contextlib.suppress(Exception):
+            await self.pool.release(connection, timeout=RELEASE_TIMEOUT)
 
 
 async def _result(call: Awaitable[R]) -> R | BaseException:

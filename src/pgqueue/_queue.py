@@ -391,9 +391,15 @@ class Queue:
         payload: str,
         connection: Connection | None,
         trace_context: str | None,
+        *,
+        held: Connection | None = None,
     ) -> Enqueued:
-        """The statement of one enqueue, on ``connection`` or the pool."""
-        executor = self._executor if connection is None else connection
+        """The statement of one enqueue, on ``connection`` or the pool.
+
+        ``held``: without ``connection``, the pool's connection to run on
+        (one `pgqueue._gather` holds); the statement commits by itself.
+        """
+        executor = (held or self._executor) if connection is None else connection
         store = self._store or await self._store_of(executor)
         with self._wakeup(connection) as wake:
             plan = store.plan_one(
@@ -401,12 +407,12 @@ class Queue:
             )
             return await self._write(executor, connection, plan, wake)
 
-    async def _alone(self, item: tuple[Request, str]) -> Enqueued:
+    async def _alone(self, item: tuple[Request, str], held: Connection) -> Enqueued:
         """An enqueue on the pool that found room (`pgqueue._gather`): its own statement."""
-        return await self._one(*item, None, None)
+        return await self._one(*item, None, None, held=held)
 
     async def _together(
-        self, items: Sequence[tuple[Request, str]]
+        self, items: Sequence[tuple[Request, str]], held: Connection
     ) -> list[Enqueued | BaseException]:
         """Enqueues gathered on the pool (`pgqueue._gather`): one statement, each its share.
 
@@ -423,12 +429,12 @@ class Queue:
         for (_, payload), row in zip(items, batch.index_of, strict=True):
             texts.setdefault(row, payload)
         payloads = "[" + ",".join(texts.values()) + "]"
-        store = self._store or await self._store_of(self._executor)
+        store = self._store or await self._store_of(held)
         with self._wakeup(None) as wake:
             plan = store.plan_many(
                 self._name, batch, payloads, None, notify=wake is None
             )
-            done = await self._write(self._executor, None, plan, wake)
+            done = await self._write(held, None, plan, wake)
         self._logger.debug(
             "enqueues gathered", extra={"count": len(items), "queue": self._name}
         )
