@@ -265,7 +265,10 @@ class Gatherer(Generic[T, R]):
         self._kept.append(connection)
         if not self._sweep_due:
             self._sweep_due = True
-            asyncio.get_running_loop().call_soon(self._sweep)
+            # Two turns of the loop: the callers of the write resume in the
+            # first, and one that enqueues again at once takes it.
+            loop = asyncio.get_running_loop()
+            loop.call_soon(loop.call_soon, self._sweep)
 
     def _sweep(self) -> None:
         """Give back the kept connections once no write is under way and none lined up."""
