@@ -11,13 +11,15 @@ and each caller gets its own id, its own duplicate and its own error. An
 enqueue that finds room goes at once, alone, as before: gathering adds no
 wait when nothing is in flight.
 
-A write keeps the pool's connection it ran on for the next write, which
+While writes follow one another (another under way or lined up as one
+ends), a write keeps the pool's connection it ran on for the next, which
 then needs no acquire, and the pool no reset between them (the writes
-leave no session state behind). A kept connection that no write took by
-the loop's next turn, and none lined up for, goes back to the pool: one
-held between writes is never held idle, and ``Pool.close`` never waits
-for one. A connection a write broke or left mid-statement (its caller
-cancelled) goes back to the pool at once, which deals with it.
+leave no session state behind). The last write of a burst gives its
+connection back at once, as a lone enqueue does; one kept that no write
+took within two turns of the loop goes back too: none is held idle, and
+``Pool.close`` never waits for one. A connection a write broke or left
+mid-statement (its caller cancelled) goes back at once, and the pool deals
+with it.
 
 A statement the server refuses rolls back whole: its jobs are then written
 one by one, so that each caller gets the error of its own job. A
@@ -225,15 +227,8 @@ class Gatherer(Generic[T, R]):
         self._room.set()
 
     @contextlib.asynccontextmanager
-    async def _connection(
-        self,
-    ) -> AsyncIterator[Held]:
-        """A connection of the pool for one write: one kept from the last write, or acquired.
-
-        Kept for the next write when the write ends with the connection
-        idle (it succeeded, or the server refused its statement); else
-        given back to the pool at once.
-        """
+    async def _connection(self) -> AsyncIterator[Held]:
+        """A connection of the pool for one write: one kept from the last write, or acquired."""
         if self._kept:
             connection = self._kept.pop()
         else:
@@ -246,21 +241,34 @@ class Gatherer(Generic[T, R]):
         try:
             yield connection
         except asyncpg.PostgresError:
-            self._keep(connection)
+            self._done_with(connection, reusable=True)
             raise
         except BaseException:
-            self._give_back(connection)
+            self._done_with(connection, reusable=False)
             raise
-        self._keep(connection)
+        self._done_with(connection, reusable=True)
 
-    def _keep(self, connection: Held) -> None:
-        """Keep ``connection`` for the next write, while any is under way or lined up.
+    def _done_with(self, connection: Held, *, reusable: bool) -> None:
+        """After a write: keep its connection for the next while another is under way or lined up.
 
-        Given back at once while a write waits for the pool (a small pool,
-        or one busy elsewhere): the pool hands it on.
+        Else it goes back to the pool at once, as a plain pool's would (a
+        lone enqueue costs what it did: the pool's reset runs before the
+        worker it woke claims, not during the claim), with any kept once
+        the burst is over; and so does one a write waits for the pool for
+        (a small pool, or one busy elsewhere), one broken, or one left
+        mid-statement (``reusable`` false: its caller was cancelled).
         """
-        if self._acquiring or connection.is_closed() or connection.is_in_transaction():
+        last = self._in_flight == 1 and not self._lines  # this write's count
+        if (
+            last
+            or not reusable
+            or self._acquiring
+            or connection.is_closed()
+            or connection.is_in_transaction()
+        ):
             self._give_back(connection)
+            while last and self._kept:
+                self._give_back(self._kept.pop())
             return
         self._kept.append(connection)
         if not self._sweep_due:
@@ -271,10 +279,10 @@ class Gatherer(Generic[T, R]):
             loop.call_soon(loop.call_soon, self._sweep)
 
     def _sweep(self) -> None:
-        """Give back the kept connections once no write is under way and none lined up."""
+        """Give back the kept connections, unless a write is under way or lined up."""
         self._sweep_due = False
         if self._in_flight or self._lines:
-            return  # the write in flight keeps or sweeps them as it ends
+            return  # the last write of the burst gives them back as it ends
         while self._kept:
             self._give_back(self._kept.pop())
 
