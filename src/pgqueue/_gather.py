@@ -229,6 +229,8 @@ class Gatherer(Generic[T, R]):
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[Held]:
         """A connection of the pool for one write: one kept from the last write, or acquired."""
+        # No other write under way, none lined up: a lone enqueue, so far.
+        alone = self._in_flight == 1 and not self._lines
         if self._kept:
             connection = self._kept.pop()
         else:
@@ -241,26 +243,27 @@ class Gatherer(Generic[T, R]):
         try:
             yield connection
         except asyncpg.PostgresError:
-            self._done_with(connection, reusable=True)
+            self._done_with(connection, reusable=True, alone=alone)
             raise
         except BaseException:
-            self._done_with(connection, reusable=False)
+            self._done_with(connection, reusable=False, alone=alone)
             raise
-        self._done_with(connection, reusable=True)
+        self._done_with(connection, reusable=True, alone=alone)
 
-    def _done_with(self, connection: Held, *, reusable: bool) -> None:
-        """After a write: keep its connection for the next while another is under way or lined up.
+    def _done_with(self, connection: Held, *, reusable: bool, alone: bool) -> None:
+        """After a write: keep its connection for the next while writes follow one another.
 
-        Else it goes back to the pool at once, as a plain pool's would (a
-        lone enqueue costs what it did: the pool's reset runs before the
-        worker it woke claims, not during the claim), with any kept once
-        the burst is over; and so does one a write waits for the pool for
-        (a small pool, or one busy elsewhere), one broken, or one left
-        mid-statement (``reusable`` false: its caller was cancelled).
+        A lone enqueue's (``alone`` as it started, and the last as it ends)
+        goes back to the pool at once, as a plain pool's would: it costs
+        what it did, and the pool's reset runs before the worker it woke
+        claims, not during the claim. So does one a write waits for the
+        pool for (a small pool, or one busy elsewhere), one broken, or one
+        left mid-statement (``reusable`` false: its caller was cancelled);
+        with any kept, when this write was the last.
         """
         last = self._in_flight == 1 and not self._lines  # this write's count
         if (
-            last
+            (alone and last)
             or not reusable
             or self._acquiring
             or connection.is_closed()
