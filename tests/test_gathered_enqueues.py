@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -12,11 +13,17 @@ import asyncpg
 
 import pgqueue
 from pgqueue._gather import MAX_IN_FLIGHT, gatherer_for
+from tests.helpers import wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Sequence
 
     import pytest
+
+
+async def _all_idle(pool: asyncpg.Pool) -> bool:
+    """Whether every connection of ``pool`` is back in it."""
+    return pool.get_idle_size() == pool.get_size()
 
 
 async def _outcomes(calls: Sequence[Awaitable[int]]) -> list[int | BaseException]:
@@ -235,17 +242,16 @@ async def test_a_burst_holds_two_connections_of_the_pool_and_gives_them_back(
         # one acquire each, no reset of the pool between them.
         assert gatherer.acquired - before == MAX_IN_FLIGHT
         # Once the burst is over, the pool has every connection back.
+        await wait_until(functools.partial(_all_idle, pool), within=5)
         with anyio.fail_after(5):
-            while pool.get_idle_size() < pool.get_size():
-                await asyncio.sleep(0.001)
             await pool.close()
-        count = await asyncpg.connect(dsn)
+        reader = await asyncpg.connect(dsn)
         try:
-            found = await count.fetchval(
+            found = await reader.fetchval(
                 "SELECT count(*) FROM pgqueue_jobs WHERE queue = $1", queue_name
             )
         finally:
-            await count.close()
+            await reader.close()
         assert found == 200
 
 
@@ -264,17 +270,18 @@ async def test_a_write_cancelled_mid_statement_gives_its_connection_back(
         )
         blocked = asyncio.ensure_future(queue.enqueue("held", {}, unique_key="held"))
 
-        async def waiting() -> int:
-            found: int = await pool.fetchval(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE $1 = ANY(pg_blocking_pids(pid))",
+        async def waiting() -> bool:
+            found: bool = await pool.fetchval(
+                "SELECT EXISTS (SELECT FROM pg_stat_activity"
+                " WHERE $1 = ANY(pg_blocking_pids(pid)))",
                 blocker.get_server_pid(),
             )
             return found
 
-        with anyio.fail_after(5):
-            while not await waiting():
-                await asyncio.sleep(0.01)
+        async def none_waiting() -> bool:
+            return not await waiting()
+
+        await wait_until(waiting, within=5)
         acquired = gatherer.acquired
         blocked.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -283,11 +290,8 @@ async def test_a_write_cancelled_mid_statement_gives_its_connection_back(
         # cancelled one went back, and the pool cancels its statement.
         job_id = await queue.enqueue("t", {})
         assert gatherer.acquired == acquired + 1
-        with anyio.fail_after(5):
-            while await waiting():
-                await asyncio.sleep(0.01)
-            while pool.get_idle_size() < pool.get_size():
-                await asyncio.sleep(0.001)
+        await wait_until(none_waiting, within=5)
+        await wait_until(functools.partial(_all_idle, pool), within=5)
         await blocker.execute("ROLLBACK")
     finally:
         await blocker.close()
@@ -306,7 +310,11 @@ async def test_a_pool_of_one_connection_busy_elsewhere_stalls_no_enqueue(
             # the enqueues wait for it, and none keeps it from another.
             async with pool.acquire() as held:
                 calls = asyncio.gather(*(queue.enqueue("t", {}) for _ in range(5)))
-                await asyncio.sleep(0.05)
+
+                async def writes_wait_for_the_pool() -> bool:
+                    return gatherer_for(pool).acquiring == MAX_IN_FLIGHT
+
+                await wait_until(writes_wait_for_the_pool)
                 assert not calls.done()
                 await held.execute("SELECT 1")
             second = await calls

@@ -114,6 +114,11 @@ class Gatherer(Generic[T, R]):
         self.acquired = 0
         """How many connections the writes took from the pool (for tests)."""
 
+    @property
+    def acquiring(self) -> int:
+        """How many writes wait for a connection of the pool (for tests)."""
+        return self._acquiring
+
     async def submit(
         self,
         queue: str,
@@ -230,7 +235,7 @@ class Gatherer(Generic[T, R]):
     async def _connection(self) -> AsyncIterator[Held]:
         """A connection of the pool for one write: one kept from the last write, or acquired."""
         # No other write under way, none lined up: a lone enqueue, so far.
-        alone = self._in_flight == 1 and not self._lines
+        lone = self._in_flight == 1 and not self._lines
         if self._kept:
             connection = self._kept.pop()
         else:
@@ -243,17 +248,17 @@ class Gatherer(Generic[T, R]):
         try:
             yield connection
         except asyncpg.PostgresError:
-            self._done_with(connection, reusable=True, alone=alone)
+            self._done_with(connection, reusable=True, lone=lone)
             raise
         except BaseException:
-            self._done_with(connection, reusable=False, alone=alone)
+            self._done_with(connection, reusable=False, lone=lone)
             raise
-        self._done_with(connection, reusable=True, alone=alone)
+        self._done_with(connection, reusable=True, lone=lone)
 
-    def _done_with(self, connection: Held, *, reusable: bool, alone: bool) -> None:
+    def _done_with(self, connection: Held, *, reusable: bool, lone: bool) -> None:
         """After a write: keep its connection for the next while writes follow one another.
 
-        A lone enqueue's (``alone`` as it started, and the last as it ends)
+        A lone enqueue's (``lone`` as it started, and the last as it ends)
         goes back to the pool at once, as a plain pool's would: it costs
         what it did, and the pool's reset runs before the worker it woke
         claims, not during the claim. So does one a write waits for the
@@ -263,7 +268,7 @@ class Gatherer(Generic[T, R]):
         """
         last = self._in_flight == 1 and not self._lines  # this write's count
         if (
-            (alone and last)
+            (lone and last)
             or not reusable
             or self._acquiring
             or connection.is_closed()
