@@ -30,6 +30,30 @@ async def _outcomes(calls: Sequence[Awaitable[int]]) -> list[int | BaseException
     return list(await asyncio.gather(*calls, return_exceptions=True))
 
 
+async def _hold_key(
+    blocker: asyncpg.Connection, queue: str, job_type: str, key: str
+) -> None:
+    """``blocker`` inserts a job with ``key`` in a transaction it leaves open."""
+    await blocker.execute("BEGIN")
+    await blocker.execute(
+        "INSERT INTO pgqueue_jobs (queue, job_type, payload, unique_key)"
+        " VALUES ($1, $2, '{}', $3)",
+        queue,
+        job_type,
+        key,
+    )
+
+
+async def _waited_on(pool: asyncpg.Pool, blocker: asyncpg.Connection) -> bool:
+    """Whether a backend waits for a lock ``blocker`` holds."""
+    found: bool = await pool.fetchval(
+        "SELECT EXISTS (SELECT FROM pg_stat_activity"
+        " WHERE $1 = ANY(pg_blocking_pids(pid)))",
+        blocker.get_server_pid(),
+    )
+    return found
+
+
 async def test_fifty_at_once_share_statements_each_with_its_own_id_and_error(
     pool: asyncpg.Pool, queue_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -182,13 +206,7 @@ async def test_callers_cancelled_in_line_write_nothing_and_the_next_leads(
         # Two enqueues in flight, each waiting on a row another transaction holds.
         held = []
         for n, blocker in enumerate(blockers):
-            await blocker.execute("BEGIN")
-            await blocker.execute(
-                "INSERT INTO pgqueue_jobs (queue, job_type, payload, unique_key)"
-                " VALUES ($1, 'held', '{}', $2)",
-                queue_name,
-                f"held-{n}",
-            )
+            await _hold_key(blocker, queue_name, "held", f"held-{n}")
             held.append(
                 asyncio.ensure_future(queue.enqueue("held", {}, unique_key=f"held-{n}"))
             )
@@ -229,6 +247,49 @@ async def test_callers_cancelled_in_line_write_nothing_and_the_next_leads(
     assert [(r["id"], r["n"]) for r in payloads] == [(kept, "third")]
 
 
+async def test_a_leader_cancelled_during_its_write_leaves_the_others_their_results(
+    dsn: str, pool: asyncpg.Pool, queue_name: str
+) -> None:
+    queue = pgqueue.Queue(pool, queue_name)
+    blockers = [await asyncpg.connect(dsn) for _ in range(MAX_IN_FLIGHT + 1)]
+    try:
+        for n, blocker in enumerate(blockers):
+            job_type = "held" if n < MAX_IN_FLIGHT else "t"
+            await _hold_key(blocker, queue_name, job_type, f"held-{n}")
+        # Every write in flight waits for a blocker's row...
+        held = [
+            asyncio.ensure_future(queue.enqueue("held", {}, unique_key=f"held-{n}"))
+            for n in range(MAX_IN_FLIGHT)
+        ]
+        for blocker in blockers[:MAX_IN_FLIGHT]:
+            await wait_until(functools.partial(_waited_on, pool, blocker), within=5)
+        # ...so these three line up; the first leads, and their one statement
+        # will wait for the last blocker's row too.
+        lead = asyncio.ensure_future(queue.enqueue("t", {"n": "lead"}))
+        key = f"held-{MAX_IN_FLIGHT}"
+        keyed = asyncio.ensure_future(queue.enqueue("t", {"n": "key"}, unique_key=key))
+        last = asyncio.ensure_future(queue.enqueue("t", {"n": "last"}))
+        for blocker in blockers[:MAX_IN_FLIGHT]:
+            await blocker.execute("ROLLBACK")
+        await wait_until(functools.partial(_waited_on, pool, blockers[-1]), within=5)
+        lead.cancel()
+        await blockers[-1].execute("ROLLBACK")
+        with anyio.fail_after(5):
+            ids = await asyncio.gather(keyed, last, *held)
+        assert lead.cancelled()
+    finally:
+        for blocker in blockers:
+            await blocker.close()
+    rows = await pool.fetch(
+        "SELECT id, payload->>'n' AS n FROM pgqueue_jobs"
+        " WHERE queue = $1 AND job_type = 't' ORDER BY id",
+        queue_name,
+    )
+    # The statement had started: the leader's job is written all the same.
+    assert [r["n"] for r in rows] == ["lead", "key", "last"]
+    assert [r["id"] for r in rows][1:] == ids[:2]
+
+
 async def test_a_burst_holds_two_connections_of_the_pool_and_gives_them_back(
     dsn: str, queue_name: str
 ) -> None:
@@ -262,26 +323,13 @@ async def test_a_write_cancelled_mid_statement_gives_its_connection_back(
     gatherer = gatherer_for(pool)
     blocker = await asyncpg.connect(dsn)
     try:
-        await blocker.execute("BEGIN")
-        await blocker.execute(
-            "INSERT INTO pgqueue_jobs (queue, job_type, payload, unique_key)"
-            " VALUES ($1, 'held', '{}', 'held')",
-            queue_name,
-        )
+        await _hold_key(blocker, queue_name, "held", "held")
         blocked = asyncio.ensure_future(queue.enqueue("held", {}, unique_key="held"))
 
-        async def waiting() -> bool:
-            found: bool = await pool.fetchval(
-                "SELECT EXISTS (SELECT FROM pg_stat_activity"
-                " WHERE $1 = ANY(pg_blocking_pids(pid)))",
-                blocker.get_server_pid(),
-            )
-            return found
-
         async def none_waiting() -> bool:
-            return not await waiting()
+            return not await _waited_on(pool, blocker)
 
-        await wait_until(waiting, within=5)
+        await wait_until(functools.partial(_waited_on, pool, blocker), within=5)
         acquired = gatherer.acquired
         blocked.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -3,13 +3,15 @@
 Each enqueue on a pool (no ``connection=``) pays a pool acquire, a
 statement, a commit and the reset the pool runs as it takes the
 connection back. When many are awaited at once (a web service's
-handlers), they can share all of it: an enqueue that arrives while
-`MAX_IN_FLIGHT` writes of its pool are under way joins a line of its
-queue; the first in line waits for a write to end, then writes every job
-in line as one multi-row statement in one transaction (`Gatherer.submit`),
-and each caller gets its own id, its own duplicate and its own error. An
-enqueue that finds room goes at once, alone, as before: gathering adds no
-wait when nothing is in flight.
+handlers), they can share all of it: an enqueue that arrives while a
+write of its pool is under way joins a line of its queue; the first in
+line lets the others that arrive in the same turn of the loop join it
+(the callers of a write that just ended), waits for room (at most
+`MAX_IN_FLIGHT` writes at once), then writes every job in line as one
+multi-row statement in one transaction (`Gatherer.submit`), and each
+caller gets its own id, its own duplicate and its own error. An enqueue
+that finds no write under way goes at once, alone, as before: gathering
+adds no wait when nothing is in flight.
 
 While writes follow one another (another under way or lined up as one
 ends), a write keeps the pool's connection it ran on for the next, which
@@ -111,6 +113,7 @@ class Gatherer(Generic[T, R]):
         self._acquiring = 0  # writes waiting for a connection of the pool
         self._sweep_due = False
         self._releases: set[asyncio.Task[None]] = set()
+        self._writes: set[asyncio.Task[None]] = set()
         self.acquired = 0
         """How many connections the writes took from the pool (for tests)."""
 
@@ -126,13 +129,13 @@ class Gatherer(Generic[T, R]):
         alone: Alone[T, R],
         together: Together[T, R],
     ) -> R:
-        """``alone(item)`` at once if there is room, else ``item``'s share of a gathered ``together``.
+        """``alone(item)`` at once if no write is under way, else ``item``'s share of a gathered ``together``.
 
         ``together`` writes items of ``queue`` in one statement and returns,
         for each, its result or the error its caller raises.
         """
         line = self._lines.get(queue)
-        if line is None and self._in_flight < MAX_IN_FLIGHT:
+        if line is None and not self._in_flight:
             self._in_flight += 1
             try:
                 async with self._connection() as connection:
@@ -162,6 +165,9 @@ class Gatherer(Generic[T, R]):
     ) -> R:
         """As the first in ``queue``'s line: wait for room, write the whole line; its own result."""
         try:
+            # Those that arrive in this turn of the loop (the callers of a
+            # write just ended) join the line first.
+            await asyncio.sleep(0)
             while self._in_flight >= MAX_IN_FLIGHT:
                 self._room.clear()
                 await self._room.wait()
@@ -170,47 +176,59 @@ class Gatherer(Generic[T, R]):
             raise
         entries = self._lines.pop(queue)
         self._in_flight += 1
-        # Shielded: the others in line wait for what it writes.
-        results = await asyncio.shield(self._write(entries, alone, together))
-        result = results[entries.index(entry)]
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        entry.turn = _future()
+        # A task of its own: the others in line wait for what it writes,
+        # whether or not the leader waits too.
+        task = asyncio.get_running_loop().create_task(
+            self._write(entries, alone, together)
+        )
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+        return await entry.turn
 
     async def _write(
         self,
         entries: list[_Entry[T, R]],
         alone: Alone[T, R],
         together: Together[T, R],
-    ) -> list[R | BaseException]:
-        """Write ``entries`` (one in flight, counted); hand each in line its result."""
+    ) -> None:
+        """Write ``entries`` (one in flight, counted); hand each its result, then make room.
+
+        Results first: the callers resume in one turn of the loop, and
+        those that enqueue again join the line that waits for this room.
+        """
         items = [entry.item for entry in entries]
+        try:
+            results = await self._results(items, alone, together)
+            for entry, result in zip(entries, results, strict=True):
+                if entry.turn.done():  # a caller that left
+                    continue
+                if isinstance(result, BaseException):
+                    entry.turn.set_exception(result)
+                else:
+                    entry.turn.set_result(result)
+        finally:
+            for entry in entries:
+                entry.turn.cancel()  # the write was cancelled (the loop shuts down)
+            self._release()
+
+    async def _results(
+        self, items: list[T], alone: Alone[T, R], together: Together[T, R]
+    ) -> list[R | BaseException]:
+        """Write ``items`` on a connection of the pool: each its result or error."""
         try:
             async with self._connection() as connection:
                 if len(items) == 1:
-                    results = [await _result(alone(items[0], connection))]
-                else:
-                    try:
-                        results = list(await together(items, connection))
-                    except asyncpg.PostgresError:
-                        if connection.is_closed():  # committed or not: unknown
-                            raise
-                        # Refused and rolled back whole: each job alone, for its own error.
-                        results = [
-                            await _result(alone(item, connection)) for item in items
-                        ]
+                    return [await _result(alone(items[0], connection))]
+                try:
+                    return list(await together(items, connection))
+                except asyncpg.PostgresError:
+                    if connection.is_closed():  # committed or not: unknown
+                        raise
+                    # Refused and rolled back whole: each job alone, for its own error.
+                    return [await _result(alone(item, connection)) for item in items]
         except Exception as exc:  # no connection, or it broke
-            results = [exc] * len(items)
-        finally:
-            self._release()
-        for entry, result in zip(entries, results, strict=True):
-            if entry.turn.done():  # the leader's, or a caller that left
-                continue
-            if isinstance(result, BaseException):
-                entry.turn.set_exception(result)
-            else:
-                entry.turn.set_result(result)
-        return results
+            return [exc] * len(items)
 
     def _leave(self, queue: str, entry: _Entry[T, R]) -> None:
         """A caller cancelled in line: out of it (its job is not written)."""
