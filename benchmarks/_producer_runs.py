@@ -72,16 +72,33 @@ def _enqueue(pool: asyncpg.Pool[Any]) -> Call:
     return lambda i: queue.enqueue(JOB_TYPE, {"i": i})
 
 
+class _NeverGathered:
+    """Stands in for a pool's gatherer: each enqueue its own statement on a connection of the pool.
+
+    What an enqueue on a pool did before issue 43: acquire, one statement
+    (its NOTIFY in it when alone, else the waker's), release.
+    """
+
+    def __init__(self, pool: asyncpg.Pool[Any]) -> None:
+        self.pool = pool
+
+    async def submit(
+        self,
+        queue: str,
+        item: object,
+        alone: Callable[[object, Any], Awaitable[object]],
+        together: object,
+    ) -> object:
+        async with self.pool.acquire() as connection:
+            return await alone(item, connection)
+
+
 def _enqueue_alone(pool: asyncpg.Pool[Any]) -> Call:
-    gather = importlib.import_module("pgqueue._gather") if _GATHERS else None
+    if _GATHERS:
+        # The producer's process is the benchmark's own: no enqueue of it gathers.
+        importlib.import_module("pgqueue._queue").gatherer_for = _NeverGathered
     queue = pgqueue.Queue(pool)
-
-    async def call(i: int) -> None:
-        if gather is not None:
-            gather.MAX_IN_FLIGHT = 1 << 30  # room for every call: none waits in line
-        await queue.enqueue(JOB_TYPE, {"i": i})
-
-    return call
+    return lambda i: queue.enqueue(JOB_TYPE, {"i": i})
 
 
 _GATHERS = importlib.util.find_spec("pgqueue._gather") is not None
