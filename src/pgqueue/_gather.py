@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_IN_FLIGHT", "RELEASE_TIMEOUT", "Gatherer", "gatherer_for"]
 
 MAX_IN_FLIGHT = 2
-"""Writes of one pool's enqueues under way before the next ones are gathered."""
+"""Writes of one pool's enqueues under way at once (an enqueue that finds one under way is gathered)."""
 
 RELEASE_TIMEOUT = 10.0
 """Seconds the pool's reset of a connection given back may take (a half-open socket)."""
@@ -102,7 +102,7 @@ Together: TypeAlias = (
 
 
 class Gatherer(Generic[T, R]):
-    """One pool's enqueues: at most `MAX_IN_FLIGHT` writes at once, the rest gathered by queue."""
+    """One pool's enqueues: alone while none is under way, else gathered by queue."""
 
     def __init__(self, pool: asyncpg.Pool[Any]) -> None:
         self.pool = pool
@@ -163,7 +163,7 @@ class Gatherer(Generic[T, R]):
         alone: Alone[T, R],
         together: Together[T, R],
     ) -> R:
-        """As the first in ``queue``'s line: wait for room, write the whole line; its own result."""
+        """As the first in ``queue``'s line: wait a turn and for room, write the whole line; its own result."""
         try:
             # Those that arrive in this turn of the loop (the callers of a
             # write just ended) join the line first.
