@@ -30,6 +30,16 @@ async def _outcomes(calls: Sequence[Awaitable[int]]) -> list[int | BaseException
     return list(await asyncio.gather(*calls, return_exceptions=True))
 
 
+async def _written(pool: asyncpg.Pool, queue: str) -> list[tuple[int, str]]:
+    """The id and payload ``n`` of each job of type ``t`` in ``queue``, by id."""
+    rows = await pool.fetch(
+        "SELECT id, payload->>'n' AS n FROM pgqueue_jobs"
+        " WHERE queue = $1 AND job_type = 't' ORDER BY id",
+        queue,
+    )
+    return [(r["id"], r["n"]) for r in rows]
+
+
 async def _hold_key(
     blocker: asyncpg.Connection, queue: str, job_type: str, key: str
 ) -> None:
@@ -239,12 +249,7 @@ async def test_callers_cancelled_in_line_write_nothing_and_the_next_leads(
     finally:
         for blocker in blockers:
             await blocker.close()
-    payloads = await pool.fetch(
-        "SELECT id, payload->>'n' AS n FROM pgqueue_jobs"
-        " WHERE queue = $1 AND job_type = 't'",
-        queue_name,
-    )
-    assert [(r["id"], r["n"]) for r in payloads] == [(kept, "third")]
+    assert await _written(pool, queue_name) == [(kept, "third")]
 
 
 async def test_a_leader_cancelled_during_its_write_leaves_the_others_their_results(
@@ -280,14 +285,10 @@ async def test_a_leader_cancelled_during_its_write_leaves_the_others_their_resul
     finally:
         for blocker in blockers:
             await blocker.close()
-    rows = await pool.fetch(
-        "SELECT id, payload->>'n' AS n FROM pgqueue_jobs"
-        " WHERE queue = $1 AND job_type = 't' ORDER BY id",
-        queue_name,
-    )
     # The statement had started: the leader's job is written all the same.
-    assert [r["n"] for r in rows] == ["lead", "key", "last"]
-    assert [r["id"] for r in rows][1:] == ids[:2]
+    written = await _written(pool, queue_name)
+    assert [n for _, n in written] == ["lead", "key", "last"]
+    assert [job_id for job_id, _ in written][1:] == ids[:2]
 
 
 async def test_a_burst_holds_two_connections_of_the_pool_and_gives_them_back(
