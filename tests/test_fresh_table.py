@@ -104,20 +104,31 @@ def _literal(value: object) -> str:
 
 
 async def _run_prepared(
-    connection: Any, prepared: dict[str, str] | None, sql: str, *args: object
+    connection: Any, cached: bool, sql: str, *args: object
 ) -> dict[str, Any]:
-    """EXPLAIN (ANALYZE, BUFFERS) of ``sql`` as the worker's connection runs it.
+    """EXPLAIN (ANALYZE, BUFFERS) of ``sql`` as the worker's ``connection`` runs it.
 
-    Through its prepared statement and cached plan when it has one
-    (``prepared``); else planned with these values, as an unnamed statement
+    With ``cached``, through the statement the worker prepared, and its
+    cached plan; else planned with these values, as an unnamed statement
     behind PgBouncer is. The statement runs for real.
     """
     explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-    if prepared is None:
+    if not cached:
         raw = await connection.fetchrow(explain + sql, *args)
     else:
         literals = ", ".join(_literal(arg) for arg in args)
-        raw = await connection.fetchrow(f"{explain}EXECUTE {prepared[sql]}({literals})")
+
+        async def run(one: asyncpg.Connection) -> asyncpg.Record | None:
+            name = (await _prepared(one)).get(sql)
+            if name is None:
+                return None  # the claims' spare, which has not prepared it
+            return await one.fetchrow(f"{explain}EXECUTE {name}({literals})")
+
+        # On one of the worker's connections: a claim connection runs a
+        # statement on its spare while the worker's claim holds it.
+        with anyio.fail_after(10):
+            while (raw := await connection.run_in_transaction(run)) is None:
+                await anyio.sleep(0.01)
     assert raw is not None
     document: list[dict[str, Any]] = json.loads(raw[0])
     return document[0]
@@ -127,11 +138,9 @@ async def _batch(
     pool: asyncpg.Pool, connections: pgqueue.Connections, cached: bool
 ) -> tuple[int, float]:
     """Claim BATCH jobs of MEASURED and complete them with the worker's statements: buffers and ms."""
-    claims: Any = connections.claims
-    writes: Any = connections.writes
     claim = await _run_prepared(
-        claims,
-        await _prepared(claims) if cached else None,
+        connections.claims,
+        cached,
         CLAIM_TYPES,
         MEASURED,
         BATCH,
@@ -144,8 +153,8 @@ async def _batch(
     )
     assert len(taken) == BATCH
     complete = await _run_prepared(
-        writes,
-        await _prepared(writes) if cached else None,
+        connections.writes,
+        cached,
         COMPLETE,
         array(row["id"] for row in taken),
         array(row["attempts"] for row in taken),
@@ -255,29 +264,38 @@ async def _done(pool: asyncpg.Pool, jobs: int) -> bool:
 
 
 async def _not_by_index(connection: Any) -> dict[str, list[str]]:
-    """The scans of each prepared statement's cached plan that read our tables otherwise than by an index condition."""
-    found: dict[str, list[str]] = {}
-    rows = await connection.fetch(
-        "SELECT name, statement, cardinality(parameter_types) AS params"
-        " FROM pg_prepared_statements WHERE statement LIKE '%pgqueue\\_%'"
-    )
-    for row in rows:
-        nulls = ", ".join(["NULL"] * row["params"])
-        arguments = f"({nulls})" if nulls else ""
-        raw = await connection.fetchrow(
-            f"EXPLAIN (FORMAT JSON) EXECUTE {row['name']}{arguments}"
+    """The scans of each prepared statement's cached plan that read our tables otherwise than by an index condition.
+
+    On one of the worker's connections (a claim connection's spare has
+    statements of its own).
+    """
+
+    async def run(one: asyncpg.Connection) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        rows = await one.fetch(
+            "SELECT name, statement, cardinality(parameter_types) AS params"
+            " FROM pg_prepared_statements WHERE statement LIKE '%pgqueue\\_%'"
         )
-        assert raw is not None
-        bad = []
-        for node in plan_nodes(json.loads(raw[0])[0]["Plan"]):
-            kind = node["Node Type"]
-            ours = node.get("Relation Name") in OUR_TABLES
-            if kind in NOT_BY_INDEX and (ours or "Join" in kind):
-                bad.append(f"{kind} on {node.get('Relation Name')}")
-            elif ours and "Index" in kind and "Index Cond" not in node:
-                bad.append(f"{kind} of all of {node['Index Name']}")
-        if bad:
-            found[HOT.get(row["statement"], row["statement"][:80])] = bad
+        for row in rows:
+            nulls = ", ".join(["NULL"] * row["params"])
+            arguments = f"({nulls})" if nulls else ""
+            raw = await one.fetchrow(
+                f"EXPLAIN (FORMAT JSON) EXECUTE {row['name']}{arguments}"
+            )
+            assert raw is not None
+            bad = []
+            for node in plan_nodes(json.loads(raw[0])[0]["Plan"]):
+                kind = node["Node Type"]
+                ours = node.get("Relation Name") in OUR_TABLES
+                if kind in NOT_BY_INDEX and (ours or "Join" in kind):
+                    bad.append(f"{kind} on {node.get('Relation Name')}")
+                elif ours and "Index" in kind and "Index Cond" not in node:
+                    bad.append(f"{kind} of all of {node['Index Name']}")
+            if bad:
+                found[HOT.get(row["statement"], row["statement"][:80])] = bad
+        return found
+
+    found: dict[str, list[str]] = await connection.run_in_transaction(run)
     return found
 
 
