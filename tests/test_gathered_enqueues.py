@@ -220,23 +220,12 @@ async def test_callers_cancelled_in_line_write_nothing_and_the_next_leads(
             held.append(
                 asyncio.ensure_future(queue.enqueue("held", {}, unique_key=f"held-{n}"))
             )
-        pids = [b.get_server_pid() for b in blockers]
-
-        async def both_blocked() -> bool:
-            waiting = await pool.fetchval(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE pg_blocking_pids(pid) && $1::int[]",
-                pids,
-            )
-            return bool(waiting == 2)
-
-        with anyio.fail_after(5):
-            while not await both_blocked():
-                await asyncio.sleep(0.01)
+        for blocker in blockers:
+            await wait_until(functools.partial(_waited_on, pool, blocker), within=5)
         first = asyncio.ensure_future(queue.enqueue("t", {"n": "first"}))
         second = asyncio.ensure_future(queue.enqueue("t", {"n": "second"}))
         third = asyncio.ensure_future(queue.enqueue("t", {"n": "third"}))
-        await asyncio.sleep(0)  # all three in line; the first leads, waiting for room
+        await asyncio.sleep(0)  # all three in line; the first leads, waiting to write
         first.cancel()
         second.cancel()
         for blocker in blockers:
