@@ -75,9 +75,11 @@ class Starts:
         claim began (``claimed_at``) and its outcome's write (when it
         completed), both after ``run_at``.
         """
+        starts = await self.wait()
+        assert starts, starts
         late = [
             (each, run)
-            for each, run in zip(await self.wait(), self._started, strict=True)
+            for each, run in zip(starts, self._started, strict=True)
             if not timedelta(0) <= each < ON_TIME
         ]
         if not late:
